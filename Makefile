@@ -1,0 +1,39 @@
+# Two commands: `make run` (set up, then the default simulation) and `make test`.
+PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
+	command -v $$p >/dev/null && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' && echo $$p && break; done)
+VENV ?= .venv
+BIN := $(VENV)/bin
+FMNIST_DIR := /usr/share/datasets/fashion-mnist
+export FLWR_TELEMETRY_ENABLED ?= 0
+export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION ?= 1
+
+.PHONY: setup data run test test-fast bench
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@test -n "$(PYTHON)" || { echo "error: Python 3.11 or newer is needed (flwr 1.42 requires it)"; exit 2; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install -e '.[test]'
+	touch $@
+
+# Debian's Fashion-MNIST package: real data without a download at run time.
+data:
+	@if [ -d $(FMNIST_DIR) ]; then exit 0; fi; \
+	if command -v apt-get >/dev/null; then \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq dataset-fashion-mnist \
+		|| echo "warning: could not install dataset-fashion-mnist; pass --data-root DIR with the Fashion-MNIST IDX files"; \
+	else \
+		echo "warning: no apt-get here; pass --data-root DIR holding the Fashion-MNIST IDX files"; \
+	fi
+
+run: setup data
+	$(BIN)/python run_sim.py --config configs/fmnist_default.toml --overwrite
+
+test: setup data
+	$(BIN)/python -m pytest -q
+
+test-fast: setup data
+	$(BIN)/python -m pytest -q -m "not deploy and not slow"

@@ -1,0 +1,141 @@
+"""Fixed neuron anchors (TNA-PFN): seeded masks and an exact freeze.
+
+A mask is drawn from a seed, so a server sends one integer and every client rebuilds the
+same mask. `True` marks an anchor: an entry that keeps its anchor value bit for bit through
+local training, whatever the optimizer does to it (momentum, weight decay, Adam).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from torch import nn
+
+AnchorMask = dict[str, torch.Tensor]  # parameter name -> bool tensor of its shape
+
+_NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm)
+_NEURON_TYPES = (nn.Linear, nn.modules.conv._ConvNd)
+
+
+def mask_seed(run_seed: int, server_round: int, schedule: str) -> int:
+    """The seed a round's mask is drawn from; `fixed` uses one mask for the whole run."""
+    round_key = 0 if schedule == "fixed" else server_round
+    return (run_seed * 1_000_003 + round_key * 7_919 + 12_345) % (2**63 - 1)
+
+
+def _classifier_params(model: nn.Module) -> set[str]:
+    head = getattr(model, "classifier", None)
+    if head is None:
+        return set()
+    prefix = next(name for name, module in model.named_modules() if module is head)
+    return {f"{prefix}.{name}" if prefix else name for name, _ in head.named_parameters()}
+
+
+def _params_by_module(model: nn.Module) -> Iterator[tuple[nn.Module, str, nn.Parameter]]:
+    """(owning module, full name, parameter) in registration order, each parameter once."""
+    seen: set[int] = set()
+    for module_name, module in model.named_modules():
+        for local_name, param in module.named_parameters(recurse=False):
+            if id(param) in seen or not param.requires_grad:
+                continue
+            seen.add(id(param))
+            yield module, f"{module_name}.{local_name}" if module_name else local_name, param
+
+
+def draw_mask(
+    model: nn.Module,
+    ratio: float,
+    seed: int,
+    granularity: str = "weight",
+    include_classifier: bool = True,
+    include_norm: bool = True,
+) -> AnchorMask:
+    """Draw which entries are anchors; parameters out of scope get no entry.
+
+    `weight`: each entry is an anchor with probability `ratio`. `neuron`: each output
+    neuron (row of a Linear, output channel of a conv) is, with its bias entry and the
+    scale and shift of the norm layer that follows it. Buffers are never masked.
+    """
+    if not 0 <= ratio < 1:
+        raise ValueError(f"anchor ratio {ratio} must be in [0, 1)")
+    if granularity not in ("weight", "neuron"):
+        raise ValueError(f"anchor granularity '{granularity}' must be weight or neuron")
+    gen = torch.Generator().manual_seed(seed)
+    skip = set() if include_classifier else _classifier_params(model)
+    mask: AnchorMask = {}
+    neuron_rows: dict[int, torch.Tensor] = {}  # id(module) -> its neuron mask
+    last_rows: torch.Tensor | None = None  # neuron mask of the latest Linear/conv
+    for module, name, param in _params_by_module(model):
+        is_norm = isinstance(module, _NORM_TYPES)
+        if name in skip or (is_norm and not include_norm):
+            continue
+        if granularity == "weight":
+            mask[name] = torch.rand(param.shape, generator=gen) < ratio
+            continue
+        rows = neuron_rows.get(id(module))
+        if rows is None:
+            tied = is_norm and last_rows is not None and last_rows.numel() == param.shape[0]
+            num_neurons = param.shape[0] if param.dim() else 1
+            rows = last_rows if tied else torch.rand(num_neurons, generator=gen) < ratio
+            neuron_rows[id(module)] = rows
+            if isinstance(module, _NEURON_TYPES):
+                last_rows = rows
+        row_shape = (-1,) + (1,) * (param.dim() - 1) if param.dim() else ()
+        mask[name] = rows.reshape(row_shape).expand(param.shape).clone()
+    return mask
+
+
+def anchored_fraction(mask: AnchorMask) -> float:
+    """Fraction of masked-scope entries that are anchors."""
+    total = sum(m.numel() for m in mask.values())
+    return sum(int(m.sum()) for m in mask.values()) / max(total, 1)
+
+
+class AnchorFreeze:
+    """Holds anchor values and puts them back after each optimizer step.
+
+    Restoring after the step (not masking gradients) is what makes the freeze exact:
+    weight decay and momentum would otherwise still move anchored entries. One fused
+    `torch.where` per parameter keeps the cost to a single pass over its memory.
+    """
+
+    def __init__(self, model: nn.Module, mask: AnchorMask) -> None:
+        params = dict(model.named_parameters())
+        self._slots = [
+            (params[name], m.to(params[name].device), params[name].detach().clone())
+            for name, m in mask.items()
+            if bool(m.any())
+        ]
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        for param, is_anchor, anchor in self._slots:
+            torch.where(is_anchor, anchor, param, out=param)
+
+
+def pack_free(arrays: dict[str, np.ndarray], mask: AnchorMask) -> dict[str, np.ndarray]:
+    """Keep only the trained (non-anchor) entries of masked arrays, flattened.
+
+    The receiver knows the mask from the seed, so positions need not travel.
+    """
+    return {
+        name: value[~mask[name].numpy()] if name in mask else value
+        for name, value in arrays.items()
+    }
+
+
+def unpack_free(
+    packed: dict[str, np.ndarray], reference: dict[str, np.ndarray], mask: AnchorMask
+) -> dict[str, np.ndarray]:
+    """Rebuild full arrays from `pack_free` output, anchors taken from `reference`."""
+    full = {}
+    for name, value in packed.items():
+        if name in mask:
+            whole = reference[name].copy()
+            whole[~mask[name].numpy()] = value
+            full[name] = whole
+        else:
+            full[name] = value
+    return full

@@ -1,0 +1,148 @@
+"""Model zoo for the simulations.
+
+Every model keeps its final Linear layer in an attribute named ``classifier`` so that
+anchoring options can include or leave out the output layer by name.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+MODELS = ("mlp", "cnn", "resnet20", "vgg11")
+
+
+def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    """Build ``name`` (one of MODELS) for C x H x W inputs and ``num_classes`` outputs."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
+    if len(input_shape) != 3 or any(int(d) < 1 for d in input_shape):
+        raise ValueError(f"input_shape must be (channels, height, width), got {input_shape!r}")
+    if num_classes < 1:
+        raise ValueError(f"num_classes must be positive, got {num_classes}")
+    shape = (int(input_shape[0]), int(input_shape[1]), int(input_shape[2]))
+    builders = {"mlp": MLP, "cnn": CNN, "resnet20": ResNet20, "vgg11": VGG11}
+    return builders[name](shape, num_classes)
+
+
+class MLP(nn.Module):
+    """Two hidden layers of 200 ReLU units."""
+
+    def __init__(self, input_shape: tuple[int, int, int], num_classes: int) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(math.prod(input_shape), 200),
+            nn.ReLU(),
+            nn.Linear(200, 200),
+            nn.ReLU(),
+        )
+        self.classifier = nn.Linear(200, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+class CNN(nn.Module):
+    """The TNA-PFN paper's small CNN: conv32-pool-conv64-pool-conv64, FC 64, no BatchNorm.
+
+    Unpadded 3 x 3 convolutions as in the classic Keras CNN the authors' code follows:
+    a 28 x 28 input ends as 64 x 3 x 3 features, a 32 x 32 input as 64 x 4 x 4.
+    """
+
+    def __init__(self, input_shape: tuple[int, int, int], num_classes: int) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(input_shape[0], 32, 3),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(64, 64, 3),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        side = lambda n: ((n - 2) // 2 - 2) // 2 - 2  # noqa: E731
+        self.fc = nn.Linear(64 * side(input_shape[1]) * side(input_shape[2]), 64)
+        self.classifier = nn.Linear(64, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(F.relu(self.fc(self.features(x))))
+
+
+class BasicBlock(nn.Module):
+    """ResNet basic block with an option-A shortcut (stride and zero-padded channels, no parameters)."""
+
+    def __init__(self, in_planes: int, planes: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_planes, planes, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.stride = stride
+        self.extra_planes = planes - in_planes
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        shortcut = x
+        if self.stride != 1:
+            shortcut = shortcut[:, :, :: self.stride, :: self.stride]
+        if self.extra_planes:
+            half = self.extra_planes // 2
+            shortcut = F.pad(shortcut, (0, 0, 0, 0, half, self.extra_planes - half))
+        return F.relu(out + shortcut)
+
+
+class ResNet20(nn.Module):
+    """CIFAR-style ResNet-20 (He et al. 2016): 3 stages x 3 basic blocks, 16/32/64 channels."""
+
+    def __init__(self, input_shape: tuple[int, int, int], num_classes: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(input_shape[0], 16, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+        blocks: list[nn.Module] = []
+        in_planes = 16
+        for planes, stride in ((16, 1), (32, 2), (64, 2)):
+            for i in range(3):
+                blocks.append(BasicBlock(in_planes, planes, stride if i == 0 else 1))
+                in_planes = planes
+        self.layers = nn.Sequential(*blocks)
+        self.classifier = nn.Linear(64, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.layers(F.relu(self.bn1(self.conv1(x))))
+        return self.classifier(torch.flatten(F.adaptive_avg_pool2d(out, 1), 1))
+
+
+_VGG11_CONFIG: tuple[int | str, ...] = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
+
+
+class VGG11(nn.Module):
+    """VGG-11 with BatchNorm for small images; a pool is skipped when the map is already 1 px."""
+
+    def __init__(self, input_shape: tuple[int, int, int], num_classes: int) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        channels, height, width = input_shape
+        for item in _VGG11_CONFIG:
+            if item == "M":
+                if height >= 2 and width >= 2:
+                    layers.append(nn.MaxPool2d(2))
+                    height, width = height // 2, width // 2
+            else:
+                layers += [nn.Conv2d(channels, int(item), 3, padding=1), nn.BatchNorm2d(int(item)), nn.ReLU()]
+                channels = int(item)
+        layers.append(nn.Flatten())
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Linear(channels * height * width, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))

@@ -1,0 +1,18 @@
+"""Label-based splits of a dataset over federated clients.
+
+Kept as its own top-level package so that data partitioning can be tested,
+benchmarked and reused without importing the simulator (Flower, Torch, Ray).
+"""
+
+from partitions.dirichlet import DirichletPartitioner, PartitionError, label_counts
+from partitions.simple import PARTITION_METHODS, iid_partition, partition_labels, shard_partition
+
+__all__ = [
+    "PARTITION_METHODS",
+    "DirichletPartitioner",
+    "PartitionError",
+    "iid_partition",
+    "label_counts",
+    "partition_labels",
+    "shard_partition",
+]

@@ -1,0 +1,56 @@
+"""Tests for fedpfn.models: shapes, the named classifier, gradients, normalisation layers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from fedpfn.models import MODELS, build_model
+
+SHAPES = [((1, 28, 28), 10), ((3, 32, 32), 100)]
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize(("input_shape", "num_classes"), SHAPES)
+def test_forward_backward(name: str, input_shape: tuple[int, int, int], num_classes: int) -> None:
+    torch.manual_seed(0)
+    model = build_model(name, input_shape, num_classes)
+    assert isinstance(model.classifier, nn.Linear)
+    assert model.classifier.out_features == num_classes
+    x = torch.randn(4, *input_shape)
+    out = model(x)
+    assert out.shape == (4, num_classes)
+    nn.functional.cross_entropy(out, torch.arange(4) % num_classes).backward()
+    for pname, param in model.named_parameters():
+        assert param.grad is not None and torch.isfinite(param.grad).all(), pname
+    assert model.classifier.weight.grad.abs().sum() > 0
+
+
+def has_batchnorm(model: nn.Module) -> bool:
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+
+
+def test_normalisation_layers() -> None:
+    assert not has_batchnorm(build_model("cnn", (3, 32, 32), 10))
+    assert not has_batchnorm(build_model("mlp", (1, 28, 28), 10))
+    assert has_batchnorm(build_model("resnet20", (3, 32, 32), 10))
+    assert has_batchnorm(build_model("vgg11", (1, 28, 28), 10))
+
+
+def test_cnn_layout() -> None:
+    convs = [m for m in build_model("cnn", (1, 28, 28), 10).modules() if isinstance(m, nn.Conv2d)]
+    assert [c.out_channels for c in convs] == [32, 64, 64]
+    assert all(c.kernel_size == (3, 3) for c in convs)
+
+
+def test_resnet20_depth() -> None:
+    model = build_model("resnet20", (3, 32, 32), 10)
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+    assert len(convs) + 1 == 20  # 19 convolutions plus the classifier
+    assert sum(p.numel() for p in model.parameters()) < 300_000  # ~0.27 M, the CIFAR ResNet-20
+
+
+def test_unknown_model_raises() -> None:
+    with pytest.raises(ValueError, match="unknown model 'resnet50'.*mlp, cnn, resnet20, vgg11"):
+        build_model("resnet50", (3, 32, 32), 10)
