@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from clients.anchored import FedPFN, FedPNU, with_anchors
 from clients.base import FedAvgClient
+from clients.feddyn import FedDynClient
+from clients.fedprox import FedProxClient
+from clients.scaffold import ScaffoldClient
 from fedpfn.config import RunConfig
 
-CLIENT_RULES: dict[str, type[FedAvgClient]] = {"fedavg": FedAvgClient}
+CLIENT_RULES: dict[str, type[FedAvgClient]] = {
+    "fedavg": FedAvgClient,
+    "fedprox": FedProxClient,
+    "scaffold": ScaffoldClient,
+    "feddyn": FedDynClient,
+}
 ANCHOR_METHODS = {"fedpfn": FedPFN, "fedpnu": FedPNU}
 
 

@@ -79,6 +79,16 @@ class FedAvgClient(NoHooks):
         """What goes back to the server: the whole state_dict by default."""
         return ArrayRecord(model.state_dict())
 
+    # --- persistent client state (SCAFFOLD's c_i, FedDyn's gradient) -----------------------
+
+    def persistent(self, key: str) -> ArrayRecord | None:
+        """This client's record `key` from earlier rounds, or None in its first round."""
+        return self.state.array_records.get(key)
+
+    def persist(self, key: str, record: ArrayRecord) -> None:
+        """Keep `record` for this client's next round (Flower's context.state)."""
+        self.state[key] = record
+
     def extra_records(self) -> dict[str, ArrayRecord]:
         """Further records for the server (e.g. SCAFFOLD's control-variate change)."""
         return {}

@@ -171,7 +171,7 @@ class RunConfig:
         need(0 <= self.momentum < 1, f"momentum: {self.momentum} must be in [0, 1)")
         need(self.weight_decay >= 0, f"weight_decay: {self.weight_decay} must be >= 0")
         need(self.shards_per_client >= 1, f"shards_per_client: {self.shards_per_client} must be at least 1")
-        need(self.min_partition_size >= 0, f"min_partition_size: {self.min_partition_size} must be >= 0")
+        need(self.min_partition_size >= 1, f"min_partition_size: {self.min_partition_size} must be at least 1")
         need(0 <= self.anchor_ratio < 1, f"anchor_ratio: {self.anchor_ratio} must be in [0, 1)")
         need(
             self.anchor_granularity in (None, *GRANULARITIES),
