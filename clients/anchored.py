@@ -13,7 +13,8 @@ from functools import lru_cache
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from torch import nn
 
-from clients.base import FedAvgClient, to_array_record
+from clients.base import FedAvgClient
+from fedpfn.records import to_array_record
 from fedpfn.anchors import AnchorFreeze, AnchorMask, draw_mask, pack_free
 from fedpfn.config import RunConfig
 

@@ -7,11 +7,11 @@ anchors (a mixin) combine with any client rule.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from torch import nn
 
+from clients.state import ClientStateStore
 from fedpfn.config import RunConfig
 from fedpfn.training import NoHooks, make_optimizer, minibatches, train_local
 from fedpfn.workspace import client_indices, dataset_on, model_skeleton
@@ -20,14 +20,6 @@ from fedpfn.workspace import client_indices, dataset_on, model_skeleton
 def data_order_seed(run_seed: int, server_round: int, partition_id: int) -> int:
     """Each client's shuffle in each round: reproducible, and independent of the worker."""
     return (run_seed * 1_000_003 + server_round * 10_007 + partition_id) % (2**63 - 1)
-
-
-def to_array_record(arrays: dict[str, np.ndarray]) -> ArrayRecord:
-    return ArrayRecord({name: Array(np.ascontiguousarray(value)) for name, value in arrays.items()})
-
-
-def to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
-    return {name: array.numpy() for name, array in record.items()}
 
 
 class FedAvgClient(NoHooks):
@@ -43,7 +35,8 @@ class FedAvgClient(NoHooks):
     def fit(self, content: RecordDict) -> RecordDict:
         """One round of local training from the received global model and config."""
         arrays, config = content.array_records["arrays"], content.config_records["config"]
-        server_round = int(config["server-round"])
+        server_round = self.server_round = int(config["server-round"])
+        self.resumed_from = int(config.get("resumed-from", 0))
         data = dataset_on(self.cfg, self.device)
         indices = client_indices(self.cfg)[self.partition_id]
         model = model_skeleton(self.cfg, self.device)
@@ -82,12 +75,26 @@ class FedAvgClient(NoHooks):
     # --- persistent client state (SCAFFOLD's c_i, FedDyn's gradient) -----------------------
 
     def persistent(self, key: str) -> ArrayRecord | None:
-        """This client's record `key` from earlier rounds, or None in its first round."""
-        return self.state.array_records.get(key)
+        """This client's record `key` from earlier rounds, or None in its first round.
+
+        After a resume the process is new and `context.state` empty: the record then
+        comes from disk, as it was at the checkpoint the run resumed from.
+        """
+        record = self.state.array_records.get(key)
+        if record is None and self.resumed_from > 0:
+            record = self._store().load(key, up_to_round=self.resumed_from)
+        return record
 
     def persist(self, key: str, record: ArrayRecord) -> None:
-        """Keep `record` for this client's next round (Flower's context.state)."""
+        """Keep `record` for this client's next round, and on disk when checkpointing."""
         self.state[key] = record
+        every = self.cfg.checkpoint_every
+        if every:
+            last_checkpoint = (self.server_round - 1) // every * every
+            self._store().save(key, record, self.server_round, last_checkpoint)
+
+    def _store(self) -> ClientStateStore:
+        return ClientStateStore(self.cfg.run_dir, self.partition_id)
 
     def extra_records(self) -> dict[str, ArrayRecord]:
         """Further records for the server (e.g. SCAFFOLD's control-variate change)."""

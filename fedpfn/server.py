@@ -20,8 +20,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from clients.base import to_array_record
 from fedpfn.config import RunConfig
+from fedpfn.records import arrays_bytes, to_array_record
 from fedpfn.plots import plot_run
 from fedpfn.results import RunFolder
 from fedpfn.training import evaluate, pick_device
@@ -37,10 +37,18 @@ class FederationError(RuntimeError):
     """The federation cannot go on (nodes missing, inconsistent partitions)."""
 
 
-def round_config(cfg: RunConfig, server_round: int) -> ConfigRecord:
-    """What every client needs for one round; the config travels so clients need no files."""
+def round_config(cfg: RunConfig, server_round: int, resumed_from: int = 0) -> ConfigRecord:
+    """What every client needs for one round; the config travels so clients need no files.
+
+    `resumed-from` tells clients whose in-memory state was lost which checkpoint to load.
+    """
     return ConfigRecord(
-        {"server-round": server_round, "lr": cfg.lr_at(server_round), "run-config": cfg.to_json()}
+        {
+            "server-round": server_round,
+            "lr": cfg.lr_at(server_round),
+            "resumed-from": resumed_from,
+            "run-config": cfg.to_json(),
+        }
     )
 
 
@@ -71,10 +79,6 @@ def discover_partitions(grid: Grid, num_clients: int) -> dict[int, int]:
             "needs exactly one SuperNode"
         )
     return mapping
-
-
-def arrays_bytes(content: RecordDict) -> int:
-    return sum(record.count_bytes() for record in content.array_records.values())
 
 
 def strategy_state(strategy: Strategy) -> bytes:
@@ -118,6 +122,7 @@ class Federation:
         self.test = dataset_on(cfg, self.device)
         self.arrays = ArrayRecord(self.model.state_dict())
         self.next_round = 1
+        self.resumed_from = 0
 
     # --- one round -----------------------------------------------------------------------
 
@@ -126,7 +131,9 @@ class Federation:
         chosen = sample_clients(cfg.seed, server_round, cfg.num_clients, cfg.clients_per_round)
         view = SampledGrid(self.grid, [nodes[p] for p in chosen])
         messages = list(
-            self.strategy.configure_train(server_round, self.arrays, round_config(cfg, server_round), view)
+            self.strategy.configure_train(
+                server_round, self.arrays, round_config(cfg, server_round, self.resumed_from), view
+            )
         )
         bytes_down = sum(arrays_bytes(m.content) for m in messages)
         replies = list(self.grid.send_and_receive(messages))
@@ -181,7 +188,8 @@ class Federation:
     def restore(self, checkpoint: dict[str, Any]) -> None:
         self.arrays = to_array_record(checkpoint["arrays"])
         load_strategy_state(self.strategy, checkpoint["strategy"])
-        self.next_round = int(checkpoint["round"]) + 1
+        self.resumed_from = int(checkpoint["round"])
+        self.next_round = self.resumed_from + 1
 
     # --- the loop ------------------------------------------------------------------------
 

@@ -95,6 +95,7 @@ def simulate(cfg: RunConfig, resume: bool = False, show_progress: bool = True) -
     from fedpfn.app import client_app, make_server_app
 
     check_runnable(cfg)
+    cfg.out = str(cfg.run_dir.resolve())  # Ray workers and resumes find it from any folder
     folder = prepare_folder(cfg, resume)
     quiet_flower()
     run_simulation(

@@ -54,7 +54,8 @@ def run_round(cfg: RunConfig, strategy, arrays: ArrayRecord, server_round: int, 
     Returns (new arrays, train metrics, bytes uploaded as sent).
     """
     from clients import client_class
-    from fedpfn.server import arrays_bytes, round_config
+    from fedpfn.records import arrays_bytes
+    from fedpfn.server import round_config
     from fedpfn.training import pick_device
     from strategies import sample_clients
 
