@@ -35,6 +35,7 @@ def resumable_config(out: Path, **overrides):
     values = dict(
         algorithm="fedpfn+scaffold",
         server="fedadam",
+        server_lr=0.003,  # FedAdam's default 0.1 overshoots on a 4-client MLP
         rounds=4,
         checkpoint_every=1,
         out=str(out),
