@@ -121,28 +121,39 @@ export PATH="$FLWR_BIN:$PATH"
 # --- run-config: checked before anything starts --------------------------------------------
 run_config="num-clients=$nodes clients-per-round=$nodes rounds=$rounds algorithm=\"$algorithm\""
 run_config+=" dataset=\"$dataset\" model=\"$model\" out=\"$out\""
-"$python" - "$app/pyproject.toml" "${extra_config[@]}" <<'PY' || exit 2
-import re, sys, tomllib
-pyproject, extras = sys.argv[1], sys.argv[2:]
-with open(pyproject, "rb") as fh:
-    declared = set(tomllib.load(fh)["tool"]["flwr"]["app"].get("config", {}))
-ours = {"num-clients", "clients-per-round", "rounds", "algorithm", "dataset", "model", "out"}
+"$python" - "$app" "${extra_config[@]}" <<'PY' || exit 2
+import dataclasses, re, sys, tomllib
+app, extras = sys.argv[1], sys.argv[2:]
+sys.path.insert(0, app)
+try:
+    from fedpfn.config import RunConfig
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+except Exception:  # not fedpfn: leave the keys to the SuperLink
+    fields = None
+ours = {"num_clients", "clients_per_round", "rounds", "algorithm", "dataset", "model", "out", "overwrite"}
 pattern = re.compile(r"(\S+?)=('[^']*'|\"[^\"]*\"|\S+)")  # flwr's own parser
 problems = []
 for line in extras:
     pairs = pattern.findall(line)
     if not pairs:
         problems.append(f"--run-config '{line}': expected KEY=VALUE pairs")
-    for key, _ in pairs:
-        norm = key.replace("_", "-")
-        if norm in ours or key in ours:
+    for key, value in pairs:
+        norm = key.replace("-", "_")
+        if norm in ours:
             problems.append(f"--run-config: '{key}' is set by the script; use its own option")
-        elif key not in declared:
+        elif fields is not None and norm not in fields:
             problems.append(
-                f"--run-config: '{key}' is not declared in [tool.flwr.app.config] of "
-                f"{pyproject}; the SuperLink refuses undeclared keys (declared: "
-                f"{', '.join(sorted(declared))})"
+                f"--run-config: unknown setting '{key}'; known: "
+                + ", ".join(sorted(f.replace("_", "-") for f in fields - ours))
             )
+        else:
+            try:
+                tomllib.loads(f"x = {value}")
+            except tomllib.TOMLDecodeError:
+                problems.append(
+                    f"--run-config: value of '{key}' is not a TOML value: {value} "
+                    "(quote strings: key=\"text\")"
+                )
 if problems:
     print("deploy_local.sh: " + "\ndeploy_local.sh: ".join(problems), file=sys.stderr)
     sys.exit(1)
@@ -268,6 +279,61 @@ fi
 say "work folder: $work"
 say "run folder:  $out"
 
+# --- 0. a snapshot of the app ---------------------------------------------------------------
+# `flwr run DIR` walks every file under DIR before it applies .gitignore: with a virtualenv
+# inside the repository that alone takes 10-40 s. Copy just the files the FAB will hold
+# (Flower's own filters) into the work folder, and run that snapshot.
+# Flower's SuperLink refuses a --run-config key that [tool.flwr.app.config] does not declare;
+# a key given with -c that is a RunConfig setting but not declared there is declared in the
+# snapshot's pyproject.toml (with the value given), so every RunConfig setting can be set.
+"$python" - "$app" "$work/app" "$work" "$out" "${extra_config[@]}" >"$logs/stage-app.log" 2>&1 <<'PY' \
+  || fail "copying the app (see $logs/stage-app.log)"
+import os, re, shutil, sys, tomllib
+from pathlib import Path
+src, dst = Path(sys.argv[1]), Path(sys.argv[2])
+skip = {Path(p).resolve() for p in sys.argv[3:5]}
+extras = sys.argv[5:]
+files = {}
+for dirpath, dirnames, filenames in os.walk(src):
+    here = Path(dirpath)
+    dirnames[:] = [
+        d for d in dirnames
+        if d not in (".git", "__pycache__", "node_modules")
+        and not (here / d).is_symlink()
+        and not (here / d / "pyvenv.cfg").exists()  # a virtualenv
+        and (here / d).resolve() not in skip
+    ]
+    for name in filenames:
+        path = here / name
+        if not path.is_symlink():
+            files[path.relative_to(src).as_posix()] = path
+try:
+    from flwr.cli.build import get_filtered_fab_paths
+    from flwr.cli.utils import filter_paths_for_publish
+    config = tomllib.loads((src / "pyproject.toml").read_text())
+    keep = get_filtered_fab_paths(filter_paths_for_publish(files), config)
+except Exception:  # another Flower version: copy the pruned tree, flwr filters it
+    keep = list(files)
+shutil.rmtree(dst, ignore_errors=True)
+for rel in sorted({*keep, "pyproject.toml", ".gitignore"} & set(files)):
+    (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(files[rel], dst / rel)
+print(f"copied {len(keep)} files of {src} to {dst}")
+pattern = re.compile(r"(\S+?)=('[^']*'|\"[^\"]*\"|\S+)")  # flwr's own parser
+overrides = {}
+for line in extras:
+    overrides.update(tomllib.loads("\n".join(f"{k} = {v}" for k, v in pattern.findall(line))))
+pyproject = tomllib.loads((dst / "pyproject.toml").read_text())
+declared = pyproject.setdefault("tool", {}).setdefault("flwr", {}).setdefault("app", {}).setdefault("config", {})
+added = {k: v for k, v in overrides.items() if k not in declared}
+if added:
+    import tomli_w  # a Flower dependency
+    declared.update(added)
+    (dst / "pyproject.toml").write_text(tomli_w.dumps(pyproject))
+    print("declared in the snapshot's [tool.flwr.app.config]: " + ", ".join(added))
+PY
+grep -h "^declared in" "$logs/stage-app.log" | sed 's/^/[deploy] /' || true
+
 # --- 1. certificates and SuperNode keys ----------------------------------------------------
 rogue_keys=()
 for ((j = 0; j < unauthorized; j++)); do rogue_keys+=(--key "unregistered-$j"); done
@@ -297,13 +363,17 @@ wait_for 90 "$superlink_pid" "SuperLink on 127.0.0.1:$link_port" port_busy "$lin
 say "2/5 SuperLink (TLS, SuperNode authentication) on https://127.0.0.1:$link_port, PID $superlink_pid"
 
 # --- 3. register the authorised SuperNodes' public keys --------------------------------------
-: >"$logs/register.log"
+# `flwr supernode register KEY.pub CONNECTION` (Control API, over TLS); all at once.
+register_pids=()
 for ((i = 0; i < nodes; i++)); do
-  tagged flwr supernode register "$certs/node-$i.pub" fedpfn-local --name "node-$i" --format json \
-    >>"$logs/register.log" 2>&1 || fail "registering $certs/node-$i.pub (see $logs/register.log)"
+  launch "register-$i" "$logs/register-$i.log" \
+    flwr supernode register "$certs/node-$i.pub" fedpfn-local --name "node-$i" --format json
+  register_pids+=("${pids[-1]}")
 done
-grep -c '"success": true' "$logs/register.log" | grep -qx "$nodes" \
-  || fail "not every SuperNode key was registered (see $logs/register.log)"
+for ((i = 0; i < nodes; i++)); do
+  wait "${register_pids[i]}" && grep -q '"success": true' "$logs/register-$i.log" \
+    || fail "registering $certs/node-$i.pub (see $logs/register-$i.log)"
+done
 say "3/5 registered $nodes SuperNode public keys"
 
 # --- 4. SuperNodes ---------------------------------------------------------------------------
@@ -337,7 +407,7 @@ rogue_note=""
 say "4/5 $nodes SuperNodes connected (Runtime API ports $((base_port + 1))..$((base_port + nodes)))$rogue_note"
 
 # --- 5. the run --------------------------------------------------------------------------------
-run_args=(run "$app" fedpfn-local)
+run_args=(run "$work/app" fedpfn-local)
 for extra in "${extra_config[@]}"; do run_args+=(--run-config "$extra"); done
 run_args+=(--run-config "$run_config" --stream)
 say "5/5 flwr ${run_args[*]}"
