@@ -19,6 +19,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
+from rich.console import Console
 
 from fedpfn.config import RunConfig
 from fedpfn.records import arrays_bytes, to_array_record
@@ -246,17 +247,17 @@ class Federation:
 
 
 class Progress:
-    """One line per round on stdout: a long run shows where it is."""
+    """One line per round: a long run shows where it is (coloured on a terminal)."""
 
     def __init__(self, total_rounds: int) -> None:
         self.total = total_rounds
+        self.console = Console(highlight=False)
 
     def round_done(self, record: dict[str, Any]) -> None:
-        print(
-            f"round {record['round']:>4}/{self.total}  acc {record['test_accuracy']:.4f}  "
+        failed = f" [red]failed {record['num_failures']}[/red]" if record["num_failures"] else ""
+        skipped = " [red]skipped[/red]" if record["skipped"] else ""
+        self.console.print(
+            f"round {record['round']:>4}/{self.total}  acc [bold]{record['test_accuracy']:.4f}[/bold]  "
             f"loss {record['test_loss']:.4f}  train {record['train_loss']:.4f}  "
-            f"clients {record['num_clients']}"
-            + (f" failed {record['num_failures']}" if record["num_failures"] else "")
-            + f"  {record['seconds']:.1f}s",
-            flush=True,
+            f"clients {record['num_clients']}{failed}{skipped}  {record['seconds']:.1f}s"
         )
