@@ -92,3 +92,18 @@ def test_impossible_partition_refused_before_ray(tmp_path):
     assert result.returncode == 2
     assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_truncated_data_file_named_in_the_error(tmp_path):
+    import shutil
+
+    from fedpfn.data import DEBIAN_FMNIST_DIR
+
+    root = tmp_path / "fmnist"
+    shutil.copytree(DEBIAN_FMNIST_DIR, root)
+    broken = root / "train-images-idx3-ubyte.gz"
+    broken.write_bytes(broken.read_bytes()[:100_000])
+    result = run_cli("--data-root", str(root), "--out", str(tmp_path / "r"))
+    assert result.returncode == 2
+    assert "train-images-idx3-ubyte.gz" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "r").exists()
