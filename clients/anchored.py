@@ -14,9 +14,9 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from torch import nn
 
 from clients.base import FedAvgClient
-from fedpfn.records import to_array_record
 from fedpfn.anchors import AnchorFreeze, AnchorMask, draw_mask, pack_free
 from fedpfn.config import RunConfig
+from fedpfn.records import to_array_record
 
 
 def round_mask(model: nn.Module, cfg: RunConfig, seed: int) -> AnchorMask:

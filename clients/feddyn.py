@@ -23,7 +23,8 @@ import torch
 from flwr.app import ConfigRecord, RecordDict
 from torch import nn
 
-from clients.base import FedAvgClient, to_array_record, to_numpy
+from clients.base import FedAvgClient
+from fedpfn.records import to_array_record, to_numpy
 
 GRAD = "feddyn-grad"  # the client's ∇L_k(previous local model), kept in context.state
 

@@ -8,6 +8,12 @@ gradient is corrected by (c − c_i); after K steps at learning rate lr the clie
 
 and sends Δc_i = c_i⁺ − c_i back (record `scaffold-delta`) for the server's c.
 
+The paper's local optimizer is plain SGD. With SGD momentum beta (0.9 by default here)
+K steps move the weights about 1/(1 − beta) times further, so K is replaced by the
+momentum-equivalent step count K_eff (see `effective_steps`; K_eff = K when beta = 0);
+with K itself the control variates come out ~10x too large and training diverges within
+three rounds (measured: MLP on Fashion-MNIST, accuracy 0.66 -> 0.20 -> 0.10).
+
 With anchors (FedPFN / FedPNU) an anchored entry did not train this round, so its c_i is
 kept (Δc_i = 0 there) instead of the literal rule's c_i − c, which would shrink the
 server's c on every anchored coordinate each round. FedPNU uploads Δc_i packed like the
@@ -21,8 +27,9 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from torch import nn
 
-from clients.base import FedAvgClient, to_array_record, to_numpy
+from clients.base import FedAvgClient
 from fedpfn.anchors import pack_free
+from fedpfn.records import to_array_record, to_numpy
 
 SERVER_C = "scaffold-c"  # server -> client: the server control variate c
 CLIENT_C = "scaffold-ci"  # the client's own c_i, kept in context.state
@@ -50,13 +57,14 @@ class ScaffoldClient(FedAvgClient):
     def end_round(self, model: nn.Module, config: ConfigRecord, steps: int) -> None:
         super().end_round(model, config, steps)
         lr = float(config["lr"])
+        scale = self.effective_steps(steps) * lr
         mask = getattr(self, "mask", None)  # set by an anchor mixin (clients.anchored)
         new_local, delta = {}, {}
         with torch.no_grad():
             for name, y in model.named_parameters():
                 c_i = self.c_local[name]
                 if steps > 0:
-                    c_plus = c_i - self.c_global[name] + (self.global_params[name] - y) / (steps * lr)
+                    c_plus = c_i - self.c_global[name] + (self.global_params[name] - y) / scale
                 else:
                     c_plus = c_i.clone()
                 if mask is not None and name in mask:
@@ -65,6 +73,20 @@ class ScaffoldClient(FedAvgClient):
                 delta[name] = (c_plus - c_i).cpu().numpy()
         self.persist(CLIENT_C, to_array_record(new_local))
         self.delta = delta
+
+    def effective_steps(self, steps: int) -> float:
+        """K, or with SGD momentum beta the steps a displacement of K steps is worth.
+
+        From a zero momentum buffer, K steps under a constant gradient g move the weights by
+        lr·g·Σ_{k=1..K} (1 − beta^k)/(1 − beta); dividing by that sum makes
+        (x − y)/(K_eff·lr) the mean corrected gradient, as the paper's plain-SGD rule does.
+        Dividing by K alone overestimates it ~1/(1 − beta) times (10x at 0.9) and the
+        corrections then blow up.
+        """
+        beta = self.cfg.momentum if self.cfg.optimizer == "sgd" else 0.0
+        if beta == 0:
+            return float(steps)
+        return (steps - beta * (1 - beta**steps) / (1 - beta)) / (1 - beta)
 
     def extra_records(self) -> dict[str, ArrayRecord]:
         extra = dict(super().extra_records())

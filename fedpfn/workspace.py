@@ -92,8 +92,9 @@ def partition_label_counts(cfg: RunConfig):
 def initial_model(cfg: RunConfig) -> nn.Module:
     """The global model before round 1, a function of the seed only."""
     data = dataset_for(cfg)
-    torch.manual_seed(cfg.seed)
-    return build_model(cfg.model, data.input_shape, data.num_classes)
+    with torch.random.fork_rng(devices=[]):  # seeded here, without touching the caller's RNG
+        torch.manual_seed(cfg.seed)
+        return build_model(cfg.model, data.input_shape, data.num_classes)
 
 
 @lru_cache(maxsize=8)

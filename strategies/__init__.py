@@ -8,9 +8,9 @@ from torch import nn
 from fedpfn.config import RunConfig
 from strategies.anchored import AnchorAware
 from strategies.feddyn import FedDynServer
-from strategies.scaffold import ScaffoldServer
 from strategies.registry import build_inner_strategy, load_strategy_class
 from strategies.sampling import SampledGrid, sample_clients
+from strategies.scaffold import ScaffoldServer
 from strategies.wrapper import StrategyWrapper
 
 # client rule -> the wrapper that keeps its server state (SCAFFOLD's c, FedDyn's h)

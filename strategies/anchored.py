@@ -15,9 +15,9 @@ from flwr.serverapp.strategy import Strategy
 from torch import nn
 
 from clients.anchored import round_mask
-from fedpfn.records import to_array_record, to_numpy
 from fedpfn.anchors import AnchorMask, mask_seed, unpack_free
 from fedpfn.config import RunConfig
+from fedpfn.records import to_array_record, to_numpy
 from strategies.wrapper import StrategyWrapper
 
 

@@ -15,8 +15,8 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Message
 from flwr.serverapp.strategy import Strategy
 
-from clients.base import to_numpy
 from fedpfn.config import RunConfig
+from fedpfn.records import to_numpy
 from strategies.scaffold import parameter_zeros
 from strategies.wrapper import StrategyWrapper
 

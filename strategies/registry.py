@@ -6,7 +6,15 @@ import importlib
 import inspect
 from typing import Any
 
-from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedAvg, FedAvgM, FedYogi, Strategy
+from flwr.serverapp.strategy import (
+    FedAdagrad,
+    FedAdam,
+    FedAvg,
+    FedAvgM,
+    FedYogi,
+    Strategy,
+)
+
 from fedpfn.config import ConfigError, RunConfig
 
 # Sampling happens before the strategy sees the grid (see strategies.sampling), so the

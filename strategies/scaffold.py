@@ -16,10 +16,10 @@ from flwr.app import ArrayRecord, Message
 from flwr.serverapp.strategy import Strategy
 
 from clients.anchored import round_mask
-from clients.base import to_array_record, to_numpy
 from clients.scaffold import DELTA, SERVER_C
 from fedpfn.anchors import mask_seed, unpack_free
 from fedpfn.config import RunConfig
+from fedpfn.records import to_array_record, to_numpy
 from fedpfn.workspace import model_skeleton
 from strategies.wrapper import StrategyWrapper
 

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import os
 
+import torch
 from flwr.app import ArrayRecord, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedpfn.config import RunConfig
 
+# One thread per process: tests start Ray workers and subprocesses beside this one on
+# small machines, and the same thread count everywhere keeps float sums identical.
+os.environ["OMP_NUM_THREADS"] = "1"
+torch.set_num_threads(1)
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
 
@@ -51,7 +56,8 @@ def run_round(cfg: RunConfig, strategy, arrays: ArrayRecord, server_round: int, 
     """configure_train -> each client's fit -> aggregate_train, with real messages.
 
     Node id == partition id here. `states` keeps each client's context.state across calls.
-    Returns (new arrays, train metrics, bytes uploaded as sent).
+    Returns (new arrays, train metrics, replies as the inner strategy saw them, bytes
+    uploaded as sent).
     """
     from clients import client_class
     from fedpfn.records import arrays_bytes
@@ -70,4 +76,4 @@ def run_round(cfg: RunConfig, strategy, arrays: ArrayRecord, server_round: int, 
     replies.sort(key=lambda r: int(r.content.metric_records["metrics"]["partition-id"]))
     bytes_up = sum(arrays_bytes(r.content) for r in replies)
     new_arrays, metrics = strategy.aggregate_train(server_round, replies)
-    return new_arrays, metrics, bytes_up
+    return new_arrays, metrics, replies, bytes_up

@@ -13,33 +13,24 @@ import math
 import numpy as np
 import pytest
 import torch
-from flwr.app import ArrayRecord, Message, RecordDict
+from conftest import NodeGrid, run_round, tiny_config
+from flwr.app import ArrayRecord, RecordDict
 
 from clients import FedAvgClient, client_class
 from clients.anchored import round_mask
-from clients.base import to_array_record, to_numpy
 from clients.feddyn import GRAD, FedDynClient
 from clients.fedprox import FedProxClient
 from clients.scaffold import CLIENT_C, DELTA, SERVER_C, ScaffoldClient
-from conftest import tiny_config
 from fedpfn.anchors import mask_seed
+from fedpfn.records import to_array_record, to_numpy
 from fedpfn.server import load_strategy_state, round_config, strategy_state
 from fedpfn.workspace import client_indices, initial_model
-from strategies import build_strategy, sample_clients
+from strategies import build_strategy
 from strategies.feddyn import FedDynServer
 from strategies.scaffold import ScaffoldServer
 
 BATCH = 500  # 30 steps per client and round: enough to move, quick on a busy 2-core box
 CPU = torch.device("cpu")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Two intra-op threads on a shared 2-core machine run ~20x slower than one."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def cfg_for(algorithm: str, **overrides):
@@ -80,33 +71,6 @@ def random_like(arrays, names, scale, seed):
     return {n: (scale * rng.standard_normal(arrays[n].shape)).astype(np.float32) for n in names}
 
 
-class Nodes:
-    """A grid as far as a strategy asks it: node id == partition id."""
-
-    def __init__(self, node_ids: list[int]) -> None:
-        self.node_ids = node_ids
-
-    def get_node_ids(self) -> list[int]:
-        return list(self.node_ids)
-
-
-def run_round(cfg, strategy, arrays: ArrayRecord, server_round: int, states: dict):
-    """configure_train -> each client's fit -> aggregate_train, with real messages.
-
-    Returns (new arrays, train metrics, replies as the inner strategy saw them).
-    """
-    chosen = sample_clients(cfg.seed, server_round, cfg.num_clients, cfg.clients_per_round)
-    messages = strategy.configure_train(server_round, arrays, round_config(cfg, server_round), Nodes(chosen))
-    replies = []
-    for msg in messages:
-        pid = msg.metadata.dst_node_id
-        client = client_class(cfg)(cfg, pid, states.setdefault(pid, RecordDict()), CPU)
-        replies.append(Message(content=client.fit(msg.content), reply_to=msg))
-    replies.sort(key=lambda r: int(r.content.metric_records["metrics"]["partition-id"]))
-    new_arrays, metrics = strategy.aggregate_train(server_round, replies)
-    return new_arrays, metrics, replies
-
-
 # --- FedProx ------------------------------------------------------------------------------
 
 
@@ -125,10 +89,24 @@ def test_fedprox_with_a_large_mu_stays_closer_to_the_global_model():
 # --- SCAFFOLD -----------------------------------------------------------------------------
 
 
+def momentum_steps(K: int, beta: float) -> float:
+    """How far K momentum-SGD steps under a constant gradient go, in plain-SGD steps."""
+    return sum((1 - beta**k) / (1 - beta) for k in range(1, K + 1)) if beta else float(K)
+
+
+def test_scaffold_effective_steps():
+    for momentum in (0.0, 0.5, 0.9):
+        client = ScaffoldClient(cfg_for("scaffold", momentum=momentum), 0, RecordDict(), CPU)
+        for K in (1, 7, 30):
+            assert client.effective_steps(K) == pytest.approx(momentum_steps(K, momentum), rel=1e-12)
+    adam = ScaffoldClient(cfg_for("scaffold", optimizer="adam"), 0, RecordDict(), CPU)
+    assert adam.effective_steps(30) == 30
+
+
 def test_scaffold_client_control_variate_follows_its_rule_and_persists():
     cfg = cfg_for("scaffold")
     x1, names = start(cfg), params(cfg)
-    K = steps(cfg)
+    K = momentum_steps(steps(cfg), cfg.momentum)
     state = RecordDict()
 
     # with c = c_i = 0 the correction is zero: the same model as FedAvg, bit for bit
@@ -174,7 +152,7 @@ def test_scaffold_server_control_variate_follows_its_rule_and_pickles():
     arrays, states, c = ArrayRecord(model.state_dict()), {}, {n: np.zeros_like(v) for n, v in strategy.c.items()}
     for server_round in (1, 2):
         before = {pid: to_numpy(s.array_records[CLIENT_C]) for pid, s in states.items()}
-        arrays, metrics, replies = run_round(cfg, strategy, arrays, server_round, states)
+        arrays, metrics, replies, _ = run_round(cfg, strategy, arrays, server_round, states)
         for reply in replies:  # the delta was taken out: Flower saw one ArrayRecord per reply
             assert list(reply.content.array_records) == ["arrays"]
         total = {n: np.zeros(c[n].shape, np.float64) for n in names}
@@ -189,6 +167,8 @@ def test_scaffold_server_control_variate_follows_its_rule_and_pickles():
             assert strategy.c[n].dtype == np.float32
         assert all(arrays[n].dtype == "float32" and np.isfinite(arrays[n].numpy()).all() for n in arrays.keys())
     assert any(np.abs(v).sum() > 0 for v in strategy.c.values())
+    (sent,) = strategy.configure_train(3, arrays, round_config(cfg, 3), NodeGrid([0]))
+    assert all(np.array_equal(sent.content[SERVER_C][n].numpy(), strategy.c[n]) for n in names)
 
     fresh = build_strategy(cfg, model)
     load_strategy_state(fresh, strategy_state(strategy))
@@ -227,7 +207,7 @@ def test_feddyn_server_state_follows_its_rule():
     h = {n: np.zeros_like(v) for n, v in strategy.h.items()}
     for server_round in (1, 2):
         sent = {k: v.numpy() for k, v in arrays.items()}
-        arrays, _, replies = run_round(cfg, strategy, arrays, server_round, states)
+        arrays, _, replies, _ = run_round(cfg, strategy, arrays, server_round, states)
         local = [to_numpy(r.content.array_records["arrays"]) for r in replies]
         weights = [float(r.content.metric_records["metrics"]["num-examples"]) for r in replies]
         for n in names:
@@ -277,7 +257,7 @@ def test_fedpnu_partial_upload_through_the_rule_wrappers(rule):
     arrays, states = ArrayRecord(model.state_dict()), {}
     for server_round in (1, 2):
         sent = {k: v.numpy() for k, v in arrays.items()}
-        arrays, _, replies = run_round(cfg, strategy, arrays, server_round, states)
+        arrays, _, replies, _ = run_round(cfg, strategy, arrays, server_round, states)
         new = {k: v.numpy() for k, v in arrays.items()}
         mask = round_mask(model, cfg, mask_seed(cfg.seed, server_round, cfg.anchor_schedule))
         for n, m in mask.items():

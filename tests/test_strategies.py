@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import NodeGrid, run_round, tiny_config
 from flwr.app import ArrayRecord
 
 from clients.anchored import round_mask
-from conftest import NodeGrid, run_round, tiny_config
-from fedpfn.server import round_config
 from fedpfn.anchors import mask_seed
 from fedpfn.config import ConfigError
+from fedpfn.server import round_config
 from fedpfn.workspace import initial_model
 from strategies import build_strategy, sample_clients
 
@@ -32,7 +32,7 @@ def test_anchored_round_with_every_server(algorithm, server):
     cfg = tiny_config(algorithm=algorithm, server=server)
     model, arrays = _start(cfg)
     strategy = build_strategy(cfg, model)
-    new, metrics, _ = run_round(cfg, strategy, arrays, server_round=1)
+    new, metrics, _, _ = run_round(cfg, strategy, arrays, server_round=1)
     before, after = _np(arrays), _np(new)
     mask = round_mask(model, cfg, mask_seed(cfg.seed, 1, cfg.anchor_schedule))
     for name, m in mask.items():
@@ -60,7 +60,7 @@ def test_every_client_of_a_round_gets_the_same_seed_and_a_new_one_next_round():
 def test_fedpnu_partial_upload_rebuilds_what_a_full_upload_gives():
     cfg = tiny_config(algorithm="fedpnu")
     model, arrays = _start(cfg)
-    partial, _, up_partial = run_round(cfg, build_strategy(cfg, model), arrays, 1)
+    partial, _, _, up_partial = run_round(cfg, build_strategy(cfg, model), arrays, 1)
 
     from clients.anchored import FedPNU
 
@@ -68,7 +68,7 @@ def test_fedpnu_partial_upload_rebuilds_what_a_full_upload_gives():
     try:
         strategy = build_strategy(cfg, model)
         strategy.partial_upload = False
-        full, _, up_full = run_round(cfg, strategy, arrays, 1)
+        full, _, _, up_full = run_round(cfg, strategy, arrays, 1)
     finally:
         FedPNU.partial_upload = True
     a, b = _np(partial), _np(full)
@@ -82,7 +82,7 @@ def test_fixed_schedule_keeps_the_initial_anchors_for_the_whole_run():
     strategy = build_strategy(cfg, model)
     current = arrays
     for server_round in (1, 2, 3):
-        current, _, _ = run_round(cfg, strategy, current, server_round)
+        current, *_ = run_round(cfg, strategy, current, server_round)
     mask = round_mask(model, cfg, mask_seed(cfg.seed, 1, "fixed"))
     start, end = _np(arrays), _np(current)
     for name, m in mask.items():
