@@ -26,7 +26,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -34,8 +34,24 @@ from typing import Any, NoReturn
 import torch
 from torch import nn
 
-from fedpfn.anchors import AnchorFreeze, AnchorMask, anchored_fraction, draw_mask, mask_seed
-from fedpfn.training import NoHooks, evaluate, make_optimizer, minibatches, pick_device, train_local
+from fedpfn.anchors import (
+    AnchorFreeze,
+    AnchorMask,
+    anchored_fraction,
+    draw_mask,
+    mask_seed,
+)
+from fedpfn.data import DATASETS, DatasetSplits, find_data_problem, load_dataset
+from fedpfn.models import MODELS, build_model
+from fedpfn.training import (
+    NoHooks,
+    evaluate,
+    make_optimizer,
+    minibatches,
+    pick_device,
+    train_local,
+)
+from partitions import partition_labels
 
 State = dict[str, torch.Tensor]
 
@@ -217,8 +233,6 @@ def split_data(
     """Training indices for each of the K models: Dirichlet(alpha) shards of `pool`, or all of it each."""
     if split == "same-data":
         return [pool.clone() for _ in range(k)]
-    from partitions import partition_labels  # numpy only; kept local like the other heavy imports
-
     parts = partition_labels(labels[pool].numpy(), k, "dirichlet", alpha=alpha, seed=seed)
     return [pool[torch.from_numpy(p)] for p in parts]
 
@@ -286,6 +300,16 @@ def summarise(per_seed: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
+def paired_difference(per_seed: Sequence[dict[str, Any]], baseline: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Mean and std over seeds of (setting - baseline) per figure, seed by seed.
+
+    Both settings share the init, the shards and the batches of a seed, so the paired
+    difference removes most of the seed-to-seed spread (how skewed the shards happen to be).
+    """
+    by_seed = {s["seed"]: s for s in baseline}
+    return {key: mean_std([s[key] - by_seed[s["seed"]][key] for s in per_seed]) for key in METRICS}
+
+
 # --------------------------------------------------------------------------- the experiment
 
 
@@ -318,53 +342,76 @@ def setting_name(ratio: float) -> str:
     return "plain" if ratio == 0 else f"anchored-{ratio:g}"
 
 
-def run_lmc(cfg: LmcConfig, log=print) -> dict[str, Any]:
-    """Train and analyse every setting (plain first, then each anchor ratio) for every seed."""
-    from fedpfn.data import load_dataset
-    from fedpfn.models import build_model
+@dataclass
+class SeedSetup:
+    """What the plain and anchored settings of one seed share: init, shards, batch orders, probe."""
 
+    model: nn.Module
+    init: State
+    indices: list[torch.Tensor]
+    order_seeds: list[int]
+    probe: Probe
+
+
+def setup_seed(cfg: LmcConfig, data: DatasetSplits, train_x: torch.Tensor, test: tuple[torch.Tensor, torch.Tensor],
+               device: torch.device, seed: int) -> SeedSetup:
+    """Everything random about a seed: the init, the training subset and its shards, the batch
+    orders, the BatchNorm recalibration batches. The anchor mask is drawn per setting."""
+    torch.manual_seed(seed)
+    model = build_model(cfg.model, data.input_shape, data.num_classes).to(device)
+    init = {name: t.detach().clone() for name, t in model.state_dict().items()}
+    gen = torch.Generator().manual_seed(seed)
+    pool = torch.randperm(len(data.train_y), generator=gen)
+    pool = pool[: cfg.train_subset] if cfg.train_subset else pool
+    indices = split_data(data.train_y, pool, cfg.models, cfg.split, cfg.alpha, seed)
+    bn_batches: tuple[torch.Tensor, ...] = ()
+    if has_batchnorm(model) and cfg.bn_batches:
+        bn_order = pool[torch.randperm(len(pool), generator=gen)]
+        bn_batches = tuple(bn_order.split(cfg.bn_batch_size)[: cfg.bn_batches])
+    probe = Probe(model, test[0], test[1], train_x if bn_batches else None, bn_batches)
+    return SeedSetup(model, init, indices, [seed * 1_000 + k for k in range(cfg.models)], probe)
+
+
+def run_setting(cfg: LmcConfig, setup: SeedSetup, train: tuple[torch.Tensor, torch.Tensor],
+                ratio: float, seed: int) -> dict[str, Any]:
+    """Train the K models of one seed with anchor ratio `ratio` (0 = plain) and analyse them.
+
+    The mask comes from the seed alone, so for weight granularity the anchors of a smaller
+    ratio are a subset of those of a larger one.
+    """
     started = time.perf_counter()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    mask = None
+    if ratio > 0:
+        mask = draw_mask(setup.model, ratio, mask_seed(seed, 0, "fixed"), cfg.granularity)
+    spec = TrainSpec(cfg.epochs, cfg.lr, cfg.momentum, cfg.weight_decay, cfg.batch_size)
+    states = train_models(setup.model, setup.init, *train, setup.indices, setup.order_seeds, spec, mask)
+    return {
+        "seed": seed,
+        "shard_sizes": [len(i) for i in setup.indices],
+        "anchored_fraction": anchored_fraction(mask) if mask is not None else 0.0,
+        **analyse(setup.probe, states, cfg.points),
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def run_lmc(cfg: LmcConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Train and analyse every setting (plain first, then each anchor ratio) for every seed."""
+    started = time.perf_counter()
     device = pick_device(cfg.device != "cpu")
     data = load_dataset(cfg.dataset, cfg.data_root)
-    spec = TrainSpec(cfg.epochs, cfg.lr, cfg.momentum, cfg.weight_decay, cfg.batch_size)
     ratios = [0.0] + sorted({r for r in cfg.anchor_ratios if r > 0})
     test_x, test_y = data.test_x, data.test_y
     if cfg.test_subset:
         keep = torch.randperm(len(test_y), generator=torch.Generator().manual_seed(0))[: cfg.test_subset]
         test_x, test_y = test_x[keep], test_y[keep]
-    train_x, train_y = data.train_x.to(device), data.train_y.to(device)
-    test_x, test_y = test_x.to(device), test_y.to(device)
+    train = (data.train_x.to(device), data.train_y.to(device))
+    test = (test_x.to(device), test_y.to(device))
 
     settings: dict[str, dict[str, Any]] = {setting_name(r): {"anchor_ratio": r, "seeds": []} for r in ratios}
     for seed in cfg.seeds:
-        torch.manual_seed(seed)
-        skeleton = build_model(cfg.model, data.input_shape, data.num_classes).to(device)
-        init = {name: t.detach().clone() for name, t in skeleton.state_dict().items()}
-        gen = torch.Generator().manual_seed(seed)
-        pool = torch.randperm(len(data.train_y), generator=gen)
-        pool = pool[: cfg.train_subset] if cfg.train_subset else pool
-        indices = split_data(data.train_y, pool, cfg.models, cfg.split, cfg.alpha, seed)
-        order_seeds = [seed * 1_000 + k for k in range(cfg.models)]
-        bn_batches: tuple[torch.Tensor, ...] = ()
-        if has_batchnorm(skeleton) and cfg.bn_batches:
-            bn_order = pool[torch.randperm(len(pool), generator=gen)]
-            bn_batches = tuple(bn_order.split(cfg.bn_batch_size)[: cfg.bn_batches])
-        probe = Probe(skeleton, test_x, test_y, train_x if bn_batches else None, bn_batches)
+        setup = setup_seed(cfg, data, train[0], test, device, seed)
         for ratio in ratios:
-            t0 = time.perf_counter()
-            mask = None
-            if ratio > 0:
-                mask = draw_mask(skeleton, ratio, mask_seed(seed, 0, "fixed"), cfg.granularity)
-            states = train_models(skeleton, init, train_x, train_y, indices, order_seeds, spec, mask)
-            result = {
-                "seed": seed,
-                "shard_sizes": [len(i) for i in indices],
-                "anchored_fraction": anchored_fraction(mask) if mask else 0.0,
-                **analyse(probe, states, cfg.points),
-                "seconds": time.perf_counter() - t0,
-            }
+            result = run_setting(cfg, setup, train, ratio, seed)
             settings[setting_name(ratio)]["seeds"].append(result)
             log(
                 f"seed {seed} {setting_name(ratio):>13}: loss barrier {result['loss_barrier']:.4f}, "
@@ -373,9 +420,11 @@ def run_lmc(cfg: LmcConfig, log=print) -> dict[str, Any]:
             )
     for entry in settings.values():
         entry["summary"] = summarise(entry["seeds"])
+        if entry is not settings["plain"]:
+            entry["vs_plain"] = paired_difference(entry["seeds"], settings["plain"]["seeds"])
     config = asdict(cfg)
     config["bn_recalibration"] = (
-        f"{cfg.bn_batches} batches of {cfg.bn_batch_size}" if has_batchnorm(skeleton) and cfg.bn_batches else "none"
+        f"{cfg.bn_batches} batches of {cfg.bn_batch_size}" if setup.probe.bn_batches else "none"
     )
     config["device"] = str(device)
     return {"config": config, "settings": settings, "seconds": time.perf_counter() - started}
@@ -385,7 +434,8 @@ def run_lmc(cfg: LmcConfig, log=print) -> dict[str, Any]:
 
 
 def markdown_table(result: dict[str, Any]) -> str:
-    """Mean ± std over seeds of each figure, one row per setting (accuracies in %, gaps in points)."""
+    """Mean ± std over seeds of each figure, one row per setting (accuracies in %, gaps in points),
+    then the anchored settings' differences from plain, paired by seed."""
     columns = [  # (header, key, scale, decimals)
         ("loss barrier", "loss_barrier", 1, 3),
         ("acc barrier (pp)", "acc_barrier", 100, 2),
@@ -394,15 +444,23 @@ def markdown_table(result: dict[str, Any]) -> str:
         ("mean individual acc (%)", "mean_individual_acc", 100, 2),
         ("gap (pp)", "fusion_gap", 100, 2),
     ]
-    rows = [
-        "| setting | " + " | ".join(c[0] for c in columns) + " |",
-        "|---" * (len(columns) + 1) + "|",
-    ]
-    for name, entry in result["settings"].items():
-        s = entry["summary"]
-        cells = [f"{s[key]['mean'] * scale:.{dec}f} ± {s[key]['std'] * scale:.{dec}f}" for _, key, scale, dec in columns]
-        rows.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(rows)
+
+    def table(first: str, rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
+        lines = [f"| {first} | " + " | ".join(c[0] for c in columns) + " |", "|---" * (len(columns) + 1) + "|"]
+        for name, stats in rows:
+            cells = [
+                f"{stats[key]['mean'] * scale:.{dec}f} ± {stats[key]['std'] * scale:.{dec}f}"
+                for _, key, scale, dec in columns
+            ]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        return lines
+
+    settings = result["settings"]
+    lines = table("setting", [(name, entry["summary"]) for name, entry in settings.items()])
+    paired = [(f"{name} − plain", entry["vs_plain"]) for name, entry in settings.items() if "vs_plain" in entry]
+    if paired:
+        lines += ["", *table("paired by seed", paired)]
+    return "\n".join(lines)
 
 
 def plot_curves(result: dict[str, Any], path: Path, title: str = "") -> None:
@@ -489,9 +547,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_problem(cfg: LmcConfig) -> str | None:
     """The first bad value, as one line, or None."""
-    from fedpfn.data import DATASETS, find_data_problem
-    from fedpfn.models import MODELS
-
     checks = [
         (cfg.dataset in DATASETS, f"unknown dataset {cfg.dataset!r}; choose one of {', '.join(DATASETS)}"),
         (cfg.model in MODELS, f"unknown model {cfg.model!r}; choose one of {', '.join(MODELS)}"),
@@ -536,6 +591,8 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"fedpfn.lmc: error: {problem}", file=sys.stderr)
         return 2
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     result = run_lmc(cfg, log=lambda line: print(line, flush=True))
     out.mkdir(parents=True, exist_ok=True)
     (out / "lmc.json").write_text(json.dumps(result, indent=1) + "\n")

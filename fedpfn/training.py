@@ -88,7 +88,7 @@ def train_local(
 
 @torch.no_grad()
 def evaluate(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1000
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 256
 ) -> tuple[float, float]:
     """(mean cross-entropy, accuracy in [0, 1]) of `model` on the whole of (x, y)."""
     model.eval()

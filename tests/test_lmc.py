@@ -29,6 +29,15 @@ def _state(model: torch.nn.Module) -> lmc.State:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run far faster on one thread, above all on a busy shared CPU; restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def trained() -> dict:
     """Two MLPs from one init on the two halves of a synthetic set, plus a probe on held-out data."""
@@ -135,6 +144,9 @@ def test_analyse_reports_pairs_barriers_and_fusion(trained: dict) -> None:
     summary = lmc.summarise([result, result])
     assert summary["fused_acc"] == {"mean": result["fused_acc"], "std": 0.0}
     assert summary["curve"]["alpha"] == [0.0, 0.5, 1.0]
+    better = {**result, "seed": 0, "fused_acc": result["fused_acc"] + 0.25}
+    paired = lmc.paired_difference([better], [{**result, "seed": 0}])
+    assert paired["fused_acc"]["mean"] == pytest.approx(0.25) and paired["loss_barrier"]["mean"] == 0.0
 
 
 @pytest.mark.parametrize(
@@ -180,6 +192,7 @@ def test_cli_end_to_end_on_a_small_fmnist_subset(tmp_path, capsys) -> None:
     for entry in result["settings"].values():
         assert [s["seed"] for s in entry["seeds"]] == [0, 1]
         assert set(lmc.METRICS) <= set(entry["summary"])
+    assert set(lmc.METRICS) == set(result["settings"]["anchored-0.4"]["vs_plain"])
     plain, anchored = (result["settings"][k]["seeds"][0] for k in ("plain", "anchored-0.4"))
     assert plain["shard_sizes"] == anchored["shard_sizes"] and sum(plain["shard_sizes"]) == 600
     assert anchored["anchored_fraction"] == pytest.approx(0.4, abs=0.02)
