@@ -13,6 +13,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedpfn.training import NoHooks
+
 AnchorMask = dict[str, torch.Tensor]  # parameter name -> bool tensor of its shape
 
 _NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm)
@@ -93,12 +95,13 @@ def anchored_fraction(mask: AnchorMask) -> float:
     return sum(int(m.sum()) for m in mask.values()) / max(total, 1)
 
 
-class AnchorFreeze:
+class AnchorFreeze(NoHooks):
     """Holds anchor values and puts them back after each optimizer step.
 
     Restoring after the step (not masking gradients) is what makes the freeze exact:
     weight decay and momentum would otherwise still move anchored entries. One fused
     `torch.where` per parameter keeps the cost to a single pass over its memory.
+    It is also a complete set of `train_local` hooks, for training with anchors alone.
     """
 
     def __init__(self, model: nn.Module, mask: AnchorMask) -> None:
@@ -113,6 +116,9 @@ class AnchorFreeze:
     def restore(self) -> None:
         for param, is_anchor, anchor in self._slots:
             torch.where(is_anchor, anchor, param, out=param)
+
+    def after_step(self, model: nn.Module) -> None:
+        self.restore()
 
 
 def pack_free(arrays: dict[str, np.ndarray], mask: AnchorMask) -> dict[str, np.ndarray]:

@@ -205,16 +205,6 @@ def fuse(probe: Probe, states: Sequence[State]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- training
 
 
-class AnchorHooks(NoHooks):
-    """The anchor part of TNA-PFN for `train_local`: put anchors back after every step."""
-
-    def __init__(self, freeze: AnchorFreeze) -> None:
-        self.freeze = freeze
-
-    def after_step(self, model: nn.Module) -> None:
-        self.freeze.restore()
-
-
 @dataclass(frozen=True)
 class TrainSpec:
     """How each of the K models trains (shared by the plain and the anchored setting)."""
@@ -255,7 +245,7 @@ def train_models(
     states = []
     for idx, order_seed in zip(indices, order_seeds, strict=True):
         model.load_state_dict(init)
-        hooks = AnchorHooks(AnchorFreeze(model, mask)) if mask is not None else NoHooks()
+        hooks = AnchorFreeze(model, mask) if mask is not None else NoHooks()
         optimizer = make_optimizer(model, spec.optimizer, spec.lr, spec.momentum, spec.weight_decay)
         batches = minibatches(idx, spec.batch_size, spec.epochs, torch.Generator().manual_seed(order_seed))
         train_local(model, x, y, batches, optimizer, hooks)

@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from fedpfn.anchors import AnchorFreeze, anchored_fraction, draw_mask, mask_seed, pack_free, unpack_free
+from fedpfn.anchors import (
+    AnchorFreeze,
+    anchored_fraction,
+    draw_mask,
+    mask_seed,
+    pack_free,
+    unpack_free,
+)
 from fedpfn.models import build_model
 from fedpfn.training import make_optimizer, minibatches, train_local
 
@@ -62,20 +69,6 @@ def test_ratio_outside_range_refused(ratio):
         draw_mask(_model(), ratio, seed=0)
 
 
-class _Freeze:
-    def __init__(self, freeze: AnchorFreeze) -> None:
-        self.freeze = freeze
-
-    def loss_term(self, model):
-        return None
-
-    def after_backward(self, model):
-        pass
-
-    def after_step(self, model):
-        self.freeze.restore()
-
-
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 @pytest.mark.parametrize("granularity", ["weight", "neuron"])
 def test_anchors_bit_identical_after_training(optimizer, granularity):
@@ -85,7 +78,7 @@ def test_anchors_bit_identical_after_training(optimizer, granularity):
     gen = torch.Generator().manual_seed(0)
     x, y = torch.randn(256, 1, 28, 28), torch.randint(0, 10, (256,))
     opt = make_optimizer(model, optimizer, lr=0.1, momentum=0.9, weight_decay=5e-3)
-    train_local(model, x, y, minibatches(torch.arange(256), 32, 2, gen), opt, _Freeze(AnchorFreeze(model, mask)))
+    train_local(model, x, y, minibatches(torch.arange(256), 32, 2, gen), opt, AnchorFreeze(model, mask))
     for name, p in model.named_parameters():
         anchored = mask[name]
         assert torch.equal(p.detach()[anchored], start[name][anchored]), name
