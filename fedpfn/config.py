@@ -87,6 +87,9 @@ class RunConfig:
     # resources and faults
     client_cpus: float = _opt(1.0, "CPUs per simulated client (Ray)")
     client_gpus: float = _opt(0.0, "GPU fraction per simulated client (Ray)")
+    ray_address: str | None = _opt(
+        None, "join a running Ray cluster (e.g. 'auto' or HOST:6379) instead of starting one"
+    )
     min_replies: int = _opt(1, "fewest successful replies to aggregate a round")
     simulate_failures: float = _opt(0.0, "probability that a selected client fails (seeded)")
     # run folder

@@ -37,22 +37,24 @@ def check_runnable(cfg: RunConfig) -> None:
         client_indices(cfg)
     except (DataError, PartitionError) as err:
         raise ConfigError(str(err)) from None
-    if cfg.client_gpus > 0 and not torch.cuda.is_available():
+    if cfg.client_gpus > 0 and not torch.cuda.is_available() and not cfg.ray_address:
         raise ConfigError(
             f"client_gpus: {cfg.client_gpus} asks for a GPU but none is visible; use --client-gpus 0"
         )
 
 
 def backend_config(cfg: RunConfig) -> dict[str, Any]:
-    """Ray resources: each client reserves `client_cpus` CPUs and `client_gpus` of a GPU."""
-    init_args: dict[str, Any] = {
-        "num_cpus": os.cpu_count() or 1,
-        "include_dashboard": False,
-        "logging_level": logging.ERROR,
-        "log_to_driver": False,
-    }
-    if torch.cuda.is_available():
-        init_args["num_gpus"] = torch.cuda.device_count()
+    """Ray resources: each client reserves `client_cpus` CPUs and `client_gpus` of a GPU.
+
+    On a running cluster (`ray_address`) Ray counts the cluster's resources itself.
+    """
+    init_args: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
+    if cfg.ray_address:
+        init_args["address"] = cfg.ray_address
+    else:
+        init_args.update(num_cpus=os.cpu_count() or 1, include_dashboard=False)
+        if torch.cuda.is_available():
+            init_args["num_gpus"] = torch.cuda.device_count()
     return {
         "client_resources": {"num_cpus": cfg.client_cpus, "num_gpus": cfg.client_gpus},
         "init_args": init_args,
