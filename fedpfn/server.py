@@ -22,8 +22,8 @@ from flwr.serverapp.strategy import Strategy
 from rich.console import Console
 
 from fedpfn.config import RunConfig
-from fedpfn.records import arrays_bytes, to_array_record
 from fedpfn.plots import plot_run
+from fedpfn.records import arrays_bytes, to_array_record
 from fedpfn.results import RunFolder
 from fedpfn.training import evaluate, pick_device
 from fedpfn.workspace import dataset_on, initial_model

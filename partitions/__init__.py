@@ -5,7 +5,12 @@ benchmarked and reused without importing the simulator (Flower, Torch, Ray).
 """
 
 from partitions.dirichlet import DirichletPartitioner, PartitionError, label_counts
-from partitions.simple import PARTITION_METHODS, iid_partition, partition_labels, shard_partition
+from partitions.simple import (
+    PARTITION_METHODS,
+    iid_partition,
+    partition_labels,
+    shard_partition,
+)
 
 __all__ = [
     "PARTITION_METHODS",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import NodeGrid, run_round, tiny_config
 from flwr.app import ArrayRecord
 
 from clients.anchored import round_mask
+from conftest import NodeGrid, run_round, tiny_config
 from fedpfn.anchors import mask_seed
 from fedpfn.config import ConfigError
 from fedpfn.server import round_config
