@@ -6,6 +6,7 @@ BIN := $(VENV)/bin
 FMNIST_DIR := /usr/share/datasets/fashion-mnist
 export FLWR_TELEMETRY_ENABLED ?= 0
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION ?= 1
+export FLWR_DISABLE_UPDATE_CHECK ?= 1
 
 .PHONY: setup data run test test-fast bench
 

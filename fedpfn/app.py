@@ -17,13 +17,14 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from clients import client_class
-from fedpfn.config import RunConfig
+from fedpfn.config import ConfigError, RunConfig
 from fedpfn.results import RunFolder
 from fedpfn.server import Federation, Progress
 from fedpfn.training import pick_device
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
+os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 
 
 class SimulatedFailure(RuntimeError):
@@ -83,9 +84,17 @@ server_app = ServerApp()
 
 @server_app.main()
 def deployed_main(grid: Grid, context: Context) -> None:
-    """`flwr run`: settings come from `[tool.flwr.app.config]` and `--run-config`."""
+    """`flwr run`: settings come from `[tool.flwr.app.config]` and `--run-config`.
+
+    An unfinished run with the same settings in `out` is resumed from its checkpoint.
+    """
     cfg = RunConfig.from_dict(dict(context.run_config)).validated()
     folder = RunFolder(cfg.run_dir)
-    if not folder.holds_run():
-        folder.start(cfg, overwrite=False)
+    resume = folder.holds_run() and not cfg.overwrite and folder.load_checkpoint() is not None
+    if resume and folder.load_config().to_dict() != cfg.to_dict():
+        raise ConfigError(f"out: '{folder.path}' holds a run with other settings; pass overwrite=true")
+    if resume and folder.is_finished():
+        raise ConfigError(f"out: '{folder.path}' holds a finished run; pass overwrite=true to replace it")
+    if not resume:
+        folder.start(cfg, overwrite=cfg.overwrite)
     Federation(grid, cfg, folder).run(Progress(cfg.rounds))

@@ -22,11 +22,10 @@ from flwr.serverapp.strategy import Strategy
 from rich.console import Console
 
 from fedpfn.config import RunConfig
-from fedpfn.plots import plot_run
 from fedpfn.records import arrays_bytes, to_array_record
 from fedpfn.results import RunFolder
 from fedpfn.training import evaluate, pick_device
-from fedpfn.workspace import dataset_on, initial_model
+from fedpfn.workspace import dataset_on, initial_model, partition_label_counts
 from strategies import SampledGrid, build_strategy, sample_clients
 
 log = logging.getLogger("fedpfn")
@@ -175,6 +174,13 @@ class Federation:
         self.model.load_state_dict(self.arrays.to_torch_state_dict())
         return evaluate(self.model, self.test.test_x, self.test.test_y)
 
+    def write_partition_report(self) -> None:
+        from partitions.report import plot_partition, write_partition_json
+
+        counts = partition_label_counts(self.cfg)
+        write_partition_json(self.folder.path / "partition.json", counts)
+        plot_partition(self.folder.path / "partition.png", counts)
+
     # --- checkpoints ---------------------------------------------------------------------
 
     def checkpoint(self, completed_round: int) -> None:
@@ -203,6 +209,7 @@ class Federation:
             self.folder.keep_metrics_up_to(self.next_round - 1)
         else:
             self.folder.save_model(0, self.model.state_dict())
+            self.write_partition_report()
         nodes = discover_partitions(self.grid, cfg.num_clients)
         for server_round in range(self.next_round, cfg.rounds + 1):
             t0 = time.perf_counter()
@@ -224,6 +231,8 @@ class Federation:
         return self.finish(time.perf_counter() - started)
 
     def finish(self, wall_seconds: float) -> dict[str, Any]:
+        from fedpfn.plots import plot_run  # matplotlib only where a run ends, not in every client
+
         self.model.load_state_dict(self.arrays.to_torch_state_dict())
         self.folder.save_model(self.cfg.rounds, self.model.state_dict())
         rows = self.folder.read_metrics()

@@ -16,12 +16,12 @@ import torch
 from fedpfn.config import ConfigError, RunConfig
 from fedpfn.data import DataError, find_data_problem
 from fedpfn.results import RunFolder
-from fedpfn.workspace import client_indices, dataset_for, partition_label_counts
+from fedpfn.workspace import client_indices, dataset_for
 from partitions import PartitionError
-from partitions.report import plot_partition, write_partition_json
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
+os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 
@@ -84,9 +84,6 @@ def prepare_folder(cfg: RunConfig, resume: bool) -> RunFolder:
     if resume:
         return folder
     folder.start(cfg, overwrite=cfg.overwrite)
-    counts = partition_label_counts(cfg)
-    write_partition_json(folder.path / "partition.json", counts)
-    plot_partition(folder.path / "partition.png", counts)
     return folder
 
 

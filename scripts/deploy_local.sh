@@ -16,8 +16,8 @@
 #                           HTTPS port in Flower 1.42); SuperNode i serves its Runtime API on
 #                           127.0.0.1:P+1+i (default 9100)
 #   -c, --run-config 'K=V ...'
-#                           more run-config pairs (repeatable), e.g. -c 'seed=3'; each key
-#                           must be declared in pyproject's [tool.flwr.app.config]
+#                           more settings (repeatable), e.g. -c 'seed=3 partition="iid"':
+#                           any RunConfig field (pyproject.toml declares them all)
 #       --unauthorized K    also start K SuperNodes whose keys are NOT registered; they must
 #                           be refused (the script fails if one gets in) (default 0)
 #   -w, --work-dir DIR      certificates, keys, FLWR_HOME, PIDs and logs (default: a new
@@ -39,7 +39,7 @@ set -euo pipefail
 script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$script_dir/.." && pwd)"
 
-usage() { sed -n '2,40p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
 die_usage() { echo "deploy_local.sh: $*" >&2; echo "(see --help)" >&2; exit 2; }
 say() { echo "[deploy] $*"; }
 
@@ -121,12 +121,12 @@ export PATH="$FLWR_BIN:$PATH"
 # --- run-config: checked before anything starts --------------------------------------------
 run_config="num-clients=$nodes clients-per-round=$nodes rounds=$rounds algorithm=\"$algorithm\""
 run_config+=" dataset=\"$dataset\" model=\"$model\" out=\"$out\""
-"$python" - "$app" "${extra_config[@]}" <<'PY' || exit 2
+"$python" - "$app" "$run_config" "${extra_config[@]}" <<'PY' || exit 2
 import dataclasses, re, sys, tomllib
-app, extras = sys.argv[1], sys.argv[2:]
+app, ours_line, extras = sys.argv[1], sys.argv[2], sys.argv[3:]
 sys.path.insert(0, app)
 try:
-    from fedpfn.config import RunConfig
+    from fedpfn.config import ConfigError, RunConfig
     fields = {f.name for f in dataclasses.fields(RunConfig)}
 except Exception:  # not fedpfn: leave the keys to the SuperLink
     fields = None
@@ -154,6 +154,14 @@ for line in extras:
                     f"--run-config: value of '{key}' is not a TOML value: {value} "
                     "(quote strings: key=\"text\")"
                 )
+if not problems and fields is not None:  # the whole config, as the ServerApp will see it
+    values = {}
+    for line in [*extras, ours_line]:
+        values.update(tomllib.loads("\n".join(f"{k} = {v}" for k, v in pattern.findall(line))))
+    try:
+        RunConfig.from_dict(values).validated()
+    except ConfigError as err:
+        problems += str(err).splitlines()
 if problems:
     print("deploy_local.sh: " + "\ndeploy_local.sh: ".join(problems), file=sys.stderr)
     sys.exit(1)
@@ -283,16 +291,14 @@ say "run folder:  $out"
 # `flwr run DIR` walks every file under DIR before it applies .gitignore: with a virtualenv
 # inside the repository that alone takes 10-40 s. Copy just the files the FAB will hold
 # (Flower's own filters) into the work folder, and run that snapshot.
-# Flower's SuperLink refuses a --run-config key that [tool.flwr.app.config] does not declare;
-# a key given with -c that is a RunConfig setting but not declared there is declared in the
-# snapshot's pyproject.toml (with the value given), so every RunConfig setting can be set.
-"$python" - "$app" "$work/app" "$work" "$out" "${extra_config[@]}" >"$logs/stage-app.log" 2>&1 <<'PY' \
+# (pyproject.toml declares every RunConfig setting in [tool.flwr.app.config], which is what
+# lets the SuperLink accept any of them in --run-config.)
+"$python" - "$app" "$work/app" "$work" "$out" >"$logs/stage-app.log" 2>&1 <<'PY' \
   || fail "copying the app (see $logs/stage-app.log)"
-import os, re, shutil, sys, tomllib
+import os, shutil, sys, tomllib
 from pathlib import Path
 src, dst = Path(sys.argv[1]), Path(sys.argv[2])
 skip = {Path(p).resolve() for p in sys.argv[3:5]}
-extras = sys.argv[5:]
 files = {}
 for dirpath, dirnames, filenames in os.walk(src):
     here = Path(dirpath)
@@ -319,20 +325,7 @@ for rel in sorted({*keep, "pyproject.toml", ".gitignore"} & set(files)):
     (dst / rel).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(files[rel], dst / rel)
 print(f"copied {len(keep)} files of {src} to {dst}")
-pattern = re.compile(r"(\S+?)=('[^']*'|\"[^\"]*\"|\S+)")  # flwr's own parser
-overrides = {}
-for line in extras:
-    overrides.update(tomllib.loads("\n".join(f"{k} = {v}" for k, v in pattern.findall(line))))
-pyproject = tomllib.loads((dst / "pyproject.toml").read_text())
-declared = pyproject.setdefault("tool", {}).setdefault("flwr", {}).setdefault("app", {}).setdefault("config", {})
-added = {k: v for k, v in overrides.items() if k not in declared}
-if added:
-    import tomli_w  # a Flower dependency
-    declared.update(added)
-    (dst / "pyproject.toml").write_text(tomli_w.dumps(pyproject))
-    print("declared in the snapshot's [tool.flwr.app.config]: " + ", ".join(added))
 PY
-grep -h "^declared in" "$logs/stage-app.log" | sed 's/^/[deploy] /' || true
 
 # --- 1. certificates and SuperNode keys ----------------------------------------------------
 rogue_keys=()
@@ -388,14 +381,12 @@ for ((i = 0; i < nodes; i++)); do
     --host 127.0.0.1 --port "$((base_port + 1 + i))"
   node_pids+=("${pids[-1]}")
 done
-rogue_pids=()
 for ((j = 0; j < unauthorized; j++)); do
   # Its key is valid but was never registered; it claims an authorised node's partition.
   launch "unregistered-$j" "$logs/supernode-unregistered-$j.log" flower-supernode "${supernode_args[@]}" \
     --auth-supernode-private-key "$certs/unregistered-$j" \
     --node-config "partition-id=$((j % nodes)) num-partitions=$nodes" \
     --host 127.0.0.1 --port "$((base_port + 1 + nodes + j))"
-  rogue_pids+=("${pids[-1]}")
 done
 connected() { grep -q "SuperNode ID:" "$1"; }
 for ((i = 0; i < nodes; i++)); do
@@ -421,6 +412,14 @@ echo "flwr-run $run_pid" >>"$work/pids"
 tail -n +1 -f --pid="$run_pid" "$logs/run.log" &
 tail_pid=$!
 pids+=("$tail_pid")
+while alive "$run_pid"; do  # a SuperNode or the SuperLink that dies would stall the run
+  alive "$superlink_pid" || fail "the SuperLink (PID $superlink_pid) exited during the run"
+  for ((i = 0; i < nodes; i++)); do
+    alive "${node_pids[i]}" \
+      || fail "SuperNode $i (PID ${node_pids[i]}) exited during the run (see $logs/supernode-$i.log)"
+  done
+  sleep 1
+done
 run_rc=0
 wait "$run_pid" || run_rc=$?
 wait "$tail_pid" 2>/dev/null || true
@@ -431,7 +430,18 @@ elapsed=$((SECONDS - t0))
 run_id="$(grep -oE 'Successfully started run [0-9]+' "$logs/run.log" | grep -oE '[0-9]+$' | head -n 1 || true)"
 [[ -n "$run_id" ]] || fail "flwr run did not start a run (see $logs/run.log)"
 tagged flwr ls fedpfn-local --run-id "$run_id" --format json >"$logs/run-status.log" 2>&1 || true
-status="$(grep -oE '"status": "[^"]*"' "$logs/run-status.log" | head -n 1 | cut -d'"' -f4 || true)"
+"$python" - "$logs/run-status.log" >"$work/run-status" 2>/dev/null <<'PY' || true
+import json, sys
+text = open(sys.argv[1], errors="replace").read()
+try:
+    run = json.loads(text[text.index("{"):])["runs"][0]
+    print(run.get("status", "")); print(" ".join(str(run.get("status-details", "")).split()))
+except (ValueError, KeyError, IndexError):
+    print(""); print("")
+PY
+status="$(sed -n 1p "$work/run-status")"
+details="$(sed -n 2p "$work/run-status")"
+[[ "$details" == "N/A" ]] && details=""
 echo "$run_id" >"$work/run-id"
 
 for ((j = 0; j < unauthorized; j++)); do
@@ -444,7 +454,8 @@ for ((j = 0; j < unauthorized; j++)); do
   fi
 done
 
-[[ "$status" == "finished:completed" ]] || fail "run $run_id ended with status '${status:-unknown}'"
+[[ "$status" == "finished:completed" ]] \
+  || fail "run $run_id ended with status '${status:-unknown}'${details:+: $details}"
 [[ -f "$out/summary.json" ]] || fail "run $run_id finished but $out/summary.json is missing"
 say "run $run_id finished:completed in ${elapsed} s; summary:"
 cat "$out/summary.json"

@@ -24,7 +24,7 @@
 # These are for development and tests. In production use certificates from your own CA.
 set -euo pipefail
 
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 die() { echo "make_certs.sh: $*" >&2; exit 2; }
 
 nodes=0

@@ -20,6 +20,7 @@ os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
+os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 
 # Flower stamps messages with the running task's identity.
 TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1

@@ -49,3 +49,14 @@ def test_presets_are_valid(preset):
 def test_paper_preset_decays_lr_each_round():
     cfg = RunConfig.from_dict(read_toml(CONFIGS / "cifar10_paper.toml"))
     assert cfg.lr_at(1) == 0.1 and abs(cfg.lr_at(101) - 0.1 * 0.99**100) < 1e-12
+
+
+def test_flower_app_config_declares_every_setting():
+    """The SuperLink refuses --run-config keys the app does not declare."""
+    import dataclasses
+    import tomllib
+
+    pyproject = tomllib.loads((CONFIGS.parent / "pyproject.toml").read_text())
+    declared = pyproject["tool"]["flwr"]["app"]["config"]
+    assert {k.replace("-", "_") for k in declared} == {f.name for f in dataclasses.fields(RunConfig)}
+    assert RunConfig.from_dict(declared).problems() == []
