@@ -1,6 +1,7 @@
 # Two commands: `make run` (set up, then the default simulation) and `make test`.
-PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
-	command -v $$p >/dev/null && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' && echo $$p && break; done)
+# The first Python 3.11+ found; python3 first, so a machine's default interpreter wins.
+PYTHON ?= $(shell for p in python3 python3.11 python3.12 python3.13; do \
+	$$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && echo $$p && break; done)
 VENV ?= .venv
 BIN := $(VENV)/bin
 FMNIST_DIR := /usr/share/datasets/fashion-mnist
