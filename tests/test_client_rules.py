@@ -13,7 +13,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import NodeGrid, run_round, tiny_config
 from flwr.app import ArrayRecord, RecordDict
 
 from clients import FedAvgClient, client_class
@@ -21,6 +20,7 @@ from clients.anchored import round_mask
 from clients.feddyn import GRAD, FedDynClient
 from clients.fedprox import FedProxClient
 from clients.scaffold import CLIENT_C, DELTA, SERVER_C, ScaffoldClient
+from conftest import NodeGrid, run_round, tiny_config
 from fedpfn.anchors import mask_seed
 from fedpfn.records import to_array_record, to_numpy
 from fedpfn.server import load_strategy_state, round_config, strategy_state
