@@ -90,6 +90,12 @@ def deployed_main(grid: Grid, context: Context) -> None:
     """
     cfg = RunConfig.from_dict(dict(context.run_config)).validated()
     folder = RunFolder(cfg.run_dir)
+    with folder.exclusive():
+        run_deployed(grid, cfg, folder)
+
+
+def run_deployed(grid: Grid, cfg: RunConfig, folder: RunFolder) -> None:
+    """Start the run in `folder`, or resume it when it is this config's unfinished run."""
     resume = folder.holds_run() and not cfg.overwrite and folder.load_checkpoint() is not None
     if resume and folder.load_config().to_dict() != cfg.to_dict():
         raise ConfigError(f"out: '{folder.path}' holds a run with other settings; pass overwrite=true")

@@ -7,9 +7,12 @@ marks a run as finished.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +53,20 @@ class RunFolder:
         self.path = Path(path)
 
     # --- lifecycle -----------------------------------------------------------------------
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the folder for one process: two runs writing one folder corrupt both.
+
+        The lock file sits beside the folder, since starting over removes the folder.
+        """
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.parent / f".{self.path.name}.lock", "w") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise ConfigError(f"out: '{self.path}' is in use by another running process") from None
+            yield
 
     def holds_run(self) -> bool:
         return (self.path / CONFIG).exists()

@@ -95,14 +95,15 @@ def simulate(cfg: RunConfig, resume: bool = False, show_progress: bool = True) -
 
     check_runnable(cfg)
     cfg.out = str(cfg.run_dir.resolve())  # Ray workers and resumes find it from any folder
-    folder = prepare_folder(cfg, resume)
-    quiet_flower()
-    run_simulation(
-        server_app=make_server_app(cfg, folder, show_progress),
-        client_app=client_app,
-        num_supernodes=cfg.num_clients,
-        backend_config=backend_config(cfg),
-    )
+    with RunFolder(cfg.run_dir).exclusive():
+        folder = prepare_folder(cfg, resume)
+        quiet_flower()
+        run_simulation(
+            server_app=make_server_app(cfg, folder, show_progress),
+            client_app=client_app,
+            num_supernodes=cfg.num_clients,
+            backend_config=backend_config(cfg),
+        )
     if not folder.is_finished():
         raise RuntimeError(f"the simulation ended without finishing; see {folder.path}")
     return folder.read_summary()

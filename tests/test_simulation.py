@@ -126,3 +126,14 @@ def test_failing_clients_are_counted_and_the_run_completes(tmp_path):
     assert [r["num_failures"] for r in metrics] == expected
     assert [r["num_clients"] for r in metrics] == [4 - e for e in expected]
     assert summary["num_failures_total"] == sum(expected)
+
+
+def test_a_run_folder_in_use_is_refused(tmp_path):
+    from fedpfn.config import ConfigError
+    from fedpfn.results import RunFolder
+
+    folder = RunFolder(tmp_path / "busy")
+    with folder.exclusive():
+        with pytest.raises(ConfigError, match="in use by another running process"):
+            simulate(tiny_config(out=str(tmp_path / "busy")), show_progress=False)
+    assert not (tmp_path / "busy" / "config.json").exists()
