@@ -92,7 +92,9 @@ def time_theirs(dataset, partitioner_cls, num_clients: int, seed: int) -> float 
 def main() -> int:
     try:
         from datasets import Dataset
-        from flwr_datasets.partitioner import DirichletPartitioner as FlwrDirichletPartitioner
+        from flwr_datasets.partitioner import (
+            DirichletPartitioner as FlwrDirichletPartitioner,
+        )
     except ImportError:
         print(
             "flwr_datasets is not importable; install it in a separate venv: python3 -m venv /work/bench-venv && "

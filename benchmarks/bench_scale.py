@@ -26,12 +26,135 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
+from contextlib import ExitStack, contextmanager
 
 import common
 from common import median, mib, spread, table
 
+# --- experimental changes, measured as variants of the large federation -----------------
+# Neither is applied to the code under test unless a variant names it; both only swap a
+# function for the length of one simulate() call.
 
-def run_one(num_clients: int, args) -> tuple[common.SimTiming, common.TreeMemory]:
+
+def fast_add_messages_to_queue(state, queue, nodes_mapping, f_stop):
+    """Flower's simulation extractor, asking only nodes that have an undelivered message.
+
+    Flower's loop (flwr/server/superlink/fleet/vce/vce_api.py) calls
+    `state.get_message_ins(node_id, limit=1)` for every registered node every 0.1 s, and
+    the in-memory LinkState answers each call by scanning (and validating) every stored
+    message: O(nodes x stored messages) per pass. Same messages, same validation
+    (get_message_ins is still what hands a message out), same order of nodes.
+    """
+    while not f_stop.is_set():
+        with state.lock:
+            waiting = {
+                m.metadata.dst_node_id
+                for m in state.message_ins_store.values()
+                if m.metadata.delivered_at == ""
+            }
+        if waiting:
+            for node_id in nodes_mapping:
+                if node_id in waiting:
+                    for msg in state.get_message_ins(node_id=node_id, limit=1):
+                        queue.put(msg)
+        f_stop.wait(0.1)
+
+
+@contextmanager
+def fast_extractor():
+    from flwr.server.superlink.fleet.vce import vce_api
+
+    original = vce_api.add_messages_to_queue
+    vce_api.add_messages_to_queue = fast_add_messages_to_queue
+    try:
+        yield
+    finally:
+        vce_api.add_messages_to_queue = original
+
+
+def chunked_discover_partitions(grid, num_clients: int, chunk: int = 64) -> dict[int, int]:
+    """fedpfn.server.discover_partitions with at most `chunk` queries in flight."""
+    from flwr.app import Message, MessageType, RecordDict
+
+    from fedpfn.server import NODE_WAIT_SECONDS, FederationError
+
+    deadline = time.monotonic() + NODE_WAIT_SECONDS
+    while len(node_ids := list(grid.get_node_ids())) < num_clients:
+        if time.monotonic() > deadline:
+            raise FederationError(f"only {len(node_ids)} of {num_clients} nodes connected")
+        time.sleep(1.0)
+    mapping: dict[int, int] = {}
+    for start in range(0, len(node_ids), chunk):
+        queries = [
+            Message(content=RecordDict(), dst_node_id=n, message_type=MessageType.QUERY)
+            for n in node_ids[start : start + chunk]
+        ]
+        for reply in grid.send_and_receive(queries, timeout=NODE_WAIT_SECONDS):
+            if reply.has_error():
+                raise FederationError(f"node {reply.metadata.src_node_id} failed: {reply.error.reason}")
+            mapping[int(reply.content.config_records["node"]["partition-id"])] = reply.metadata.src_node_id
+    missing = sorted(set(range(num_clients)) - set(mapping))
+    if missing:
+        raise FederationError(f"no node holds partition(s) {missing[:10]}")
+    return mapping
+
+
+@contextmanager
+def chunked_discover():
+    from fedpfn import server
+
+    original = server.discover_partitions
+    server.discover_partitions = chunked_discover_partitions
+    try:
+        yield
+    finally:
+        server.discover_partitions = original
+
+
+VARIANTS = {
+    "base": (),
+    "fast-extractor": (fast_extractor,),
+    "chunked-discover": (chunked_discover,),
+    "both": (fast_extractor, chunked_discover),
+}
+
+
+ANATOMY = r"""
+import os, sys, time
+def rss():
+    with open("/proc/self/statm") as fh:
+        f = fh.read().split()
+    return int(f[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20, (int(f[1]) - int(f[2])) * os.sysconf("SC_PAGE_SIZE") / 2**20
+out = [("python", *rss())]
+import torch, flwr.clientapp, flwr.app
+import fedpfn.app
+out.append(("+ torch, flwr, fedpfn.app", *rss()))
+from fedpfn.config import RunConfig
+from fedpfn.workspace import dataset_on, client_indices
+cfg = RunConfig(num_clients=int(sys.argv[1]), partition="iid")
+d = dataset_on(cfg, torch.device("cpu"))
+out.append(("+ dataset (float32, cached)", *rss()))
+client_indices(cfg)
+out.append(("+ partition indices", *rss()))
+n = sum(t.numel() * t.element_size() for t in (d.train_x, d.train_y, d.test_x, d.test_y))
+print("tensors MiB", n / 2**20, "train_x MiB", d.train_x.numel() * d.train_x.element_size() / 2**20)
+for name, r, a in out:
+    print(f"{name}: RSS {r:.0f} MiB, anon {a:.0f} MiB")
+"""
+
+
+def anatomy(num_clients: int) -> str:
+    """RSS of one fresh process, step by step as an actor builds up (a subprocess)."""
+    import subprocess
+
+    res = subprocess.run(
+        [sys.executable, "-c", ANATOMY, str(num_clients)], capture_output=True, text=True, check=False
+    )
+    return (res.stdout + res.stderr[-2000:]).strip()
+
+
+def run_one(num_clients: int, args, variant: str = "base") -> tuple[common.SimTiming, common.TreeMemory]:
     samples = 60_000 // num_clients  # iid: every client holds exactly this many
     epochs = max(1, (60_000 // args.small) // samples)  # same images per round as the small one
     cfg = common.bench_config(
@@ -46,8 +169,11 @@ def run_one(num_clients: int, args) -> tuple[common.SimTiming, common.TreeMemory
         client_cpus=args.client_cpus,
     )
     mem = common.TreeMemory(interval=0.2)
-    with mem:
-        sim = common.timed_simulation(cfg, trace=True, memory=mem)
+    with ExitStack() as stack:
+        for patch in VARIANTS[variant]:
+            stack.enter_context(patch())
+        with mem:
+            sim = common.timed_simulation(cfg, trace=True, memory=mem)
     return sim, mem
 
 
@@ -70,6 +196,9 @@ def summarise(sim: common.SimTiming, mem: common.TreeMemory) -> dict:
         "sim": sim,
         "breakdown": common.round_breakdown(sim),
         "query": common.query_profile(sim),
+        "threads": sim.thread_cpu[1:],
+        "startup": sim.start_to_round1,
+        "discover": sim.node_wait + sim.discover,
     }
 
 
@@ -82,83 +211,192 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=1, help="interleaved repetitions (small, large, ...)")
     ap.add_argument("--model", default="cnn")
     ap.add_argument("--client-cpus", type=float, default=1.0)
+    ap.add_argument(
+        "--variants",
+        default="base",
+        help=f"comma list of large-federation variants, first one is the reference: {', '.join(VARIANTS)}",
+    )
     ap.add_argument("--quiet-load", type=float, default=0.0, help="wait for 1-min load below this first")
     args = ap.parse_args(argv)
     for n in (args.large, args.small):
         if 60_000 % n or n < args.per_round:
             ap.error(f"{n} clients: must divide 60,000 and be >= --per-round")
+    variants = args.variants.split(",")
+    for v in variants:
+        if v not in VARIANTS:
+            ap.error(f"unknown variant {v}; use {', '.join(VARIANTS)}")
     common.print_header(
         f"bench_scale: {args.large} clients vs {args.small} clients, {args.per_round} per round",
         {
             "model": args.model,
             "partition": "iid",
             "batch": 60,
-            "steps per client per round": 100,
+            "images per client per round": 60_000 // args.small,
             "rounds": args.rounds,
             "repeats": args.repeats,
+            "variants": variants,
         },
     )
     common.wait_for_quiet(args.quiet_load, 600)
-    results: dict[int, list[dict]] = {args.small: [], args.large: []}
+    S = str(args.small)
+    runs = [(S, args.small, "base")] + [
+        (str(args.large) if v == "base" else f"{args.large} {v}", args.large, v) for v in variants
+    ]
+    labels = [r[0] for r in runs]
+    L = labels[1]
+    results: dict[str, list[dict]] = {label: [] for label in labels}
     loads = []
     for rep in range(args.repeats):
-        for n in (args.small, args.large):
-            loads.append(f"{n}: {common.load_average()}")
-            sim, mem = run_one(n, args)
-            results[n].append(summarise(sim, mem))
-            print(f"   repeat {rep + 1}, {n} clients done (total {sim.total:.1f} s), load {common.load_average()}", flush=True)
+        for label, n, variant in runs:
+            loads.append(f"{label}: {common.load_average()}")
+            sim, mem = run_one(n, args, variant)
+            results[label].append(summarise(sim, mem))
+            print(
+                f"   repeat {rep + 1}, {label} done (total {sim.total:.1f} s), load {common.load_average()}",
+                flush=True,
+            )
 
-    def med(n: int, key: str) -> float:
-        return median(r[key] for r in results[n])
+    def med(label: str, key: str) -> float:
+        return median(r[key] for r in results[label])
 
-    S, L = args.small, args.large
+    print()
+    print(
+        f"medians over {args.repeats} repeat(s); steady = rounds 2..{args.rounds}; ratios against {S} clients"
+    )
     rows = []
-    for label, key, scale, fmt in (
+    for title, key, scale, fmt in (
         ("steady s/round", "steady_s", 1, "{:.3f}"),
         ("driver CPU s/round", "driver_cpu", 1, "{:.3f}"),
         ("peak RSS, whole run (MiB)", "peak_rss", 2**20, "{:.0f}"),
         ("peak RSS, steady rounds (MiB)", "steady_rss", 2**20, "{:.0f}"),
         ("peak anon RSS, whole run (MiB)", "peak_anon", 2**20, "{:.0f}"),
         ("peak anon RSS, steady (MiB)", "steady_anon", 2**20, "{:.0f}"),
+        ("start -> round 1 (s)", "startup", 1, "{:.1f}"),
+        ("discover_partitions (s)", "discover", 1, "{:.1f}"),
     ):
-        s, l_ = med(S, key) / scale, med(L, key) / scale
-        rows.append([label, fmt.format(s), fmt.format(l_), f"{l_ / s:.3f}" if s else "-"])
-    print()
-    print(f"medians over {args.repeats} repeat(s); steady = rounds 2..{args.rounds}")
-    print(table(["", f"{S} clients", f"{L} clients", f"{L}/{S}"], rows))
-    print(f"steady s/round, all rounds: {S}: {spread([x for r in results[S] for x in r['steady_all']])}, "
-          f"{L}: {spread([x for r in results[L] for x in r['steady_all']])}")
-    for n in (S, L):
-        r = results[n][-1]
-        print(f"{n} clients, RSS by process role at the steady peak ({r['procs']} processes): "
-              + ", ".join(f"{k} {mib(v):.0f}" for k, v in sorted(r["roles"].items())) + " MiB")
+        ref = med(S, key) / scale
+        row = [title, fmt.format(ref)]
+        for label in labels[1:]:
+            v = med(label, key) / scale
+            row += [fmt.format(v), f"{v / ref:.3f}" if ref else "-"]
+        rows.append(row)
+    hdr = [""] + [f"{S} clients"] + [h for label in labels[1:] for h in (label, "ratio")]
+    print(table(hdr, rows))
+    for label in labels:
+        print(
+            f"steady s/round, all rounds, {label}: {spread([x for r in results[label] for x in r['steady_all']])}"
+        )
     t_ratio = med(L, "steady_s") / med(S, "steady_s")
     m_ratio = med(L, "steady_rss") / med(S, "steady_rss")
-    print(f"targets <= 1.2: time {t_ratio:.3f} ({'meets' if t_ratio <= 1.2 else 'misses'}), "
-          f"memory (steady peak RSS) {m_ratio:.3f} ({'meets' if m_ratio <= 1.2 else 'misses'})")
+    print(
+        f"targets <= 1.2 ({L} / {S}): time {t_ratio:.3f} ({'meets' if t_ratio <= 1.2 else 'misses'}), "
+        f"memory (steady peak RSS) {m_ratio:.3f} ({'meets' if m_ratio <= 1.2 else 'misses'})"
+    )
+    for label in labels:
+        r = results[label][-1]
+        print(
+            f"{label}: RSS by process role at the steady peak ({r['procs']} processes): "
+            + ", ".join(f"{k} {mib(v):.0f}" for k, v in sorted(r["roles"].items()))
+            + " MiB"
+        )
+
+    print()
+    print("driver CPU seconds per steady round, by thread (medians)")
+    names = sorted({k for label in labels for r in results[label] for t in r["threads"] for k in t})
+    print(
+        table(["thread"] + labels, [[n] + [med_thread(results[label], n) for label in labels] for n in names])
+    )
 
     print()
     print("start-up phases (seconds, last repeat)")
-    hdr = ["clients", "total", "checks+folder", "server init", "node wait", "discover", "->round 1", "round 1", "teardown"]
-    print(table(hdr, [[n, r["sim"].total, r["sim"].checks_and_folder, r["sim"].server_init, r["sim"].node_wait,
-                       r["sim"].discover, r["sim"].start_to_round1, r["sim"].rounds[0]["seconds"], r["sim"].teardown]
-                      for n in (S, L) for r in results[n][-1:]]))
+    hdr = [
+        "run",
+        "total",
+        "checks+folder",
+        "server init",
+        "node wait",
+        "discover",
+        "->round 1",
+        "round 1",
+        "teardown",
+    ]
+    print(
+        table(
+            hdr,
+            [
+                [
+                    label,
+                    r["sim"].total,
+                    r["sim"].checks_and_folder,
+                    r["sim"].server_init,
+                    r["sim"].node_wait,
+                    r["sim"].discover,
+                    r["sim"].start_to_round1,
+                    r["sim"].rounds[0]["seconds"],
+                    r["sim"].teardown,
+                ]
+                for label in labels
+                for r in results[label][-1:]
+            ],
+        )
+    )
     print()
-    print("discover_partitions seen from the actors (last repeat)")
-    print(table(["clients", "queries", "actors", "inside query()", "nodes ready->1st reply", "1st->last reply", "last->return"],
-                [[n, q.get("queries", 0), q.get("actors", 0), q.get("in_query_s", float("nan")),
-                  q.get("to_first_reply_s", float("nan")), q.get("first_to_last_s", float("nan")),
-                  q.get("last_to_return_s", float("nan"))]
-                 for n in (S, L) for q in [results[n][-1]["query"]]]))
+    print("discover_partitions seen from the actors, and the driver CPU it took (last repeat)")
+    print(
+        table(
+            [
+                "run",
+                "queries",
+                "actors",
+                "inside query()",
+                "ready->1st reply",
+                "1st->last reply",
+                "last->return",
+                "driver CPU",
+                "extractor CPU",
+            ],
+            [
+                [
+                    label,
+                    q.get("queries", 0),
+                    q.get("actors", 0),
+                    q.get("in_query_s", float("nan")),
+                    q.get("to_first_reply_s", float("nan")),
+                    q.get("first_to_last_s", float("nan")),
+                    q.get("last_to_return_s", float("nan")),
+                    c.get("total", float("nan")),
+                    c.get("add_messages_to_queue", float("nan")),
+                ]
+                for label in labels
+                for q, c in [(results[label][-1]["query"], results[label][-1]["sim"].discover_cpu)]
+            ],
+        )
+    )
     print()
     print("steady rounds: where the time goes (seconds, medians)")
-    print(table(["clients", "round", "train phase", "evaluate", "sum client fit", "busiest actor", "train - busiest"],
-                [[n] + [median(b[k] for r in results[n] for b in r["breakdown"])
-                        for k in ("seconds", "train", "evaluate", "client_fit", "busiest", "overhead")]
-                 for n in (S, L)]))
+    print(
+        table(
+            ["run", "round", "train phase", "evaluate", "sum client fit", "busiest actor", "train - busiest"],
+            [
+                [label]
+                + [
+                    median(b[k] for r in results[label] for b in r["breakdown"])
+                    for k in ("seconds", "train", "evaluate", "client_fit", "busiest", "overhead")
+                ]
+                for label in labels
+            ],
+        )
+    )
+    print()
+    print("one process's memory, step by step (what every actor and the driver carry):")
+    print(anatomy(args.large))
     print()
     print("load average per run start: " + " | ".join(loads) + f"; at end: {common.load_average()}")
     return 0
+
+
+def med_thread(results: list[dict], name: str) -> float:
+    return median(t.get(name, 0.0) for r in results for t in r["threads"])
 
 
 if __name__ == "__main__":

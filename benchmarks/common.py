@@ -10,6 +10,7 @@ import it as well (`traced_client_app` below runs inside them).
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -21,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from anywhere, even without the editable install
@@ -70,13 +71,13 @@ def wait_for_quiet(max_load: float, max_wait: float) -> None:
 
 
 def median(values: Iterable[float]) -> float:
-    values = [v for v in values if v == v]  # drop NaN
+    values = [v for v in values if not math.isnan(v)]
     return statistics.median(values) if values else float("nan")
 
 
 def spread(values: Sequence[float]) -> str:
     """`min..max` of a list of seconds, for showing how noisy a median is."""
-    values = [v for v in values if v == v]
+    values = [v for v in values if not math.isnan(v)]
     if not values:
         return "-"
     return f"{min(values):.3f}..{max(values):.3f}"
@@ -91,7 +92,7 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
     def cell(v: Any) -> str:
         if isinstance(v, float):
-            return "nan" if v != v else f"{v:.3f}"
+            return "nan" if math.isnan(v) else f"{v:.3f}"
         return str(v)
 
     body = [[cell(v) for v in row] for row in rows]
@@ -114,8 +115,8 @@ def _psutil():
     except ImportError:
         pass
     try:
-        import ray  # noqa: F401  (puts ray/thirdparty_files on sys.path)
         import psutil
+        import ray  # noqa: F401  (puts ray/thirdparty_files on sys.path)
 
         return psutil
     except ImportError:
@@ -241,11 +242,11 @@ class TreeMemory:
         """Remember a moment (e.g. 'steady rounds start') to split peaks by phase."""
         self.marks.append((time.perf_counter(), label))
 
-    def __enter__(self) -> TreeMemory:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
 
@@ -262,6 +263,51 @@ def self_peak_rss() -> int:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+# --- CPU time per driver thread ---------------------------------------------------------
+
+_CLK = os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds so far of this process's Python threads, summed by target name.
+
+    Flower's simulation threads are named after their targets ("Thread-7
+    (add_messages_to_queue)"), so the polling loops can be told apart from the ServerApp.
+    Threads that Python did not start (Ray's, torch's) are summed under "other".
+    """
+    out: dict[str, float] = {}
+    known = set()
+    for t in threading.enumerate():
+        tid = t.native_id
+        if tid is None:
+            continue
+        known.add(tid)
+        name = t.name.split("(", 1)[1].rstrip(")") if "(" in t.name else t.name.split("-")[0]
+        out[name] = out.get(name, 0.0) + _task_cpu(tid)
+    total = 0.0
+    for entry in os.listdir("/proc/self/task"):
+        tid = int(entry)
+        cpu = _task_cpu(tid)
+        total += cpu
+        if tid not in known:
+            out["other"] = out.get("other", 0.0) + cpu
+    out["total"] = total
+    return out
+
+
+def _task_cpu(tid: int) -> float:
+    try:
+        with open(f"/proc/self/task/{tid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLK  # utime + stime
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def cpu_delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {k: v - before.get(k, 0.0) for k, v in after.items()}
 
 
 # --- configs ---------------------------------------------------------------------------
@@ -296,8 +342,10 @@ class SimTiming:
     client_traces: list[dict[str, Any]]  # one per client update (see traced_client_app)
     summary: dict[str, Any]
     driver_cpu: list[float] = field(default_factory=list)  # driver CPU seconds per round
+    thread_cpu: list[dict[str, float]] = field(default_factory=list)  # per round, by driver thread
     events: dict[str, float] = field(default_factory=dict)  # raw perf_counter times
     wall_offset: float = 0.0  # time.time() - time.perf_counter(), to place actor traces
+    discover_cpu: dict[str, float] = field(default_factory=dict)  # driver thread CPU in discover
 
 
 def _patch(obj: Any, name: str, wrapper_factory: Callable[[Callable], Callable]) -> Callable[[], None]:
@@ -316,12 +364,14 @@ def timed_simulation(cfg, trace: bool = True, memory: TreeMemory | None = None) 
     appends one line (process id, partition, round, seconds) per update to a file.
     """
     import fedpfn.app
-    import fedpfn.server as server
+    from fedpfn import server
     from fedpfn.simulation import simulate
 
     ev: dict[str, float] = {}
+    ev_cpu: dict[str, dict[str, float]] = {}
     rounds: dict[int, dict[str, float]] = {}
     driver_cpu: list[float] = []
+    threads: list[dict[str, float]] = []
     undo: list[Callable[[], None]] = []
 
     def wrap_init(orig):
@@ -337,6 +387,7 @@ def timed_simulation(cfg, trace: bool = True, memory: TreeMemory | None = None) 
             # The real function runs unchanged (its 1 s polling included); a side thread
             # notes when all nodes were first registered, to split waiting from querying.
             ev["discover_start"] = time.perf_counter()
+            ev_cpu["discover_start"] = thread_cpu()
             done = threading.Event()
 
             def poll():
@@ -354,6 +405,7 @@ def timed_simulation(cfg, trace: bool = True, memory: TreeMemory | None = None) 
                 done.set()
                 poller.join()
             ev["discover_end"] = time.perf_counter()
+            ev_cpu["discover"] = cpu_delta(thread_cpu(), ev_cpu["discover_start"])
             return mapping
 
         return discover
@@ -363,9 +415,15 @@ def timed_simulation(cfg, trace: bool = True, memory: TreeMemory | None = None) 
             if memory is not None:
                 memory.mark(f"round {server_round}")
             cpu0 = time.process_time()
+            threads0 = thread_cpu()
             t0 = time.perf_counter()
             out = orig(self, server_round, nodes)
-            rounds[server_round] = {"start": t0, "train": time.perf_counter() - t0, "cpu0": cpu0}
+            rounds[server_round] = {
+                "start": t0,
+                "train": time.perf_counter() - t0,
+                "cpu0": cpu0,
+                "threads0": threads0,
+            }
             return out
 
         return train_round
@@ -379,6 +437,7 @@ def timed_simulation(cfg, trace: bool = True, memory: TreeMemory | None = None) 
                 rounds[last]["evaluate"] = time.perf_counter() - t0
                 rounds[last]["end"] = time.perf_counter()
                 driver_cpu.append(time.process_time() - rounds[last]["cpu0"])
+                threads.append(cpu_delta(thread_cpu(), rounds[last]["threads0"]))
             return out
 
         return evaluate_global
@@ -443,8 +502,10 @@ def timed_simulation(cfg, trace: bool = True, memory: TreeMemory | None = None) 
         client_traces=traces,
         summary=summary,
         driver_cpu=driver_cpu,
+        thread_cpu=threads,
         events=ev,
         wall_offset=wall_offset,
+        discover_cpu=ev_cpu.get("discover", {}),
     )
 
 
