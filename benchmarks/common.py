@@ -9,10 +9,12 @@ import it as well (`traced_client_app` below runs inside them).
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -314,10 +316,11 @@ def cpu_delta(after: dict[str, float], before: dict[str, float]) -> dict[str, fl
 
 
 def bench_config(**overrides: Any):
-    """A validated RunConfig writing into a throw-away folder."""
+    """A validated RunConfig writing into a throw-away folder (removed when the script exits)."""
     from fedpfn.config import RunConfig
 
     out = tempfile.mkdtemp(prefix="fedpfn-bench-")
+    atexit.register(shutil.rmtree, out, ignore_errors=True)  # run folders are not kept
     overrides.setdefault("out", out)
     overrides.setdefault("overwrite", True)
     return RunConfig(**overrides).validated()
@@ -488,6 +491,7 @@ def timed_simulation(cfg, trace: bool = True, memory: TreeMemory | None = None) 
     traces = []
     for f in Path(trace_dir).glob("*.jsonl"):
         traces += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    shutil.rmtree(trace_dir, ignore_errors=True)
     first = min(rounds.values(), key=lambda r: r["start"])["start"] if rounds else end
     return SimTiming(
         total=end - start,
