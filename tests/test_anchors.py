@@ -96,3 +96,19 @@ def test_pack_unpack_round_trip_and_size():
     rebuilt = unpack_free(packed, arrays, mask)
     assert all(np.array_equal(rebuilt[n], arrays[n]) for n in arrays)
 
+
+
+def test_restore_is_exact_for_special_values():
+    layer = torch.nn.Linear(4, 3)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([[-0.0, float("inf"), float("nan"), 1.0]] * 3))
+    start = layer.weight.detach().clone()
+    mask = {"weight": torch.ones(3, 4, dtype=torch.bool)}
+    mask["weight"][:, 3] = False
+    freeze = AnchorFreeze(layer, mask)
+    with torch.no_grad():
+        layer.weight.fill_(7.0)
+    freeze.restore()
+    as_bits = lambda t: t.view(torch.int32)  # noqa: E731  (NaN != NaN, bits are equal)
+    assert torch.equal(as_bits(layer.weight.detach()[:, :3]), as_bits(start[:, :3]))
+    assert torch.all(layer.weight.detach()[:, 3] == 7.0)
