@@ -17,7 +17,8 @@ over repeats), and the median over all chunks of the paired chunk ratio.
 
 `--variants` adds experimental restores (copies of the freeze, defined in this file, the
 core is not changed); each is checked to leave the anchors bit for bit at their values:
-  current  fedpfn.anchors.AnchorFreeze: one torch.where(mask, anchor, p, out=p) per parameter
+  current  fedpfn.anchors.AnchorFreeze: now the bitwise restore (`bits`)
+  where    the earlier core restore: one torch.where(mask, anchor, p, out=p) per parameter
   naive    p[mask] = anchor[mask] per parameter (boolean indexing, the "naive" restore)
   index    anchor positions precomputed as flat indices: p.view(-1).index_put_ per parameter
   foreach  p = p * keep + anchor * mask with two torch._foreach_ calls for all parameters
@@ -102,33 +103,17 @@ class NoopFreeze:
 _INT_OF = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-class BitsFreeze:
-    """The restore as two bitwise ops on the parameter's bits: (p & keep) | anchor_bits.
-
-    `keep` is all ones where the entry trains and all zeros where it is an anchor;
-    `anchor_bits` holds the anchor's bits at anchors and zeros elsewhere. Exact for every
-    value (NaN, inf, -0.0 included), since no floating-point arithmetic happens, and both
-    ops are vectorised, unlike torch.where with a bool mask on the CPU.
-    """
+class WhereFreeze:
+    """The earlier core restore: one torch.where(mask, anchor, p, out=p) per parameter."""
 
     def __init__(self, model: nn.Module, mask) -> None:
         params = dict(model.named_parameters())
-        self._slots = []
-        for n, m in mask.items():
-            if not bool(m.any()):
-                continue
-            p = params[n]
-            int_type = _INT_OF[p.element_size()]
-            keep = torch.where(m, 0, -1).to(device=p.device, dtype=int_type)
-            anchor_bits = p.detach().clone().view(int_type) & ~keep
-            self._slots.append((p, int_type, keep, anchor_bits))
+        self._slots = [(params[n], m, params[n].detach().clone()) for n, m in mask.items() if bool(m.any())]
 
     @torch.no_grad()
     def restore(self) -> None:
-        for p, int_type, keep, anchor_bits in self._slots:
-            bits = p.view(int_type)
-            bits.bitwise_and_(keep)
-            bits.bitwise_or_(anchor_bits)
+        for p, m, a in self._slots:
+            torch.where(m, a, p, out=p)
 
 
 class FlatFreeze:
@@ -166,12 +151,13 @@ def freeze_class(name: str):
     from fedpfn.anchors import AnchorFreeze
 
     return {
-        "current": AnchorFreeze,
+        "current": AnchorFreeze,  # the bitwise restore since it moved into the core
+        "where": WhereFreeze,
         "naive": NaiveFreeze,
         "index": IndexFreeze,
         "foreach": ForeachFreeze,
         "flat": FlatFreeze,
-        "bits": BitsFreeze,
+        "bits": AnchorFreeze,
         "noop": NoopFreeze,
     }[name]
 
