@@ -103,12 +103,8 @@ class NoopFreeze:
 _INT_OF = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-class WhereFreeze:
+class WhereFreeze(NaiveFreeze):
     """The earlier core restore: one torch.where(mask, anchor, p, out=p) per parameter."""
-
-    def __init__(self, model: nn.Module, mask) -> None:
-        params = dict(model.named_parameters())
-        self._slots = [(params[n], m, params[n].detach().clone()) for n, m in mask.items() if bool(m.any())]
 
     @torch.no_grad()
     def restore(self) -> None:

@@ -118,7 +118,7 @@ class Federation:
         self.folder = folder
         self.device = pick_device(want_gpu=cfg.client_gpus > 0 or torch.cuda.is_available())
         self.model = initial_model(cfg).to(self.device)
-        self.strategy = build_strategy(cfg, initial_model(cfg))
+        self.strategy = build_strategy(cfg, self.model)  # the mask reads names and shapes only
         self.test = dataset_on(cfg, self.device)
         self.arrays = ArrayRecord(self.model.state_dict())
         self.next_round = 1
