@@ -542,7 +542,7 @@ def config_problem(cfg: LmcConfig) -> str | None:
         (cfg.model in MODELS, f"unknown model {cfg.model!r}; choose one of {', '.join(MODELS)}"),
         (len(cfg.anchor_ratios) > 0, "--anchor-ratio is empty; give a value in [0, 1)"),
         (all(0 <= r < 1 for r in cfg.anchor_ratios),
-         f"anchor ratio {cfg.anchor_ratios} must be in [0, 1) (0 = plain only)"),
+         f"anchor ratio {','.join(map(str, cfg.anchor_ratios))} must be in [0, 1) (0 = plain only)"),
         (cfg.models >= 2, f"--models {cfg.models}: need at least 2 models to interpolate"),
         (len(cfg.seeds) > 0, "--seeds is empty; give e.g. 0,1,2"),
         (len(set(cfg.seeds)) == len(cfg.seeds), f"--seeds {cfg.seeds} repeats a seed"),
