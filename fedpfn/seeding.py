@@ -1,0 +1,55 @@
+"""Every random stream of a run, derived from the run seed in one place.
+
+A stream is named by its purpose and a few integers (a round, a partition id). numpy's
+`SeedSequence` mixes them into independent seeds: streams never collide (hand-made hashes
+did: `(round, 10_007)` gave the seed of `(round + 1, 0)`) and do not depend on which
+process or worker draws them, so a resumed run draws what an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+MAX_SEED = 2**32 - 1  # numpy's legacy range; larger run seeds are refused, not folded
+
+
+class Stream(IntEnum):
+    """What a random stream is for; its value is part of every seed drawn for it."""
+
+    PARTITION = 1  # which client holds which sample
+    HOLDOUT = 2  # the validation samples held out of the training set
+    INIT = 3  # the initial global model
+    SAMPLING = 4  # (round) which clients train
+    MASK = 5  # (round, or 0 for a fixed schedule) which entries are anchors
+    DATA_ORDER = 6  # (round, partition) a client's minibatch order
+    FAILURES = 7  # (round, partition) simulated client failures
+    LOCAL_SPLIT = 8  # (partition) a client's local test samples
+    ANALYSIS = 9  # (setting, model) the LMC analysis
+
+
+def sequence(run_seed: int, stream: Stream, *keys: int) -> np.random.SeedSequence:
+    if not 0 <= run_seed <= MAX_SEED:
+        raise ValueError(f"seed {run_seed} must be in [0, {MAX_SEED}]")
+    return np.random.SeedSequence([int(run_seed), int(stream), *(int(k) for k in keys)])
+
+
+def seed_for(run_seed: int, stream: Stream, *keys: int) -> int:
+    """A 63-bit integer seed: what a message carries and what torch.Generator takes."""
+    return int(sequence(run_seed, stream, *keys).generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+
+def numpy_rng(run_seed: int, stream: Stream, *keys: int) -> np.random.Generator:
+    return np.random.default_rng(sequence(run_seed, stream, *keys))
+
+
+def torch_generator(run_seed: int, stream: Stream, *keys: int) -> torch.Generator:
+    """A CPU generator: draws are the same on every machine, whatever device trains."""
+    import torch
+
+    return torch.Generator().manual_seed(seed_for(run_seed, stream, *keys))
