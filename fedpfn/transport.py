@@ -1,0 +1,159 @@
+"""The round exchange with the grid: which node holds which partition now, and one round
+sent and collected against a deadline.
+
+Why not `grid.send_and_receive(messages)`: without a timeout it waits for every reply
+forever, so one SuperNode that dies mid-round, or a very slow one, blocks the run; with a
+timeout it still says nothing about who did not answer (and the deployed grid polls only
+every 3 s). Here a round closes at its deadline with the replies that arrived, and every
+message that got no usable reply is named, by its key (the partition id), with the reason.
+
+Late replies never reach a later round, for two independent reasons: a round's messages
+live on the SuperLink only until shortly after its deadline (their TTL), so a node that
+comes back later never trains on them and the SuperLink refuses their replies; and only
+this round's message ids are pulled, any other reply is dropped.
+
+Nodes come and go in a real federation (a crashed SuperNode restarted, a replacement
+machine). `NodeDirectory` maps partition ids to the nodes connected now, asking only nodes
+it has not met, so a restarted node takes part again from the next round.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Collection, Hashable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from flwr.app import Message, MessageType, RecordDict
+from flwr.serverapp import Grid
+
+log = logging.getLogger("fedpfn")
+
+DEFAULT_ROUND_TIMEOUT = 600.0  # s: generous for a CPU round of a large model; lower it for tests
+TTL_GRACE = 5.0  # s a message outlives its round's deadline: room for the last pull, no more
+FIRST_POLL, MAX_POLL = 0.02, 1.0  # s between pulls: fast for simulated rounds, cheap for long ones
+
+# Where a node's answer to the QUERY message holds its partition id (fedpfn.app's `query`).
+NODE_RECORD, PARTITION_KEY = "node", "partition-id"
+
+K = TypeVar("K", bound=Hashable)
+
+
+@dataclass(frozen=True)
+class RoundReplies(Generic[K]):
+    """What one exchange returned, by the key each message was sent under."""
+
+    replies: dict[K, Message]  # answered in time, without error
+    failed: dict[K, str]  # no usable reply, and why (the node's error, or the deadline)
+
+
+def send_round(grid: Grid, messages: Mapping[K, Message], timeout: float) -> RoundReplies[K]:
+    """Send `messages` and collect their replies until all came or `timeout` s passed.
+
+    The messages' TTL is set to end `TTL_GRACE` s after the deadline (see the module
+    docstring); replies are matched to their message by id, never by sender.
+    """
+    deadline = time.time() + timeout
+    for message in messages.values():
+        message.metadata.ttl = deadline + TTL_GRACE - message.metadata.created_at
+    keys = list(messages)
+    ids = list(grid.push_messages([messages[k] for k in keys]))
+    ids += [""] * (len(keys) - len(ids))  # a refused push returns fewer ids, or None ones
+    pending = {mid: key for key, mid in zip(keys, ids) if mid}
+    failed = {key: "the SuperLink did not accept the message" for key, mid in zip(keys, ids) if not mid}
+    replies: dict[K, Message] = {}
+    for wait in _poll_delays(deadline):
+        for reply in grid.pull_messages(list(pending)):
+            key = pending.pop(reply.metadata.reply_to_message_id, None)
+            if key is None:
+                continue  # not a reply to this round's messages: dropped
+            if reply.has_error():
+                failed[key] = f"error {reply.error.code}: {reply.error.reason}"
+            else:
+                replies[key] = reply
+        if not pending:
+            break
+        time.sleep(wait)
+    failed.update({key: f"no reply within {timeout:g} s" for key in pending.values()})
+    return RoundReplies(replies=replies, failed=failed)
+
+
+def _poll_delays(deadline: float) -> Iterator[float]:
+    """Sleeps between pulls, growing from FIRST_POLL to MAX_POLL; one last pull at the deadline."""
+    delay = FIRST_POLL
+    while (left := deadline - time.time()) > 0:
+        yield min(delay, left)
+        delay = min(delay * 1.5, MAX_POLL)
+    yield 0.0
+
+
+class NodeDirectory:
+    """Partition id -> node id for the nodes connected now.
+
+    `refresh()` reads the connected node ids from the SuperLink and sends a QUERY only to
+    nodes it has not met; a node that went away is forgotten, so it is asked again when it
+    comes back (it may come back holding another partition). When two connected nodes claim
+    one partition, the one that answered last wins: it is the replacement of a node that
+    died and that the SuperLink has not yet marked offline.
+    """
+
+    def __init__(self, grid: Grid, num_partitions: int, query_timeout: float) -> None:
+        self._grid = grid
+        self._num_partitions = num_partitions
+        self._query_timeout = query_timeout
+        self._claims: dict[int, tuple[int, int] | None] = {}  # node -> (partition, order); None: ignored
+        self._order = itertools.count()
+
+    def refresh(self) -> dict[int, int]:
+        """Partition id -> node id now; one QUERY per node not met before."""
+        online = set(self._grid.get_node_ids())
+        for gone in set(self._claims) - online:
+            log.info("node %d left; partition %s has no node until one connects", gone, self._partition(gone))
+            del self._claims[gone]
+        if new := sorted(online - set(self._claims)):
+            self._ask(new)
+        return self.mapping()
+
+    def mapping(self) -> dict[int, int]:
+        """Partition id -> node id of the nodes met and still connected at the last refresh."""
+        claims = sorted((c[1], c[0], node) for node, c in self._claims.items() if c is not None)
+        return {partition: node for _, partition, node in claims}  # the latest claim wins
+
+    def wait_for(self, partitions: Collection[int], timeout: float, poll: float = 1.0) -> dict[int, int]:
+        """Refresh until every one of `partitions` has a node or `timeout` s passed."""
+        deadline = time.monotonic() + timeout
+        while not set(partitions) <= set(mapping := self.refresh()) and time.monotonic() < deadline:
+            time.sleep(poll)
+        return mapping
+
+    def _partition(self, node_id: int) -> int | None:
+        claim = self._claims.get(node_id)
+        return claim[0] if claim else None
+
+    def _ask(self, node_ids: list[int]) -> None:
+        queries = {n: Message(RecordDict(), dst_node_id=n, message_type=MessageType.QUERY) for n in node_ids}
+        answers = send_round(self._grid, queries, self._query_timeout)
+        for node_id, reason in answers.failed.items():
+            log.warning("node %d did not say its partition (%s); asked again next round", node_id, reason)
+        for node_id, reply in answers.replies.items():
+            self._record(node_id, reply)
+
+    def _record(self, node_id: int, reply: Message) -> None:
+        try:
+            partition = int(reply.content.config_records[NODE_RECORD][PARTITION_KEY])
+        except (KeyError, TypeError, ValueError):
+            log.warning("node %d answered without a partition id; it is ignored", node_id)
+            self._claims[node_id] = None
+            return
+        if not 0 <= partition < self._num_partitions:
+            log.warning(
+                "node %d holds partition-id %d, outside 0..%d; it is ignored",
+                node_id, partition, self._num_partitions - 1,
+            )  # fmt: skip
+            self._claims[node_id] = None
+            return
+        if (holder := self.mapping().get(partition)) is not None:
+            log.warning("partition %d: node %d replaces node %d", partition, node_id, holder)
+        self._claims[node_id] = (partition, next(self._order))
