@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import functools
 import gzip
+import math
 import pickle
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -125,25 +126,14 @@ def _check_name(name: str) -> None:
         raise DataError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load_cached(name: str, root: str | None, download: bool) -> DatasetSplits:
     if download:
         _download_if_missing(name, root)
-    readers: dict[str, Callable[[str, str | None], _Arrays]] = {
-        "fmnist": _read_idx_dataset,
-        "mnist": _read_idx_dataset,
-        "cifar10": _read_cifar,
-        "cifar100": _read_cifar,
-        "svhn": _read_svhn,
-    }
-    train_x, train_y, test_x, test_y = readers[name](name, root)
+    train_x, train_y, test_x, test_y = _READERS[name](name, root)
     num_classes = _NUM_CLASSES[name]
     for split, labels in (("train", train_y), ("test", test_y)):
-        if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
-            raise DataError(
-                f"{_TITLES[name]} {split} labels span {labels.min()}..{labels.max()}, "
-                f"expected 0..{num_classes - 1}; the files under {root or DEBIAN_FMNIST_DIR} are corrupt"
-            )
+        _check_split(name, root, split, labels, num_classes)
     return DatasetSplits(
         name=name,
         train_x=_normalise(train_x, name),
@@ -152,6 +142,21 @@ def _load_cached(name: str, root: str | None, download: bool) -> DatasetSplits:
         test_y=torch.from_numpy(test_y.astype(np.int64)),
         num_classes=num_classes,
     )
+
+
+def _check_split(name: str, root: str | None, split: str, labels: np.ndarray, num_classes: int) -> None:
+    """A split must hold samples (an empty one fails later, as a division by zero) and valid labels."""
+    files = ", ".join(str(p) for p in _locate(name, root)[split])
+    if labels.size == 0:
+        raise DataError(
+            f"{_TITLES[name]} {split} split is empty ({files} hold no samples); "
+            "replace the files with a set that has at least one sample in each split"
+        )
+    if labels.min() < 0 or labels.max() >= num_classes:
+        raise DataError(
+            f"{_TITLES[name]} {split} labels span {labels.min()}..{labels.max()}, "
+            f"expected 0..{num_classes - 1}; {files} are corrupt"
+        )
 
 
 def _normalise(images: np.ndarray, name: str) -> torch.Tensor:
@@ -292,11 +297,11 @@ def _read_idx(path: Path, magic: int, ndim: int) -> np.ndarray:
             f"{path}: IDX magic number 0x{found_magic:08x}, expected 0x{magic:08x}; wrong or corrupt file"
         )
     dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
-    expected = int(np.prod(dims))
+    expected = math.prod(dims)  # exact: np.prod wraps around at 2**63 and could match any payload
     if len(raw) - header != expected:
         raise DataError(
-            f"{path}: payload is {len(raw) - header} bytes but the header dims {dims} need {expected}; "
-            "the file is truncated or corrupt"
+            f"{path}: payload is {len(raw) - header} bytes but the header dims "
+            f"{' x '.join(map(str, dims))} need {expected}; the file is truncated or corrupt"
         )
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
 
@@ -361,3 +366,13 @@ def _read_svhn_mat(path: Path) -> tuple[np.ndarray, np.ndarray]:
         raise DataError(f"{path}: {x.shape[3]} images but {labels.size} labels; the file is corrupt")
     labels[labels == 10] = 0
     return np.ascontiguousarray(x.transpose(3, 2, 0, 1)), labels
+
+
+# Every name in DATASETS has a reader here and an entry in each table at the top (tests check it).
+_READERS: dict[str, Callable[[str, str | None], _Arrays]] = {
+    "fmnist": _read_idx_dataset,
+    "mnist": _read_idx_dataset,
+    "cifar10": _read_cifar,
+    "cifar100": _read_cifar,
+    "svhn": _read_svhn,
+}

@@ -33,14 +33,14 @@ def idx_bytes(array: np.ndarray) -> bytes:
 
 
 def write_idx_set(
-    directory: Path, n_train: int = 12, n_test: int = 5, gzip_train: bool = False, seed: int = 0
+    directory: Path, n_train: int = 12, n_test: int = 5, gzip_train: bool = False, seed: int = 0, side: int = 28
 ) -> dict[str, np.ndarray]:
-    """Write the four IDX files (train split gzipped if asked) and return their contents."""
+    """Write the four IDX files of side x side images (train split gzipped if asked); return their contents."""
     rng = np.random.default_rng(seed)
     arrays = {
-        "train-images-idx3-ubyte": rng.integers(0, 256, (n_train, 28, 28), dtype=np.uint8),
+        "train-images-idx3-ubyte": rng.integers(0, 256, (n_train, side, side), dtype=np.uint8),
         "train-labels-idx1-ubyte": rng.integers(0, 10, n_train, dtype=np.uint8),
-        "t10k-images-idx3-ubyte": rng.integers(0, 256, (n_test, 28, 28), dtype=np.uint8),
+        "t10k-images-idx3-ubyte": rng.integers(0, 256, (n_test, side, side), dtype=np.uint8),
         "t10k-labels-idx1-ubyte": rng.integers(0, 10, n_test, dtype=np.uint8),
     }
     directory.mkdir(parents=True, exist_ok=True)
@@ -117,6 +117,40 @@ def test_wrong_magic_and_count_mismatch(tmp_path: Path) -> None:
         load_dataset("fmnist", str(tmp_path / "b"))
 
 
+def test_idx_header_whose_dims_overflow_is_refused(tmp_path: Path) -> None:
+    """2**31 x 2**31 x 4 wraps to 0 in int64, which once matched an empty payload and crashed in reshape."""
+    write_idx_set(tmp_path)
+    path = tmp_path / "train-images-idx3-ubyte"
+    header = (0x00000803).to_bytes(4, "big") + np.asarray([2**31, 2**31, 4], dtype=">u4").tobytes()
+    path.write_bytes(header)
+    with pytest.raises(DataError, match=r"train-images-idx3-ubyte: payload is 0 bytes but the header dims "
+                                        r"2147483648 x 2147483648 x 4 need 18446744073709551616"):
+        load_dataset("fmnist", str(tmp_path))
+
+
+def test_idx_header_dims_larger_than_the_payload_are_refused(tmp_path: Path) -> None:
+    write_idx_set(tmp_path)
+    path = tmp_path / "t10k-images-idx3-ubyte"
+    raw = path.read_bytes()
+    path.write_bytes(raw[:4] + np.asarray([5, 4096, 4096], dtype=">u4").tobytes() + raw[16:])
+    with pytest.raises(DataError, match=r"payload is 3920 bytes but the header dims 5 x 4096 x 4096 need 83886080"):
+        load_dataset("fmnist", str(tmp_path))
+
+
+@pytest.mark.parametrize("split, n_train, n_test", [("test", 12, 0), ("train", 0, 5)])
+def test_empty_split_is_refused(tmp_path: Path, split: str, n_train: int, n_test: int) -> None:
+    write_idx_set(tmp_path, n_train=n_train, n_test=n_test)
+    stem = "t10k" if split == "test" else "train"
+    with pytest.raises(DataError, match=rf"Fashion-MNIST {split} split is empty \(.*{stem}-images-idx3-ubyte"):
+        load_dataset("fmnist", str(tmp_path))
+
+
+def test_every_dataset_name_has_its_tables() -> None:
+    """DATASETS is the one list of names: each has a reader, a title, a class count and statistics."""
+    for table in (data._READERS, data._TITLES, data._NUM_CLASSES, data._STATS):
+        assert tuple(table) == data.DATASETS
+
+
 def test_missing_dataset_names_the_ways(tmp_path: Path) -> None:
     with pytest.raises(DataError) as info:
         load_dataset("fmnist", str(tmp_path))
@@ -159,7 +193,8 @@ def write_cifar(root: Path, name: str, per_batch: int, seed: int) -> tuple[np.nd
         pickle.dump(meta, f)
     train_x = np.concatenate([contents[f][0] for f in train_files])
     test_x = np.concatenate([contents[f][0] for f in test_files])
-    return train_x, sum((contents[f][1] for f in train_files), []), test_x, contents[test_files[0]][1]
+    train_y = [label for f in train_files for label in contents[f][1]]
+    return train_x, train_y, test_x, contents[test_files[0]][1]
 
 
 @pytest.mark.parametrize(("name", "n_train"), [("cifar10", 5 * 4), ("cifar100", 4)])
