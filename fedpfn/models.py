@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-MODELS = ("mlp", "cnn", "resnet20", "vgg11")
+MODELS = ("mlp", "cnn", "resnet20", "vgg11")  # each has a class in _BUILDERS at the end
 
 
 def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
@@ -24,8 +24,12 @@ def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int) 
     if num_classes < 1:
         raise ValueError(f"num_classes must be positive, got {num_classes}")
     shape = (int(input_shape[0]), int(input_shape[1]), int(input_shape[2]))
-    builders = {"mlp": MLP, "cnn": CNN, "resnet20": ResNet20, "vgg11": VGG11}
-    return builders[name](shape, num_classes)
+    if name == "cnn" and min(shape[1:]) < CNN_MIN_SIDE:
+        raise ValueError(
+            f"the cnn needs images of at least {CNN_MIN_SIDE} x {CNN_MIN_SIDE} pixels (three unpadded 3 x 3 "
+            f"convolutions and two 2 x 2 pools), got {shape[1]} x {shape[2]}; use mlp, resnet20 or vgg11"
+        )
+    return _BUILDERS[name](shape, num_classes)
 
 
 class MLP(nn.Module):
@@ -44,6 +48,14 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.features(x))
+
+
+def cnn_feature_side(n: int) -> int:
+    """Side of the CNN's last feature map for an n-pixel input side: conv3, pool2, conv3, pool2, conv3."""
+    return ((n - 2) // 2 - 2) // 2 - 2
+
+
+CNN_MIN_SIDE = next(n for n in range(1, 64) if cnn_feature_side(n) >= 1)  # 18: the smallest usable side
 
 
 class CNN(nn.Module):
@@ -66,8 +78,7 @@ class CNN(nn.Module):
             nn.ReLU(),
             nn.Flatten(),
         )
-        side = lambda n: ((n - 2) // 2 - 2) // 2 - 2  # noqa: E731
-        self.fc = nn.Linear(64 * side(input_shape[1]) * side(input_shape[2]), 64)
+        self.fc = nn.Linear(64 * cnn_feature_side(input_shape[1]) * cnn_feature_side(input_shape[2]), 64)
         self.classifier = nn.Linear(64, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -146,3 +157,6 @@ class VGG11(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.features(x))
+
+
+_BUILDERS: dict[str, type[nn.Module]] = {"mlp": MLP, "cnn": CNN, "resnet20": ResNet20, "vgg11": VGG11}

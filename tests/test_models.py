@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from fedpfn import models
 from fedpfn.models import MODELS, build_model
 
 SHAPES = [((1, 28, 28), 10), ((3, 32, 32), 100)]
@@ -54,3 +55,22 @@ def test_resnet20_depth() -> None:
 def test_unknown_model_raises() -> None:
     with pytest.raises(ValueError, match="unknown model 'resnet50'.*mlp, cnn, resnet20, vgg11"):
         build_model("resnet50", (3, 32, 32), 10)
+
+
+def test_cnn_refuses_images_smaller_than_it_can_take() -> None:
+    """Three unpadded 3 x 3 convolutions and two pools leave 1 x 1 features from 18 x 18, nothing from 17."""
+    assert models.CNN_MIN_SIDE == 18
+    assert build_model("cnn", (1, 18, 18), 10)(torch.zeros(2, 1, 18, 18)).shape == (2, 10)
+    for shape in ((1, 17, 17), (3, 28, 17)):
+        with pytest.raises(ValueError, match=rf"at least 18 x 18 pixels .* got {shape[1]} x {shape[2]}; use mlp"):
+            build_model("cnn", shape, 10)
+
+
+@pytest.mark.parametrize("name", [m for m in MODELS if m != "cnn"])
+def test_other_models_take_any_image_size(name: str) -> None:
+    model = build_model(name, (1, 1, 1), 10).train()
+    assert model(torch.zeros(2, 1, 1, 1)).shape == (2, 10)
+
+
+def test_every_model_name_has_a_builder() -> None:
+    assert tuple(models._BUILDERS) == MODELS
