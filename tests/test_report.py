@@ -1,0 +1,194 @@
+"""fedpfn.report on synthetic run folders with known numbers: the statistics a reader trusts.
+
+The folders are written here as a run writes them (config.json, metrics.jsonl, summary.json
+last), so the report is tested without training anything.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fedpfn.report import main
+
+T_975_3DF = 3.182446305284263  # Student's t, 0.975 quantile, 3 degrees of freedom (printed tables: 3.182)
+
+SETTING: dict[str, Any] = {
+    "algorithm": "fedavg", "server": "fedavg", "dataset": "fmnist", "model": "cnn", "num_clients": 20,
+    "clients_per_round": 10, "rounds": 6, "partition": "dirichlet", "alpha": 0.1, "shards_per_client": 2,
+    "min_partition_size": 10, "local_epochs": 1, "batch_size": 64, "lr": 0.05, "eval_every": 1, "seed": 0,
+    "checkpoint_every": 1, "overwrite": False,
+}  # fmt: skip
+
+
+def write_run(folder: Path, accuracies: list[float | None], finished: bool = True, **settings: Any) -> Path:
+    """A run folder whose test accuracy at round r is accuracies[r-1] (None: not evaluated)."""
+    folder.mkdir(parents=True)
+    config = {**SETTING, **settings, "rounds": len(accuracies), "out": str(folder)}
+    (folder / "config.json").write_text(json.dumps(config))
+    rows = [
+        {"round": r, "test_accuracy": acc, "test_loss": None if acc is None else 1 - acc, "train_loss": 1 / r,
+         "bytes_up": 2_000_000, "bytes_down": 2_000_000, "num_clients": 10, "num_failures": 0}
+        for r, acc in enumerate(accuracies, 1)
+    ]  # fmt: skip
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    if finished:
+        (folder / "summary.json").write_text("{}")
+    return folder
+
+
+def run_report(capsys, *args: str) -> tuple[int, str, str]:
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# Final accuracies per seed; the paired differences fedpfn - fedavg are 0.02, -0.01, 0.03, 0.04.
+FEDAVG_FINAL = [0.80, 0.85, 0.70, 0.75]
+FEDPFN_FINAL = [0.82, 0.84, 0.73, 0.79]
+
+
+@pytest.fixture
+def study(tmp_path: Path) -> Path:
+    """Two arms, four seeds, 6 rounds; the last 3 rounds are 0.5, 0.6 and the final accuracy."""
+    for seed, (avg, pfn) in enumerate(zip(FEDAVG_FINAL, FEDPFN_FINAL)):
+        write_run(tmp_path / "study" / f"fedavg-s{seed}", [0.1, 0.2, 0.3, 0.5, 0.6, avg], seed=seed)
+        provenance = {"git": f"commit-{seed}"}  # differs per run, and must not split an arm
+        write_run(tmp_path / "study" / f"fedpfn-s{seed}", [0.1, 0.2, 0.3, 0.5, 0.6, pfn], seed=seed,
+                  algorithm="fedpfn", anchor_ratio=0.4, provenance=provenance)  # fmt: skip
+    return tmp_path / "study"
+
+
+def test_paired_interval_matches_a_hand_computation(study: Path, capsys) -> None:
+    code, out, err = run_report(capsys, study, "--last-k", "3", "--target", "0.8")
+    assert code == 0, err
+    report = json.loads((study / "report.json").read_text())
+    diffs = [0.02, -0.01, 0.03, 0.04]
+    mean = sum(diffs) / 4  # 0.02
+    std = math.sqrt(sum((d - mean) ** 2 for d in diffs) / 3)  # n-1
+    half = T_975_3DF * std / math.sqrt(4)
+    final = next(p for p in report["paired"] if p["label"] == "fedpfn" and p["metric"] == "final")
+    assert final["diffs"] == pytest.approx(diffs)
+    assert final["mean"] == pytest.approx(mean)
+    assert final["std"] == pytest.approx(std)
+    assert final["t_quantile"] == pytest.approx(T_975_3DF, abs=1e-9)
+    assert (final["low"], final["high"]) == pytest.approx((mean - half, mean + half))
+    assert final["wins"] == 3 and final["ties"] == 0
+    # the last-3 window is (0.5 + 0.6 + final) / 3, so its differences are a third of the finals'
+    window = next(p for p in report["paired"] if p["label"] == "fedpfn" and p["metric"] == "lastk")
+    assert window["mean"] == pytest.approx(mean / 3) and window["wins"] == 3
+    assert f"{100 * mean:+.2f} | [{100 * (mean - half):+.2f}, {100 * (mean + half):+.2f}] | 3 of 4" in out
+
+
+def test_arm_statistics_use_the_sample_std_and_say_so(study: Path, capsys) -> None:
+    code, out, _ = run_report(capsys, study, "--last-k", "3", "--target", "0.8")
+    assert code == 0
+    rows = {row["arm"]: row for row in csv.DictReader(open(study / "report.csv"))}
+    assert set(rows) == {"fedavg", "fedpfn"}  # provenance did not split fedpfn's seeds
+    mean = sum(FEDAVG_FINAL) / 4
+    std = math.sqrt(sum((a - mean) ** 2 for a in FEDAVG_FINAL) / 3)
+    assert float(rows["fedavg"]["final_acc_mean"]) == pytest.approx(mean)
+    assert float(rows["fedavg"]["final_acc_std"]) == pytest.approx(std)
+    # 80 % is reached at round 6 only: by fedavg seeds 0, 1 (0.80, 0.85) and fedpfn seeds 0, 1 (0.82, 0.84)
+    assert rows["fedavg"]["reached_target"] == "2" and float(rows["fedavg"]["rounds_to_target_mean"]) == 6
+    assert rows["fedpfn"]["reached_target"] == "2"
+    assert float(rows["fedavg"]["mb_up_total"]) == pytest.approx(12.0)
+    assert float(rows["fedavg"]["mb_up_per_round"]) == pytest.approx(2.0)
+    assert "std over seeds, n-1" in out and "Student's t" in out
+    assert "last 3 of 6 rounds" in out
+    for name in ("report.md", "report.csv", "report.json", "report.png", "paired_differences.png"):
+        assert (study / name).stat().st_size > 0, name
+
+
+def test_window_names_the_rounds_a_short_run_has(tmp_path: Path, capsys) -> None:
+    for seed in (0, 1):
+        write_run(tmp_path / f"fedavg-s{seed}", [0.2, 0.4, 0.6 + seed / 10], seed=seed)
+    code, out, _ = run_report(capsys, tmp_path, "--last-k", "5")
+    assert code == 0
+    assert "last 3 of 3 rounds" in out and "last 5" not in out
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["window"] == "last 3 of 3 rounds"
+    assert report["arms"][0]["runs"][1]["lastk_acc"] == pytest.approx((0.2 + 0.4 + 0.7) / 3)
+    assert "One arm only" in out and not (tmp_path / "paired_differences.png").exists()
+
+
+def test_rounds_without_evaluation_are_skipped(tmp_path: Path, capsys) -> None:
+    accuracies = [None, 0.85, None, 0.5, None, 0.7]  # evaluated every 2 rounds
+    for seed in (0, 1):
+        write_run(tmp_path / f"fedavg-s{seed}", accuracies, seed=seed, eval_every=2)
+    code, out, err = run_report(capsys, tmp_path, "--last-k", "2", "--target", "0.8")
+    assert code == 0, err
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["window"] == "last 2 evaluated rounds (4, 6 of 6)"
+    assert report["arms"][0]["lastk_acc_mean"] == pytest.approx(0.6)
+    assert report["arms"][0]["rounds_to_target_mean"] == 2
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"alpha": 0.5}, ["alpha differs between arms: 0.1 in ", "fedavg-s0 and 1 more; 0.5 in ", "fedpfn-s0 and 1 more"]),
+        ({"rounds": 4}, ["rounds differs between arms: 3 in ", "fedavg-s0 and 1 more; 4 in "]),
+        ({"seed": 1}, ["the arms have different seeds: 'fedavg' has seeds 0, 1", "'fedpfn' has seeds 1, 2"]),
+    ],
+)
+def test_arms_of_other_settings_are_refused(tmp_path: Path, capsys, changes: dict, expected: list[str]) -> None:
+    """`changes` applies to fedpfn's runs: a setting, the run length, or a shift of its seeds."""
+    for seed in (0, 1):
+        write_run(tmp_path / f"fedavg-s{seed}", [0.5, 0.6, 0.7], seed=seed)
+        accuracies = [0.5, 0.6, 0.7, 0.8][: changes.get("rounds", 3)]
+        write_run(tmp_path / f"fedpfn-s{seed}", accuracies, algorithm="fedpfn", alpha=changes.get("alpha", 0.1),
+                  seed=seed + changes.get("seed", 0))  # fmt: skip
+    code, out, err = run_report(capsys, tmp_path)
+    assert code == 2 and out == "" and "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: runs are not comparable: ")
+    assert all(text in lines[0] for text in expected), lines[0]
+    assert not (tmp_path / "report.md").exists()
+
+
+def test_unfinished_duplicate_and_unknown_inputs_are_refused(tmp_path: Path, capsys) -> None:
+    write_run(tmp_path / "a" / "fedavg-s0", [0.5, 0.6], seed=0)
+    write_run(tmp_path / "a" / "fedavg-s1", [0.5], seed=1, finished=False)
+    code, _, err = run_report(capsys, tmp_path / "a")
+    assert code == 2 and f"unfinished (no summary.json): {tmp_path / 'a' / 'fedavg-s1'}" in err
+    write_run(tmp_path / "b" / "fedavg-s0", [0.5, 0.6], seed=0)
+    write_run(tmp_path / "b" / "copy-of-s0", [0.5, 0.7], seed=0)
+    code, _, err = run_report(capsys, tmp_path / "b")
+    assert code == 2 and "arm 'fedavg' has seed 0 more than once" in err
+    write_run(tmp_path / "c" / "fedavg-s0", [0.5, 0.6], seed=0)
+    code, _, err = run_report(capsys, tmp_path / "c", "--baseline", "fedprox")
+    assert code == 2 and "baseline: no arm 'fedprox'; the arms are: fedavg" in err
+    code, _, err = run_report(capsys, tmp_path / "nowhere")
+    assert code == 2 and "is not a folder" in err
+    write_run(tmp_path / "e" / "fedavg-s0", [0.5, None], seed=0)
+    code, _, err = run_report(capsys, tmp_path / "e")
+    assert code == 2 and "the last round has no test_accuracy" in err
+
+
+def test_labels_name_what_tells_arms_of_one_algorithm_apart(tmp_path: Path, capsys) -> None:
+    arms = {
+        "fedavg": {},
+        "fedavgm": {"server": "fedavgm"},
+        "pfn": {"algorithm": "fedpfn", "anchor_ratio": 0.4},
+        "pfn-m": {"algorithm": "fedpfn", "anchor_ratio": 0.4, "server": "fedavgm"},
+        "pnu-2": {"algorithm": "fedpnu", "anchor_ratio": 0.2},
+        "pnu-6": {"algorithm": "fedpnu", "anchor_ratio": 0.6},
+    }
+    for name, settings in arms.items():
+        for seed in (0, 1):
+            write_run(tmp_path / f"{name}-s{seed}", [0.5 + seed / 10, 0.6], seed=seed, **settings)
+    code, out, err = run_report(capsys, tmp_path, "--baseline", "fedavg server=fedavgm")
+    assert code == 0, err
+    labels = [row["arm"] for row in csv.DictReader(open(tmp_path / "report.csv"))]
+    assert labels[0] == "fedavg server=fedavgm"  # the baseline comes first
+    assert sorted(labels) == sorted(
+        ["fedavg", "fedavg server=fedavgm", "fedpfn", "fedpfn server=fedavgm",
+         "fedpnu anchor_ratio=0.2", "fedpnu anchor_ratio=0.6"]
+    )  # fmt: skip
+    assert "Arms differ in: algorithm, anchor_ratio (" in out
