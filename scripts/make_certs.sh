@@ -4,7 +4,8 @@
 #   scripts/make_certs.sh [options] OUT_DIR
 #
 # Writes into OUT_DIR:
-#   ca.key, ca.crt            a self-signed certificate authority (ECDSA P-384)
+#   ca.key, ca.crt            a self-signed certificate authority (ECDSA P-384); ca.key is
+#                             removed at the end with --discard-ca-key
 #   server.key, server.pem    the SuperLink's TLS certificate, signed by the CA, with a
 #                             subjectAltName that covers 127.0.0.1 and localhost (default)
 #   node-<i>, node-<i>.pub    SuperNode authentication key pairs, i = 0..N-1: ECDSA P-384,
@@ -20,6 +21,8 @@
 #                    address, e.g. "IP:127.0.0.1,DNS:localhost,IP:10.0.0.5,DNS:link.lan")
 #   --days D         validity of the certificates in days (default 365)
 #   --force          replace files that exist (default: keep them, so reruns are cheap)
+#   --discard-ca-key remove ca.key once the server certificate is issued: nobody can sign
+#                    another certificate with this CA afterwards (node keys need no CA)
 #
 # These are for development and tests. In production use certificates from your own CA.
 set -euo pipefail
@@ -32,6 +35,7 @@ extra_keys=()
 san="IP:127.0.0.1,DNS:localhost"
 days=365
 force=0
+discard_ca_key=0
 out=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -40,6 +44,7 @@ while [[ $# -gt 0 ]]; do
     --san) [[ $# -ge 2 ]] || die "--san needs a value"; san="$2"; shift 2 ;;
     --days) [[ $# -ge 2 ]] || die "--days needs a value"; days="$2"; shift 2 ;;
     --force) force=1; shift ;;
+    --discard-ca-key) discard_ca_key=1; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) die "unknown option '$1' (see --help)" ;;
     *) [[ -z "$out" ]] || die "only one OUT_DIR, got '$out' and '$1'"; out="$1"; shift ;;
@@ -61,7 +66,10 @@ need() {  # need FILE...: true if one of the files is missing, or --force
 }
 
 # --- certificate authority ---------------------------------------------------------------
-if need ca.key ca.crt; then
+if [[ $force -eq 0 && -s "$out/ca.crt" && ! -s "$out/ca.key" ]] && need server.key server.pem; then
+  die "$out/ca.key was removed, so no server certificate can be signed with this CA; pass --force for a new CA (and copy the new ca.crt to every SuperNode)"
+fi
+if need ca.crt; then
   openssl ecparam -name secp384r1 -genkey -noout -out "$out/ca.key" 2>/dev/null
   openssl req -x509 -new -key "$out/ca.key" -sha256 -days "$days" \
     -subj "/O=fedpfn development/CN=fedpfn development CA" \
@@ -87,7 +95,7 @@ EXT
   openssl x509 -req -in "$out/server.csr" -CA "$out/ca.crt" -CAkey "$out/ca.key" \
     -CAcreateserial -days "$days" -sha256 -extfile "$out/server.ext" \
     -out "$out/server.pem" 2>/dev/null
-  rm -f "$out/server.csr"
+  rm -f "$out/server.csr" "$out/server.ext" "$out/ca.srl"
   openssl verify -CAfile "$out/ca.crt" "$out/server.pem" >/dev/null \
     || die "the new server certificate does not verify against the CA"
 fi
@@ -127,4 +135,8 @@ for name in "${extra_keys[@]}"; do
   make_node_key "$name"
 done
 chmod 644 "$out/ca.crt" "$out/server.pem"
+if [[ $discard_ca_key -eq 1 ]]; then
+  rm -f "$out/ca.key"
+  echo "make_certs.sh: ca.key removed (--discard-ca-key); ca.crt still verifies the server"
+fi
 echo "make_certs.sh: certificates and keys in $out"
