@@ -2,27 +2,28 @@
 
     python run_sim.py --compare fedavg,fedprox,fedpfn,fedpnu --seeds 0,1,2 --out runs/cmp
 
-Each (algorithm, seed) is an ordinary run folder under the comparison folder; a finished
-one is reused and a killed one resumed, so a long comparison can be restarted. The
-partition depends only on the seed and the federation settings, never on the algorithm.
+Each (algorithm, seed) is an ordinary run folder under the comparison folder, so a long
+comparison can be stopped and started again: a finished sub-run is reused and a killed one
+resumed, but only if its config.json equals the requested settings (`out`, `overwrite` and
+`provenance` aside); anything else is refused, for every sub-run, before any run starts.
+The partition depends only on the seed and the federation settings, never on the algorithm.
+The table and figures are `fedpfn.report`'s, with the first algorithm as the baseline.
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from fedpfn.config import ConfigError, RunConfig
-from fedpfn.plots import plot_comparison
-from fedpfn.results import RunFolder
-from fedpfn.simulation import simulate
+from fedpfn.report import CONFIG, SUMMARY, Report, analyse, markdown, read_run, write_report
 
 LAST_ROUNDS = 5
+MAX_SEED = 2**32 - 1  # numpy's seed range
+NOT_COMPARED = ("out", "overwrite", "provenance")  # may differ in a reused sub-run
 
 
 def parse_list(text: str, name: str, kind: type = str) -> list:
@@ -35,95 +36,152 @@ def parse_list(text: str, name: str, kind: type = str) -> list:
         raise ConfigError(f"{name}: '{text}' must be a comma-separated list of {kind.__name__}s") from None
 
 
+def check_seeds(seeds: Sequence[Any]) -> list[int]:
+    """Whole numbers in numpy's seed range, each once: the first bad one is named."""
+    accepted = f"seeds are whole numbers from 0 to {MAX_SEED}, each once"
+    for seed in seeds:
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ConfigError(f"seeds: '{seed}' is not a whole number; {accepted}")
+        if not 0 <= seed <= MAX_SEED:
+            raise ConfigError(f"seeds: {seed} is out of range; {accepted}")
+    twice = next((s for i, s in enumerate(seeds) if s in seeds[:i]), None)
+    if twice is not None:
+        raise ConfigError(f"seeds: {twice} is given twice; {accepted}")
+    if not seeds:
+        raise ConfigError(f"seeds: none given; {accepted}")
+    return list(seeds)
+
+
+def check_algorithms(algorithms: Sequence[str]) -> list[str]:
+    twice = next((a for i, a in enumerate(algorithms) if a in algorithms[:i]), None)
+    if twice is not None:
+        raise ConfigError(f"compare: '{twice}' is given twice; name each algorithm once")
+    if not algorithms:
+        raise ConfigError("compare: no algorithm given")
+    return list(algorithms)
+
+
 def comparison_configs(base: RunConfig, algorithms: list[str], seeds: list[int]) -> list[RunConfig]:
     """One validated config per (algorithm, seed); every problem reported at once."""
     root = base.run_dir
-    configs, problems = [], []
+    problems = [p for a in algorithms for p in dataclasses.replace(base, algorithm=a, hparams={}).problems()
+                if p.startswith("algorithm:")]  # fmt: skip
+    if problems:  # an unknown name first: for_algorithm needs a known one
+        raise ConfigError("\n".join(problems))
+    configs = []
     for algorithm in algorithms:
         for seed in seeds:
-            cfg = dataclasses.replace(base, algorithm=algorithm, seed=seed, out=str(root / f"{algorithm}-s{seed}"))
-            problems += [p for p in cfg.problems() if p not in problems]
-            configs.append(cfg)
+            out = str(root / f"{algorithm}-s{seed}")
+            cfg = dataclasses.replace(base.for_algorithm(algorithm), seed=seed, out=out)
+            try:
+                configs.append(cfg.validated())
+            except ConfigError as err:
+                problems += [p for p in str(err).splitlines() if p not in problems]
+    problems += unused_settings(base, configs)
     if problems:
         raise ConfigError("\n".join(problems))
     return configs
 
 
-def run_one(cfg: RunConfig) -> None:
-    folder = RunFolder(cfg.run_dir)
-    if folder.is_finished():
-        print(f"{cfg.run_dir}: finished earlier, reused")
-        return
-    resumable = folder.holds_run() and folder.load_checkpoint() is not None
-    print(f"== {cfg.algorithm} seed {cfg.seed}" + (" (resumed)" if resumable else ""), flush=True)
-    if resumable:
-        simulate(folder.load_config(), resume=True)
-    else:  # new, or killed before its first checkpoint: start it (again)
-        simulate(dataclasses.replace(cfg, overwrite=True))
+def unused_settings(base: RunConfig, configs: Sequence[RunConfig]) -> list[str]:
+    """A hyperparameter that no compared algorithm uses would be dropped without a word."""
+    from fedpfn.algorithms import hparam_fields
 
-
-def rounds_to_target(rows: list[dict[str, Any]], target: float) -> int | None:
-    return next((r["round"] for r in rows if r["test_accuracy"] >= target), None)
-
-
-def summarise(configs: list[RunConfig], target: float) -> list[dict[str, Any]]:
-    """One row per algorithm: mean and spread over seeds."""
-    table = []
-    for algorithm in dict.fromkeys(c.algorithm for c in configs):
-        runs = [RunFolder(c.run_dir).read_metrics() for c in configs if c.algorithm == algorithm]
-        last = [np.mean([r["test_accuracy"] for r in rows[-LAST_ROUNDS:]]) for rows in runs]
-        reach = [rounds_to_target(rows, target) for rows in runs]
-        reached = [r for r in reach if r is not None]
-        table.append(
-            {
-                "algorithm": algorithm,
-                "seeds": len(runs),
-                "last5_acc_mean": float(np.mean(last)),
-                "last5_acc_std": float(np.std(last)),
-                "rounds_to_target": float(np.mean(reached)) if len(reached) == len(reach) else None,
-                "reached_target": f"{len(reached)}/{len(reach)}",
-                "mb_up_per_round": float(np.mean([np.mean([r["bytes_up"] for r in rows]) for rows in runs]) / 1e6),
-                "mb_up_total": float(np.mean([sum(r["bytes_up"] for r in rows) for rows in runs]) / 1e6),
-            }
-        )
-    return table
-
-
-def write_table(table: list[dict[str, Any]], root: Path, target: float, command: str) -> None:
-    with open(root / "comparison.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(table[0]))
-        writer.writeheader()
-        writer.writerows(table)
-    lines = [
-        f"Command: `{command}`",
-        "",
-        f"| algorithm | last-{LAST_ROUNDS} accuracy (mean ± std over seeds) | rounds to {target:.0%} "
-        "| MB up per round | MB up in total |",
-        "|---|---|---|---|---|",
+    used = {key for cfg in configs for key in cfg.hparams}
+    defaults = {name: f.default for name, f in hparam_fields().items()}
+    algorithms = ", ".join(dict.fromkeys(cfg.algorithm for cfg in configs))
+    return [
+        f"{key}: {value} is set, but none of {algorithms} uses it"
+        for key, value in base.hparams.items()
+        if key not in used and value != defaults.get(key)
     ]
-    for row in table:
-        reach = f"{row['rounds_to_target']:.1f}" if row["rounds_to_target"] is not None else f"not reached ({row['reached_target']})"
-        lines.append(
-            f"| {row['algorithm']} | {row['last5_acc_mean']:.4f} ± {row['last5_acc_std']:.4f} | {reach} "
-            f"| {row['mb_up_per_round']:.2f} | {row['mb_up_total']:.1f} |"
-        )
-    (root / "comparison.md").write_text("\n".join(lines) + "\n")
 
 
-def compare(base: RunConfig, algorithms: list[str], seeds: list[int], command: str) -> list[dict[str, Any]]:
-    configs = comparison_configs(base, algorithms, seeds)
-    root = base.run_dir
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "comparison_config.json").write_text(
-        json.dumps({"base": base.to_dict(), "algorithms": algorithms, "seeds": seeds}, indent=2)
-    )
+def _comparable(config: dict[str, Any]) -> dict[str, Any]:
+    """The config as JSON stores it (tuples as lists), without the keys a reuse may change."""
+    return {k: v for k, v in json.loads(json.dumps(config)).items() if k not in NOT_COMPARED}
+
+
+def differences(stored: dict[str, Any], requested: dict[str, Any]) -> list[str]:
+    """`lr 0.1 != 0.05`: the stored value, then the requested one, for every differing key."""
+    stored, requested = _comparable(stored), _comparable(requested)
+    absent = "(absent)"
+
+    def text(value: Any) -> str:
+        return value if isinstance(value, str) else json.dumps(value)
+
+    return [
+        f"{key} {text(stored.get(key, absent))} != {text(requested.get(key, absent))}"
+        for key in sorted(set(stored) | set(requested))
+        if stored.get(key, absent) != requested.get(key, absent)
+    ]
+
+
+def sub_run_action(cfg: RunConfig) -> str:
+    """'start', 'resume' or 'reuse' for the sub-run folder; ConfigError if it holds another run."""
+    folder = cfg.run_dir
+    if not (folder / CONFIG).exists():
+        return "start"
+    try:
+        stored = json.loads((folder / CONFIG).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ConfigError(f"{folder} holds a damaged {CONFIG} ({err}); use another --out") from None
+    if not isinstance(stored, dict):
+        raise ConfigError(f"{folder} holds a damaged {CONFIG} (not a JSON object); use another --out")
+    found = differences(stored, cfg.to_dict())
+    if found:
+        raise ConfigError(f"{folder} holds a run with other settings: {', '.join(found)}; use another --out")
+    return "reuse" if (folder / SUMMARY).exists() else "resume"
+
+
+def plan(configs: Sequence[RunConfig]) -> list[str]:
+    """The action for every sub-run, decided before any of them runs; all refusals at once."""
+    actions, problems = [], []
     for cfg in configs:
-        run_one(cfg)
-    table = summarise(configs, base.target_accuracy)
-    write_table(table, root, base.target_accuracy, command)
-    curves = {
-        algorithm: [RunFolder(c.run_dir).read_metrics() for c in configs if c.algorithm == algorithm]
-        for algorithm in algorithms
-    }
-    plot_comparison(curves, root / "comparison.png")
-    return table
+        try:
+            actions.append(sub_run_action(cfg))
+        except ConfigError as err:
+            problems.append(str(err))
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return actions
+
+
+def run_one(cfg: RunConfig, action: str) -> None:
+    from fedpfn.simulation import simulate
+
+    if action == "reuse":
+        print(f"{cfg.run_dir}: finished earlier with the same settings, reused", flush=True)
+        return
+    print(f"== {cfg.algorithm} seed {cfg.seed}" + (" (resumed)" if action == "resume" else ""), flush=True)
+    simulate(cfg, resume=action == "resume")
+
+
+def check_root(root: Path) -> None:
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"out: '{root}' is a file; give a folder for the comparison")
+    if (root / CONFIG).exists():
+        raise ConfigError(f"out: '{root}' holds a single run, not a comparison; use another --out")
+
+
+def compare(base: RunConfig, algorithms: list[str], seeds: list[int], command: str) -> Report:
+    """Run (or reuse) every algorithm on every seed, then print and write the report.
+
+    Writes comparison.md/.csv/.json, comparison.png and paired_differences.png into the
+    comparison folder, with the first algorithm as the baseline.
+    """
+    seeds, algorithms = check_seeds(seeds), check_algorithms(algorithms)
+    root = base.run_dir
+    check_root(root)
+    configs = comparison_configs(base, algorithms, seeds)
+    actions = plan(configs)
+    root.mkdir(parents=True, exist_ok=True)
+    request = {"base": base.to_dict(), "algorithms": algorithms, "seeds": seeds, "command": command}
+    (root / "comparison_config.json").write_text(json.dumps(request, indent=2) + "\n")
+    for cfg, action in zip(configs, actions):
+        run_one(cfg, action)
+    runs = [read_run(cfg.run_dir.resolve()) for cfg in configs]
+    report = analyse(runs, algorithms[0], k=LAST_ROUNDS, target=base.target_accuracy, command=command)
+    write_report(report, root, name="comparison")
+    print(markdown(report))
+    return report

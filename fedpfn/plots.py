@@ -164,7 +164,8 @@ def comparison_figure(curves: Mapping[str, Sequence[Rows]], title: str = "") -> 
     """
     labels = list(curves)
     nrows, ncols = grid_shape(len(labels) + 1)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 2.9 * nrows + 0.9), layout="constrained", squeeze=False)
+    size = (3.6 * ncols, 2.9 * nrows + 0.9)
+    fig, axes = plt.subplots(nrows, ncols, figsize=size, layout="constrained", squeeze=False)
     flat = list(axes.flat)
     colors = {label: f"C{i % 10}" for i, label in enumerate(labels)}
     means = {}
@@ -180,7 +181,8 @@ def comparison_figure(curves: Mapping[str, Sequence[Rows]], title: str = "") -> 
         ax.set_axis_off()
     seeds = max((len(runs) for runs in curves.values()), default=0)
     legend_cols = 4 if ncols >= 3 else 2  # a narrow figure stacks the legend, never clips it
-    fig.legend(handles=_legend_handles(seeds, len(labels)), loc="outside lower center", ncols=legend_cols, frameon=False, fontsize=8)
+    handles = _legend_handles(seeds, len(labels))
+    fig.legend(handles=handles, loc="outside lower center", ncols=legend_cols, frameon=False, fontsize=8)
     fig.suptitle(title or "comparison")
     return fig
 
@@ -194,7 +196,8 @@ def _paired_panel(ax: Axes, series: Sequence[PairedSeries], metric: str, baselin
         color = f"C{(y + 1) % 10}"
         ax.scatter(s.points, np.full(len(s.points), y), color=color, s=16, alpha=0.6, zorder=2)
         if s.low is not None and s.high is not None:
-            ax.errorbar(s.mean, y, xerr=[[s.mean - s.low], [s.high - s.mean]], fmt="none", color=color, capsize=4, lw=2)
+            xerr = [[s.mean - s.low], [s.high - s.mean]]
+            ax.errorbar(s.mean, y, xerr=xerr, fmt="none", color=color, capsize=4, lw=2)
         ax.scatter([s.mean], [y], marker="D", color=color, edgecolor="black", s=40, zorder=3)
     ax.axvline(0, color="black", lw=1)
     ax.set_yticks(range(len(series)), [s.label for s in series], fontsize=8)
@@ -206,13 +209,13 @@ def _paired_panel(ax: Axes, series: Sequence[PairedSeries], metric: str, baselin
 def paired_figure(panels: Mapping[str, Sequence[PairedSeries]], baseline: str, title: str = "") -> Figure:
     """Per metric, each arm's difference from the baseline on the same seed, with its 95 % CI."""
     arms = max((len(s) for s in panels.values()), default=1)
-    fig, axes = plt.subplots(
-        1, len(panels), figsize=(5 * len(panels), 1.0 + 0.45 * arms + 1.2), layout="constrained", squeeze=False
-    )
+    size = (5 * len(panels), 2.2 + 0.45 * arms)
+    fig, axes = plt.subplots(1, len(panels), figsize=size, layout="constrained", squeeze=False)
     for ax, (metric, series) in zip(axes.flat, panels.items()):
         _paired_panel(ax, series, metric, baseline)
     handles = [
-        Line2D([], [], color="0.4", marker="o", ls="", alpha=0.6, label="one seed (same partition and sampling)"),
+        Line2D([], [], color="0.4", marker="o", ls="", alpha=0.6,
+               label="one seed (same partition and sampling)"),
         Line2D([], [], color="0.4", marker="D", markeredgecolor="black", ls="", label="mean difference"),
         Line2D([], [], color="0.4", lw=2, label="95 % CI, Student's t, n-1 df"),
     ]
@@ -221,5 +224,7 @@ def paired_figure(panels: Mapping[str, Sequence[PairedSeries]], baseline: str, t
     return fig
 
 
-def plot_paired(panels: Mapping[str, Sequence[PairedSeries]], baseline: str, path: Path, title: str = "") -> None:
+def plot_paired(
+    panels: Mapping[str, Sequence[PairedSeries]], baseline: str, path: Path, title: str = ""
+) -> None:
     save(paired_figure(panels, baseline, title), path)

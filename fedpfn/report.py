@@ -143,7 +143,9 @@ def read_metrics(path: Path, rounds: int) -> list[dict[str, Any]]:
         rows.append(row)
     found = [row["round"] for row in rows]
     if found != list(range(1, rounds + 1)):
-        raise ConfigError(f"runs: {path} holds rounds {_span(found)}; a finished run holds 1-{rounds} once each")
+        raise ConfigError(
+            f"runs: {path} holds rounds {_span(found)}; a finished run holds 1-{rounds} once each"
+        )
     if rows[-1].get("test_accuracy") is None:
         raise ConfigError(f"runs: {path}: the last round has no test_accuracy")
     return rows
@@ -259,7 +261,9 @@ def comparability_problems(arms: Sequence[Arm]) -> list[str]:
         found = "; ".join(f"{v} in {_where(arms, key, json.loads(v))}" for v in values)
         problems.append(f"runs are not comparable: {key} differs between arms: {found}")
     if len({tuple(arm.seeds) for arm in arms}) > 1:
-        found = "; ".join(f"'{arm.label}' has {_seeds_text(arm.seeds)} ({arm.runs[0].path.parent})" for arm in arms)
+        found = "; ".join(
+            f"'{arm.label}' has {_seeds_text(arm.seeds)} ({arm.runs[0].path.parent})" for arm in arms
+        )
         problems.append(f"runs are not comparable: the arms have different seeds: {found}")
     return problems
 
@@ -471,7 +475,8 @@ def header_lines(report: Report) -> list[str]:
         *([f"Command: `{report.command}`", ""] if report.command else []),
         f"Seeds: {', '.join(map(str, report.seeds))}, one run per arm and seed; a seed fixes the partition "
         "and the client sampling, so arms are compared seed by seed.",
-        f"Test accuracy in %, mean ± {STD_TEXT}. Upload: MB (10^6 bytes) sent by the clients, mean over seeds.",
+        f"Test accuracy in %, mean ± {STD_TEXT}. "
+        "Upload: MB (10^6 bytes) sent by the clients, mean over seeds.",
         f"Arms differ in: {', '.join(differ)}.",
         "",
     ]
@@ -486,10 +491,12 @@ def arm_table(report: Report) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     for row in (arm.row() for arm in report.arms):
-        reach = f"{row['rounds_to_target_mean']:.1f}" if row["rounds_to_target_mean"] is not None else "not reached"
+        first = row["rounds_to_target_mean"]
+        reach = "not reached" if first is None else f"{first:.1f}"
         lines.append(
             f"| {row['arm']} | {row['seeds']} | {_pct(row['final_acc_mean'], row['final_acc_std'])} "
-            f"| {_pct(row['lastk_acc_mean'], row['lastk_acc_std'])} | {reach} | {row['reached_target']} of {row['seeds']} "
+            f"| {_pct(row['lastk_acc_mean'], row['lastk_acc_std'])} | {reach} "
+            f"| {row['reached_target']} of {row['seeds']} "
             f"| {row['mb_up_per_round']:.3f} | {row['mb_up_total']:.2f} |"
         )
     return lines
@@ -625,10 +632,14 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("runs", nargs="+", metavar="RUN_FOLDERS", help="run folders, or folders holding them")
-    parser.add_argument("--baseline", help="arm label to compare against (default: fedavg if present, else the first arm)")
+    parser.add_argument(
+        "--baseline", help="arm label to compare against (default: fedavg if present, else the first arm)"
+    )
     parser.add_argument("--last-k", type=positive_int, default=5, help="evaluated rounds averaged at the end")
     parser.add_argument("--target", type=accuracy, default=0.8, help="accuracy whose first round is reported")
-    parser.add_argument("--out", help="folder for report.md/.csv/.json and figures (default: the folder above all runs)")
+    parser.add_argument(
+        "--out", help="folder for report.md/.csv/.json and figures (default: the folder above all runs)"
+    )
     return parser
 
 

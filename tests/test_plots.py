@@ -112,4 +112,5 @@ def test_setting_text_names_the_partition() -> None:
         "fmnist cnn · 20 clients, 10 a round · Dirichlet 0.1"
     )
     assert setting_text({**base, "partition": "iid"}).endswith("· IID")
-    assert setting_text({**base, "partition": "shards", "shards_per_client": 2}).endswith("· 2 shards per client")
+    shards = {**base, "partition": "shards", "shards_per_client": 2}
+    assert setting_text(shards).endswith("· 2 shards per client")

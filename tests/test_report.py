@@ -132,18 +132,18 @@ def test_rounds_without_evaluation_are_skipped(tmp_path: Path, capsys) -> None:
 @pytest.mark.parametrize(
     ("changes", "expected"),
     [
-        ({"alpha": 0.5}, ["alpha differs between arms: 0.1 in ", "fedavg-s0 and 1 more; 0.5 in ", "fedpfn-s0 and 1 more"]),
+        ({"alpha": 0.5}, ["alpha differs between arms: 0.1 in", "fedavg-s0 and 1 more; 0.5 in ", "fedpfn-s"]),
         ({"rounds": 4}, ["rounds differs between arms: 3 in ", "fedavg-s0 and 1 more; 4 in "]),
         ({"seed": 1}, ["the arms have different seeds: 'fedavg' has seeds 0, 1", "'fedpfn' has seeds 1, 2"]),
     ],
 )
-def test_arms_of_other_settings_are_refused(tmp_path: Path, capsys, changes: dict, expected: list[str]) -> None:
+def test_arms_of_other_settings_are_refused(tmp_path: Path, capsys, changes: dict, expected: list) -> None:
     """`changes` applies to fedpfn's runs: a setting, the run length, or a shift of its seeds."""
     for seed in (0, 1):
         write_run(tmp_path / f"fedavg-s{seed}", [0.5, 0.6, 0.7], seed=seed)
         accuracies = [0.5, 0.6, 0.7, 0.8][: changes.get("rounds", 3)]
-        write_run(tmp_path / f"fedpfn-s{seed}", accuracies, algorithm="fedpfn", alpha=changes.get("alpha", 0.1),
-                  seed=seed + changes.get("seed", 0))  # fmt: skip
+        alpha, shifted = changes.get("alpha", 0.1), seed + changes.get("seed", 0)
+        write_run(tmp_path / f"fedpfn-s{seed}", accuracies, algorithm="fedpfn", alpha=alpha, seed=shifted)
     code, out, err = run_report(capsys, tmp_path)
     assert code == 2 and out == "" and "Traceback" not in err
     lines = err.strip().splitlines()
