@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -30,7 +31,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from fedpfn.config import ConfigError, RunConfig
+from fedpfn.settings import ConfigError
 from fedpfn.plots import PairedSeries, accuracy_points, plot_comparison, plot_paired, setting_text
 
 CONFIG, METRICS, SUMMARY = "config.json", "metrics.jsonl", "summary.json"
@@ -188,7 +189,11 @@ def varying_keys(configs: Sequence[dict[str, Any]]) -> list[str]:
     return [k for k in keys if len({json.dumps(c[k], sort_keys=True) for c in configs if k in c}) > 1]
 
 
+@functools.cache
 def _defaults() -> dict[str, Any]:
+    """RunConfig's defaults, imported only when a label needs them (fedpfn.config loads torch)."""
+    from fedpfn.config import RunConfig
+
     fields = dataclasses.fields(RunConfig)
     return {f.name: f.default for f in fields if f.default is not dataclasses.MISSING}
 
@@ -199,15 +204,12 @@ def arm_labels(configs: Sequence[dict[str, Any]]) -> list[str]:
     A key shows where it varies between arms of the same algorithm and the arm's value
     is not the default, so two arms never share a label.
     """
-    defaults = _defaults()
     labels = []
     for config in configs:
         same_algorithm = [c for c in configs if c.get("algorithm") == config.get("algorithm")]
-        extra = [
-            f"{k}={_text(config[k])}"
-            for k in varying_keys(same_algorithm)
-            if k != "algorithm" and k in config and (k not in defaults or config[k] != defaults[k])
-        ]
+        keys = [k for k in varying_keys(same_algorithm) if k != "algorithm" and k in config]
+        defaults = _defaults() if keys else {}
+        extra = [f"{k}={_text(config[k])}" for k in keys if k not in defaults or config[k] != defaults[k]]
         labels.append(" ".join([str(config.get("algorithm")), *extra]))
     return labels
 
@@ -629,14 +631,17 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m fedpfn.report",
         description="Compare finished run folders: mean and n-1 std over seeds, paired differences "
         "against a baseline with a 95 % Student's t interval.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("runs", nargs="+", metavar="RUN_FOLDERS", help="run folders, or folders holding them")
     parser.add_argument(
         "--baseline", help="arm label to compare against (default: fedavg if present, else the first arm)"
     )
-    parser.add_argument("--last-k", type=positive_int, default=5, help="evaluated rounds averaged at the end")
-    parser.add_argument("--target", type=accuracy, default=0.8, help="accuracy whose first round is reported")
+    parser.add_argument(
+        "--last-k", type=positive_int, default=5, help="evaluated rounds averaged at the end (default: 5)"
+    )
+    parser.add_argument(
+        "--target", type=accuracy, default=0.8, help="accuracy whose first round is reported (default: 0.8)"
+    )
     parser.add_argument(
         "--out", help="folder for report.md/.csv/.json and figures (default: the folder above all runs)"
     )
