@@ -3,43 +3,48 @@
 
     python run_sim.py --algorithm fedpfn --dataset fmnist --model cnn --rounds 20 --out runs/pfn
 
-Every option of `fedpfn.config.RunConfig` is a flag (`--anchor-ratio`, `--client-gpus`, ...);
-`--config FILE.toml` supplies the same settings from a file and flags override it.
-Bad settings are reported one per line with exit code 2, before Ray starts.
+Every setting of `fedpfn.config.RunConfig` and of every algorithm is a flag (`--anchor-ratio`,
+`--prox-mu`, `--client-gpus`, ...); `--config FILE.toml` supplies the same settings from a
+file and flags override it. Bad settings are reported one per line with exit code 2, before
+Ray starts and before the run folder is touched.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import shlex
 import sys
 from typing import Any
 
-from fedpfn.config import ConfigError, RunConfig, read_toml
+from fedpfn.config import ConfigError, RunConfig
+from fedpfn.settings import add_flags, read_toml
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fedpfn.algorithms import algorithm_names, hparam_classes
+    from strategies import SERVER_RULES
+
     parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        argument_default=argparse.SUPPRESS,
+        description=__doc__.split("\n\n")[0], argument_default=argparse.SUPPRESS, allow_abbrev=False
     )
-    parser.add_argument("--config", help="TOML file with settings (flags override it)")
-    parser.add_argument("--resume", metavar="DIR", help="continue the killed run in DIR")
+    parser.add_argument("--config", metavar="FILE", help="TOML file with settings (flags override it)")
     parser.add_argument(
-        "--compare",
-        metavar="ALGOS",
-        help="comma-separated algorithms to run on the same partitions and seeds into --out",
+        "--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint (with --rounds N: to N rounds)"
     )
-    parser.add_argument("--seeds", metavar="SEEDS", help="comma-separated seeds for --compare")
-    for f in dataclasses.fields(RunConfig):
-        flag = "--" + f.name.replace("_", "-")
-        help_text = f"{f.metadata['help']} (default: {f.default})"
-        kind = str(f.type)
-        if kind == "bool":
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
-        else:
-            parser.add_argument(flag, metavar=f.name.upper(), help=help_text)
+    parser.add_argument(
+        "--compare", metavar="ALGOS", help="comma-separated algorithms to run on the same partitions and seeds into --out"
+    )
+    parser.add_argument("--seeds", metavar="SEEDS", help="comma-separated seeds for --compare (default: 0)")
+    add_flags(parser, RunConfig, skip=("hparams", "algorithm", "server"))
+    parser.add_argument(
+        "--algorithm",
+        help=f"client algorithm: {', '.join(algorithm_names())}, or fedpfn+RULE / fedpnu+RULE (default: fedavg)",
+    )
+    parser.add_argument(
+        "--server", help=f"server algorithm: {', '.join(SERVER_RULES)}, or package.module:Class (default: fedavg)"
+    )
+    for cls in hparam_classes():
+        add_flags(parser, cls)
     return parser
 
 
@@ -62,14 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     args = vars(build_parser().parse_args(argv))
     if "compare" in args or "seeds" in args:
         return compare_main(args, argv)
+    resume_dir = args.pop("resume", None)
     try:
-        resume_dir = args.pop("resume", None)
-        cfg = None if resume_dir else config_from_args(args).validated()  # before torch loads
         from fedpfn.simulation import resume_config, simulate
 
-        if resume_dir:
-            cfg = resume_config(resume_dir)
-        summary = simulate(cfg, resume=bool(resume_dir))
+        if resume_dir is not None and "config" in args:
+            raise ConfigError("resume: --config cannot be combined with --resume (the run keeps its settings)")
+        cfg = resume_config(resume_dir, args) if resume_dir else config_from_args(args).validated()
+        summary = simulate(cfg, resume=resume_dir is not None)
     except ConfigError as err:
         return fail(str(err))
     print(
@@ -90,13 +95,11 @@ def compare_main(args: dict[str, Any], argv: list[str] | None) -> int:
         base = config_from_args(args)
         from fedpfn.compare import compare
 
-        command = "python run_sim.py " + " ".join(sys.argv[1:] if argv is None else argv)
-        table = compare(base, algorithms, seeds, command)
+        command = "python run_sim.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+        compare(base, algorithms, seeds, command)
     except ConfigError as err:
         return fail(str(err))
-    for row in table:
-        print(f"{row['algorithm']:>16}: last-5 accuracy {row['last5_acc_mean']:.4f} ± {row['last5_acc_std']:.4f}")
-    print(f"comparison written to {base.run_dir}/comparison.md, .csv and .png")
+    print(f"comparison written to {base.run_dir}: comparison.md, .csv, .json, .png and paired_differences.png")
     return 0
 
 

@@ -1,101 +1,126 @@
-"""FedAvg's client: local SGD over the one training loop. Every algorithm extends it.
+"""FedAvg's client rule, the base every client part extends, and one local round.
 
-A subclass changes behaviour only through the hooks: `begin_round`, `loss_term`,
-`after_backward`, `after_step`, `end_round` and `upload`. Hooks call `super()` so that
-anchors (a mixin) combine with any client rule.
+A client is a list of parts: its client rule (FedAvg's local SGD, or a small subclass) and,
+optionally, an anchor method; `fedpfn.algorithms` states the composition rule. A part
+changes behaviour only through hooks: `begin_round`, the training loop's `loss_term`,
+`after_backward` and `after_step`, `end_round` and `finish_reply`. Everything a part may
+read about the round is in its `RoundContext`.
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, MetricRecord, RecordDict
 from torch import nn
 
-from clients.state import ClientStateStore
-from fedpfn.config import RunConfig
-from fedpfn.training import NoHooks, make_optimizer, minibatches, train_local
-from fedpfn.workspace import client_indices, dataset_on, model_skeleton
+from clients.state import ClientState
+from fedpfn import protocol
+from fedpfn.seeding import Stream, torch_generator
+from fedpfn.training import CompositeHooks, NoHooks, make_optimizer, minibatches, train_local
+from fedpfn.cache import client_indices, dataset_on, model_skeleton
+
+if TYPE_CHECKING:
+    from fedpfn.config import RunConfig
 
 
-def data_order_seed(run_seed: int, server_round: int, partition_id: int) -> int:
-    """Each client's shuffle in each round: reproducible, and independent of the worker."""
-    return (run_seed * 1_000_003 + server_round * 10_007 + partition_id) % (2**63 - 1)
+@dataclass(frozen=True)
+class NoParams:
+    """An algorithm without hyperparameters of its own."""
 
 
-class FedAvgClient(NoHooks):
-    """Local SGD with momentum and weight decay; uploads the whole trained model."""
+@dataclass
+class RoundContext:
+    """What a client part may read in one round."""
 
-    def __init__(self, cfg: RunConfig, partition_id: int, state: RecordDict, device: torch.device):
-        self.cfg = cfg
-        self.partition_id = partition_id
-        self.state = state  # Flower's context.state: persists across rounds for this node
-        self.device = device
-        self.global_params: dict[str, torch.Tensor] = {}
+    cfg: RunConfig
+    partition_id: int
+    server_round: int
+    lr: float
+    device: torch.device
+    state: ClientState  # records kept across this client's rounds
+    global_params: dict[str, torch.Tensor]  # the parameters as received
+    # entries that do not train this round (an anchor method fills it); a rule that keeps
+    # per-entry statistics leaves them unchanged there
+    frozen: dict[str, torch.Tensor] = field(default_factory=dict)
 
-    def fit(self, content: RecordDict) -> RecordDict:
-        """One round of local training from the received global model and config."""
-        arrays, config = content.array_records["arrays"], content.config_records["config"]
-        server_round = self.server_round = int(config["server-round"])
-        self.resumed_from = int(config.get("resumed-from", 0))
-        data = dataset_on(self.cfg, self.device)
-        indices = client_indices(self.cfg)[self.partition_id]
-        model = model_skeleton(self.cfg, self.device)
-        model.load_state_dict(arrays.to_torch_state_dict())
-        self.global_params = {n: p.detach().clone() for n, p in model.named_parameters()}
-        self.begin_round(model, content)
-        optimizer = make_optimizer(
-            model, self.cfg.optimizer, float(config["lr"]), self.cfg.momentum, self.cfg.weight_decay
-        )
-        generator = torch.Generator().manual_seed(
-            data_order_seed(self.cfg.seed, server_round, self.partition_id)
-        )
-        batches = minibatches(indices, self.cfg.batch_size, self.cfg.local_epochs, generator)
-        loss, steps = train_local(model, data.train_x, data.train_y, batches, optimizer, hooks=self)
-        self.end_round(model, config, steps)
-        metrics = MetricRecord(
-            {"train-loss": loss, "num-examples": len(indices), "partition-id": self.partition_id}
-        )
-        return RecordDict({"arrays": self.upload(model, config), "metrics": metrics, **self.extra_records()})
 
-    # --- hooks ---------------------------------------------------------------------------
+class ClientPart(NoHooks):
+    """A client rule or an anchor method: a name, its hyperparameters and hooks (all empty here)."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type] = NoParams
+    optimizers: ClassVar[tuple[str, ...]] = ("sgd", "adam")  # local optimizers it is defined for
+    state_keys: ClassVar[tuple[str, ...]] = ()  # records it keeps across rounds (ClientState)
+
+    def __init__(self, ctx: RoundContext) -> None:
+        self.ctx = ctx
+        self.params: Any = ctx.cfg.params(self.Params)
 
     def begin_round(self, model: nn.Module, content: RecordDict) -> None:
-        """Called after the global weights are loaded, before the first step.
+        """After the global weights are loaded, before the first step; `content` is the message."""
 
-        `content` is the whole server message: the config and any server state records.
-        """
+    def end_round(self, model: nn.Module, steps: int) -> None:
+        """After the last step, before the reply is built."""
 
-    def end_round(self, model: nn.Module, config: ConfigRecord, steps: int) -> None:
-        """Called after the last step, before the upload."""
+    def finish_reply(self, reply: RecordDict) -> None:
+        """Add records to the reply, or rewrite them (FedPNU packs what was sent)."""
 
-    def upload(self, model: nn.Module, config: ConfigRecord) -> ArrayRecord:
-        """What goes back to the server: the whole state_dict by default."""
-        return ArrayRecord(model.state_dict())
 
-    # --- persistent client state (SCAFFOLD's c_i, FedDyn's gradient) -----------------------
+class FedAvgClient(ClientPart):
+    """FedAvg's rule: local SGD from the received model, the whole trained model sent back."""
 
-    def persistent(self, key: str) -> ArrayRecord | None:
-        """This client's record `key` from earlier rounds, or None in its first round.
+    name = "fedavg"
 
-        After a resume the process is new and `context.state` empty: the record then
-        comes from disk, as it was at the checkpoint the run resumed from.
-        """
-        record = self.state.array_records.get(key)
-        if record is None and self.resumed_from > 0:
-            record = self._store().load(key, up_to_round=self.resumed_from)
-        return record
 
-    def persist(self, key: str, record: ArrayRecord) -> None:
-        """Keep `record` for this client's next round, and on disk when checkpointing."""
-        self.state[key] = record
-        every = self.cfg.checkpoint_every
-        if every:
-            last_checkpoint = (self.server_round - 1) // every * every
-            self._store().save(key, record, self.server_round, last_checkpoint)
-
-    def _store(self) -> ClientStateStore:
-        return ClientStateStore(self.cfg.run_dir, self.partition_id)
-
-    def extra_records(self) -> dict[str, ArrayRecord]:
-        """Further records for the server (e.g. SCAFFOLD's control-variate change)."""
-        return {}
+def local_round(
+    parts: list[type[ClientPart]],
+    cfg: RunConfig,
+    partition_id: int,
+    context_state: RecordDict,
+    device: torch.device,
+    content: RecordDict,
+) -> RecordDict:
+    """One round of local training from a train message; returns the reply's content."""
+    started = time.perf_counter()
+    config = content.config_records[protocol.CONFIG]
+    server_round = int(config[protocol.SERVER_ROUND])
+    model = model_skeleton(cfg, device)
+    model.load_state_dict(content.array_records[protocol.ARRAYS].to_torch_state_dict())
+    state = ClientState.of(cfg, partition_id, context_state, int(config.get(protocol.RESUMED_FROM, 0)))
+    ctx = RoundContext(
+        cfg=cfg,
+        partition_id=partition_id,
+        server_round=server_round,
+        lr=float(config[protocol.LR]),
+        device=device,
+        state=state,
+        global_params={n: p.detach().clone() for n, p in model.named_parameters()},
+    )
+    hooks = CompositeHooks([cls(ctx) for cls in parts])
+    for part in hooks.parts:
+        part.begin_round(model, content)
+    data = dataset_on(cfg, device)
+    indices = client_indices(cfg)[partition_id]
+    optimizer = make_optimizer(model, cfg.optimizer, ctx.lr, cfg.momentum, cfg.weight_decay)
+    generator = torch_generator(cfg.seed, Stream.DATA_ORDER, server_round, partition_id)
+    batches = minibatches(indices, cfg.batch_size, cfg.local_epochs, generator)
+    result = train_local(model, data.train_x, data.train_y, batches, optimizer, hooks)
+    for part in hooks.parts:
+        part.end_round(model, result.steps)
+    metrics = MetricRecord(
+        {
+            protocol.TRAIN_LOSS: result.loss,
+            protocol.TRAIN_ACCURACY: result.accuracy,
+            protocol.NUM_EXAMPLES: len(indices),
+            protocol.PARTITION_ID: partition_id,
+            protocol.TRAIN_SECONDS: time.perf_counter() - started,
+        }
+    )
+    reply = RecordDict({protocol.ARRAYS: ArrayRecord(model.state_dict()), protocol.METRICS: metrics})
+    for part in hooks.parts:
+        part.finish_reply(reply)
+    return reply

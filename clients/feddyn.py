@@ -5,60 +5,66 @@ alpemreacar/FedDyn, which FL-bench's feddyn follows):
 
     L_k(w) − ⟨∇L_k(w_k^{t−1}), w⟩ + (alpha/2)·||w − w^{t−1}||²
 
-The linear term's vector g = ∇L_k(w_k^{t−1}) is the client's state (`feddyn-grad` in
-Flower's `context.state`, zeros in its first round), updated after training as
+The linear term's vector g = ∇L_k(w_k^{t−1}) is the client's state (zeros in its first
+round), updated after training as
 
     g ← g − alpha·(w_k^t − w^{t−1})
 
-(the authors keep −g/alpha and add w_k − w_global to it: the same thing). alpha is
-cfg.feddyn_alpha for every client (the authors' code divides it by the client's relative
-data size; not done here). With anchors, anchored entries did not move, so g is unchanged
-there.
+(the authors keep −g/alpha and add w_k − w_global to it: the same thing). alpha is the same
+for every client (the authors' code divides it by the client's relative data size; not
+done here). Entries that did not train keep their g, since w_k = w there.
+The server side (h and the corrected average) is strategies/feddyn.py.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
-from flwr.app import ConfigRecord, RecordDict
+from flwr.app import RecordDict
 from torch import nn
 
-from clients.base import FedAvgClient
-from fedpfn.records import to_array_record, to_numpy
+from clients.base import ClientPart
+from fedpfn.protocol import to_array_record, to_numpy
+from fedpfn.settings import above, setting
 
-GRAD = "feddyn-grad"  # the client's ∇L_k(previous local model), kept in context.state
+GRAD = "feddyn-grad"  # the client's ∇L_k(previous local model), kept across rounds
 
 
-class FedDynClient(FedAvgClient):
+@dataclass(frozen=True)
+class FedDynParams:
+    feddyn_alpha: float = setting(0.01, "FedDyn regularisation coefficient alpha", above(0))
+
+
+class FedDynClient(ClientPart):
+    name = "feddyn"
+    Params = FedDynParams
+    state_keys = (GRAD,)
+
     def begin_round(self, model: nn.Module, content: RecordDict) -> None:
-        super().begin_round(model, content)
-        stored = self.persistent(GRAD)
+        stored = self.ctx.state.load(GRAD)
         arrays = to_numpy(stored) if stored is not None else {}
         self.dyn_grad = {
-            name: (
-                torch.from_numpy(np.array(arrays[name], dtype=np.float32)).to(p.device)
-                if name in arrays
-                else torch.zeros_like(p)
-            )
+            name: torch.from_numpy(np.array(arrays[name], dtype=np.float32)).to(p.device)
+            if name in arrays
+            else torch.zeros_like(p)
             for name, p in model.named_parameters()
         }
 
-    def loss_term(self, model: nn.Module) -> torch.Tensor | None:
-        extra = super().loss_term(model)
-        alpha = self.cfg.feddyn_alpha
+    def loss_term(self, model: nn.Module, inputs: torch.Tensor) -> torch.Tensor | None:
+        alpha, start = self.params.feddyn_alpha, self.ctx.global_params
         linear = quadratic = 0.0
         for name, p in model.named_parameters():
             linear = linear + (self.dyn_grad[name] * p).sum()
-            quadratic = quadratic + (p - self.global_params[name]).pow(2).sum()
-        dyn = -linear + 0.5 * alpha * quadratic
-        return dyn if extra is None else extra + dyn
+            quadratic = quadratic + (p - start[name]).pow(2).sum()
+        return -linear + 0.5 * alpha * quadratic
 
-    def end_round(self, model: nn.Module, config: ConfigRecord, steps: int) -> None:
-        super().end_round(model, config, steps)
-        alpha = self.cfg.feddyn_alpha
+    def end_round(self, model: nn.Module, steps: int) -> None:
+        alpha, start = self.params.feddyn_alpha, self.ctx.global_params
         with torch.no_grad():
             new = {
-                name: (self.dyn_grad[name] - alpha * (p - self.global_params[name])).cpu().numpy()
+                name: (self.dyn_grad[name] - alpha * (p - start[name])).cpu().numpy()
                 for name, p in model.named_parameters()
             }
-        self.persist(GRAD, to_array_record(new))
+        self.ctx.state.save(GRAD, to_array_record(new), self.ctx.server_round)

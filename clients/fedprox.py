@@ -1,23 +1,31 @@
-"""FedProx (Li et al., 2020): local SGD plus a proximal term (mu/2)·||w − w_global||²."""
+"""FedProx (Li et al., MLSys 2020): local SGD plus a proximal term (mu/2)·||w − w_global||²."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from clients.base import FedAvgClient
+from clients.base import ClientPart
+from fedpfn.settings import at_least, setting
 
 
-class FedProxClient(FedAvgClient):
-    """FedAvg's loop with the proximal term added to every step's loss (mu = cfg.prox_mu)."""
+@dataclass(frozen=True)
+class FedProxParams:
+    prox_mu: float = setting(0.01, "FedProx proximal coefficient mu", at_least(0))
 
-    def loss_term(self, model: nn.Module) -> torch.Tensor | None:
-        extra = super().loss_term(model)
-        mu = self.cfg.prox_mu
+
+class FedProxClient(ClientPart):
+    """FedAvg's loop with the proximal term added to every step's loss."""
+
+    name = "fedprox"
+    Params = FedProxParams
+
+    def loss_term(self, model: nn.Module, inputs: torch.Tensor) -> torch.Tensor | None:
+        mu = self.params.prox_mu
         if mu == 0:
-            return extra
-        prox = sum(
-            (p - self.global_params[name]).pow(2).sum() for name, p in model.named_parameters()
-        )
-        prox = 0.5 * mu * prox
-        return prox if extra is None else extra + prox
+            return None
+        start = self.ctx.global_params
+        prox = sum((p - start[name]).pow(2).sum() for name, p in model.named_parameters())
+        return 0.5 * mu * prox

@@ -1,4 +1,4 @@
-"""Fixed neuron anchors (TNA-PFN): seeded masks and an exact freeze.
+"""Fixed neuron anchors (TNA-PFN): their settings, seeded masks and an exact freeze.
 
 A mask is drawn from a seed, so a server sends one integer and every client rebuilds the
 same mask. `True` marks an anchor: an entry that keeps its anchor value bit for bit through
@@ -8,23 +8,49 @@ local training, whatever the optimizer does to it (momentum, weight decay, Adam)
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
+from fedpfn.settings import between, one_of, setting
 from fedpfn.training import NoHooks
 
 AnchorMask = dict[str, torch.Tensor]  # parameter name -> bool tensor of its shape
+
+GRANULARITIES = ("weight", "neuron")
+SCHEDULES = ("round", "fixed")
+SERVER_STEPS = ("keep", "reset")
 
 _NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm)
 _NEURON_TYPES = (nn.Linear, nn.modules.conv._ConvNd)
 
 
-def mask_seed(run_seed: int, server_round: int, schedule: str) -> int:
-    """The seed a round's mask is drawn from; `fixed` uses one mask for the whole run."""
-    round_key = 0 if schedule == "fixed" else server_round
-    return (run_seed * 1_000_003 + round_key * 7_919 + 12_345) % (2**63 - 1)
+@dataclass(frozen=True)
+class AnchorParams:
+    """The settings of FedPFN and FedPNU, shared by their client and server sides."""
+
+    anchor_ratio: float = setting(
+        0.4, "fraction of entries fixed as anchors", between(0, 1, high_open=True)
+    )
+    anchor_granularity: str | None = setting(
+        None,
+        "weight or neuron (default: weight for fedpfn, neuron for fedpnu)",
+        one_of(GRANULARITIES),
+    )
+    anchor_schedule: str = setting(
+        "round", "round: a new mask every round; fixed: one mask, the initial weights, all run",
+        one_of(SCHEDULES),
+    )
+    anchor_classifier: bool = setting(True, "anchor the classifier layer too")
+    anchor_norm: bool = setting(True, "anchor norm-layer scales and shifts too")
+    anchor_server_step: str = setting(
+        "keep",
+        "round schedule under a server optimizer: keep its own step on anchored entries, "
+        "or reset them to their anchor values",
+        one_of(SERVER_STEPS),
+    )
 
 
 def _classifier_params(model: nn.Module) -> set[str]:
@@ -46,6 +72,13 @@ def _params_by_module(model: nn.Module) -> Iterator[tuple[nn.Module, str, nn.Par
             yield module, f"{module_name}.{local_name}" if module_name else local_name, param
 
 
+def _exactly(count: int, ratio: float, gen: torch.Generator) -> torch.Tensor:
+    """A bool vector with exactly round(ratio * count) True entries at seeded places."""
+    chosen = torch.zeros(count, dtype=torch.bool)
+    chosen[torch.randperm(count, generator=gen)[: round(ratio * count)]] = True
+    return chosen
+
+
 def draw_mask(
     model: nn.Module,
     ratio: float,
@@ -56,13 +89,14 @@ def draw_mask(
 ) -> AnchorMask:
     """Draw which entries are anchors; parameters out of scope get no entry.
 
-    `weight`: each entry is an anchor with probability `ratio`. `neuron`: each output
-    neuron (row of a Linear, output channel of a conv) is, with its bias entry and the
-    scale and shift of the norm layer that follows it. Buffers are never masked.
+    `weight`: each entry is an anchor with probability `ratio`. `neuron`: exactly
+    round(ratio * n) of the n output neurons of each layer (rows of a Linear, output
+    channels of a conv) are, each with its bias entry and the scale and shift of the norm
+    layer that follows it. Buffers are never masked.
     """
     if not 0 <= ratio < 1:
         raise ValueError(f"anchor ratio {ratio} must be in [0, 1)")
-    if granularity not in ("weight", "neuron"):
+    if granularity not in GRANULARITIES:
         raise ValueError(f"anchor granularity '{granularity}' must be weight or neuron")
     gen = torch.Generator().manual_seed(seed)
     skip = set() if include_classifier else _classifier_params(model)
@@ -79,8 +113,7 @@ def draw_mask(
         rows = neuron_rows.get(id(module))
         if rows is None:
             tied = is_norm and last_rows is not None and last_rows.numel() == param.shape[0]
-            num_neurons = param.shape[0] if param.dim() else 1
-            rows = last_rows if tied else torch.rand(num_neurons, generator=gen) < ratio
+            rows = last_rows if tied else _exactly(param.shape[0] if param.dim() else 1, ratio, gen)
             neuron_rows[id(module)] = rows
             if isinstance(module, _NEURON_TYPES):
                 last_rows = rows
@@ -93,6 +126,10 @@ def anchored_fraction(mask: AnchorMask) -> float:
     """Fraction of masked-scope entries that are anchors."""
     total = sum(m.numel() for m in mask.values())
     return sum(int(m.sum()) for m in mask.values()) / max(total, 1)
+
+
+def as_numpy(mask: AnchorMask) -> dict[str, np.ndarray]:
+    return {name: m.numpy() for name, m in mask.items()}
 
 
 _INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -130,29 +167,3 @@ class AnchorFreeze(NoHooks):
 
     def after_step(self, model: nn.Module) -> None:
         self.restore()
-
-
-def pack_free(arrays: dict[str, np.ndarray], mask: AnchorMask) -> dict[str, np.ndarray]:
-    """Keep only the trained (non-anchor) entries of masked arrays, flattened.
-
-    The receiver knows the mask from the seed, so positions need not travel.
-    """
-    return {
-        name: value[~mask[name].numpy()] if name in mask else value
-        for name, value in arrays.items()
-    }
-
-
-def unpack_free(
-    packed: dict[str, np.ndarray], reference: dict[str, np.ndarray], mask: AnchorMask
-) -> dict[str, np.ndarray]:
-    """Rebuild full arrays from `pack_free` output, anchors taken from `reference`."""
-    full = {}
-    for name, value in packed.items():
-        if name in mask:
-            whole = reference[name].copy()
-            whole[~mask[name].numpy()] = value
-            full[name] = whole
-        else:
-            full[name] = value
-    return full

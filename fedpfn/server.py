@@ -3,51 +3,49 @@
 Flower's `Strategy.start` runs a loop too; this one adds what a research simulator needs
 around the same strategy hooks: seeded sampling over partition ids, failed replies
 counted and tolerated, communication measured, metrics flushed per round, checkpoints
-and resume. Any Flower strategy still does the aggregation.
+and resume. The composed strategy (strategies.composed) does the aggregation.
 """
 
 from __future__ import annotations
 
 import logging
-import pickle
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Strategy
-from rich.console import Console
 
+from fedpfn import protocol
+from fedpfn.algorithms import build_strategy, state_keys
+from fedpfn.cache import dataset_on, initial_model, partition_label_counts
 from fedpfn.config import RunConfig
-from fedpfn.records import arrays_bytes, to_array_record
-from fedpfn.results import RunFolder
+from fedpfn.runfolder import RunFolder, RunFolderError
 from fedpfn.training import evaluate, pick_device
-from fedpfn.workspace import dataset_on, initial_model, partition_label_counts
-from strategies import SampledGrid, build_strategy, sample_clients
+from strategies import SampledGrid, sample_clients
 
 log = logging.getLogger("fedpfn")
 
 NODE_WAIT_SECONDS = 600.0
+LAST_ROUNDS = 5  # the window of the summary's `last5_mean_accuracy`
 
 
 class FederationError(RuntimeError):
     """The federation cannot go on (nodes missing, inconsistent partitions)."""
 
 
-def round_config(cfg: RunConfig, server_round: int, resumed_from: int = 0) -> ConfigRecord:
-    """What every client needs for one round; the config travels so clients need no files.
+def train_config(cfg: RunConfig, server_round: int, resumed_from: int = 0) -> ConfigRecord:
+    """What every client needs for one round; the settings travel so clients need no files.
 
-    `resumed-from` tells clients whose in-memory state was lost which checkpoint to load.
+    RESUMED_FROM tells clients whose in-memory state was lost which checkpoint to load.
     """
     return ConfigRecord(
         {
-            "server-round": server_round,
-            "lr": cfg.lr_at(server_round),
-            "resumed-from": resumed_from,
-            "run-config": cfg.to_json(),
+            protocol.SERVER_ROUND: server_round,
+            protocol.LR: cfg.lr_at(server_round),
+            protocol.RESUMED_FROM: resumed_from,
+            protocol.RUN_CONFIG: cfg.to_json(),
         }
     )
 
@@ -70,7 +68,7 @@ def discover_partitions(grid: Grid, num_clients: int) -> dict[int, int]:
     for reply in grid.send_and_receive(queries, timeout=NODE_WAIT_SECONDS):
         if reply.has_error():
             raise FederationError(f"node {reply.metadata.src_node_id} failed: {reply.error.reason}")
-        partition_id = int(reply.content.config_records["node"]["partition-id"])
+        partition_id = int(reply.content.config_records[protocol.NODE][protocol.PARTITION_ID])
         mapping[partition_id] = reply.metadata.src_node_id
     missing = sorted(set(range(num_clients)) - set(mapping))
     if missing:
@@ -81,48 +79,29 @@ def discover_partitions(grid: Grid, num_clients: int) -> dict[int, int]:
     return mapping
 
 
-def strategy_state(strategy: Strategy) -> bytes:
-    """Everything a strategy (and the strategies it wraps) holds that can be pickled."""
-    state: dict[str, Any] = {}
-    for key, value in vars(strategy).items():
-        if isinstance(value, Strategy):
-            state[key] = ("strategy", strategy_state(value))
-            continue
-        try:
-            state[key] = ("value", pickle.dumps(value))
-        except (pickle.PicklingError, TypeError, AttributeError):
-            continue  # callables such as metric aggregation functions stay as built
-    return pickle.dumps(state)
+def first_line(reason: str) -> str:
+    lines = [line for line in reason.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "unknown error"
 
 
-def load_strategy_state(strategy: Strategy, blob: bytes) -> None:
-    for key, (kind, value) in pickle.loads(blob).items():
-        if kind == "strategy":
-            load_strategy_state(getattr(strategy, key), value)
-        else:
-            setattr(strategy, key, pickle.loads(value))
+class ServerLoop:
+    """One run on the server side: the global model, the strategy, the run folder."""
 
-
-@dataclass
-class RoundResult:
-    arrays: ArrayRecord
-    record: dict[str, Any]
-
-
-class Federation:
-    """The state of one run on the server side."""
-
-    def __init__(self, grid: Grid, cfg: RunConfig, folder: RunFolder) -> None:
+    def __init__(self, grid: Grid, cfg: RunConfig, folder: RunFolder, checkpoint: dict[str, Any] | None) -> None:
+        """`checkpoint`: what `resume_point` found (None: start at round 1)."""
         self.grid = grid
         self.cfg = cfg
         self.folder = folder
         self.device = pick_device(want_gpu=cfg.client_gpus > 0 or torch.cuda.is_available())
         self.model = initial_model(cfg).to(self.device)
-        self.strategy = build_strategy(cfg, self.model)  # the mask reads names and shapes only
+        self.strategy = build_strategy(cfg, self.model)
         self.test = dataset_on(cfg, self.device)
         self.arrays = ArrayRecord(self.model.state_dict())
         self.next_round = 1
         self.resumed_from = 0
+        self.elapsed_before = 0.0  # seconds spent by earlier processes of this run
+        if checkpoint is not None:
+            self.restore(checkpoint)
 
     # --- one round -----------------------------------------------------------------------
 
@@ -130,29 +109,28 @@ class Federation:
         cfg = self.cfg
         chosen = sample_clients(cfg.seed, server_round, cfg.num_clients, cfg.clients_per_round)
         view = SampledGrid(self.grid, [nodes[p] for p in chosen])
-        messages = list(
-            self.strategy.configure_train(
-                server_round, self.arrays, round_config(cfg, server_round, self.resumed_from), view
-            )
-        )
-        bytes_down = sum(arrays_bytes(m.content) for m in messages)
+        config = train_config(cfg, server_round, self.resumed_from)
+        messages = list(self.strategy.configure_train(server_round, self.arrays, config, view))
+        bytes_down = sum(protocol.arrays_bytes(m.content) for m in messages)
         replies = list(self.grid.send_and_receive(messages))
         good = sorted(
             (r for r in replies if not r.has_error()),
-            key=lambda r: int(r.content.metric_records["metrics"]["partition-id"]),
+            key=lambda r: int(r.content.metric_records[protocol.METRICS][protocol.PARTITION_ID]),
         )
-        failures = len(messages) - len(good)
         for reply in replies:
             if reply.has_error():
-                log.warning("round %d: a client failed: %s", server_round, reply.error.reason)
-        bytes_up = sum(arrays_bytes(r.content) for r in good)
+                log.warning("round %d: a client failed: %s", server_round, first_line(reply.error.reason))
+                log.debug("round %d: client failure in full: %s", server_round, reply.error.reason)
+        bytes_up = sum(protocol.arrays_bytes(r.content) for r in good)
+        client_rows = [self._client_row(server_round, r) for r in good]
         train_loss = float("nan")
-        if len(good) >= cfg.min_replies:
+        skipped = len(good) < cfg.min_replies
+        if not skipped:
             arrays, metrics = self.strategy.aggregate_train(server_round, good)
             if arrays is not None:
                 self.arrays = arrays
             if metrics is not None:
-                train_loss = float(metrics["train-loss"])
+                train_loss = float(metrics[protocol.TRAIN_LOSS])
         else:
             log.warning(
                 "round %d skipped: %d successful replies < min_replies %d; global model kept",
@@ -162,13 +140,24 @@ class Federation:
             )
         return {
             "num_clients": len(good),
-            "num_failures": failures,
+            "num_failures": len(messages) - len(good),
             "clients": chosen,
             "train_loss": train_loss,
             "bytes_down": bytes_down,
             "bytes_up": bytes_up,
-            "skipped": len(good) < cfg.min_replies,
+            "skipped": skipped,
+            **self.strategy.round_summary(),
+            "_client_rows": client_rows,
         }
+
+    @staticmethod
+    def _client_row(server_round: int, reply: Message) -> dict[str, Any]:
+        metrics = reply.content.metric_records[protocol.METRICS]
+        row: dict[str, Any] = {"round": server_round}
+        for key, value in metrics.items():
+            row[key.replace("-", "_")] = value
+        row["bytes_up"] = protocol.arrays_bytes(reply.content)
+        return row
 
     def evaluate_global(self) -> tuple[float, float]:
         self.model.load_state_dict(self.arrays.to_torch_state_dict())
@@ -183,38 +172,43 @@ class Federation:
 
     # --- checkpoints ---------------------------------------------------------------------
 
-    def checkpoint(self, completed_round: int) -> None:
-        self.folder.save_checkpoint(
-            {
-                "round": completed_round,
-                "arrays": {k: v.numpy() for k, v in self.arrays.items()},
-                "strategy": strategy_state(self.strategy),
-            }
-        )
+    def checkpoint(self, completed_round: int, elapsed: float) -> None:
+        tree = {
+            "round": completed_round,
+            "elapsed_seconds": elapsed,
+            "model": protocol.to_numpy(self.arrays),
+            "strategy": self.strategy.state(),
+        }
+        self.folder.save_checkpoint(self.cfg.fingerprint(), tree)
 
     def restore(self, checkpoint: dict[str, Any]) -> None:
-        self.arrays = to_array_record(checkpoint["arrays"])
-        load_strategy_state(self.strategy, checkpoint["strategy"])
+        self.arrays = protocol.to_array_record(checkpoint["model"])
+        self.strategy.load_state(checkpoint["strategy"])
         self.resumed_from = int(checkpoint["round"])
         self.next_round = self.resumed_from + 1
+        self.elapsed_before = float(checkpoint["elapsed_seconds"])
+
+    def start_or_resume(self) -> None:
+        """Drop what came after the checkpoint; a new run also writes its round-0 files."""
+        self.folder.keep_metrics_up_to(self.resumed_from)
+        if self.resumed_from == 0:
+            self.model.load_state_dict(self.arrays.to_torch_state_dict())
+            self.folder.save_model(0, self.model.state_dict())
+            self.write_partition_report()
 
     # --- the loop ------------------------------------------------------------------------
 
-    def run(self, progress: "Progress | None" = None) -> dict[str, Any]:
+    def run(self, progress: Progress | None = None) -> dict[str, Any]:
         cfg = self.cfg
         started = time.perf_counter()
-        checkpoint = self.folder.load_checkpoint()
-        if checkpoint is not None:
-            self.restore(checkpoint)
-            self.folder.keep_metrics_up_to(self.next_round - 1)
-        else:
-            self.folder.save_model(0, self.model.state_dict())
-            self.write_partition_report()
+        self.start_or_resume()
         nodes = discover_partitions(self.grid, cfg.num_clients)
         for server_round in range(self.next_round, cfg.rounds + 1):
             t0 = time.perf_counter()
             record = self.train_round(server_round, nodes)
-            test_loss, test_acc = self.evaluate_global()
+            client_rows = record.pop("_client_rows")
+            evaluated = server_round % cfg.eval_every == 0 or server_round == cfg.rounds
+            test_loss, test_acc = self.evaluate_global() if evaluated else (None, None)
             record = {
                 "round": server_round,
                 "test_accuracy": test_acc,
@@ -222,13 +216,15 @@ class Federation:
                 **record,
                 "seconds": time.perf_counter() - t0,
             }
+            for row in client_rows:
+                self.folder.append_metrics(row, name="clients.jsonl")
             self.folder.append_metrics(record)
             if progress is not None:
                 progress.round_done(record)
             due = cfg.checkpoint_every and server_round % cfg.checkpoint_every == 0
             if due or server_round == cfg.rounds:
-                self.checkpoint(server_round)
-        return self.finish(time.perf_counter() - started)
+                self.checkpoint(server_round, self.elapsed_before + time.perf_counter() - started)
+        return self.finish(self.elapsed_before + time.perf_counter() - started)
 
     def finish(self, wall_seconds: float) -> dict[str, Any]:
         from fedpfn.plots import plot_run  # matplotlib only where a run ends, not in every client
@@ -236,37 +232,88 @@ class Federation:
         self.model.load_state_dict(self.arrays.to_torch_state_dict())
         self.folder.save_model(self.cfg.rounds, self.model.state_dict())
         rows = self.folder.read_metrics()
-        plot_run(rows, self.folder.path / "accuracy.png", title=self.cfg.algorithm)
-        last = rows[-5:]
-        summary = {
-            "algorithm": self.cfg.algorithm,
-            "server": self.cfg.server,
-            "rounds": self.cfg.rounds,
-            "final_test_accuracy": rows[-1]["test_accuracy"],
-            "final_test_loss": rows[-1]["test_loss"],
-            "best_test_accuracy": max(r["test_accuracy"] for r in rows),
-            "last5_mean_accuracy": float(np.mean([r["test_accuracy"] for r in last])),
-            "bytes_up_total": sum(r["bytes_up"] for r in rows),
-            "bytes_down_total": sum(r["bytes_down"] for r in rows),
-            "num_failures_total": sum(r["num_failures"] for r in rows),
-            "wall_seconds": wall_seconds,
-        }
+        plot_run(rows, self.folder.path / "accuracy.png", title=setting_title(self.cfg))
+        summary = summarise_rows(rows)
+        summary.update(algorithm=self.cfg.algorithm, server=self.cfg.server, wall_seconds=wall_seconds)
         self.folder.write_summary(summary)
         return summary
+
+
+def resume_point(cfg: RunConfig, folder: RunFolder) -> dict[str, Any] | None:
+    """The checkpoint a run in `folder` continues from, checked without writing anything.
+
+    None means round 1. Refused: a checkpoint of other settings, metrics that do not cover
+    it, a stateful client rule whose saved client state is missing.
+    """
+    from clients.state import ClientStateStore
+
+    checkpoint = folder.load_checkpoint(cfg.fingerprint())
+    if checkpoint is None:
+        return None
+    last = int(checkpoint["round"])
+    rows = folder.read_metrics()
+    if len(rows) < last:
+        raise RunFolderError(
+            f"{folder.path}/metrics.jsonl holds rounds 1..{len(rows)} but the checkpoint covers 1..{last}; "
+            "the run folder is damaged"
+        )
+    trained = sorted({pid for row in rows[:last] for pid in row.get("clients", [])})
+    for key in state_keys(cfg):
+        for pid in trained:
+            if ClientStateStore(folder.path, pid).load(key, last) is None:
+                raise RunFolderError(
+                    f"{folder.path}/client_state lacks client {pid}'s '{key}' from rounds <= {last}; "
+                    "the run cannot be resumed with the same numbers"
+                )
+    return checkpoint
+
+
+def summarise_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The summary figures of a run's metrics rows (evaluated rounds only for accuracy)."""
+    evaluated = [r for r in rows if r["test_accuracy"] is not None]
+    window = evaluated[-LAST_ROUNDS:]
+    fractions = [r["anchored_fraction"] for r in rows if r.get("anchored_fraction") is not None]
+    summary: dict[str, Any] = {
+        "rounds": rows[-1]["round"],
+        "final_test_accuracy": rows[-1]["test_accuracy"],
+        "final_test_loss": rows[-1]["test_loss"],
+        "last5_mean_accuracy": float(np.mean([r["test_accuracy"] for r in window])),
+        "last5_window": f"last {len(window)} of {len(evaluated)} evaluated rounds",
+        "bytes_up_total": sum(r["bytes_up"] for r in rows),
+        "bytes_down_total": sum(r["bytes_down"] for r in rows),
+        "num_failures_total": sum(r["num_failures"] for r in rows),
+    }
+    if fractions:
+        summary["anchored_fraction"] = float(np.mean(fractions))
+    return summary
+
+
+def setting_title(cfg: RunConfig) -> str:
+    """The run's setting in one line, for figure titles."""
+    server = "" if cfg.server == "fedavg" else f" + {cfg.server}"
+    split = f"Dirichlet {cfg.alpha:g}" if cfg.partition == "dirichlet" else cfg.partition
+    return (
+        f"{cfg.algorithm}{server} · {cfg.dataset} {cfg.model} · {cfg.num_clients} clients "
+        f"({cfg.clients_per_round}/round), {split} · seed {cfg.seed}"
+    )
 
 
 class Progress:
     """One line per round: a long run shows where it is (coloured on a terminal)."""
 
     def __init__(self, total_rounds: int) -> None:
+        from rich.console import Console
+
         self.total = total_rounds
         self.console = Console(highlight=False)
 
     def round_done(self, record: dict[str, Any]) -> None:
         failed = f" [red]failed {record['num_failures']}[/red]" if record["num_failures"] else ""
         skipped = " [red]skipped[/red]" if record["skipped"] else ""
+        acc = "   -  " if record["test_accuracy"] is None else f"{record['test_accuracy']:.4f}"
+        loss = "   -  " if record["test_loss"] is None else f"{record['test_loss']:.4f}"
         self.console.print(
-            f"round {record['round']:>4}/{self.total}  acc [bold]{record['test_accuracy']:.4f}[/bold]  "
-            f"loss {record['test_loss']:.4f}  train {record['train_loss']:.4f}  "
+            f"round {record['round']:>4}/{self.total}  acc [bold]{acc}[/bold]  "
+            f"loss {loss}  train {record['train_loss']:.4f}  "
             f"clients {record['num_clients']}{failed}{skipped}  {record['seconds']:.1f}s"
         )

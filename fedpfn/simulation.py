@@ -1,46 +1,63 @@
 """One simulation on Flower's simulation engine (Ray), from a validated config.
 
-Everything that can be refused is checked here before Ray starts: settings, data files,
-the partition. A run folder is claimed only after those checks, and is marked finished
-(`summary.json`) only by a run that reached its last round.
+Everything that can be refused is checked before Ray starts and before the run folder is
+touched: settings, data files, the partition, the server strategy, resources, the folder and
+(on resume) the checkpoint, metrics and client state. A run folder is marked finished
+(`summary.json`) only by a run that reached its last round. SIGINT and SIGTERM stop a run
+within seconds, leaving the folder resumable from its last checkpoint.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
 from typing import Any
 
-import torch
-
+from fedpfn import env
 from fedpfn.config import ConfigError, RunConfig
-from fedpfn.data import DataError, find_data_problem
-from fedpfn.results import RunFolder
-from fedpfn.workspace import client_indices, dataset_for
-from partitions import PartitionError
+from fedpfn.runfolder import RunFolder, RunFolderError
 
-os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
-os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
-os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+env.flower_defaults()
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 
+log = logging.getLogger("fedpfn")
+STOP_GRACE_SECONDS = 8.0  # after a signal, Ray gets this long to shut down
+
 
 def check_runnable(cfg: RunConfig) -> None:
-    """Raise ConfigError for anything that would fail after start-up: settings, data, partition."""
-    cfg.validated()
+    """Raise ConfigError for anything that would fail after start-up: data, partition, resources."""
+    import torch
+
+    from fedpfn.cache import client_indices, dataset_for
+    from fedpfn.data import DataError, find_data_problem
+    from fedpfn.models import build_model
+    from partitions import PartitionError
+
     problem = find_data_problem(cfg.dataset, cfg.data_root, cfg.download)
     if problem:
         raise ConfigError(problem)
     try:
-        dataset_for(cfg)
+        data = dataset_for(cfg)
+        build_model(cfg.model, data.input_shape, data.num_classes)  # refuses images too small
         client_indices(cfg)
-    except (DataError, PartitionError) as err:
+    except (DataError, PartitionError, ValueError) as err:
         raise ConfigError(str(err)) from None
-    if cfg.client_gpus > 0 and not torch.cuda.is_available() and not cfg.ray_address:
-        raise ConfigError(
-            f"client_gpus: {cfg.client_gpus} asks for a GPU but none is visible; use --client-gpus 0"
-        )
+    if cfg.ray_address:
+        env.check_ray_address(cfg.ray_address)
+        return
+    cpus = os.cpu_count() or 1
+    if cfg.client_cpus > cpus:
+        raise ConfigError(f"client_cpus: {cfg.client_cpus:g} exceeds this machine's {cpus} CPUs")
+    if cfg.client_gpus > 0 and not torch.cuda.is_available():
+        raise ConfigError(f"client_gpus: {cfg.client_gpus:g} asks for a GPU but none is visible; use --client-gpus 0")
 
 
 def backend_config(cfg: RunConfig) -> dict[str, Any]:
@@ -48,6 +65,8 @@ def backend_config(cfg: RunConfig) -> dict[str, Any]:
 
     On a running cluster (`ray_address`) Ray counts the cluster's resources itself.
     """
+    import torch
+
     init_args: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
     if cfg.ray_address:
         init_args["address"] = cfg.ray_address
@@ -61,61 +80,108 @@ def backend_config(cfg: RunConfig) -> dict[str, Any]:
     }
 
 
-_EXPECTED_WARNINGS = (
-    "The `run_simulation` function is deprecated",  # the Python API is what run_sim.py needs
-    "fraction_evaluate is set to 0.0",  # evaluation runs on the server, by design
-)
+@contextmanager
+def stop_on_signals(folder: RunFolder) -> Iterator[None]:
+    """SIGINT/SIGTERM: one line, Ray shut down, exit 130/143, the folder left resumable.
+
+    Checkpoints are written atomically at round ends, so stopping at any moment loses at
+    most the rounds since the last one; a watchdog makes sure the process ends in seconds.
+    """
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        code = 128 + signum
+        done = [r["round"] for r in _quiet_rows(folder)]
+        where = f"after round {done[-1]}" if done else "before its first round"
+        print(f"\nstopped {where}; continue with: python run_sim.py --resume {folder.path}", file=sys.stderr)
+        threading.Timer(STOP_GRACE_SECONDS, os._exit, args=(code,)).start()
+        (folder.path / ".fedpfn.lock").unlink(missing_ok=True)
+        try:
+            import ray
+
+            ray.shutdown()
+        finally:
+            os._exit(code)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
-def _unexpected(record: logging.LogRecord) -> bool:
-    return not any(text in record.getMessage() for text in _EXPECTED_WARNINGS)
+def _quiet_rows(folder: RunFolder) -> list[dict[str, Any]]:
+    try:
+        return folder.read_metrics()
+    except (OSError, RunFolderError):
+        return []
 
 
 def quiet_flower() -> None:
     """Flower logs every sampling and aggregation step; our progress line says enough."""
-    logger = logging.getLogger("flwr")
-    logger.setLevel(logging.WARNING)
-    if _unexpected not in logger.filters:
-        logger.addFilter(_unexpected)
-
-
-def prepare_folder(cfg: RunConfig, resume: bool) -> RunFolder:
-    folder = RunFolder(cfg.run_dir)
-    if resume:
-        return folder
-    folder.start(cfg, overwrite=cfg.overwrite)
-    return folder
+    logging.getLogger("flwr").setLevel(logging.CRITICAL)
 
 
 def simulate(cfg: RunConfig, resume: bool = False, show_progress: bool = True) -> dict[str, Any]:
     """Run (or resume) one simulation and return its summary."""
-    from flwr.simulation import run_simulation
+    from fedpfn.server import resume_point
 
-    from fedpfn.app import client_app, make_server_app
-
+    cfg = dataclasses.replace(cfg, out=str(cfg.run_dir.resolve()))  # Ray workers find it from any folder
     check_runnable(cfg)
-    cfg.out = str(cfg.run_dir.resolve())  # Ray workers and resumes find it from any folder
-    with RunFolder(cfg.run_dir).exclusive():
-        folder = prepare_folder(cfg, resume)
-        quiet_flower()
-        run_simulation(
-            server_app=make_server_app(cfg, folder, show_progress),
-            client_app=client_app,
-            num_supernodes=cfg.num_clients,
-            backend_config=backend_config(cfg),
-        )
+    folder = RunFolder(cfg.run_dir)
+    if not resume:
+        folder.check_new_run(cfg.overwrite)
+    checkpoint = resume_point(cfg, folder) if resume else None
+    with folder.exclusive():
+        if not resume:
+            folder.start(cfg.to_dict(), overwrite=cfg.overwrite)
+        else:  # `--rounds N` may continue a finished run: it is unfinished again
+            folder.unfinish()
+            folder.write_config(cfg.to_dict())
+        with stop_on_signals(folder):
+            run_on_ray(cfg, folder, checkpoint, show_progress)
     if not folder.is_finished():
         raise RuntimeError(f"the simulation ended without finishing; see {folder.path}")
     return folder.read_summary()
 
 
-def resume_config(run_dir: str) -> RunConfig:
-    """The config a run folder was started with, if it can be resumed."""
+def run_on_ray(cfg: RunConfig, folder: RunFolder, checkpoint: dict[str, Any] | None, show_progress: bool) -> None:
+    from fedpfn.app import client_app, make_server_app
+    from fedpfn.flower import run_simulation
+
+    quiet_flower()
+    run_simulation(
+        server_app=make_server_app(cfg, folder, checkpoint, show_progress),
+        client_app=client_app,
+        num_supernodes=cfg.num_clients,
+        backend_config=backend_config(cfg),
+    )
+
+
+def resume_config(run_dir: str, overrides: dict[str, Any]) -> RunConfig:
+    """The settings a run folder was started with; `overrides` may only extend `rounds`.
+
+    Any other flag that differs from the run's value is refused: a resumed run keeps its
+    settings, so its numbers stay those of one uninterrupted run.
+    """
     folder = RunFolder(run_dir)
     if not folder.holds_run():
         raise ConfigError(f"resume: '{run_dir}' holds no run (no config.json)")
+    stored = RunConfig.from_dict(folder.read_config())
+    requested = RunConfig.from_dict({**stored.to_dict(), **overrides})
+    conflicts = requested.differences(stored, ignore=("out", "rounds", "overwrite", "ray_address"))
+    if conflicts:
+        raise ConfigError(
+            f"resume: the run in '{run_dir}' was made with other settings ({'; '.join(conflicts)}); "
+            "a resumed run keeps its settings (only --rounds may extend it)"
+        )
+    if requested.rounds < stored.rounds:
+        raise ConfigError(f"resume: --rounds {requested.rounds} is fewer than the run's {stored.rounds}")
     if folder.is_finished():
-        raise ConfigError(f"resume: '{run_dir}' is finished (summary.json exists); nothing to resume")
-    cfg = folder.load_config()
-    cfg.out = str(folder.path)
-    return cfg
+        if requested.rounds == stored.rounds:
+            raise ConfigError(
+                f"resume: '{run_dir}' is finished ({stored.rounds} rounds); pass --rounds N to continue it to N rounds"
+            )
+        folder.check_usable()
+    cfg = dataclasses.replace(stored, rounds=requested.rounds, out=str(folder.path), overwrite=False)
+    return cfg.validated()

@@ -1,12 +1,13 @@
 """The one local training loop, shared by every client algorithm and by the analysis tools.
 
-Algorithms differ only in the hooks they pass: an extra loss term (FedProx, FedDyn), a
-gradient correction (SCAFFOLD) and an after-step action (anchor freeze).
+Algorithms differ only in the hooks they pass: an extra loss term (FedProx, FedDyn, MOON),
+a gradient correction (SCAFFOLD) and an after-step action (the anchor freeze).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -15,7 +16,7 @@ from torch import nn
 
 
 class TrainHooks(Protocol):
-    def loss_term(self, model: nn.Module) -> torch.Tensor | None: ...
+    def loss_term(self, model: nn.Module, inputs: torch.Tensor) -> torch.Tensor | None: ...
 
     def after_backward(self, model: nn.Module) -> None: ...
 
@@ -25,7 +26,7 @@ class TrainHooks(Protocol):
 class NoHooks:
     """Plain SGD: nothing added to the loop."""
 
-    def loss_term(self, model: nn.Module) -> torch.Tensor | None:
+    def loss_term(self, model: nn.Module, inputs: torch.Tensor) -> torch.Tensor | None:
         return None
 
     def after_backward(self, model: nn.Module) -> None:
@@ -33,6 +34,32 @@ class NoHooks:
 
     def after_step(self, model: nn.Module) -> None:
         pass
+
+
+class CompositeHooks:
+    """Several parts' hooks, called in order; their loss terms add up."""
+
+    def __init__(self, parts: Sequence[TrainHooks]) -> None:
+        self.parts = list(parts)
+
+    def loss_term(self, model: nn.Module, inputs: torch.Tensor) -> torch.Tensor | None:
+        terms = [t for t in (part.loss_term(model, inputs) for part in self.parts) if t is not None]
+        return sum(terms[1:], terms[0]) if terms else None
+
+    def after_backward(self, model: nn.Module) -> None:
+        for part in self.parts:
+            part.after_backward(model)
+
+    def after_step(self, model: nn.Module) -> None:
+        for part in self.parts:
+            part.after_step(model)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    loss: float  # mean cross-entropy over the steps (without hook terms)
+    accuracy: float  # fraction of training samples classified right while training
+    steps: int
 
 
 def make_optimizer(
@@ -60,22 +87,25 @@ def train_local(
     batches: Iterator[torch.Tensor],
     optimizer: torch.optim.Optimizer,
     hooks: TrainHooks = NoHooks(),
-) -> tuple[float, int]:
-    """Train on `x[batch], y[batch]` for each index batch; return (mean loss, steps).
+) -> TrainResult:
+    """Train on `x[batch], y[batch]` for each index batch.
 
     Indexing the full tensors per batch avoids materialising a client's partition.
     """
     model.train()
     device = next(model.parameters()).device
     total_loss = torch.zeros((), device=device)
-    steps = 0
+    correct = torch.zeros((), device=device, dtype=torch.int64)
+    steps = seen = 0
     for batch in batches:
         batch = batch.to(x.device)
         inputs, targets = x[batch].to(device, non_blocking=True), y[batch].to(device, non_blocking=True)
         optimizer.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(inputs), targets)
+        logits = model(inputs)
+        loss = F.cross_entropy(logits, targets)
         total_loss += loss.detach()
-        extra = hooks.loss_term(model)
+        correct += (logits.detach().argmax(1) == targets).sum()
+        extra = hooks.loss_term(model, inputs)
         if extra is not None:
             loss = loss + extra
         loss.backward()
@@ -83,7 +113,8 @@ def train_local(
         optimizer.step()
         hooks.after_step(model)
         steps += 1
-    return float(total_loss) / max(steps, 1), steps
+        seen += len(batch)
+    return TrainResult(float(total_loss) / max(steps, 1), int(correct) / max(seen, 1), steps)
 
 
 @torch.no_grad()

@@ -1,58 +1,73 @@
-"""The server side of FedPFN / FedPNU, around any Flower strategy.
+"""FedPFN / FedPNU on the server: the round's mask seed, FedPNU's unpacking, anchored entries.
 
-It sends the round's mask seed, rebuilds FedPNU's partial uploads from the global model,
-and keeps the anchored coordinates of the new global model exactly at their anchor
-values: every client held them fixed, so the averaged update there is zero, and writing
-the anchors back removes the rounding of the weighted average (and of any server
-optimizer) instead of letting it drift over hundreds of rounds.
+Every client held the anchored entries fixed, so the plain average there is the anchor
+value up to rounding. What the new global model holds there:
+
+- schedule `fixed` (one mask, anchors = the initial weights): the anchor values, always;
+  TNA-PFN's definition. A server optimizer's step there is zero anyway (its pseudo-gradient
+  is zero on entries that never moved), so nothing it counts is undone.
+- schedule `round`, `anchor_server_step = keep` (default): the server algorithm's own step
+  stands (FedAvgM's momentum from earlier rounds, FedDyn's correction); only the rounding
+  of the weighted average is removed, as `inner − (plain mean − anchor)`. With plain
+  FedAvg that is the anchor value, bit for bit.
+- schedule `round`, `anchor_server_step = reset`: the anchor values, cancelling the server
+  algorithm's step there (its moments still count it): kept to measure the difference.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
-from flwr.app import Array, ArrayRecord, Message
-from flwr.serverapp.strategy import Strategy
-from torch import nn
+from flwr.app import RecordDict
+from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
-from clients.anchored import round_mask
-from fedpfn.anchors import AnchorMask, mask_seed, unpack_free
-from fedpfn.config import RunConfig
-from fedpfn.records import to_array_record, to_numpy
-from strategies.wrapper import StrategyWrapper
+from fedpfn.anchors import anchored_fraction, as_numpy
+from fedpfn.protocol import ANCHOR_SEED, ARRAYS, NUM_EXAMPLES, Arrays, Mask, round_mask, to_numpy, unpack_reply
+from fedpfn.seeding import Stream, seed_for
+from strategies.parts import Scalar, ServerContext, ServerPart
 
 
-class AnchorAware(StrategyWrapper):
-    def __init__(self, inner: Strategy, cfg: RunConfig, model: nn.Module) -> None:
-        super().__init__(inner)
-        self.cfg = cfg
-        self.model = model  # architecture only: the mask depends on parameter names and shapes
-        self.partial_upload = cfg.anchor_method == "fedpnu"
-
-    def mask_for(self, server_round: int) -> AnchorMask:
-        return round_mask(self.model, self.cfg, self.seed_for(server_round))
+class AnchorServer(ServerPart):
+    def __init__(self, ctx: ServerContext) -> None:
+        super().__init__(ctx)
+        self.partial_upload = ctx.cfg.anchor_method == "fedpnu"
+        self._masks: dict[int, Mask] = {}
+        self._fraction = float("nan")
 
     def seed_for(self, server_round: int) -> int:
-        return mask_seed(self.cfg.seed, server_round, self.cfg.anchor_schedule)
+        key = 0 if self.params.anchor_schedule == "fixed" else server_round
+        return seed_for(self.ctx.cfg.seed, Stream.MASK, key)
 
-    def round_config(self, server_round: int) -> dict[str, int | float | str | bool]:
-        self.mask = self.mask_for(server_round)
-        return {"anchor-seed": self.seed_for(server_round)}
+    def mask_for(self, server_round: int) -> Mask:
+        if server_round not in self._masks:
+            mask = round_mask(self.ctx.model, self.params, self.seed_for(server_round))
+            self._masks = {server_round: as_numpy(mask)}  # one round at a time
+            self._fraction = anchored_fraction(mask)
+        return self._masks[server_round]
 
-    def absorb_replies(self, server_round: int, replies: list[Message]) -> None:
-        if not self.partial_upload:
-            return
-        reference = to_numpy(self.sent_arrays)
-        for reply in replies:
-            packed = to_numpy(reply.content.array_records["arrays"])
-            reply.content["arrays"] = to_array_record(unpack_free(packed, reference, self.mask))
+    def config_entries(self, server_round: int) -> dict[str, Scalar]:
+        return {ANCHOR_SEED: self.seed_for(server_round)}
 
-    def adjust_aggregate(self, server_round: int, arrays: ArrayRecord) -> ArrayRecord:
-        sent = self.sent_arrays
-        out = {}
-        for name, array in arrays.items():
-            if name not in self.mask:
-                out[name] = array
-                continue
-            value = np.where(self.mask[name].numpy(), sent[name].numpy(), array.numpy())
-            out[name] = Array(np.ascontiguousarray(value))
-        return ArrayRecord(out)
+    def absorb(self, server_round: int, replies: list[RecordDict], sent: Arrays) -> None:
+        if self.partial_upload:
+            mask = self.mask_for(server_round)
+            for content in replies:
+                unpack_reply(content, mask, sent)
+
+    def adjust(self, server_round: int, params: Arrays, sent: Arrays, replies: list[RecordDict]) -> Arrays:
+        mask = self.mask_for(server_round)
+        reset = self.params.anchor_schedule == "fixed" or self.params.anchor_server_step == "reset"
+        plain = {} if reset else to_numpy(aggregate_arrayrecords(replies, NUM_EXAMPLES))
+        out = dict(params)
+        for name, anchored in mask.items():
+            if reset:
+                anchor_value = sent[name]
+            else:  # the inner strategy's step minus the rounding of plain averaging
+                rounding = plain[name].astype(np.float64) - sent[name]
+                anchor_value = (params[name].astype(np.float64) - rounding).astype(params[name].dtype)
+            out[name] = np.where(anchored, anchor_value, params[name])
+        return out
+
+    def round_summary(self) -> dict[str, Any]:
+        return {"anchored_fraction": self._fraction}

@@ -1,25 +1,23 @@
-"""Server algorithms by name, and a user's Strategy by dotted path."""
+"""Server algorithms by name, with their hyperparameters, and a user's Strategy by dotted path."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import json
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from flwr.serverapp.strategy import (
-    FedAdagrad,
-    FedAdam,
-    FedAvg,
-    FedAvgM,
-    FedYogi,
-    Strategy,
-)
+from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedAvg, FedAvgM, FedYogi, Strategy
 
-from fedpfn.config import ConfigError, RunConfig
+from fedpfn.settings import ConfigError, above, between, setting
 
-# Sampling happens before the strategy sees the grid (see strategies.sampling), so the
-# inner strategy takes every node it is shown and never runs federated evaluation.
-_TAKE_ALL = dict(
+# Sampling happens before the strategy sees the grid (strategies.sampling), so the inner
+# strategy takes every node it is shown and never runs federated evaluation.
+TAKE_ALL: dict[str, Any] = dict(
     fraction_train=1.0,
     fraction_evaluate=0.0,
     min_train_nodes=1,
@@ -28,46 +26,118 @@ _TAKE_ALL = dict(
 )
 
 
-def _named_strategy(cfg: RunConfig) -> Strategy:
-    lr = {} if cfg.server_lr is None else {"server_learning_rate": cfg.server_lr}
-    eta = {} if cfg.server_lr is None else {"eta": cfg.server_lr}
-    if cfg.server == "fedavg":
-        return FedAvg(**_TAKE_ALL)
-    if cfg.server == "fedavgm":
-        return FedAvgM(server_momentum=cfg.server_momentum, **lr, **_TAKE_ALL)
-    if cfg.server == "fedadam":
-        return FedAdam(beta_1=cfg.server_momentum, **eta, **_TAKE_ALL)
-    if cfg.server == "fedyogi":
-        return FedYogi(beta_1=cfg.server_momentum, **eta, **_TAKE_ALL)
-    return FedAdagrad(**eta, **_TAKE_ALL)
+@dataclass(frozen=True)
+class NoServerParams:
+    """Plain FedAvg: nothing to set."""
+
+
+@dataclass(frozen=True)
+class ServerOptParams:
+    """Server optimizers on the averaged update (FedAvgM, FedAdam, FedYogi, FedAdagrad)."""
+
+    server_lr: float | None = setting(
+        None, "server learning rate of fedavgm/fedadam/fedyogi/fedadagrad (default: Flower's)", above(0)
+    )
+    server_momentum: float = setting(
+        0.9, "server momentum (fedavgm) or beta_1 (fedadam, fedyogi)", between(0, 1, high_open=True)
+    )
+
+
+@dataclass(frozen=True)
+class UserStrategyParams:
+    server_args: str | None = setting(
+        None, "keyword arguments of --server module:Class as a JSON object, e.g. '{\"beta\": 0.2}'"
+    )
+
+
+@dataclass(frozen=True)
+class ServerRule:
+    name: str
+    Params: type
+    build: Callable[[Any], Strategy]
+
+
+def _lr(key: str, params: ServerOptParams) -> dict[str, float]:
+    return {} if params.server_lr is None else {key: params.server_lr}
+
+
+SERVER_RULES: dict[str, ServerRule] = {
+    rule.name: rule
+    for rule in (
+        ServerRule("fedavg", NoServerParams, lambda p: FedAvg(**TAKE_ALL)),
+        ServerRule(
+            "fedavgm",
+            ServerOptParams,
+            lambda p: FedAvgM(server_momentum=p.server_momentum, **_lr("server_learning_rate", p), **TAKE_ALL),
+        ),
+        ServerRule("fedadam", ServerOptParams, lambda p: FedAdam(beta_1=p.server_momentum, **_lr("eta", p), **TAKE_ALL)),
+        ServerRule("fedyogi", ServerOptParams, lambda p: FedYogi(beta_1=p.server_momentum, **_lr("eta", p), **TAKE_ALL)),
+        ServerRule("fedadagrad", ServerOptParams, lambda p: FedAdagrad(**_lr("eta", p), **TAKE_ALL)),
+    )
+}
+USER_RULE = ServerRule("module:Class", UserStrategyParams, lambda p: None)  # type: ignore[arg-type,return-value]
+
+
+def server_rule(server: str) -> ServerRule:
+    """The declaration of `server`: a name above, or a user's `module:Class`."""
+    if ":" in server:
+        return USER_RULE
+    if server not in SERVER_RULES:
+        raise ConfigError(
+            f"server: unknown '{server}'; use one of {', '.join(SERVER_RULES)} or package.module:StrategyClass"
+        )
+    return SERVER_RULES[server]
 
 
 def load_strategy_class(path: str) -> type[Strategy]:
-    """`package.module:Class` -> the class, with a clear error for each way it can fail."""
+    """`package.module:Class` -> the class; a module in the current folder is found too."""
     module_name, _, class_name = path.partition(":")
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ConfigError(f"server: cannot import module '{module_name}' ({err})") from None
+    except Exception as err:  # noqa: BLE001  (a user module may raise anything on import)
+        raise ConfigError(f"server: cannot import module '{module_name}' ({type(err).__name__}: {err})") from None
     cls = getattr(module, class_name, None)
     if not (inspect.isclass(cls) and issubclass(cls, Strategy)):
-        raise ConfigError(
-            f"server: '{path}' is not a flwr.serverapp.strategy.Strategy subclass"
-        )
+        raise ConfigError(f"server: '{path}' is not a flwr.serverapp.strategy.Strategy subclass")
     return cls
 
 
-def _user_strategy(path: str) -> Strategy:
+def _user_kwargs(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        kwargs = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"server_args: '{text}' is not JSON ({err.msg})") from None
+    if not isinstance(kwargs, dict):
+        raise ConfigError(f"server_args: '{text}' must be a JSON object of keyword arguments")
+    return kwargs
+
+
+def build_user_strategy(path: str, args: str | None) -> Strategy:
+    """Construct the user's class with `args`; a wrong keyword is named with the accepted ones."""
     cls = load_strategy_class(path)
-    accepted = inspect.signature(cls.__init__).parameters
-    kwargs: dict[str, Any] = {k: v for k, v in _TAKE_ALL.items() if k in accepted}
-    strategy = cls(**kwargs)
-    for key, value in _TAKE_ALL.items():  # a class that takes no such arguments
+    kwargs = _user_kwargs(args)
+    accepted = [n for n, p in inspect.signature(cls.__init__).parameters.items() if n != "self"]
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(cls.__init__).parameters.values())
+    unknown = sorted(set(kwargs) - set(accepted)) if not takes_any else []
+    if unknown:
+        raise ConfigError(f"server_args: {path} takes no argument {', '.join(unknown)}; it accepts {', '.join(accepted)}")
+    kwargs = {**{k: v for k, v in TAKE_ALL.items() if k in accepted and k not in kwargs}, **kwargs}
+    try:
+        strategy = cls(**kwargs)
+    except Exception as err:  # noqa: BLE001  (the user's constructor may raise anything)
+        raise ConfigError(f"server: {path}({', '.join(kwargs)}) failed: {type(err).__name__}: {err}") from None
+    for key, value in TAKE_ALL.items():  # a class that takes no such arguments
         if hasattr(strategy, key):
             setattr(strategy, key, value)
     return strategy
 
 
-def build_inner_strategy(cfg: RunConfig) -> Strategy:
+def build_inner_strategy(server: str, params: Any) -> Strategy:
     """The server algorithm alone, as Flower (or the user) defines it."""
-    return _user_strategy(cfg.server) if ":" in cfg.server else _named_strategy(cfg)
+    if ":" in server:
+        return build_user_strategy(server, params.server_args)
+    return SERVER_RULES[server].build(params)

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import numpy as np
 from flwr.app import Message
 from flwr.serverapp import Grid
+
+from fedpfn.seeding import Stream, numpy_rng
 
 
 def sample_clients(run_seed: int, server_round: int, num_clients: int, per_round: int) -> list[int]:
     """Partition ids trained in `server_round`, sorted."""
-    rng = np.random.default_rng([run_seed, server_round])
+    rng = numpy_rng(run_seed, Stream.SAMPLING, server_round)
     return sorted(rng.choice(num_clients, size=per_round, replace=False).tolist())
 
 

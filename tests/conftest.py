@@ -6,7 +6,10 @@ transport (Ray or gRPC) is left out. The Ray and deployment paths have their own
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import torch
 from flwr.app import ArrayRecord, Message, RecordDict
@@ -21,6 +24,10 @@ torch.set_num_threads(1)
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
 os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+
+# Runs that tests start without an `out` write here, not into the checkout.
+_SCRATCH = tempfile.mkdtemp(prefix="fedpfn-tests-")
+atexit.register(shutil.rmtree, _SCRATCH, ignore_errors=True)
 
 # Flower stamps messages with the running task's identity.
 TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
@@ -38,9 +45,10 @@ def tiny_config(**overrides) -> RunConfig:
         lr=0.05,
         partition="iid",
         seed=0,
+        out=tempfile.mkdtemp(dir=_SCRATCH),
     )
     values.update(overrides)
-    return RunConfig(**values).validated()
+    return RunConfig.from_dict(values).validated()
 
 
 class NodeGrid:
@@ -60,20 +68,19 @@ def run_round(cfg: RunConfig, strategy, arrays: ArrayRecord, server_round: int, 
     Returns (new arrays, train metrics, replies as the inner strategy saw them, bytes
     uploaded as sent).
     """
-    from clients import client_class
-    from fedpfn.records import arrays_bytes
-    from fedpfn.server import round_config
-    from fedpfn.training import pick_device
+    from fedpfn.algorithms import run_client
+    from fedpfn.protocol import arrays_bytes
+    from fedpfn.server import train_config
     from strategies import sample_clients
 
     states = {} if states is None else states
     chosen = sample_clients(cfg.seed, server_round, cfg.num_clients, cfg.clients_per_round)
-    messages = strategy.configure_train(server_round, arrays, round_config(cfg, server_round), NodeGrid(chosen))
+    messages = strategy.configure_train(server_round, arrays, train_config(cfg, server_round), NodeGrid(chosen))
     replies = []
     for message in messages:
         pid = message.metadata.dst_node_id
-        client = client_class(cfg)(cfg, pid, states.setdefault(pid, RecordDict()), pick_device(False))
-        replies.append(Message(content=client.fit(message.content), reply_to=message))
+        content = run_client(cfg, pid, states.setdefault(pid, RecordDict()), torch.device("cpu"), message.content)
+        replies.append(Message(content=content, reply_to=message))
     replies.sort(key=lambda r: int(r.content.metric_records["metrics"]["partition-id"]))
     bytes_up = sum(arrays_bytes(r.content) for r in replies)
     new_arrays, metrics = strategy.aggregate_train(server_round, replies)

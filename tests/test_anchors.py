@@ -6,15 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from fedpfn.anchors import (
-    AnchorFreeze,
-    anchored_fraction,
-    draw_mask,
-    mask_seed,
-    pack_free,
-    unpack_free,
-)
+from fedpfn.anchors import AnchorFreeze, anchored_fraction, as_numpy, draw_mask
 from fedpfn.models import build_model
+from fedpfn.protocol import pack, unpack
+from fedpfn.seeding import Stream, seed_for
 from fedpfn.training import make_optimizer, minibatches, train_local
 
 
@@ -29,10 +24,27 @@ def test_weight_mask_fixes_close_to_ratio(ratio):
     assert abs(anchored_fraction(mask) - ratio) < 0.01
 
 
+def mask_seed(run_seed: int, server_round: int, schedule: str) -> int:
+    return seed_for(run_seed, Stream.MASK, 0 if schedule == "fixed" else server_round)
+
+
+@pytest.mark.parametrize("ratio", [0.2, 0.4, 0.6])
+@pytest.mark.parametrize("name,shape", [("mlp", (1, 28, 28)), ("cnn", (1, 28, 28)), ("resnet20", (3, 32, 32))])
+def test_neuron_mask_fixes_exactly_round_rho_n_neurons_of_every_layer(name, shape, ratio):
+    model = _model(name, shape=shape)
+    for seed in range(5):
+        mask = draw_mask(model, ratio, seed=seed, granularity="neuron")
+        for param_name, m in mask.items():
+            rows = m.reshape(m.shape[0], -1).all(1) if m.dim() else m.reshape(1)
+            assert int(rows.sum()) == round(ratio * len(rows)), (param_name, seed)
+    classifier = [draw_mask(model, ratio, seed=s, granularity="neuron")["classifier.bias"] for s in range(5)]
+    assert len({tuple(c.tolist()) for c in classifier}) > 1  # which neurons: seeded, not fixed
+
+
 def test_neuron_mask_fixes_whole_neurons_close_to_ratio():
     model = _model("resnet20", shape=(3, 32, 32))
     mask = draw_mask(model, 0.4, seed=3, granularity="neuron")
-    assert abs(anchored_fraction(mask) - 0.4) < 0.08
+    assert abs(anchored_fraction(mask) - 0.4) < 0.03
     for name, m in mask.items():
         rows = m.reshape(m.shape[0], -1) if m.dim() else m.reshape(1, 1)
         assert torch.equal(rows.all(1), rows.any(1)), f"{name}: a neuron is partly anchored"
@@ -89,12 +101,15 @@ def test_pack_unpack_round_trip_and_size():
     model = _model("cnn")
     mask = draw_mask(model, 0.4, seed=11, granularity="neuron")
     arrays = {n: t.detach().numpy().copy() for n, t in model.state_dict().items()}
-    packed = pack_free(arrays, mask)
+    frozen = as_numpy(mask)
+    packed = pack(arrays, frozen)
     kept = sum(v.size for v in packed.values())
     total = sum(v.size for v in arrays.values())
     assert kept < 0.8 * total
-    rebuilt = unpack_free(packed, arrays, mask)
+    rebuilt = unpack(packed, frozen, arrays)
     assert all(np.array_equal(rebuilt[n], arrays[n]) for n in arrays)
+    updates = unpack(packed, frozen, None)  # an update record: zero where nothing trained
+    assert all(not updates[n][frozen[n]].any() for n in frozen)
 
 
 

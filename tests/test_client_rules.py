@@ -15,17 +15,20 @@ import pytest
 import torch
 from flwr.app import ArrayRecord, RecordDict
 
-from clients import FedAvgClient, client_class
-from clients.anchored import round_mask
+from clients import FedAvgClient, local_round
 from clients.feddyn import GRAD, FedDynClient
 from clients.fedprox import FedProxClient
-from clients.scaffold import CLIENT_C, DELTA, SERVER_C, ScaffoldClient
+from clients.scaffold import CLIENT_C, ScaffoldClient, effective_steps
 from conftest import NodeGrid, run_round, tiny_config
-from fedpfn.anchors import mask_seed
-from fedpfn.records import to_array_record, to_numpy
-from fedpfn.server import load_strategy_state, round_config, strategy_state
-from fedpfn.workspace import client_indices, initial_model
-from strategies import build_strategy
+from fedpfn.algorithms import build_strategy, client_parts
+from fedpfn.anchors import AnchorParams
+from fedpfn.cache import client_indices, initial_model
+from fedpfn.protocol import SCAFFOLD_C as SERVER_C
+from fedpfn.protocol import SCAFFOLD_DELTA as DELTA
+from fedpfn.protocol import round_mask, to_array_record, to_numpy
+from fedpfn.runfolder import read_tree, tree_bytes
+from fedpfn.seeding import Stream, seed_for
+from fedpfn.server import train_config
 from strategies.feddyn import FedDynServer
 from strategies.scaffold import ScaffoldServer
 
@@ -41,17 +44,34 @@ def start(cfg) -> dict[str, np.ndarray]:
     return {k: v.numpy() for k, v in initial_model(cfg).state_dict().items()}
 
 
+def mask_seed(run_seed: int, server_round: int) -> int:
+    return seed_for(run_seed, Stream.MASK, server_round)
+
+
 def message(cfg, arrays: dict[str, np.ndarray], server_round: int = 1, **records) -> RecordDict:
-    config = round_config(cfg, server_round)
+    config = train_config(cfg, server_round)
     if cfg.anchor_method is not None:
-        config["anchor-seed"] = mask_seed(cfg.seed, server_round, cfg.anchor_schedule)
+        config["anchor-seed"] = mask_seed(cfg.seed, server_round)
     return RecordDict({"arrays": to_array_record(arrays), "config": config, **records})
 
 
-def fit(cls, cfg, content: RecordDict, state: RecordDict | None = None, pid: int = 0):
+def fit(parts, cfg, content: RecordDict, state: RecordDict | None = None, pid: int = 0):
+    """One local round of the client made of `parts` (a class or a list of classes)."""
     state = RecordDict() if state is None else state
-    reply = cls(cfg, pid, state, CPU).fit(content)
+    parts = parts if isinstance(parts, list) else [parts]
+    reply = local_round(parts, cfg, pid, state, CPU, content)
     return to_numpy(reply.array_records["arrays"]), reply, state
+
+
+def through_checkpoint(state):
+    """A strategy state as a checkpoint stores it: arrays and plain values, no pickle."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "state.npz"
+        path.write_bytes(tree_bytes(state))
+        return read_tree(path)
 
 
 def params(cfg) -> list[str]:
@@ -96,11 +116,15 @@ def momentum_steps(K: int, beta: float) -> float:
 
 def test_scaffold_effective_steps():
     for momentum in (0.0, 0.5, 0.9):
-        client = ScaffoldClient(cfg_for("scaffold", momentum=momentum), 0, RecordDict(), CPU)
         for K in (1, 7, 30):
-            assert client.effective_steps(K) == pytest.approx(momentum_steps(K, momentum), rel=1e-12)
-    adam = ScaffoldClient(cfg_for("scaffold", optimizer="adam"), 0, RecordDict(), CPU)
-    assert adam.effective_steps(30) == 30
+            assert effective_steps(K, momentum) == pytest.approx(momentum_steps(K, momentum), rel=1e-12)
+
+
+def test_scaffold_with_adam_is_refused():
+    from fedpfn.config import ConfigError
+
+    with pytest.raises(ConfigError, match="optimizer: scaffold is defined for sgd only"):
+        cfg_for("scaffold", optimizer="adam")
 
 
 def test_scaffold_client_control_variate_follows_its_rule_and_persists():
@@ -143,13 +167,14 @@ def test_scaffold_client_control_variate_follows_its_rule_and_persists():
 
 
 def test_scaffold_server_control_variate_follows_its_rule_and_pickles():
-    cfg = cfg_for("scaffold", server="fedadam")
+    cfg = cfg_for("scaffold", server="fedadam", server_lr=0.003)
     model = initial_model(cfg)
     strategy = build_strategy(cfg, model)
-    assert isinstance(strategy, ScaffoldServer)
+    (server,) = strategy.parts
+    assert isinstance(server, ScaffoldServer)
     names = params(cfg)
-    assert set(strategy.c) == set(names)
-    arrays, states, c = ArrayRecord(model.state_dict()), {}, {n: np.zeros_like(v) for n, v in strategy.c.items()}
+    arrays, states = ArrayRecord(model.state_dict()), {}
+    c = {n: np.zeros_like(arrays[n].numpy()) for n in names}
     for server_round in (1, 2):
         before = {pid: to_numpy(s.array_records[CLIENT_C]) for pid, s in states.items()}
         arrays, metrics, replies, _ = run_round(cfg, strategy, arrays, server_round, states)
@@ -162,17 +187,19 @@ def test_scaffold_server_control_variate_follows_its_rule_and_pickles():
             for n in names:
                 total[n] += after[n] - (before[pid][n] if pid in before else 0)
         c = {n: (c[n] + total[n] / cfg.num_clients).astype(np.float32) for n in names}
+        assert set(server.c) == set(names)
         for n in names:
-            np.testing.assert_allclose(strategy.c[n], c[n], rtol=1e-5, atol=1e-8)
-            assert strategy.c[n].dtype == np.float32
+            np.testing.assert_allclose(server.c[n], c[n], rtol=1e-5, atol=1e-8)
+            assert server.c[n].dtype == np.float32
         assert all(arrays[n].dtype == "float32" and np.isfinite(arrays[n].numpy()).all() for n in arrays.keys())
-    assert any(np.abs(v).sum() > 0 for v in strategy.c.values())
-    (sent,) = strategy.configure_train(3, arrays, round_config(cfg, 3), NodeGrid([0]))
-    assert all(np.array_equal(sent.content[SERVER_C][n].numpy(), strategy.c[n]) for n in names)
+    assert any(np.abs(v).sum() > 0 for v in server.c.values())
+    (sent,) = strategy.configure_train(3, arrays, train_config(cfg, 3), NodeGrid([0]))
+    assert all(np.array_equal(sent.content[SERVER_C][n].numpy(), server.c[n]) for n in names)
 
     fresh = build_strategy(cfg, model)
-    load_strategy_state(fresh, strategy_state(strategy))
-    assert all(np.array_equal(fresh.c[n], strategy.c[n]) for n in names)
+    fresh.load_state(through_checkpoint(strategy.state()))
+    assert all(np.array_equal(fresh.parts[0].c[n], server.c[n]) for n in names)
+    assert all(np.array_equal(fresh.inner.m_t[n], strategy.inner.m_t[n]) for n in names)
 
 
 # --- FedDyn -------------------------------------------------------------------------------
@@ -181,7 +208,7 @@ def test_scaffold_server_control_variate_follows_its_rule_and_pickles():
 def test_feddyn_client_gradient_state_persists():
     cfg = cfg_for("feddyn", feddyn_alpha=0.1)
     x1, names = start(cfg), params(cfg)
-    alpha = cfg.feddyn_alpha
+    alpha = 0.1
     y1, _, state = fit(FedDynClient, cfg, message(cfg, x1, 1))
     g1 = to_numpy(state.array_records[GRAD])
     assert set(g1) == set(names)
@@ -201,10 +228,11 @@ def test_feddyn_server_state_follows_its_rule():
     cfg = cfg_for("feddyn", feddyn_alpha=0.1)
     model = initial_model(cfg)
     strategy = build_strategy(cfg, model)
-    assert isinstance(strategy, FedDynServer)
-    names, alpha = params(cfg), cfg.feddyn_alpha
+    (server,) = strategy.parts
+    assert isinstance(server, FedDynServer)
+    names, alpha = params(cfg), 0.1
     arrays, states = ArrayRecord(model.state_dict()), {}
-    h = {n: np.zeros_like(v) for n, v in strategy.h.items()}
+    h = {n: np.zeros_like(arrays[n].numpy()) for n in names}
     for server_round in (1, 2):
         sent = {k: v.numpy() for k, v in arrays.items()}
         arrays, _, replies, _ = run_round(cfg, strategy, arrays, server_round, states)
@@ -213,13 +241,13 @@ def test_feddyn_server_state_follows_its_rule():
         for n in names:
             shift = sum(w[n].astype(np.float64) - sent[n] for w in local)
             h[n] = (h[n] - alpha / cfg.num_clients * shift).astype(np.float32)
-            np.testing.assert_allclose(strategy.h[n], h[n], rtol=1e-5, atol=1e-8)
+            np.testing.assert_allclose(server.h[n], h[n], rtol=1e-5, atol=1e-8)
             mean = sum(wt * w[n].astype(np.float64) for wt, w in zip(weights, local)) / sum(weights)
             np.testing.assert_allclose(arrays[n].numpy(), mean - h[n] / alpha, rtol=1e-4, atol=1e-6)
-    assert set(strategy.h) == set(names)
+    assert set(server.h) == set(names)
     fresh = build_strategy(cfg, model)
-    load_strategy_state(fresh, strategy_state(strategy))
-    assert all(np.array_equal(fresh.h[n], strategy.h[n]) for n in names)
+    fresh.load_state(through_checkpoint(strategy.state()))
+    assert all(np.array_equal(fresh.parts[0].h[n], server.h[n]) for n in names)
 
 
 # --- anchors over each rule ---------------------------------------------------------------
@@ -227,14 +255,16 @@ def test_feddyn_server_state_follows_its_rule():
 
 @pytest.mark.parametrize("rule", ["fedprox", "scaffold", "feddyn"])
 def test_fedpfn_over_each_rule_keeps_anchors_bit_identical(rule):
-    cfg = cfg_for(f"fedpfn+{rule}", prox_mu=0.1, feddyn_alpha=0.1)
+    own = {"fedprox": {"prox_mu": 0.1}, "feddyn": {"feddyn_alpha": 0.1}}.get(rule, {})
+    cfg = cfg_for(f"fedpfn+{rule}", **own)
     x, names = start(cfg), params(cfg)
     records = {SERVER_C: to_array_record(random_like(x, names, 0.01, seed=3))} if rule == "scaffold" else {}
     content = message(cfg, x, 1, **records)
-    cls = client_class(cfg)
-    assert issubclass(cls, {"fedprox": FedProxClient, "scaffold": ScaffoldClient, "feddyn": FedDynClient}[rule])
-    y, reply, state = fit(cls, cfg, content)
-    mask = round_mask(initial_model(cfg), cfg, int(content.config_records["config"]["anchor-seed"]))
+    parts = client_parts(cfg)
+    assert parts[0] is {"fedprox": FedProxClient, "scaffold": ScaffoldClient, "feddyn": FedDynClient}[rule]
+    y, reply, state = fit(parts, cfg, content)
+    anchor = cfg.params(AnchorParams)
+    mask = round_mask(initial_model(cfg), anchor, int(content.config_records["config"]["anchor-seed"]))
     assert set(mask) == set(names)
     for n, m in mask.items():
         m = m.numpy()
@@ -250,26 +280,31 @@ def test_fedpfn_over_each_rule_keeps_anchors_bit_identical(rule):
 
 @pytest.mark.parametrize("rule", ["scaffold", "feddyn"])
 def test_fedpnu_partial_upload_through_the_rule_wrappers(rule):
-    cfg = cfg_for(f"fedpnu+{rule}", feddyn_alpha=0.1)
+    cfg = cfg_for(f"fedpnu+{rule}", **({"feddyn_alpha": 0.1} if rule == "feddyn" else {}))
     model = initial_model(cfg)
     strategy = build_strategy(cfg, model)
-    assert isinstance(strategy.inner, {"scaffold": ScaffoldServer, "feddyn": FedDynServer}[rule])
+    rule_server, _ = strategy.parts
+    assert isinstance(rule_server, {"scaffold": ScaffoldServer, "feddyn": FedDynServer}[rule])
     arrays, states = ArrayRecord(model.state_dict()), {}
     for server_round in (1, 2):
         sent = {k: v.numpy() for k, v in arrays.items()}
         arrays, _, replies, _ = run_round(cfg, strategy, arrays, server_round, states)
         new = {k: v.numpy() for k, v in arrays.items()}
-        mask = round_mask(model, cfg, mask_seed(cfg.seed, server_round, cfg.anchor_schedule))
+        mask = round_mask(model, cfg.params(AnchorParams), mask_seed(cfg.seed, server_round))
         for n, m in mask.items():
             m = m.numpy()
-            assert np.array_equal(new[n][m], sent[n][m]), f"{n}: an anchor moved"
+            if rule == "scaffold":  # FedAvg's average of equal values: the anchor, bit for bit
+                assert np.array_equal(new[n][m], sent[n][m]), f"{n}: an anchor moved"
+            else:  # FedDyn's correction -h/alpha stands on anchored entries (anchor_server_step=keep)
+                want = sent[n] - rule_server.h[n] / 0.1
+                np.testing.assert_allclose(new[n][m], want[m], rtol=1e-6, atol=1e-7)
             assert np.isfinite(new[n]).all() and new[n].dtype == np.float32
         for reply in replies:
             assert list(reply.content.array_records) == ["arrays"]
     if rule == "scaffold":
         # c changed only on entries some client trained; FedPNU's packed deltas unpacked right
-        assert any(np.abs(v).sum() > 0 for v in strategy.inner.c.values())
-        assert all(np.isfinite(v).all() for v in strategy.inner.c.values())
+        assert any(np.abs(v).sum() > 0 for v in rule_server.c.values())
+        assert all(np.isfinite(v).all() for v in rule_server.c.values())
 
 
 # --- one real Ray simulation ----------------------------------------------------------------
@@ -279,8 +314,9 @@ def test_ray_simulation_runs_scaffold_and_feddyn(tmp_path):
     from fedpfn.simulation import simulate
 
     for algorithm, server in (("fedpfn+scaffold", "fedavg"), ("feddyn", "fedadam")):
+        extra = {"server_lr": 0.003} if server == "fedadam" else {}
         cfg = tiny_config(
-            algorithm=algorithm, server=server, batch_size=BATCH, out=str(tmp_path / algorithm)
+            algorithm=algorithm, server=server, batch_size=BATCH, out=str(tmp_path / algorithm), **extra
         )
         summary = simulate(cfg, show_progress=False)
         rows = [json.loads(line) for line in (tmp_path / algorithm / "metrics.jsonl").read_text().splitlines()]

@@ -8,14 +8,18 @@ per-client state lives in Flower's `context.state`.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from fedpfn.config import RunConfig
 from fedpfn.data import DatasetSplits, load_dataset
 from fedpfn.models import build_model
+from fedpfn.seeding import Stream, seed_for
 from partitions import label_counts, partition_labels
+
+if TYPE_CHECKING:
+    from fedpfn.config import RunConfig
 
 
 def dataset_for(cfg: RunConfig) -> DatasetSplits:
@@ -79,7 +83,7 @@ def client_indices(cfg: RunConfig) -> tuple[torch.Tensor, ...]:
         cfg.alpha,
         cfg.shards_per_client,
         cfg.min_partition_size,
-        cfg.seed,
+        seed_for(cfg.seed, Stream.PARTITION),
     )
 
 
@@ -93,7 +97,7 @@ def initial_model(cfg: RunConfig) -> nn.Module:
     """The global model before round 1, a function of the seed only."""
     data = dataset_for(cfg)
     with torch.random.fork_rng(devices=[]):  # seeded here, without touching the caller's RNG
-        torch.manual_seed(cfg.seed)
+        torch.manual_seed(seed_for(cfg.seed, Stream.INIT))
         return build_model(cfg.model, data.input_shape, data.num_classes)
 
 

@@ -1,0 +1,71 @@
+#!/usr/bin/env python
+"""Fixed-seed reference runs: a refactor that claims "numbers unchanged" is checked with this.
+
+    python scripts/reference_metrics.py OUT_DIR            # run every reference config
+    python scripts/reference_metrics.py OUT_DIR --compare OTHER_DIR
+
+Each config runs through the real command line (Ray simulation) on the tiny MLP setting;
+the per-round test accuracy and loss are printed with full precision, and `--compare`
+reports which runs differ from an earlier set, round by round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMON = [
+    "--dataset", "fmnist", "--model", "mlp", "--num-clients", "4", "--clients-per-round", "2",
+    "--rounds", "3", "--partition", "dirichlet", "--alpha", "0.5", "--seed", "7",
+]
+REFERENCES = {
+    "fedavg": [],
+    "fedprox": ["--algorithm", "fedprox"],
+    "scaffold": ["--algorithm", "scaffold"],
+    "feddyn": ["--algorithm", "feddyn"],
+    "fedpfn": ["--algorithm", "fedpfn"],
+    "fedpnu": ["--algorithm", "fedpnu"],
+    "fedpfn+scaffold": ["--algorithm", "fedpfn+scaffold"],
+}
+
+
+def run_all(out: Path) -> None:
+    for name, extra in REFERENCES.items():
+        folder = out / name
+        if (folder / "summary.json").exists():
+            continue
+        cmd = [sys.executable, str(ROOT / "run_sim.py"), *COMMON, *extra, "--out", str(folder)]
+        subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+
+
+def curves(out: Path) -> dict[str, list[tuple[float, float]]]:
+    found = {}
+    for name in REFERENCES:
+        rows = [json.loads(line) for line in (out / name / "metrics.jsonl").read_text().splitlines()]
+        found[name] = [(row["test_accuracy"], row["test_loss"]) for row in rows]
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--compare", type=Path, help="an earlier OUT_DIR to compare with")
+    args = parser.parse_args()
+    run_all(args.out)
+    now = curves(args.out)
+    for name, rows in now.items():
+        print(f"{name:>16}: " + "  ".join(f"{acc:.4f}/{loss:.17g}" for acc, loss in rows))
+    if args.compare is None:
+        return 0
+    before = curves(args.compare)
+    changed = [name for name in now if now[name] != before[name]]
+    print("identical to", args.compare, "bit for bit" if not changed else f"except: {', '.join(changed)}")
+    return 1 if changed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

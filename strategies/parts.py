@@ -1,0 +1,64 @@
+"""The server side of an algorithm: a part that acts around the inner strategy.
+
+A part adds to what is sent (config entries, records), reads and rewrites the replies
+before the inner strategy aggregates them, and adjusts the aggregate. `fedpfn.algorithms`
+states the order in which parts compose; `strategies.composed` applies it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from flwr.app import ArrayRecord, RecordDict
+from torch import nn
+
+from fedpfn.protocol import Arrays
+
+if TYPE_CHECKING:
+    from fedpfn.config import RunConfig
+
+Scalar = int | float | str | bool
+
+
+@dataclass(frozen=True)
+class ServerContext:
+    """What a server part is built from."""
+
+    cfg: RunConfig
+    model: nn.Module  # the architecture: parameter names, shapes and layer kinds (masks)
+    params: Any  # the hyperparameters of the algorithm the part belongs to
+
+
+class ServerPart:
+    """Hooks around the inner strategy; all empty here."""
+
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+        self.params = ctx.params
+
+    def config_entries(self, server_round: int) -> dict[str, Scalar]:
+        """Entries added to the round's train config."""
+        return {}
+
+    def records(self, server_round: int, sent: Arrays) -> dict[str, ArrayRecord]:
+        """Records added to every train message (e.g. a server control variate)."""
+        return {}
+
+    def absorb(self, server_round: int, replies: list[RecordDict], sent: Arrays) -> None:
+        """Read the replies' own records and rewrite replies in place before aggregation."""
+
+    def adjust(self, server_round: int, params: Arrays, sent: Arrays, replies: list[RecordDict]) -> Arrays:
+        """Change the new global parameters (the inner strategy's result, or the previous part's)."""
+        return params
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint must keep of this part: arrays and plain values only."""
+        return {}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Restore `state()` output."""
+
+    def round_summary(self) -> dict[str, Any]:
+        """Figures of the last round for the run's metrics (e.g. the anchored fraction)."""
+        return {}

@@ -1,0 +1,77 @@
+"""The state an inner Flower strategy carries between rounds, as arrays and plain values.
+
+Checkpoints never pickle: a strategy's state is a tree of dicts and lists whose leaves are
+numpy arrays or JSON values (see `fedpfn.runfolder`). Flower's built-ins are read through
+the attributes that carry their state; a user's class through its own `state()` /
+`load_state()` when it defines both, else through those of its attributes that hold arrays
+or plain values (callables, configs and other objects stay as the constructor built them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord
+from flwr.serverapp.strategy import FedAvgM, Strategy
+from flwr.serverapp.strategy.fedopt import FedOpt
+
+from fedpfn.protocol import to_array_record, to_numpy
+
+# `current_arrays` is left out: the composed strategy sets it every round (its guarantee 2)
+_FLOWER_STATE: tuple[tuple[type, tuple[str, ...]], ...] = (
+    (FedAvgM, ("momentum_vector",)),
+    (FedOpt, ("m_t", "v_t")),
+)
+_RECORD = "__arrayrecord__"
+_PLAIN = (int, float, str, bool, type(None), np.ndarray)
+
+
+def _encode(value: Any) -> Any:
+    """A state value as a tree of arrays and plain values, or None if it cannot be one."""
+    if isinstance(value, ArrayRecord):
+        return {_RECORD: to_numpy(value)}
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, _PLAIN):
+        return value
+    if isinstance(value, list | tuple):
+        items = [_encode(v) for v in value]
+        return items if all(i is not None or v is None for i, v in zip(items, value)) else None
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        items = {k: _encode(v) for k, v in value.items()}
+        return items if all(items[k] is not None or value[k] is None for k in value) else None
+    return None
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {_RECORD}:
+            return to_array_record(value[_RECORD])
+        return {k: _decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    return value
+
+
+def _attributes(strategy: Strategy) -> list[str]:
+    for cls, names in _FLOWER_STATE:
+        if isinstance(strategy, cls):
+            return list(names)
+    if type(strategy).__module__.startswith("flwr."):
+        return []  # FedAvg and the other stateless built-ins
+    return [k for k, v in vars(strategy).items() if not callable(v) and _encode(v) is not None or v is None]
+
+
+def strategy_state(strategy: Strategy) -> dict[str, Any]:
+    if callable(getattr(strategy, "state", None)) and callable(getattr(strategy, "load_state", None)):
+        return {"own": strategy.state()}  # type: ignore[attr-defined]
+    return {"attributes": {name: _encode(getattr(strategy, name)) for name in _attributes(strategy)}}
+
+
+def load_strategy_state(strategy: Strategy, state: dict[str, Any]) -> None:
+    if "own" in state:
+        strategy.load_state(state["own"])  # type: ignore[attr-defined]
+        return
+    for name, value in state["attributes"].items():
+        setattr(strategy, name, _decode(value))
