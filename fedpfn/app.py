@@ -7,6 +7,8 @@ an already validated config.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -45,6 +47,16 @@ def fails_this_round(cfg: RunConfig, server_round: int, partition_id: int) -> bo
 client_app = ClientApp()
 
 
+def test_delay(node_config: Mapping[str, Any], server_round: int) -> float:
+    """Seconds a node sleeps before it trains: the deploy tests' slow node, off by default.
+
+    Node-config test knobs: `test-delay-s=S`, and `test-delay-rounds="1,3"` to sleep only then.
+    """
+    seconds = float(node_config.get("test-delay-s", 0))
+    rounds = str(node_config.get("test-delay-rounds", "")).replace(",", " ").split()
+    return seconds if not rounds or str(server_round) in rounds else 0.0
+
+
 @client_app.train()
 def train(msg: Message, context: Context) -> Message:
     config = msg.content.config_records[protocol.CONFIG]
@@ -53,6 +65,7 @@ def train(msg: Message, context: Context) -> Message:
     server_round = int(config[protocol.SERVER_ROUND])
     if fails_this_round(cfg, server_round, partition_id):
         raise SimulatedFailure(f"client {partition_id} failed in round {server_round} (simulated)")
+    time.sleep(test_delay(context.node_config, server_round))
     torch.set_num_threads(max(1, int(cfg.client_cpus)))
     device = pick_device(want_gpu=cfg.client_gpus > 0)
     return Message(content=run_client(cfg, partition_id, context.state, device, msg.content), reply_to=msg)

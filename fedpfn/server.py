@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import Grid
 
 from fedpfn import protocol
@@ -23,11 +23,12 @@ from fedpfn.cache import dataset_on, initial_model, partition_label_counts
 from fedpfn.config import RunConfig
 from fedpfn.runfolder import RunFolder, RunFolderError
 from fedpfn.training import evaluate, pick_device
+from fedpfn.transport import NodeDirectory, send_round
 from strategies import SampledGrid, sample_clients
 
 log = logging.getLogger("fedpfn")
 
-NODE_WAIT_SECONDS = 600.0
+NODE_WAIT_SECONDS = 600.0  # at the start, how long to wait for a node per partition
 LAST_ROUNDS = 5  # the window of the summary's `last5_mean_accuracy`
 
 
@@ -50,33 +51,21 @@ def train_config(cfg: RunConfig, server_round: int, resumed_from: int = 0) -> Co
     )
 
 
-def discover_partitions(grid: Grid, num_clients: int) -> dict[int, int]:
-    """partition id -> node id, asking each node once; waits for nodes to connect."""
-    deadline = time.monotonic() + NODE_WAIT_SECONDS
-    while len(node_ids := list(grid.get_node_ids())) < num_clients:
-        if time.monotonic() > deadline:
-            raise FederationError(
-                f"only {len(node_ids)} of {num_clients} nodes connected within "
-                f"{NODE_WAIT_SECONDS:.0f} s; start more SuperNodes or lower num_clients"
-            )
-        time.sleep(1.0)
-    queries = [
-        Message(content=RecordDict(), dst_node_id=node_id, message_type=MessageType.QUERY)
-        for node_id in node_ids
-    ]
-    mapping: dict[int, int] = {}
-    for reply in grid.send_and_receive(queries, timeout=NODE_WAIT_SECONDS):
-        if reply.has_error():
-            raise FederationError(f"node {reply.metadata.src_node_id} failed: {reply.error.reason}")
-        partition_id = int(reply.content.config_records[protocol.NODE][protocol.PARTITION_ID])
-        mapping[partition_id] = reply.metadata.src_node_id
-    missing = sorted(set(range(num_clients)) - set(mapping))
-    if missing:
+def wait_for_partitions(directory: NodeDirectory, cfg: RunConfig) -> dict[int, int]:
+    """Partition id -> node id once every partition has a node, or after NODE_WAIT_SECONDS.
+
+    The run then starts with the partitions that have one; fewer than `min_replies` stop it.
+    """
+    nodes = directory.wait_for(range(cfg.num_clients), NODE_WAIT_SECONDS)
+    missing = sorted(set(range(cfg.num_clients)) - set(nodes))
+    if len(nodes) < cfg.min_replies:
         raise FederationError(
-            f"no node holds partition(s) {missing[:10]}; each partition-id in 0..{num_clients - 1} "
-            "needs exactly one SuperNode"
+            f"only {len(nodes)} of {cfg.num_clients} partitions have a node after {NODE_WAIT_SECONDS:.0f} s "
+            f"(min_replies {cfg.min_replies}); start SuperNodes with partition-id in 0..{cfg.num_clients - 1}"
         )
-    return mapping
+    if missing:
+        log.warning("no node holds partition(s) %s yet; they are skipped until one connects", missing[:20])
+    return nodes
 
 
 def first_line(reason: str) -> str:
@@ -95,6 +84,7 @@ class ServerLoop:
         self.device = pick_device(want_gpu=cfg.client_gpus > 0 or torch.cuda.is_available())
         self.model = initial_model(cfg).to(self.device)
         self.strategy = build_strategy(cfg, self.model)
+        self.nodes = NodeDirectory(grid, cfg.num_clients, query_timeout=cfg.round_timeout)
         self.test = dataset_on(cfg, self.device)
         self.arrays = ArrayRecord(self.model.state_dict())
         self.next_round = 1
@@ -105,22 +95,21 @@ class ServerLoop:
 
     # --- one round -----------------------------------------------------------------------
 
-    def train_round(self, server_round: int, nodes: dict[int, int]) -> dict[str, Any]:
+    def train_round(self, server_round: int) -> dict[str, Any]:
         cfg = self.cfg
         chosen = sample_clients(cfg.seed, server_round, cfg.num_clients, cfg.clients_per_round)
-        view = SampledGrid(self.grid, [nodes[p] for p in chosen])
-        config = train_config(cfg, server_round, self.resumed_from)
-        messages = list(self.strategy.configure_train(server_round, self.arrays, config, view))
-        bytes_down = sum(protocol.arrays_bytes(m.content) for m in messages)
-        replies = list(self.grid.send_and_receive(messages))
-        good = sorted(
-            (r for r in replies if not r.has_error()),
-            key=lambda r: int(r.content.metric_records[protocol.METRICS][protocol.PARTITION_ID]),
-        )
-        for reply in replies:
-            if reply.has_error():
-                log.warning("round %d: a client failed: %s", server_round, first_line(reply.error.reason))
-                log.debug("round %d: client failure in full: %s", server_round, reply.error.reason)
+        nodes = self.nodes.refresh()  # the nodes connected now; new ones are asked their partition
+        present = [p for p in chosen if p in nodes]
+        missing = [p for p in chosen if p not in nodes]
+        sent = self.train_messages(server_round, {p: nodes[p] for p in present}) if present else {}
+        bytes_down = sum(protocol.arrays_bytes(m.content) for m in sent.values())
+        replies = send_round(self.grid, sent, cfg.round_timeout)
+        good = [replies.replies[p] for p in sorted(replies.replies)]
+        for partition, reason in sorted(replies.failed.items()):
+            log.warning("round %d: partition %d failed: %s", server_round, partition, first_line(reason))
+            log.debug("round %d: partition %d failure in full: %s", server_round, partition, reason)
+        if missing:
+            log.warning("round %d: partition(s) %s have no node connected; skipped", server_round, missing)
         bytes_up = sum(protocol.arrays_bytes(r.content) for r in good)
         client_rows = [self._client_row(server_round, r) for r in good]
         train_loss = float("nan")
@@ -140,8 +129,10 @@ class ServerLoop:
             )
         return {
             "num_clients": len(good),
-            "num_failures": len(messages) - len(good),
+            "num_failures": len(replies.failed) + len(missing),
             "clients": chosen,
+            "failed_partitions": sorted(replies.failed),
+            "missing_partitions": missing,
             "train_loss": train_loss,
             "bytes_down": bytes_down,
             "bytes_up": bytes_up,
@@ -149,6 +140,14 @@ class ServerLoop:
             **self.strategy.round_summary(),
             "_client_rows": client_rows,
         }
+
+    def train_messages(self, server_round: int, nodes: dict[int, int]) -> dict[int, Message]:
+        """The strategy's train messages for these partitions' nodes, by partition id."""
+        view = SampledGrid(self.grid, list(nodes.values()))
+        config = train_config(self.cfg, server_round, self.resumed_from)
+        partition_of = {node: partition for partition, node in nodes.items()}
+        messages = self.strategy.configure_train(server_round, self.arrays, config, view)
+        return {partition_of[m.metadata.dst_node_id]: m for m in messages}
 
     @staticmethod
     def _client_row(server_round: int, reply: Message) -> dict[str, Any]:
@@ -202,10 +201,10 @@ class ServerLoop:
         cfg = self.cfg
         started = time.perf_counter()
         self.start_or_resume()
-        nodes = discover_partitions(self.grid, cfg.num_clients)
+        wait_for_partitions(self.nodes, cfg)
         for server_round in range(self.next_round, cfg.rounds + 1):
             t0 = time.perf_counter()
-            record = self.train_round(server_round, nodes)
+            record = self.train_round(server_round)
             client_rows = record.pop("_client_rows")
             evaluated = server_round % cfg.eval_every == 0 or server_round == cfg.rounds
             test_loss, test_acc = self.evaluate_global() if evaluated else (None, None)
