@@ -1,21 +1,27 @@
-"""Linear mode connectivity and fusion analysis (fedpfn.lmc), on small synthetic tensors."""
+"""The LMC analysis (fedpfn.fusion) on small synthetic tensors, and its command (fedpfn.lmc)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
+from PIL import Image
+from test_data import write_idx_set
 
-from fedpfn import lmc
+from fedpfn import fusion, lmc
 from fedpfn.anchors import draw_mask
 from fedpfn.data import find_data_problem
 from fedpfn.models import build_model
 
 SHAPE = (1, 4, 4)
 CLASSES = 3
+needs_fmnist = pytest.mark.skipif(
+    find_data_problem("fmnist", None, False) is not None, reason="Fashion-MNIST not installed"
+)
 
 
 def _data(n: int = 240, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -23,10 +29,6 @@ def _data(n: int = 240, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     x = torch.randn(n, *SHAPE, generator=gen)
     y = (x.flatten(1)[:, :3].argmax(1)).long()  # a learnable rule
     return x, y
-
-
-def _state(model: torch.nn.Module) -> lmc.State:
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -41,28 +43,37 @@ def one_thread():
 @pytest.fixture(scope="module")
 def trained() -> dict:
     """Two MLPs from one init on the two halves of a synthetic set, plus a probe on held-out data."""
-    torch.manual_seed(0)
-    model = build_model("mlp", SHAPE, CLASSES)
-    init = _state(model)
+    model, init = fusion.initial_model("mlp", SHAPE, CLASSES, seed=0, device=torch.device("cpu"))
     x, y = _data()
     test_x, test_y = _data(100, seed=1)
-    spec = lmc.TrainSpec(epochs=2, lr=0.1, batch_size=16)
+    spec = fusion.TrainSpec(epochs=2, lr=0.1, batch_size=16)
     halves = [torch.arange(0, 120), torch.arange(120, 240)]
-    states = lmc.train_models(model, init, x, y, halves, [1, 2], spec)
-    return {"model": model, "init": init, "states": states, "probe": lmc.Probe(model, test_x, test_y), "x": x, "y": y}
+    states = fusion.train_models(model, init, (x, y), halves, 0, spec)
+    return {
+        "model": model,
+        "init": init,
+        "states": states,
+        "probe": fusion.Probe(model, test_x, test_y),
+        "x": x,
+        "y": y,
+        "halves": halves,
+    }
+
+
+# --------------------------------------------------------------------------- the analysis
 
 
 def test_barrier_of_a_model_with_itself_is_zero(trained: dict) -> None:
     a = trained["states"][0]
-    curve = lmc.interpolation_curve(trained["probe"], a, a, points=5)
+    curve = fusion.interpolation_curve(trained["probe"], a, a, points=5)
     assert len(set(curve["loss"])) == 1 and len(set(curve["acc"])) == 1
-    assert lmc.curve_barriers(curve) == {"loss_barrier": 0.0, "acc_barrier": 0.0, "acc_barrier_rel": 0.0}
+    assert fusion.curve_barriers(curve) == {"loss_barrier": 0.0, "acc_barrier": 0.0, "acc_barrier_rel": 0.0}
 
 
 def test_end_points_equal_the_models_own_figures(trained: dict) -> None:
     a, b = trained["states"]
     probe = trained["probe"]
-    curve = lmc.interpolation_curve(probe, a, b, points=11)
+    curve = fusion.interpolation_curve(probe, a, b, points=11)
     assert curve["alpha"][0] == 0.0 and curve["alpha"][-1] == 1.0 and len(curve["alpha"]) == 11
     assert (curve["loss"][0], curve["acc"][0]) == probe.measure(a)
     assert (curve["loss"][-1], curve["acc"][-1]) == probe.measure(b)
@@ -72,55 +83,56 @@ def test_end_points_equal_the_models_own_figures(trained: dict) -> None:
 def test_interpolate_state_is_exact_at_the_ends_and_linear_inside() -> None:
     a = {"w": torch.randn(5), "n": torch.tensor(3)}
     b = {"w": torch.randn(5), "n": torch.tensor(7)}
-    assert torch.equal(lmc.interpolate_state(a, b, 0.0)["w"], a["w"])
-    assert torch.equal(lmc.interpolate_state(a, b, 1.0)["w"], b["w"])
-    torch.testing.assert_close(lmc.interpolate_state(a, b, 0.25)["w"], 0.75 * a["w"] + 0.25 * b["w"])
-    assert int(lmc.interpolate_state(a, b, 0.5)["n"]) == 3  # integer buffers come from A
+    assert torch.equal(fusion.interpolate_state(a, b, 0.0)["w"], a["w"])
+    assert torch.equal(fusion.interpolate_state(a, b, 1.0)["w"], b["w"])
+    torch.testing.assert_close(fusion.interpolate_state(a, b, 0.25)["w"], 0.75 * a["w"] + 0.25 * b["w"])
+    assert int(fusion.interpolate_state(a, b, 0.5)["n"]) == 3  # integer buffers come from A
 
 
 def test_barrier_figures_on_a_known_curve() -> None:
     alphas = [0.0, 0.5, 1.0]
-    assert lmc.barrier(alphas, [1.0, 3.0, 2.0]) == pytest.approx(1.5)
-    assert lmc.barrier(alphas, [0.9, 0.5, 0.7], higher_is_worse=False) == pytest.approx(0.3)
-    assert lmc.relative_acc_barrier(alphas, [0.9, 0.5, 0.7]) == pytest.approx(0.3 / 0.8)
-    assert lmc.barrier(alphas, [1.0, 0.2, 1.0]) == 0.0  # below the line: no barrier
+    assert fusion.barrier(alphas, [1.0, 3.0, 2.0]) == pytest.approx(1.5)
+    assert fusion.barrier(alphas, [0.9, 0.5, 0.7], higher_is_worse=False) == pytest.approx(0.3)
+    assert fusion.relative_acc_barrier(alphas, [0.9, 0.5, 0.7]) == pytest.approx(0.3 / 0.8)
+    assert fusion.barrier(alphas, [1.0, 0.2, 1.0]) == 0.0  # below the line: no barrier
 
 
 def test_anchored_training_keeps_shared_anchors_bit_identical(trained: dict) -> None:
-    model, init, x, y = trained["model"], trained["init"], trained["x"], trained["y"]
+    model, init = trained["model"], trained["init"]
     mask = draw_mask(model, 0.4, seed=7)
-    spec = lmc.TrainSpec(epochs=2, lr=0.1, momentum=0.9, weight_decay=1e-2, batch_size=16)
+    spec = fusion.TrainSpec(epochs=2, lr=0.1, momentum=0.9, weight_decay=1e-2, batch_size=16)
     shards = [torch.arange(0, 80), torch.arange(80, 160), torch.arange(160, 240)]
-    states = lmc.train_models(model, init, x, y, shards, [3, 4, 5], spec, mask)
+    states = fusion.train_models(model, init, (trained["x"], trained["y"]), shards, 3, spec, mask)
     for name, is_anchor in mask.items():
         for s in states:
             assert torch.equal(s[name][is_anchor], init[name][is_anchor]), name
-            assert torch.equal(s[name][is_anchor], states[0][name][is_anchor]), name
         assert not torch.equal(states[0][name][~is_anchor], init[name][~is_anchor]), name  # the rest trained
 
 
-def test_plain_and_anchored_runs_share_init_and_batches(trained: dict) -> None:
-    """Same init and order seeds give the same plain models again: only anchors differ between settings."""
-    model, init, x, y = trained["model"], trained["init"], trained["x"], trained["y"]
-    halves = [torch.arange(0, 120), torch.arange(120, 240)]
-    again = lmc.train_models(model, init, x, y, halves, [1, 2], lmc.TrainSpec(epochs=2, lr=0.1, batch_size=16))
-    for s, t in zip(again, trained["states"]):
+def test_batch_orders_come_from_the_seed_alone(trained: dict) -> None:
+    """The same seed gives the same plain models again (so settings differ only in anchors); another does not."""
+    model, init, data = trained["model"], trained["init"], (trained["x"], trained["y"])
+    spec = fusion.TrainSpec(epochs=2, lr=0.1, batch_size=16)
+    again = fusion.train_models(model, init, data, trained["halves"], 0, spec)
+    other = fusion.train_models(model, init, data, trained["halves"], 1, spec)
+    for s, t, u in zip(again, trained["states"], other):
         assert all(torch.equal(s[k], t[k]) for k in s)
+        assert not all(torch.equal(s[k], u[k]) for k in s)
 
 
 def test_fusion_of_identical_models_equals_their_accuracy(trained: dict) -> None:
     a = trained["states"][0]
-    fusion = lmc.fuse(trained["probe"], [a, a, a])
+    result = fusion.fuse(trained["probe"], [a, a, a])
     own_loss, own_acc = trained["probe"].measure(a)
-    assert fusion["fused_acc"] == own_acc and fusion["fused_loss"] == own_loss  # bit for bit
-    assert fusion["individual_acc"] == [own_acc] * 3
-    assert fusion["mean_individual_acc"] == pytest.approx(own_acc, abs=1e-12)  # float mean of 3 equal values
-    assert fusion["fusion_gap"] == pytest.approx(0.0, abs=1e-12)
+    assert result["fused_acc"] == own_acc and result["fused_loss"] == own_loss  # bit for bit
+    assert result["individual_acc"] == [own_acc] * 3
+    assert result["mean_individual_acc"] == pytest.approx(own_acc, abs=1e-12)  # float mean of 3 equal values
+    assert result["fusion_gap"] == pytest.approx(0.0, abs=1e-12)
 
 
 def test_average_states_is_the_mean() -> None:
     states = [{"w": torch.full((3,), float(v))} for v in (1, 2, 6)]
-    torch.testing.assert_close(lmc.average_states(states)["w"], torch.full((3,), 3.0))
+    torch.testing.assert_close(fusion.average_states(states)["w"], torch.full((3,), 3.0))
 
 
 def test_bn_reset_recomputes_running_mean_for_resnet20() -> None:
@@ -128,7 +140,7 @@ def test_bn_reset_recomputes_running_mean_for_resnet20() -> None:
     model = build_model("resnet20", (3, 8, 8), 10).eval()
     x = torch.randn(6, 3, 8, 8) + 2.0
     before = model.bn1.running_mean.clone()
-    lmc.reset_bn_stats(model, x, [torch.arange(4)])
+    fusion.reset_bn_stats(model, x, [torch.arange(4)])
     assert not torch.equal(model.bn1.running_mean, before)
     with torch.no_grad():  # momentum None over one batch: exactly that batch's mean
         expected = model.conv1(x[:4]).mean((0, 2, 3))
@@ -137,64 +149,289 @@ def test_bn_reset_recomputes_running_mean_for_resnet20() -> None:
 
 
 def test_analyse_reports_pairs_barriers_and_fusion(trained: dict) -> None:
-    result = lmc.analyse(trained["probe"], trained["states"], points=3)
+    result = fusion.analyse(trained["probe"], trained["states"], points=3)
     assert [p["models"] for p in result["pairs"]] == [[0, 1]]
     assert result["loss_barrier"] == result["pairs"][0]["loss_barrier"] >= 0
     assert result["acc_barrier"] >= 0
-    summary = lmc.summarise([result, result])
+    summary = fusion.over_seeds([result, result])
     assert summary["fused_acc"] == {"mean": result["fused_acc"], "std": 0.0}
-    assert summary["curve"]["alpha"] == [0.0, 0.5, 1.0]
+    assert summary["curve"]["alpha"] == [0.0, 0.5, 1.0] and summary["curve"]["n"] == 2
     better = {**result, "seed": 0, "fused_acc": result["fused_acc"] + 0.25}
-    paired = lmc.paired_difference([better], [{**result, "seed": 0}])
+    paired = fusion.paired_difference([better], [{**result, "seed": 0}])
     assert paired["fused_acc"]["mean"] == pytest.approx(0.25) and paired["loss_barrier"]["mean"] == 0.0
+
+
+def test_mean_std_uses_n_minus_1() -> None:
+    assert fusion.mean_std([1.0, 2.0, 3.0]) == {"mean": 2.0, "std": 1.0}
+    assert fusion.mean_std([5.0]) == {"mean": 5.0, "std": 0.0}
+
+
+# --------------------------------------------------------------------------- seeded draws
+
+
+def test_initial_model_is_seeded_and_leaves_the_global_rng_alone() -> None:
+    cpu = torch.device("cpu")
+    torch.manual_seed(123)
+    expected_next = torch.rand(1)
+    torch.manual_seed(123)
+    _, first = fusion.initial_model("mlp", SHAPE, CLASSES, 5, cpu)
+    assert torch.equal(torch.rand(1), expected_next)
+    _, again = fusion.initial_model("mlp", SHAPE, CLASSES, 5, cpu)
+    _, other = fusion.initial_model("mlp", SHAPE, CLASSES, 6, cpu)
+    assert all(torch.equal(first[k], again[k]) for k in first)
+    assert not torch.equal(first["classifier.weight"], other["classifier.weight"])
+
+
+def test_anchor_masks_of_smaller_ratios_are_subsets(trained: dict) -> None:
+    model = trained["model"]
+    assert fusion.anchor_mask(model, 0.0, 0, "weight") is None
+    small, large = (fusion.anchor_mask(model, r, 0, "weight") for r in (0.2, 0.4))
+    assert all(bool((small[k] <= large[k]).all()) for k in small)
+    assert any(bool((small[k] != large[k]).any()) for k in small)
+    other_seed = fusion.anchor_mask(model, 0.4, 1, "weight")
+    assert any(not torch.equal(large[k], other_seed[k]) for k in large)
+
+
+def test_pools_and_shards_cover_their_samples_once() -> None:
+    labels = torch.arange(300) % 10
+    pool = fusion.sample_pool(300, 200, 4, fusion.Draw.TRAIN_POOL)
+    assert len(pool) == 200 and len(set(pool.tolist())) == 200
+    assert torch.equal(pool, fusion.sample_pool(300, 200, 4, fusion.Draw.TRAIN_POOL))
+    assert not torch.equal(pool, fusion.sample_pool(300, 200, 4, fusion.Draw.TEST_POOL))  # streams differ
+    shards = fusion.split_pool(labels, pool, 3, "dirichlet", 0.5, 4)
+    assert sorted(torch.cat(shards).tolist()) == sorted(pool.tolist())
+    assert len({len(s) for s in shards}) > 1  # label skew makes unequal shards
+    same = fusion.split_pool(labels, pool, 3, "same-data", 0.5, 4)
+    assert all(torch.equal(s, pool) for s in same)
+    batches = fusion.bn_batches(pool, 3, 16, 4)
+    assert [len(b) for b in batches] == [16, 16, 16] and set(torch.cat(batches).tolist()) <= set(
+        pool.tolist()
+    )
+
+
+# --------------------------------------------------------------------------- the command: refusals
+
+
+def _run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    try:
+        code = lmc.main(argv)
+    except SystemExit as exc:  # argparse's own refusals
+        code = exc.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
 
 
 @pytest.mark.parametrize(
     "argv, says",
     [
-        (["--dataset", "nope"], "unknown dataset"),
-        (["--model", "nope"], "unknown model"),
-        (["--anchor-ratio", "1.0"], "[0, 1)"),
-        (["--anchor-ratio", "-0.1"], "[0, 1)"),
-        (["--models", "1"], "at least 2 models"),
-        (["--seeds", ""], "--seeds is empty"),
-        (["--split", "iid"], "unknown --split"),
-        (["--models", "two"], "invalid int value"),
+        (["--dataset", "nope"], "dataset: unknown 'nope'"),
+        (["--model", "nope"], "model: unknown 'nope'"),
+        (["--anchor-ratio", "1.0"], "anchor_ratio: 1.0 must be in [0, 1)"),
+        (["--anchor-ratio", "0.2,-0.1"], "anchor_ratio: -0.1 must be in [0, 1)"),
+        (["--models", "1"], "models: 1 must be at least 2"),
+        (["--models", "two"], "models: 'two' is not an integer"),
+        (["--seeds", ""], "seeds: '' is not a list of"),
+        (["--seeds=-1"], "seeds: -1 must be in [0, 4294967295]"),
+        (["--seeds", "0,4294967296"], "seeds: 4294967296 must be in [0, 4294967295]"),
+        (["--seeds", "3,3"], "seeds: 3,3 repeats a seed"),
+        (["--alpha", "inf"], "alpha: 'inf' is not a finite number"),
+        (["--alpha", "0"], "alpha: 0.0 must be > 0"),
+        (["--lr", "nan"], "lr: 'nan' is not a finite number"),
+        (["--split", "iid"], "split: unknown 'iid'"),
+        (["--train-subset", "15"], "train_subset: 15 leaves a shard under 10 samples"),
+        (["--data-root", "/nonexistent"], "dataset: data root /nonexistent does not exist"),
+        (["--nosuch", "1"], "unrecognized arguments: --nosuch"),
     ],
 )
-def test_cli_refuses_bad_values(argv: list[str], says: str, tmp_path, capsys) -> None:
-    try:
-        code = lmc.main([*argv, "--out", str(tmp_path / "out")])
-    except SystemExit as exc:  # argparse type errors
-        code = exc.code
-    err = capsys.readouterr().err
+def test_cli_refuses_bad_values(argv: list[str], says: str, tmp_path: Path, capsys) -> None:
+    code, _, err = _run_cli([*argv, "--out", str(tmp_path / "out")], capsys)
     assert code == 2
-    assert says in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: ") and says in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "out").exists()
+
+
+def test_cli_reports_every_problem_at_once(tmp_path: Path, capsys) -> None:
+    a_file = tmp_path / "file"
+    a_file.write_text("mine")
+    argv = ["--models", "1", "--seeds=-1", "--alpha", "inf", "--epochs", "0", "--out", str(a_file)]
+    code, _, err = _run_cli(argv, capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 5, err
+    assert all(line.startswith("error: ") for line in lines)
+    assert {line.split(":")[1].strip() for line in lines} == {"models", "seeds", "alpha", "epochs", "out"}
+    assert a_file.read_text() == "mine"
+
+
+def _a_file(tmp: Path) -> Path:
+    (tmp / "f").write_text("x")
+    return tmp / "f"
+
+
+def _under_a_file(tmp: Path) -> Path:
+    return _a_file(tmp) / "sub"
+
+
+def _holding_a_folder_named_lmc_png(tmp: Path) -> Path:
+    (tmp / "o" / "lmc.png").mkdir(parents=True)
+    return tmp / "o"
+
+
+@pytest.mark.parametrize(
+    "make_out, says",
+    [
+        (_a_file, "is a file; give a folder"),
+        (_under_a_file, "is a file, so"),
+        (lambda tmp: Path("/proc/1/lmc"), "/proc/1 is not writable"),  # unwritable even for root
+        (_holding_a_folder_named_lmc_png, "not plain files"),
+    ],
+)
+def test_cli_refuses_an_unusable_out(make_out, says: str, tmp_path: Path, capsys) -> None:
+    if "/proc/1" in says and not Path("/proc/1").is_dir():
+        pytest.skip("no /proc on this system")
+    code, _, err = _run_cli(["--out", str(make_out(tmp_path))], capsys)
+    assert code == 2 and err.startswith("error: out: ") and says in err and err.count("\n") == 1, err
+
+
+def test_cli_refuses_to_overwrite_earlier_results(tmp_path: Path, capsys) -> None:
+    (tmp_path / "lmc.json").write_text('{"earlier": 1}\n')
+    code, _, err = _run_cli(["--out", str(tmp_path)], capsys)
+    assert code == 2 and "already holds lmc.json; add --overwrite" in err and err.count("\n") == 1
+    assert (tmp_path / "lmc.json").read_text() == '{"earlier": 1}\n'
 
 
 def test_cli_module_exit_code() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "fedpfn.lmc", "--models", "1", "--out", "/nonexistent/x"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "at least 2" in proc.stderr
+    assert proc.returncode == 2 and proc.stderr == "error: models: 1 must be at least 2\n"
 
 
-@pytest.mark.skipif(find_data_problem("fmnist", None, False) is not None, reason="Fashion-MNIST not installed")
-def test_cli_end_to_end_on_a_small_fmnist_subset(tmp_path, capsys) -> None:
+@pytest.mark.parametrize(
+    "side, argv, says",
+    [
+        (10, ["--model", "cnn"], "the cnn needs images of at least 18 x 18 pixels"),
+        (28, ["--train-subset", "500"], "train_subset: 500 exceeds the 40 samples"),
+        (28, ["--test-subset", "11"], "test_subset: 11 exceeds the 10 samples"),
+    ],
+)
+def test_cli_refuses_what_only_the_data_shows_before_training(
+    side: int, argv: list[str], says: str, tmp_path: Path, capsys
+) -> None:
+    write_idx_set(tmp_path / "data", n_train=40, n_test=10, side=side)
+    code, out, err = _run_cli(
+        [*argv, "--data-root", str(tmp_path / "data"), "--out", str(tmp_path / "o")], capsys
+    )
+    assert code == 2 and err.startswith("error: ") and says in err and err.count("\n") == 1, err
+    assert out == "" and not (tmp_path / "o").exists()  # nothing trained, nothing written
+
+
+def test_cli_refuses_an_empty_test_split(tmp_path: Path, capsys) -> None:
+    write_idx_set(tmp_path, n_train=40, n_test=0)
+    code, _, err = _run_cli(["--data-root", str(tmp_path), "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and "test split is empty" in err and err.count("\n") == 1, err
+
+
+# --------------------------------------------------------------------------- the command: help and output
+
+
+def test_help_shows_one_default_each_and_marks_out_required(capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        lmc.build_parser().parse_args(["--help"])
+    assert info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    usage, listed = text.split(" options: ")
+    options = listed.split(" --")[1:]
+    assert "(0.4,)" not in text and "None" not in text and "(0, 1, 2)" not in text
+    assert "(default: 0.4)" in text and "(default: 0,1,2)" in text and "(default: mlp)" in text
+    for option in options:
+        assert option.count("(default") <= 1, option
+    out_help = next(o for o in options if o.startswith("out DIR "))
+    assert "(required)" in out_help and "default" not in out_help
+    assert usage.startswith("usage: python -m fedpfn.lmc [-h] --out DIR ")  # not in brackets: required
+
+
+def test_seed_line_uses_the_table_units() -> None:
+    result = {
+        "seed": 2,
+        "loss_barrier": 0.01234,
+        "acc_barrier": 0.0345,
+        "fused_acc": 0.8123,
+        "mean_individual_acc": 0.8,
+        "seconds": 1.25,
+    }
+    assert lmc.seed_line("plain", result) == (
+        "seed 2         plain: loss barrier 0.012, acc barrier 3.45 pp, fused 81.23 % vs mean own 80.00 % (1.2 s)"
+    )
+
+
+def _small_fmnist_argv(out: Path, seeds: str = "0,1") -> list[str]:
+    return [
+        "--anchor-ratio",
+        "0.4",
+        "--seeds",
+        seeds,
+        "--epochs",
+        "1",
+        "--train-subset",
+        "600",
+        "--test-subset",
+        "300",
+        "--points",
+        "3",
+        "--threads",
+        "1",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+    ]
+
+
+@needs_fmnist
+def test_cli_end_to_end_on_a_small_fmnist_subset(tmp_path: Path, capsys) -> None:
     out = tmp_path / "lmc"
-    argv = ["--anchor-ratio", "0.4", "--seeds", "0,1", "--epochs", "1", "--train-subset", "600",
-            "--test-subset", "300", "--points", "3", "--threads", "1", "--device", "cpu", "--out", str(out)]
-    assert lmc.main(argv) == 0
+    assert lmc.main(_small_fmnist_argv(out)) == 0
+    printed = capsys.readouterr().out
     result = json.loads((out / "lmc.json").read_text())
     assert set(result["settings"]) == {"plain", "anchored-0.4"}
     for entry in result["settings"].values():
         assert [s["seed"] for s in entry["seeds"]] == [0, 1]
-        assert set(lmc.METRICS) <= set(entry["summary"])
-    assert set(lmc.METRICS) == set(result["settings"]["anchored-0.4"]["vs_plain"])
+        assert set(fusion.METRICS) <= set(entry["summary"])
+    assert set(fusion.METRICS) == set(result["settings"]["anchored-0.4"]["vs_plain"])
     plain, anchored = (result["settings"][k]["seeds"][0] for k in ("plain", "anchored-0.4"))
     assert plain["shard_sizes"] == anchored["shard_sizes"] and sum(plain["shard_sizes"]) == 600
     assert anchored["anchored_fraction"] == pytest.approx(0.4, abs=0.02)
-    assert (out / "lmc.png").stat().st_size > 1000
-    assert "| anchored-0.4 |" in capsys.readouterr().out
+    assert result["config"]["anchor_ratio"] == [0.4] and result["config"]["seeds"] == [0, 1]
+    with Image.open(out / "lmc.png") as png:
+        assert png.size == (1440, 600)
+    assert "| anchored-0.4 |" in printed and "mean ± std over 2 seeds (sample std, n − 1)" in printed
+    acc_barrier = 100 * plain["acc_barrier"]
+    assert (
+        f"seed 0         plain: loss barrier {plain['loss_barrier']:.3f}, acc barrier {acc_barrier:.2f} pp"
+        in printed
+    )
+    assert sorted(p.name for p in out.iterdir()) == ["lmc.json", "lmc.png"]  # no temporary files left
+
+
+@needs_fmnist
+def test_overwrite_replaces_only_the_tools_files(tmp_path: Path, capsys) -> None:
+    (tmp_path / "lmc.json").write_text("{}\n")
+    (tmp_path / "notes.txt").write_text("mine")
+    assert lmc.main([*_small_fmnist_argv(tmp_path, seeds="3"), "--overwrite"]) == 0
+    assert json.loads((tmp_path / "lmc.json").read_text())["config"]["seeds"] == [3]
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lmc.json", "lmc.png", "notes.txt"]
+
+
+def test_band_note_states_the_std_and_the_count() -> None:
+    def result(seeds: int, pairs: int) -> dict:
+        plain = {"seeds": [{}] * seeds, "summary": {"curve": {"n": seeds * pairs}}}
+        return {"settings": {"plain": plain}}
+
+    assert lmc.band_note(result(3, 1)) == "line: mean over 3 seeds; band: ± 1 std (n − 1)"
+    assert lmc.band_note(result(2, 3)) == "line: mean over 2 seeds x 3 pairs; band: ± 1 std (n − 1)"
+    assert lmc.band_note(result(1, 1)) == "one curve (1 seed), no band"
