@@ -40,20 +40,12 @@ def sequence(run_seed: int, stream: Stream, *keys: int) -> np.random.SeedSequenc
 
 
 def seed_for(run_seed: int, stream: Stream, *keys: int) -> int:
-    """LEGACY (temporary): the earlier hand-made derivations, to check a refactor bit for bit."""
-    if stream == Stream.MASK:
-        return (run_seed * 1_000_003 + keys[0] * 7_919 + 12_345) % (2**63 - 1)
-    if stream == Stream.DATA_ORDER:
-        return (run_seed * 1_000_003 + keys[0] * 10_007 + keys[1]) % (2**63 - 1)
-    return run_seed
+    """A 63-bit integer seed: what a message carries and what torch.Generator takes."""
+    return int(sequence(run_seed, stream, *keys).generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
 def numpy_rng(run_seed: int, stream: Stream, *keys: int) -> np.random.Generator:
-    if stream == Stream.FAILURES:
-        return np.random.default_rng([run_seed, *keys, 0xFA11])
-    if stream == Stream.SAMPLING:
-        return np.random.default_rng([run_seed, *keys])
-    return np.random.default_rng(seed_for(run_seed, stream, *keys))
+    return np.random.default_rng(sequence(run_seed, stream, *keys))
 
 
 def torch_generator(run_seed: int, stream: Stream, *keys: int) -> torch.Generator:
