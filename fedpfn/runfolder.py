@@ -1,8 +1,10 @@
 """A run is a folder: resolved config, metrics per round, summary, plots, checkpoints.
 
 What a run folder guarantees:
-- `config.json` is written when a run is claimed and is what its numbers came from;
+- `config.json` is written when a run is claimed and is what its numbers came from, with
+  a `provenance` object beside the settings (fedpfn.provenance; `read_config` leaves it out);
   `summary.json` is written last (atomically), so its presence marks a finished run.
+- `run.log` is what the terminal showed (fedpfn.progress), appended by every process of the run.
 - `metrics.jsonl` has one strict-JSON line per finished round (no bare NaN), rounds 1..n
   in order; a line cut by a kill is the only damage tolerated, and only at the end.
 - `checkpoint.npz` holds arrays and plain values only (never pickles), is replaced
@@ -34,6 +36,7 @@ import torch
 from fedpfn.settings import ConfigError
 
 CONFIG = "config.json"
+PROVENANCE = "provenance"  # the key in config.json beside the settings
 METRICS = "metrics.jsonl"
 CLIENTS = "clients.jsonl"
 SUMMARY = "summary.json"
@@ -194,11 +197,13 @@ class RunFolder:
     def is_finished(self) -> bool:
         return (self.path / SUMMARY).exists()
 
-    def start(self, config: dict[str, Any], overwrite: bool) -> None:
+    def start(
+        self, config: dict[str, Any], overwrite: bool, provenance: dict[str, Any] | None = None
+    ) -> None:
         """Claim the folder for a new run (call under `exclusive`, after every check)."""
         self.check_new_run(overwrite)
         self.remove_own_files()
-        atomic_write_json(self.path / CONFIG, config)
+        self.write_config(config, provenance)
 
     def remove_own_files(self) -> None:
         for entry in self.path.iterdir():
@@ -209,7 +214,7 @@ class RunFolder:
             else:
                 entry.unlink()
 
-    def read_config(self) -> dict[str, Any]:
+    def _config_json(self) -> dict[str, Any]:
         try:
             value = json.loads((self.path / CONFIG).read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -218,8 +223,18 @@ class RunFolder:
             raise RunFolderError(f"{self.path / CONFIG} is damaged (not a JSON object)")
         return value
 
-    def write_config(self, config: dict[str, Any]) -> None:
-        atomic_write_json(self.path / CONFIG, config)
+    def read_config(self) -> dict[str, Any]:
+        """The run's settings, as `RunConfig.from_dict` takes them (provenance left out)."""
+        return {k: v for k, v in self._config_json().items() if k != PROVENANCE}
+
+    def read_provenance(self) -> dict[str, Any]:
+        """Where the run came from (fedpfn.provenance); {} for a run written before it existed."""
+        value = self._config_json().get(PROVENANCE)
+        return value if isinstance(value, dict) else {}
+
+    def write_config(self, config: dict[str, Any], provenance: dict[str, Any] | None = None) -> None:
+        extra = {} if provenance is None else {PROVENANCE: provenance}
+        atomic_write_json(self.path / CONFIG, {**config, **extra})
 
     # --- metrics -------------------------------------------------------------------------
 
