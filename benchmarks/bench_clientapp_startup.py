@@ -117,10 +117,12 @@ def query(msg: Message, context: Context) -> Message:
 def staged_app(app: Path, into: Path) -> Path:
     """A copy of `app` whose ClientApp is the tracing wrapper around fedpfn's."""
     dst = into / "app"
-    shutil.copytree(app, dst, ignore=lambda d, names: [n for n in names if n in SKIP or n.endswith(".egg-info")])
+    skipped = lambda _, names: [n for n in names if n in SKIP or n.endswith(".egg-info")]  # noqa: E731
+    shutil.copytree(app, dst, ignore=skipped)
     (dst / "_startup_trace.py").write_text(TRACE_MODULE)
     pyproject = dst / "pyproject.toml"
-    text, n = re.subn(r'clientapp = "[^"]+"', 'clientapp = "_startup_trace:client_app"', pyproject.read_text())
+    wrapped = 'clientapp = "_startup_trace:client_app"'
+    text, n = re.subn(r'clientapp = "[^"]+"', wrapped, pyproject.read_text())
     if n != 1:
         sys.exit(f"bench_clientapp_startup: no clientapp component in {pyproject}")
     pyproject.write_text(text)
@@ -139,7 +141,8 @@ def deploy(app: Path, work: Path, args: argparse.Namespace) -> tuple[list[dict],
     ]  # fmt: skip
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
     if result.returncode != 0:
-        sys.exit(f"deploy_local.sh failed (status {result.returncode}):\n{result.stdout[-4000:]}{result.stderr[-4000:]}")
+        tail = (result.stdout + result.stderr)[-6000:]
+        sys.exit(f"deploy_local.sh failed (status {result.returncode}):\n{tail}")
     rows = [json.loads(line) for line in trace.read_text().splitlines()]
     metrics = [json.loads(line) for line in (work / "run" / "metrics.jsonl").read_text().splitlines()]
     return rows, metrics
@@ -185,7 +188,7 @@ def report(rows: list[dict], metrics: list[dict]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--app", type=Path, default=REPO, help="the app to measure (default: this repository)")
+    parser.add_argument("--app", type=Path, default=REPO, help="the app to measure (default: this repo)")
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--model", default="mlp")

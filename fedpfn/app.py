@@ -7,6 +7,7 @@ an already validated config.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from functools import lru_cache
@@ -57,10 +58,20 @@ def test_delay(node_config: Mapping[str, Any], server_round: int) -> float:
     return seconds if not rounds or str(server_round) in rounds else 0.0
 
 
+def node_view(cfg: RunConfig, node_config: Mapping[str, Any]) -> RunConfig:
+    """The run's settings as this node applies them: with its own `data-root` if it has one.
+
+    The run's data-root is a path on the server's machine; a SuperNode keeps its data where
+    its machine has it (`--node-config 'data-root="/srv/data"'`).
+    """
+    root = node_config.get("data-root")
+    return cfg if root is None else dataclasses.replace(cfg, data_root=str(root))
+
+
 @client_app.train()
 def train(msg: Message, context: Context) -> Message:
     config = msg.content.config_records[protocol.CONFIG]
-    cfg = _config(str(config[protocol.RUN_CONFIG]))
+    cfg = node_view(_config(str(config[protocol.RUN_CONFIG])), context.node_config)
     partition_id = int(context.node_config[protocol.PARTITION_ID])
     server_round = int(config[protocol.SERVER_ROUND])
     if fails_this_round(cfg, server_round, partition_id):

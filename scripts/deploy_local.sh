@@ -22,9 +22,9 @@
 #   -p, --base-port P       SuperLink on ADDR:P (Fleet, Control and Runtime API: one HTTPS
 #                           port in Flower 1.42); SuperNode i serves its local Runtime API on
 #                           127.0.0.1:P+1+i (default 9100)
-#       --node-data MODE    shared: every SuperNode reads the whole dataset from the machine's
-#                           data root and keeps its partition (default); copy: each SuperNode
-#                           gets a copy of only its own partition in WORK/node-I/data
+#       --node-data MODE    shared: every SuperNode reads the dataset from the run's data root
+#                           (default); copy: each SuperNode gets its own copy of the dataset in
+#                           WORK/node-I/data and reads only that (node config data-root)
 #   -c, --run-config 'K=V ...'
 #                           more settings (repeatable), e.g. -c 'seed=3 round-timeout=60':
 #                           any RunConfig setting (pyproject.toml declares them all)
@@ -230,6 +230,16 @@ if problems:
 PY
 )" || exit 2
 [[ "$node_data" == shared || -n "$config_json" ]] || die_usage "--node-data copy needs a fedpfn app (--app)"
+data_source=""
+if [[ "$node_data" == copy ]]; then  # where the run's data is: the folder each node gets a copy of
+  data_source="$("$python" - "$app" "$config_json" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from fedpfn.data import DEBIAN_FMNIST_DIR
+print(json.loads(sys.argv[2]).get("data_root") or DEBIAN_FMNIST_DIR)
+PY
+)" && [[ -d "$data_source" ]] || die_usage "--node-data copy: no data folder '$data_source' to copy"
+fi
 
 # --- work folder: one sub-folder per role, private -------------------------------------------
 # Keys, certificates and logs are the deployment's own: the folder is 0700 from the start.
@@ -245,7 +255,7 @@ op_dir="$work/operator"
 node_dir() { echo "$work/node-$1"; }
 rogue_dir() { echo "$work/unregistered-$1"; }
 mkdir -p "$logs" "$link_dir/certs" "$link_dir/flwr-home" "$op_dir/keys" "$op_dir/flwr-home"
-for ((i = 0; i < nodes; i++)); do mkdir -p "$(node_dir "$i")/flwr-home"; done
+for ((i = 0; i < nodes; i++)); do mkdir -p "$(node_dir "$i")/flwr-home" "$(node_dir "$i")/data"; done
 for ((j = 0; j < unauthorized; j++)); do mkdir -p "$(rogue_dir "$j")/flwr-home"; done
 : >"$work/pids"
 
@@ -380,12 +390,15 @@ say "run folder:  $out"
 # `flwr run DIR` walks every file under DIR before it applies .gitignore: with a virtualenv
 # inside the repository that alone takes 10-40 s. Copy just the files the FAB will hold
 # (Flower's own filters) into the operator's folder, and run that snapshot.
-"$python" - "$app" "$op_dir/app" "$work" "$out" >"$logs/stage-app.log" 2>&1 <<'PY' \
+# A -c key the app's [tool.flwr.app.config] does not declare is declared in the copy (the
+# SuperLink refuses undeclared keys; the settings were checked against RunConfig above).
+"$python" - "$app" "$op_dir/app" "$work" "$out" "${extra_config[@]}" >"$logs/stage-app.log" 2>&1 <<'PY' \
   || fail "copying the app (see $logs/stage-app.log)"
-import os, shutil, sys, tomllib
+import os, re, shutil, sys, tomllib
 from pathlib import Path
 src, dst = Path(sys.argv[1]), Path(sys.argv[2])
 skip = {Path(p).resolve() for p in sys.argv[3:5]}
+extras = sys.argv[5:]
 files = {}
 for dirpath, dirnames, filenames in os.walk(src):
     here = Path(dirpath)
@@ -412,6 +425,15 @@ for rel in sorted({*keep, "pyproject.toml", ".gitignore"} & set(files)):
     (dst / rel).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(files[rel], dst / rel)
 print(f"copied {len(keep)} files of {src} to {dst}")
+pyproject = dst / "pyproject.toml"
+text = pyproject.read_text()
+declared = tomllib.loads(text).get("tool", {}).get("flwr", {}).get("app", {}).get("config", {})
+pairs = [p for line in extras for p in re.findall(r"(\S+?)=('[^']*'|\"[^\"]*\"|\S+)", line)]
+missing = {key: value for key, value in pairs if key not in declared}
+if missing and "[tool.flwr.app.config]\n" in text:
+    lines = "".join(f"{key} = {value}\n" for key, value in missing.items())
+    pyproject.write_text(text.replace("[tool.flwr.app.config]\n", "[tool.flwr.app.config]\n" + lines, 1))
+    print("declared in the copy's pyproject.toml:", ", ".join(missing))
 PY
 
 # --- 1. certificates and keys, handed to the roles ------------------------------------------
@@ -439,12 +461,8 @@ done
 say "1/5 certificates for $san (CA key removed) and $((nodes + unauthorized)) node key pairs, one per role folder"
 
 if [[ "$node_data" == copy ]]; then
-  echo "$config_json" >"$op_dir/run-config.json"
-  targets=()
-  for ((i = 0; i < nodes; i++)); do targets+=(--to "$i=$(node_dir "$i")/data"); done
-  "$python" "$script_dir/export_partition.py" --config "$op_dir/run-config.json" "${targets[@]}" \
-    >"$logs/export-partitions.log" 2>&1 || fail "exporting the partitions (see $logs/export-partitions.log)"
-  say "    each SuperNode holds a copy of only its own partition (WORK/node-I/data)"
+  for ((i = 0; i < nodes; i++)); do cp -R "$data_source/." "$(node_dir "$i")/data/"; done
+  say "    each SuperNode reads its own copy of $data_source (WORK/node-I/data)"
 fi
 
 cat >"$op_dir/flwr-home/config.toml" <<EOF
@@ -489,7 +507,7 @@ start_supernode() {  # start_supernode I LOG: SuperNode I from its own folder, i
   local i="$1" log="$2" dir config
   dir="$(node_dir "$i")"
   config="partition-id=$i num-partitions=$nodes"
-  [[ "$node_data" == copy ]] && config+=" partition-dir=\"$dir/data\""
+  [[ "$node_data" == copy ]] && config+=" data-root=\"$dir/data\""
   if [[ -n "${slow_seconds[$i]:-}" ]]; then
     config+=" test-delay-s=${slow_seconds[$i]}"
     [[ -n "${slow_round[$i]}" ]] && config+=" test-delay-rounds=\"${slow_round[$i]}\""
@@ -544,6 +562,7 @@ fault_step() {
       ((received >= kill_at)) || return 0
       sleep 1  # let its ClientApp start: the node dies mid-round, not between rounds
       kill -KILL "${node_pids[kill_node]}"
+      wait "${node_pids[kill_node]}" 2>/dev/null || true  # reaped quietly: bash would report "Killed"
       kill_state=killed
       killed_at=$SECONDS
       say "fault: kill -9 SuperNode $kill_node (PID ${node_pids[kill_node]}) in its train message $kill_at"

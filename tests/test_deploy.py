@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "scripts" / "deploy_local.sh"
 MAKE_CERTS = REPO / "scripts" / "make_certs.sh"
-EXPORT = REPO / "scripts" / "export_partition.py"
 SCRIPT_TIMEOUT = 900  # seconds; the rehearsal takes ~2-3 min on 2 cores, more when they are busy
 LINK_HOST = "127.0.0.2"  # the rehearsal's SuperLink "host": a loopback address of its own
 
@@ -95,13 +95,31 @@ def marked_processes(deploy_id: str) -> list[int]:
     return found
 
 
+@dataclass(frozen=True)
+class Seen:
+    """One process as sampled: its arguments, working folder and FLWR_HOME."""
+
+    argv: list[str]
+    cwd: str
+    home: str
+
+    def runs(self, program: str) -> bool:
+        """`program` is argv[0] or, after an interpreter, argv[1]."""
+        return any(Path(arg).name == program for arg in self.argv[:2])
+
+    def paths(self) -> list[Path]:
+        """Every absolute path it was given: arguments (also inside K="V"), FLWR_HOME, cwd."""
+        words = " ".join(self.argv[1:]).replace('"', " ").replace("=", " ").split()
+        return [Path(w) for w in [self.cwd, self.home, *words] if w.startswith("/")]
+
+
 class ProcessWatch(threading.Thread):
     """Samples, every second, where each process the script started works and what it reads."""
 
     def __init__(self, work: Path) -> None:
         super().__init__(daemon=True)
         self.work = work
-        self.seen: dict[int, dict[str, object]] = {}
+        self.seen: dict[int, Seen] = {}
         self.halt = threading.Event()
 
     def run(self) -> None:
@@ -111,17 +129,19 @@ class ProcessWatch(threading.Thread):
                 continue
             for pid in marked_processes(id_file.read_text().strip()):
                 try:
-                    proc = Path(f"/proc/{pid}")
-                    argv = proc.joinpath("cmdline").read_bytes().decode().split("\0")
-                    env = dict(
-                        item.split("=", 1) for item in proc.joinpath("environ").read_bytes().decode().split("\0") if "=" in item
-                    )
-                    self.seen[pid] = {"argv": argv, "cwd": os.readlink(proc / "cwd"), "home": env.get("FLWR_HOME", "")}
+                    self.seen[pid] = self.describe(Path(f"/proc/{pid}"))
                 except OSError:
                     continue
 
-    def of(self, program: str) -> list[dict[str, object]]:
-        return [p for p in self.seen.values() if any(Path(a).name == program for a in p["argv"][:2])]  # type: ignore[index]
+    @staticmethod
+    def describe(proc: Path) -> Seen:
+        argv = proc.joinpath("cmdline").read_bytes().decode().split("\0")
+        env = [item.split("=", 1) for item in proc.joinpath("environ").read_bytes().decode().split("\0")]
+        home = next((pair[1] for pair in env if pair[0] == "FLWR_HOME" and len(pair) == 2), "")
+        return Seen(argv, os.readlink(proc / "cwd"), home)
+
+    def of(self, program: str) -> list[Seen]:
+        return [process for process in self.seen.values() if process.runs(program)]
 
 
 def running(pid: int) -> bool:
@@ -155,18 +175,6 @@ def read_log(work: Path, name: str) -> str:
 
 def explain(result: subprocess.CompletedProcess) -> str:
     return f"exit status {result.returncode}\n{result.stdout[-8000:]}"
-
-
-def paths_in(process: dict[str, object]) -> list[Path]:
-    """Every absolute path a process was given: arguments (also inside K="V"), FLWR_HOME, cwd."""
-    found = [Path(str(process["cwd"]))]
-    if process["home"]:
-        found.append(Path(str(process["home"])))
-    for arg in process["argv"][2:]:  # type: ignore[index]
-        for word in str(arg).replace('"', " ").replace("=", " ").split():
-            if word.startswith("/"):
-                found.append(Path(word))
-    return found
 
 
 # --- fast checks, no processes --------------------------------------------------------------
@@ -212,7 +220,10 @@ def test_make_certs_writes_what_flower_loads(tmp_path: Path) -> None:
 @needs_openssl
 def test_make_certs_discards_the_ca_key_and_never_signs_without_it(tmp_path: Path) -> None:
     out = tmp_path / "certs"
-    run = lambda *a: subprocess.run(["bash", str(MAKE_CERTS), *a, str(out)], capture_output=True, text=True)  # noqa: E731
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(MAKE_CERTS), *args, str(out)], capture_output=True, text=True)
+
     assert run("--nodes", "1", "--discard-ca-key").returncode == 0
     assert not (out / "ca.key").exists() and not (out / "ca.srl").exists()
     verify = ["openssl", "verify", "-CAfile", str(out / "ca.crt"), str(out / "server.pem")]
@@ -227,13 +238,13 @@ def test_make_certs_discards_the_ca_key_and_never_signs_without_it(tmp_path: Pat
 
 
 def run_refused(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["bash", str(DEPLOY), *args], check=False, env=script_env(), capture_output=True, text=True, timeout=120
-    )
+    cmd = ["bash", str(DEPLOY), *args]
+    return subprocess.run(cmd, check=False, env=script_env(), capture_output=True, text=True, timeout=120)
 
 
 def test_deploy_refuses_unknown_settings_before_starting_anything(tmp_path: Path) -> None:
-    result = run_refused("--work-dir", str(tmp_path / "work"), "--out", str(tmp_path / "run"), "-c", "no-such-setting=1")
+    work, run = str(tmp_path / "work"), str(tmp_path / "run")
+    result = run_refused("--work-dir", work, "--out", run, "-c", "no-such-setting=1")
     assert result.returncode == 2, result.stderr
     assert "unknown setting 'no-such-setting'" in result.stderr
     assert not (tmp_path / "work").exists()
@@ -273,31 +284,38 @@ def test_deploy_refuses_bad_fault_and_host_options() -> None:
 
 # --- real deployments ---------------------------------------------------------------------------
 
-ROUND_TIMEOUT = 45  # s: a normal ClientApp message takes ~10-25 s here on 2 busy cores
+IDX_FILES = sorted(
+    f"{split}-{kind}-idx{dims}-ubyte.gz"
+    for split in ("t10k", "train")
+    for kind, dims in (("images", 3), ("labels", 1))
+)
+ROUND_TIMEOUT = 60  # s: a normal ClientApp message takes 15-35 s here on 2 cores at load 2-5
 
 
 @pytest.mark.deploy
 @needs_openssl
 def test_rehearsal_of_several_hosts_survives_lost_slow_and_rogue_nodes(tmp_path: Path) -> None:
-    """Three "hosts" on loopback addresses, each with its own folder, keys and partition.
+    """Three "hosts" on loopback addresses, each with its own folder, keys and data.
 
     Round 1: SuperNode 1 is killed -9 while it trains and SuperNode 2 sleeps past the round
     timeout; the round closes at the timeout with partition 0 alone (min-replies 1). Node 1
-    is started again (same key) once the SuperLink lists it offline and trains in a later
-    round; node 2's late reply of round 1 is dropped and it trains in round 2. A fourth
+    is started again (same key) once the SuperLink lists it offline (within ~60 s) and trains
+    in a later round; node 2's late reply of round 1 is dropped and it trains again. A fourth
     node whose key was never registered is refused.
     """
     work, run = tmp_path / "work", tmp_path / "run"
     cmd = deploy_command(
-        tmp_path, "--rounds", "4", "--link-host", LINK_HOST, "--node-data", "copy",
-        "--slow-node", f"2:{ROUND_TIMEOUT + 15}:1", "--kill-node", "1:1",
+        tmp_path, "--rounds", "3", "--link-host", LINK_HOST, "--node-data", "copy",
+        "--slow-node", f"2:{ROUND_TIMEOUT + 5}:1", "--kill-node", "1:1",
         "-c", f"round-timeout={ROUND_TIMEOUT} min-replies=1", nodes=3, unauthorized=1,
     )  # fmt: skip
     watch = ProcessWatch(work)
     watch.start()
     started = time.monotonic()
     try:
-        proc = subprocess.run(cmd, cwd=tmp_path, env=script_env(), capture_output=True, text=True, timeout=SCRIPT_TIMEOUT)
+        proc = subprocess.run(
+            cmd, cwd=tmp_path, env=script_env(), capture_output=True, text=True, timeout=SCRIPT_TIMEOUT
+        )
     finally:
         watch.halt.set()
         watch.join()
@@ -307,14 +325,14 @@ def test_rehearsal_of_several_hosts_survives_lost_slow_and_rogue_nodes(tmp_path:
 
     # what the run recorded: who failed when, and that everyone came back
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["round"] for r in rows] == [1, 2, 3, 4]
+    assert [r["round"] for r in rows] == [1, 2, 3]
     first = rows[0]
     assert sorted(first["failed_partitions"]) == [1, 2] and first["num_failures"] == 2, first
     assert first["num_clients"] == 1 and not first["skipped"], first
     assert first["seconds"] >= ROUND_TIMEOUT
     trained = [set(r["clients"]) - set(r["failed_partitions"]) - set(r["missing_partitions"]) for r in rows]
-    assert 2 in trained[1], "the slow node should train again in round 2"
-    assert any(1 in t for t in trained[2:]), f"the restarted node never trained again: {rows}"
+    assert any(2 in t for t in trained[1:]), f"the slow node never trained again: {rows}"
+    assert any(1 in t for t in trained[1:]), f"the restarted node never trained again: {rows}"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["num_failures_total"] == sum(r["num_failures"] for r in rows) >= 2
     assert "kill -9 SuperNode 1" in result.stdout and "started again" in result.stdout
@@ -329,28 +347,30 @@ def test_rehearsal_of_several_hosts_survives_lost_slow_and_rogue_nodes(tmp_path:
     roles = {"flower-superlink": work / "link", "flwr": work / "operator"}
     for program, home in roles.items():
         for process in watch.of(program):
-            assert all(p.is_relative_to(home) or not p.is_relative_to(work) for p in paths_in(process)), process
+            outside = [p for p in process.paths() if p.is_relative_to(work) and not p.is_relative_to(home)]
+            assert not outside, (program, outside)
     supernodes = watch.of("flower-supernode")
     assert len(supernodes) >= 4, "three SuperNodes, one restart and the rogue were expected"
     for process in supernodes:
-        homes = {p.relative_to(work).parts[0] for p in paths_in(process) if p.is_relative_to(work)}
+        homes = {p.relative_to(work).parts[0] for p in process.paths() if p.is_relative_to(work)}
         assert len(homes) == 1 and homes < {"node-0", "node-1", "node-2", "unregistered-0"}, process
-    for i in range(3):
-        data = work / f"node-{i}" / "data"
-        assert json.loads((data / "partition.json").read_text())["partition-id"] == i
+    for i in range(3):  # its own copy of the data, read through its node config's data-root
+        assert sorted(p.name for p in (work / f"node-{i}" / "data").iterdir()) == IDX_FILES
     assert (work.stat().st_mode & 0o777) == 0o700
     assert not list(work.rglob("ca.key")), "the CA key must not outlive the certificates"
     keys = sorted(p.relative_to(work).as_posix() for p in work.rglob("node-key"))
     assert keys == ["node-0/node-key", "node-1/node-key", "node-2/node-key", "unregistered-0/node-key"]
     assert_nothing_left(work)
-    print(f"rehearsal, 3 SuperNodes + 1 rogue on {LINK_HOST}, 4 rounds with faults: {seconds:.0f} s")
+    print(f"rehearsal, 3 SuperNodes + 1 rogue on {LINK_HOST}, 3 rounds with faults: {seconds:.0f} s")
 
 
 @pytest.mark.deploy
 @needs_openssl
 def test_interrupted_deployment_stops_everything_it_started(tmp_path: Path) -> None:
-    cmd = deploy_command(tmp_path, "--rounds", "50", nodes=2)
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=script_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cmd = deploy_command(tmp_path, "--rounds", "50", nodes=1)
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=script_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     lines = []
     try:
         assert proc.stdout is not None
