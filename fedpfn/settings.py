@@ -246,5 +246,6 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, skip: Iterable[str] = 
         if kind == "bool" and not is_tuple:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
         else:
-            metavar = f.name.upper() + ("S" if is_tuple else "")
+            plural = is_tuple and not f.name.endswith("s")  # --seeds SEEDS, --anchor-ratio ANCHOR_RATIOS
+            metavar = f.name.upper() + ("S" if plural else "")
             parser.add_argument(flag, metavar=metavar, help=help_text, required=_has_no_default(f))
