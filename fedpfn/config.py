@@ -81,7 +81,7 @@ class RunConfig:
         None, "join a running Ray cluster (e.g. 'auto' or HOST:6379) instead of starting one"
     )
     min_replies: int = setting(1, "fewest successful replies to aggregate a round", at_least(1))
-    round_timeout: float = setting(600.0, "seconds a round waits for replies; the rest fail", above(0))
+    round_timeout: float = setting(600.0, "seconds a round waits for replies (0: no limit)", at_least(0))
     simulate_failures: float = setting(
         0.0, "probability that a selected client fails (seeded)", between(0, 1, high_open=True)
     )

@@ -84,7 +84,8 @@ class ServerLoop:
         self.device = pick_device(want_gpu=cfg.client_gpus > 0 or torch.cuda.is_available())
         self.model = initial_model(cfg).to(self.device)
         self.strategy = build_strategy(cfg, self.model)
-        self.nodes = NodeDirectory(grid, cfg.num_clients, query_timeout=cfg.round_timeout)
+        self.round_timeout = cfg.round_timeout or None  # 0: wait for every reply
+        self.nodes = NodeDirectory(grid, cfg.num_clients, query_timeout=self.round_timeout)
         self.test = dataset_on(cfg, self.device)
         self.arrays = ArrayRecord(self.model.state_dict())
         self.next_round = 1
@@ -103,7 +104,7 @@ class ServerLoop:
         missing = [p for p in chosen if p not in nodes]
         sent = self.train_messages(server_round, {p: nodes[p] for p in present}) if present else {}
         bytes_down = sum(protocol.arrays_bytes(m.content) for m in sent.values())
-        replies = send_round(self.grid, sent, cfg.round_timeout)
+        replies = send_round(self.grid, sent, self.round_timeout)
         good = [replies.replies[p] for p in sorted(replies.replies)]
         for partition, reason in sorted(replies.failed.items()):
             log.warning("round %d: partition %d failed: %s", server_round, partition, first_line(reason))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import time
 from collections.abc import Collection, Hashable, Iterator, Mapping
 from dataclasses import dataclass
@@ -49,15 +50,18 @@ class RoundReplies(Generic[K]):
     failed: dict[K, str]  # no usable reply, and why (the node's error, or the deadline)
 
 
-def send_round(grid: Grid, messages: Mapping[K, Message], timeout: float) -> RoundReplies[K]:
+def send_round(grid: Grid, messages: Mapping[K, Message], timeout: float | None) -> RoundReplies[K]:
     """Send `messages` and collect their replies until all came or `timeout` s passed.
 
     The messages' TTL is set to end `TTL_GRACE` s after the deadline (see the module
-    docstring); replies are matched to their message by id, never by sender.
+    docstring); replies are matched to their message by id, never by sender. With
+    `timeout` None every reply is awaited (a node the SuperLink marks offline still gets
+    an error reply, and Flower's default TTL of 12 h bounds the rest).
     """
-    deadline = time.time() + timeout
-    for message in messages.values():
-        message.metadata.ttl = deadline + TTL_GRACE - message.metadata.created_at
+    deadline = math.inf if timeout is None else time.time() + timeout
+    if timeout is not None:
+        for message in messages.values():
+            message.metadata.ttl = deadline + TTL_GRACE - message.metadata.created_at
     keys = list(messages)
     ids = list(grid.push_messages([messages[k] for k in keys]))
     ids += [""] * (len(keys) - len(ids))  # a refused push returns fewer ids, or None ones
@@ -65,6 +69,8 @@ def send_round(grid: Grid, messages: Mapping[K, Message], timeout: float) -> Rou
     failed = {key: "the SuperLink did not accept the message" for key, mid in zip(keys, ids) if not mid}
     replies: dict[K, Message] = {}
     for wait in _poll_delays(deadline):
+        if not pending:
+            break
         for reply in grid.pull_messages(list(pending)):
             key = pending.pop(reply.metadata.reply_to_message_id, None)
             if key is None:
@@ -73,10 +79,9 @@ def send_round(grid: Grid, messages: Mapping[K, Message], timeout: float) -> Rou
                 failed[key] = f"error {reply.error.code}: {reply.error.reason}"
             else:
                 replies[key] = reply
-        if not pending:
-            break
-        time.sleep(wait)
-    failed.update({key: f"no reply within {timeout:g} s" for key in pending.values()})
+        if pending:
+            time.sleep(wait)
+    failed.update({key: f"no reply within {timeout:g} s" for key in pending.values()})  # timeout set
     return RoundReplies(replies=replies, failed=failed)
 
 
@@ -99,7 +104,7 @@ class NodeDirectory:
     died and that the SuperLink has not yet marked offline.
     """
 
-    def __init__(self, grid: Grid, num_partitions: int, query_timeout: float) -> None:
+    def __init__(self, grid: Grid, num_partitions: int, query_timeout: float | None) -> None:
         self._grid = grid
         self._num_partitions = num_partitions
         self._query_timeout = query_timeout

@@ -183,7 +183,8 @@ export PATH="$FLWR_BIN:$PATH"
 run_config="num-clients=$nodes clients-per-round=$nodes rounds=$rounds algorithm=\"$algorithm\""
 run_config+=" dataset=\"$dataset\" model=\"$model\" out=\"$out\""
 ((overwrite == 1)) && run_config+=" overwrite=true"
-config_json="$("$python" - "$app" "$run_config" "${extra_config[@]}" <<'PY'
+# Prints the validated config as JSON, and on a second line the folder the run's data is in.
+checked="$("$python" - "$app" "$run_config" "${extra_config[@]}" <<'PY'
 import dataclasses, re, sys, tomllib
 app, ours_line, extras = sys.argv[1], sys.argv[2], sys.argv[3:]
 sys.path.insert(0, app)
@@ -221,7 +222,10 @@ if not problems and fields is not None:  # the whole config, as the ServerApp wi
     for line in [*extras, ours_line]:
         values.update(tomllib.loads("\n".join(f"{k} = {v}" for k, v in pattern.findall(line))))
     try:
-        print(RunConfig.from_dict(values).validated().to_json())
+        from fedpfn.data import DEBIAN_FMNIST_DIR
+        cfg = RunConfig.from_dict(values).validated()
+        print(cfg.to_json())
+        print(cfg.data_root or DEBIAN_FMNIST_DIR)
     except ConfigError as err:
         problems += str(err).splitlines()
 if problems:
@@ -229,16 +233,10 @@ if problems:
     sys.exit(1)
 PY
 )" || exit 2
-[[ "$node_data" == shared || -n "$config_json" ]] || die_usage "--node-data copy needs a fedpfn app (--app)"
-data_source=""
-if [[ "$node_data" == copy ]]; then  # where the run's data is: the folder each node gets a copy of
-  data_source="$("$python" - "$app" "$config_json" <<'PY'
-import json, sys
-sys.path.insert(0, sys.argv[1])
-from fedpfn.data import DEBIAN_FMNIST_DIR
-print(json.loads(sys.argv[2]).get("data_root") or DEBIAN_FMNIST_DIR)
-PY
-)" && [[ -d "$data_source" ]] || die_usage "--node-data copy: no data folder '$data_source' to copy"
+data_source="$(sed -n 2p <<<"$checked")"
+if [[ "$node_data" == copy ]]; then
+  [[ -n "$data_source" ]] || die_usage "--node-data copy needs a fedpfn app (--app)"
+  [[ -d "$data_source" ]] || die_usage "--node-data copy: the run's data folder '$data_source' does not exist"
 fi
 
 # --- work folder: one sub-folder per role, private -------------------------------------------

@@ -289,7 +289,8 @@ IDX_FILES = sorted(
     for split in ("t10k", "train")
     for kind, dims in (("images", 3), ("labels", 1))
 )
-ROUND_TIMEOUT = 60  # s: a normal ClientApp message takes 15-35 s here on 2 cores at load 2-5
+# s: a normal message takes 15-35 s here at a load average of 2-5 on 2 cores, 45-60 s at 10-15
+ROUND_TIMEOUT = 90
 
 
 @pytest.mark.deploy
@@ -326,13 +327,13 @@ def test_rehearsal_of_several_hosts_survives_lost_slow_and_rogue_nodes(tmp_path:
     # what the run recorded: who failed when, and that everyone came back
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rows] == [1, 2, 3]
-    first = rows[0]
-    assert sorted(first["failed_partitions"]) == [1, 2] and first["num_failures"] == 2, first
-    assert first["num_clients"] == 1 and not first["skipped"], first
+    first, story = rows[0], f"{rows}\n{explain(result)}"
+    assert sorted(first["failed_partitions"]) == [1, 2] and first["num_failures"] == 2, story
+    assert first["num_clients"] == 1 and not first["skipped"], story
     assert first["seconds"] >= ROUND_TIMEOUT
     trained = [set(r["clients"]) - set(r["failed_partitions"]) - set(r["missing_partitions"]) for r in rows]
-    assert any(2 in t for t in trained[1:]), f"the slow node never trained again: {rows}"
-    assert any(1 in t for t in trained[1:]), f"the restarted node never trained again: {rows}"
+    assert any(2 in t for t in trained[1:]), f"the slow node never trained again: {story}"
+    assert any(1 in t for t in trained[1:]), f"the restarted node never trained again: {story}"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["num_failures_total"] == sum(r["num_failures"] for r in rows) >= 2
     assert "kill -9 SuperNode 1" in result.stdout and "started again" in result.stdout

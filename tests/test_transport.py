@@ -140,6 +140,13 @@ def test_round_returns_as_soon_as_every_reply_is_in(link: Link) -> None:
     assert all(r.content.config_records["echo"]["round"] == 1 for r in result.replies.values())
 
 
+def test_without_timeout_a_round_waits_for_every_reply(link: Link) -> None:
+    nodes = {0: link.connect(0), 1: link.connect(1, delay=1.0)}
+    result = send_round(link.grid, train_messages(nodes, tag=1), timeout=None)
+    assert sorted(result.replies) == [0, 1] and result.failed == {}
+    assert send_round(link.grid, {}, timeout=None) == transport.RoundReplies(replies={}, failed={})
+
+
 def test_round_closes_at_the_timeout_and_names_the_missing_partitions(link: Link) -> None:
     nodes = {0: link.connect(0), 1: link.connect(1, delay=30.0), 2: link.connect(2)}
     nodes[2].error = "ClientApp raised: out of memory"
