@@ -1,0 +1,102 @@
+"""The baseline: the simulator's FedAvg work as a plain sequential PyTorch loop in one process.
+
+Same work as a FedAvg run of the same config: the clients of each round from
+`strategies.sample_clients`, each client's indices from `fedpfn.cache.client_indices`, the
+initial model from `initial_model`, the batch order from the client's seeded DATA_ORDER
+stream, `make_optimizer` + `train_local`, FedAvg weighted by examples, and the evaluation
+of the global model the server does every round. What is left out is exactly what the
+simulator adds: Flower's messages, Ray's actors and the run folder.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import report  # noqa: F401  (puts the repository root on sys.path)
+import torch
+
+from fedpfn.config import RunConfig
+
+State = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class PlainRound:
+    round: int
+    seconds: float  # the whole round: every client, the average, the evaluation
+    evaluate: float
+    clients: dict[int, float]  # partition id -> seconds of its local training
+    accuracy: float
+
+
+@contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """torch's intra-op threads set for the block (None: left as they are)."""
+    previous = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _sync(device: torch.device) -> None:
+    """Wait for the GPU, so the clock reads finished work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train_client(cfg: RunConfig, state: State, server_round: int, pid: int, device: torch.device) -> State:
+    """One client's local round from the global `state`, as `clients.base.local_round` trains."""
+    from fedpfn.cache import client_indices, dataset_on, model_skeleton
+    from fedpfn.seeding import Stream, torch_generator
+    from fedpfn.training import make_optimizer, minibatches, train_local
+
+    data = dataset_on(cfg, device)
+    model = model_skeleton(cfg, device)
+    model.load_state_dict(state)
+    optimizer = make_optimizer(model, cfg.optimizer, cfg.lr_at(server_round), cfg.momentum, cfg.weight_decay)
+    order = torch_generator(cfg.seed, Stream.DATA_ORDER, server_round, pid)
+    batches = minibatches(client_indices(cfg)[pid], cfg.batch_size, cfg.local_epochs, order)
+    train_local(model, data.train_x, data.train_y, batches, optimizer)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def fedavg(results: list[tuple[int, State]]) -> State:
+    """The average of the clients' states weighted by their examples (in float64)."""
+    total = sum(n for n, _ in results)
+    first = results[0][1]
+    return {k: (sum(n * s[k].double() for n, s in results) / total).to(first[k].dtype) for k in first}
+
+
+def plain_fedavg(cfg: RunConfig, device: torch.device, threads: int | None = None) -> list[PlainRound]:
+    """`cfg.rounds` FedAvg rounds as a bare loop on `device`; one PlainRound per round."""
+    from fedpfn.cache import client_indices, dataset_on, initial_model
+    from fedpfn.training import evaluate
+    from strategies import sample_clients
+
+    with torch_threads(threads):
+        data, parts = dataset_on(cfg, device), client_indices(cfg)
+        global_model = initial_model(cfg).to(device)
+        state = {k: v.detach().clone() for k, v in global_model.state_dict().items()}
+        rows = []
+        for server_round in range(1, cfg.rounds + 1):
+            start = time.perf_counter()
+            seconds: dict[int, float] = {}
+            results = []
+            for pid in sample_clients(cfg.seed, server_round, cfg.num_clients, cfg.clients_per_round):
+                began = time.perf_counter()
+                results.append((len(parts[pid]), train_client(cfg, state, server_round, pid, device)))
+                _sync(device)
+                seconds[pid] = time.perf_counter() - began
+            state = fedavg(results)
+            began = time.perf_counter()
+            global_model.load_state_dict(state)
+            _, accuracy = evaluate(global_model, data.test_x, data.test_y)
+            end = time.perf_counter()
+            rows.append(PlainRound(server_round, end - start, end - began, seconds, accuracy))
+        return rows
