@@ -39,7 +39,9 @@ P = TypeVar("P")
 OPTIMIZERS = ("sgd", "adam")
 # settings that may change between a run and its continuation (`--resume DIR --rounds N`)
 # or that only say where and how it runs, never what it computes
-NOT_IN_FINGERPRINT = ("rounds", "out", "overwrite", "ray_address", "client_cpus", "client_gpus")
+NOT_IN_FINGERPRINT = (
+    "rounds", "out", "overwrite", "ray_address", "client_cpus", "client_gpus", "tensorboard", "wandb"
+)
 
 
 @dataclass
@@ -74,6 +76,15 @@ class RunConfig:
     optimizer: str = setting("sgd", "local optimizer: sgd or adam", one_of(OPTIMIZERS))
     # evaluation
     eval_every: int = setting(1, "evaluate the global model every K rounds (the last round always)", at_least(1))
+    # tracking
+    local_test_fraction: float = setting(
+        0.0,
+        "hold out this fraction of each client's partition as its local test split, evaluated with "
+        "the global model before and after local training (clients.jsonl, per-round mean and worst 10 %)",
+        between(0, 0.5),
+    )
+    tensorboard: bool = setting(False, "write TensorBoard event files under <out>/tensorboard")
+    wandb: bool = setting(False, "log to Weights & Biases (WANDB_MODE=offline: files under <out>/wandb)")
     # resources and faults
     client_cpus: float = setting(1.0, "CPUs per simulated client (Ray)", above(0))
     client_gpus: float = setting(0.0, "GPU fraction per simulated client (Ray)", at_least(0))
