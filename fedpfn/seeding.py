@@ -1,9 +1,13 @@
 """Every random stream of a run, derived from the run seed in one place.
 
 A stream is named by its purpose and a few integers (a round, a partition id). numpy's
-`SeedSequence` mixes them into independent seeds: streams never collide (hand-made hashes
-did: `(round, 10_007)` gave the seed of `(round + 1, 0)`) and do not depend on which
-process or worker draws them, so a resumed run draws what an uninterrupted one would.
+`SeedSequence` mixes them into independent seeds (hand-made hashes collided:
+`(round, 10_007)` gave the seed of `(round + 1, 0)`), which do not depend on which process
+or worker draws them, so a resumed run draws what an uninterrupted one would.
+
+numpy generators use the whole sequence. A torch CPU generator keeps only the low 32 bits of
+its seed, so two of its streams coincide with probability about n²/2³³ over n streams
+(about 1 % for the 10⁴ (round, client) data orders of 100 clients over 100 rounds).
 """
 
 from __future__ import annotations

@@ -143,6 +143,16 @@ def field_map(cls: type) -> dict[str, dataclasses.Field]:
 
 def parse_values(fields: Mapping[str, dataclasses.Field], values: Mapping[str, Any]) -> dict[str, Any]:
     """Coerce `values` (keys with '-' or '_') to the fields' types; every problem at once."""
+    parsed, problems = parse_leniently(fields, values)
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return parsed
+
+
+def parse_leniently(
+    fields: Mapping[str, dataclasses.Field], values: Mapping[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """(the values that parse, one line per value that does not or key that is unknown)."""
     parsed: dict[str, Any] = {}
     problems: list[str] = []
     unknown = []
@@ -157,9 +167,7 @@ def parse_values(fields: Mapping[str, dataclasses.Field], values: Mapping[str, A
             problems.append(str(err))
     if unknown:
         problems.append(f"unknown setting(s) {', '.join(sorted(unknown))}; run with --help for the known ones")
-    if problems:
-        raise ConfigError("\n".join(problems))
-    return parsed
+    return parsed, problems
 
 
 def from_mapping(cls: type[T], values: Mapping[str, Any]) -> T:

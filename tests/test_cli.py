@@ -1,24 +1,59 @@
-"""The command line refuses bad settings with one clear line each and exit code 2."""
+"""The command line refuses bad input with one clear line each and exit code 2, before Ray starts.
+
+The catalogue of refusals (README, "Refused inputs") runs in-process through `run_sim.main`,
+so no test here starts Ray; a few run as real subprocesses to check the whole path (exit
+code, no traceback). Every refusal leaves `--out` untouched: absent if it was absent, byte
+for byte the same if it held a run.
+"""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import run_sim
+
 ROOT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
 
 
 def run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(ROOT / "run_sim.py"), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [sys.executable, str(ROOT / "run_sim.py"), *args], cwd=cwd, capture_output=True, text=True, timeout=180
     )
+
+
+def refused(capsys, monkeypatch, *args: str) -> list[str]:
+    """Run in-process; assert exit 2 and no traceback; return the error lines.
+
+    A refusal must come before any run starts: were one to slip through, the test fails at
+    once instead of training a default-sized federation.
+    """
+
+    def must_not_start(*_args, **_kwargs):
+        raise AssertionError(f"run_sim {' '.join(args)} was not refused: Ray was about to start")
+
+    monkeypatch.setattr("fedpfn.simulation.run_on_ray", must_not_start)
+    with pytest.raises(SystemExit) as exit_info:
+        sys.exit(run_sim.main(list(args)))
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err
+    assert "Traceback" not in err
+    return [line for line in err.splitlines() if line.strip()]
+
+
+def snapshot(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def toml(tmp_path: Path, text: str | bytes, name: str = "preset.toml") -> str:
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return str(path)
 
 
 BAD = [
@@ -29,59 +64,178 @@ BAD = [
     (["--partition", "pathological"], "partition: unknown 'pathological'"),
     (["--alpha", "0"], "alpha: 0.0 must be > 0"),
     (["--num-clients", "0"], "num_clients: 0 must be at least 1"),
-    (["--num-clients", "5", "--clients-per-round", "6"], "clients_per_round: 6 must be between 1 and num_clients (5)"),
+    (["--num-clients", "5", "--clients-per-round", "6"], "clients_per_round: 6 must be at most num_clients (5)"),
     (["--rounds", "0"], "rounds: 0 must be at least 1"),
+    (["--rounds", "many"], "rounds: 'many' is not an integer"),
     (["--lr", "-0.1"], "lr: -0.1 must be > 0"),
-    (["--anchor-ratio", "1"], "anchor_ratio: 1.0 must be in [0, 1)"),
-    (["--anchor-ratio", "-0.2"], "anchor_ratio: -0.2 must be in [0, 1)"),
-    (["--anchor-granularity", "layer"], "anchor_granularity: unknown 'layer'"),
+    (["--lr", "nan"], "lr: 'nan' is not a finite number"),
+    (["--lr", "inf"], "lr: 'inf' is not a finite number"),
+    (["--weight-decay", "inf"], "weight_decay: 'inf' is not a finite number"),
+    (["--algorithm", "fedprox", "--prox-mu", "nan"], "prox_mu: 'nan' is not a finite number"),
+    (["--server", "fedavgm", "--server-lr", "inf"], "server_lr: 'inf' is not a finite number"),
+    (["--client-cpus", "nan"], "client_cpus: 'nan' is not a finite number"),
+    (["--client-cpus", "4096"], "client_cpus: 4096 exceeds this machine's"),
+    (["--seed", "-1"], "seed: -1 must be in [0, 4294967295]"),
+    (["--seed", "4294967296"], "seed: 4294967296 must be in [0, 4294967295]"),
+    (["--anchor-ratio", "1", "--algorithm", "fedpfn"], "anchor_ratio: 1.0 must be in [0, 1)"),
+    (["--anchor-granularity", "layer", "--algorithm", "fedpfn"], "anchor_granularity: unknown 'layer'"),
+    (["--prox-mu", "0.5"], "prox_mu: 0.5 is set, but fedavg with server fedavg does not use it"),
+    (["--algorithm", "scaffold", "--optimizer", "adam"], "optimizer: scaffold is defined for sgd only"),
     (["--server", "fedsgd"], "server: unknown 'fedsgd'"),
+    (["--server", "no_such_module:Strategy"], "server: cannot import module 'no_such_module'"),
+    (["--server", "user_strategy:np"], "server: 'user_strategy:np' is not a flwr.serverapp.strategy.Strategy"),
+    (["--server", "broken_strategy:Anything"],
+     "server: cannot import module 'broken_strategy' (RuntimeError: this module fails on import)"),
+    (["--server", "user_strategy:NeedsBeta"], "server: user_strategy:NeedsBeta"),
+    (["--server", "user_strategy:NeedsBeta", "--server-args", '{"gamma": 1}'],
+     "server_args: user_strategy:NeedsBeta takes no argument gamma; it accepts"),
+    (["--server", "user_strategy:NeedsBeta", "--server-args", "[1]"], "server_args: '[1]' must be a JSON object"),
     (["--data-root", "/no/such/dir"], "data_root: '/no/such/dir' is not a directory"),
-    (["--rounds", "many"], "rounds: 'many' is not a valid int"),
     (["--simulate-failures", "1.5"], "simulate_failures: 1.5 must be in [0, 1)"),
+    (["--ray-address", "127.0.0.1:1"], "ray_address: no Ray cluster answers at 127.0.0.1:1"),
+    (["--ray-address", "nonsense"], "ray_address: 'nonsense' is not HOST:PORT or 'auto'"),
     (["--config", "/no/such.toml"], "config: file '/no/such.toml' does not exist"),
 ]
 
 
 @pytest.mark.parametrize("args,message", BAD, ids=[" ".join(a) for a, _ in BAD])
-def test_bad_setting_exit_2_one_line_no_folder(tmp_path, args, message):
+def test_bad_setting_exit_2_one_line_no_folder(tmp_path, capsys, monkeypatch, args, message):
+    monkeypatch.syspath_prepend(str(TESTS))  # user_strategy.py
     out = tmp_path / "run"
-    result = run_cli(*args, "--out", str(out))
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert lines == [f"error: {message}"] or any(line.startswith(f"error: {message}") for line in lines)
-    assert "Traceback" not in result.stderr
+    lines = refused(capsys, monkeypatch, *args, "--out", str(out))
+    assert any(line.startswith(f"error: {message}") for line in lines), lines
     assert not out.exists()
 
 
-def test_every_problem_reported_at_once(tmp_path):
-    result = run_cli("--alpha", "-1", "--rounds", "0", "--out", str(tmp_path / "r"))
-    assert result.returncode == 2
-    assert result.stderr.count("error: ") == 2
+TOML_CASES = [
+    ("run = 3\n", "'run' in '{path}' must be a table ([run]), not a value"),
+    (b"\xff\xfe not text", "'{path}' is not UTF-8 text"),
+    ("alpha = 0.3\n[run]\nrounds = 2\n", "has a [run] table and top-level keys (alpha)"),
+    ("out = 5\n", "out: '5' is not text"),
+    ("rounds = [[1]]\n", "rounds: '[[1]]' is not an integer"),
+    ("x = " + "[" * 2000 + "]" * 2000 + "\n", "nested too deeply"),
+    ("alhpa = 0.5\n", "unknown setting(s) alhpa"),
+    ("alpha = -3.0\n", "alpha: -3.0 must be > 0"),
+]
 
 
-def test_unknown_server_class_refused_before_start(tmp_path):
-    result = run_cli("--server", "no_such_module:Strategy", "--out", str(tmp_path / "r"))
-    assert result.returncode == 2
-    assert "error: server: cannot import module 'no_such_module'" in result.stderr
+@pytest.mark.parametrize("text,message", TOML_CASES, ids=[m.split(" ")[0] for _, m in TOML_CASES])
+def test_bad_preset_files(tmp_path, capsys, monkeypatch, text, message):
+    path = toml(tmp_path, text)
+    lines = refused(capsys, monkeypatch, "--config", path)
+    assert any(message.format(path=path) in line for line in lines), lines
+
+
+def test_a_directory_given_as_preset(tmp_path, capsys, monkeypatch):
+    lines = refused(capsys, monkeypatch, "--config", str(tmp_path), "--out", str(tmp_path / "r"))
+    assert lines == [f"error: config: '{tmp_path}' is a directory; give a TOML file"]
+
+
+def test_every_problem_reported_at_once(tmp_path, capsys, monkeypatch):
+    lines = refused(capsys, monkeypatch, "--alpha", "-1", "--rounds", "0", "--lr", "nan", "--out", str(tmp_path / "r"))
+    assert len(lines) == 3
 
 
 def test_config_file_values_and_flag_override(tmp_path):
-    preset = tmp_path / "p.toml"
-    preset.write_text('algorithm = "fedpfn"\nalpha = -3.0\n')
-    result = run_cli("--config", str(preset), "--out", str(tmp_path / "r"))
-    assert result.returncode == 2 and "alpha: -3.0 must be > 0" in result.stderr
-    from run_sim import config_from_args
-
-    cfg = config_from_args({"config": str(preset), "alpha": "0.7"})
-    assert cfg.algorithm == "fedpfn" and cfg.alpha == 0.7
+    preset = toml(tmp_path, 'algorithm = "fedpfn"\nnum-clients = 7\n')
+    cfg = run_sim.config_from_args({"config": preset, "num_clients": "9"})
+    assert cfg.algorithm == "fedpfn" and cfg.num_clients == 9
 
 
-def test_unknown_setting_in_config_file(tmp_path):
-    preset = tmp_path / "p.toml"
-    preset.write_text("alhpa = 0.5\n")
-    result = run_cli("--config", str(preset), "--out", str(tmp_path / "r"))
-    assert result.returncode == 2 and "unknown setting(s) alhpa" in result.stderr
+def test_out_that_is_a_file_is_refused(tmp_path, capsys, monkeypatch):
+    (tmp_path / "taken").write_text("not a folder")
+    lines = refused(capsys, monkeypatch, "--out", str(tmp_path / "taken"))
+    assert lines == [f"error: out: '{tmp_path / 'taken'}' is a file; give a folder"]
+
+
+def fake_finished_run(path: Path) -> dict[str, bytes]:
+    """A finished run folder as the tool writes one (no Ray needed to make it)."""
+    from conftest import tiny_config
+    from fedpfn.runfolder import RunFolder
+
+    cfg = tiny_config(out=str(path))
+    folder = RunFolder(path)
+    with folder.exclusive():
+        folder.start(cfg.to_dict(), overwrite=False)
+    folder.append_metrics({"round": 1, "test_accuracy": 0.5})
+    folder.write_summary({"rounds": 1})
+    return snapshot(path)
+
+
+def test_overwrite_of_a_finished_run_with_a_bad_setting_touches_nothing(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "done"
+    before = fake_finished_run(out)
+    refused(capsys, monkeypatch, "--overwrite", "--server", "nosuch.module:X", "--out", str(out))
+    assert snapshot(out) == before
+    (out / "notes.txt").write_text("mine")
+    lines = refused(capsys, monkeypatch, "--overwrite", "--model", "mlp", "--out", str(out))
+    assert any("holds files fedpfn did not write (notes.txt)" in line for line in lines)
+    assert (out / "notes.txt").read_text() == "mine" and (out / "config.json").read_bytes() == before["config.json"]
+
+
+def test_resume_refuses_conflicting_flags_and_finished_runs(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "done"
+    before = fake_finished_run(out)
+    lines = refused(capsys, monkeypatch, "--resume", str(out), "--lr", "0.5")
+    assert any("lr: 0.5 != 0.05" in line and "only --rounds may extend it" in line for line in lines), lines
+    lines = refused(capsys, monkeypatch, "--resume", str(out))
+    assert any("is finished (2 rounds); pass --rounds N" in line for line in lines), lines
+    lines = refused(capsys, monkeypatch, "--resume", str(out), "--rounds", "1")
+    assert any("--rounds 1 is fewer than the run's 2" in line for line in lines), lines
+    lines = refused(capsys, monkeypatch, "--resume", str(out), "--config", str(tmp_path / "x.toml"))
+    assert any("--config cannot be combined with --resume" in line for line in lines)
+    assert snapshot(out) == before
+
+
+def test_resume_refuses_damaged_files(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+    fake_finished_run(out)
+    (out / "summary.json").unlink()
+    (out / "checkpoint.npz").write_bytes(b"not a checkpoint")
+    before = snapshot(out)
+    lines = refused(capsys, monkeypatch, "--resume", str(out))
+    assert any("checkpoint.npz is damaged" in line for line in lines), lines
+    (out / "config.json").write_text("{ broken")
+    lines = refused(capsys, monkeypatch, "--resume", str(out))
+    assert any("config.json is damaged" in line for line in lines), lines
+    assert {k: v for k, v in snapshot(out).items() if k != "config.json"} == {
+        k: v for k, v in before.items() if k != "config.json"
+    }
+
+
+def test_resume_refuses_an_edited_config(tmp_path, capsys, monkeypatch):
+    """config.json edited after the run: its checkpoint belongs to other settings."""
+    from conftest import tiny_config
+    from fedpfn.runfolder import RunFolder
+
+    out = tmp_path / "run"
+    fake_finished_run(out)
+    (out / "summary.json").unlink()
+    RunFolder(out).save_checkpoint(tiny_config(out=str(out)).fingerprint(), {"round": 1})
+    config = json.loads((out / "config.json").read_text())
+    config["lr"] = 0.2
+    (out / "config.json").write_text(json.dumps(config))
+    lines = refused(capsys, monkeypatch, "--resume", str(out))
+    assert any("belongs to other settings (lr: 0.05 -> 0.2)" in line for line in lines), lines
+
+
+# --- the whole path, as a user runs it ---------------------------------------------------------
+
+
+def test_subprocess_refusal_is_one_line_exit_2(tmp_path):
+    result = run_cli("--alpha", "-1", "--server", "nosuch:X", "--out", str(tmp_path / "r"))
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "error: alpha: -1.0 must be > 0",
+        "error: server: cannot import module 'nosuch' (ModuleNotFoundError: No module named 'nosuch')",
+    ]
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_strategy_module_in_the_current_folder_is_found(tmp_path):
+    (tmp_path / "mine.py").write_text("class NotAStrategy:\n    pass\n")
+    result = run_cli("--server", "mine:NotAStrategy", "--out", str(tmp_path / "r"), cwd=tmp_path)
+    assert result.returncode == 2 and "'mine:NotAStrategy' is not a flwr.serverapp.strategy.Strategy" in result.stderr
 
 
 def test_impossible_partition_refused_before_ray(tmp_path):

@@ -33,11 +33,11 @@ def algorithm(rule: str, anchor: str) -> str:
 
 
 def small(rule: str, anchor: str, server: str, model: str):
-    """200 clients of 300 images, 2 a round, batch 100: three steps a client."""
+    """1000 clients of 60 images, 2 a round, batch 30: two steps a client."""
     extra = {"server_lr": SERVER_LR[server]} if server in SERVER_LR else {}
     return tiny_config(
-        algorithm=algorithm(rule, anchor), server=server, model=model, num_clients=200,
-        clients_per_round=2, batch_size=100, **extra,
+        algorithm=algorithm(rule, anchor), server=server, model=model, num_clients=1000,
+        clients_per_round=2, batch_size=30, **extra,
     )
 
 

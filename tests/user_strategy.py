@@ -22,3 +22,11 @@ class HalfwayFedAvg(FedAvg):
             for name, array in arrays.items()
         }
         return ArrayRecord(half), metrics
+
+
+class NeedsBeta(FedAvg):
+    """A strategy whose constructor needs an argument (`--server-args '{"beta": 0.2}'`)."""
+
+    def __init__(self, beta: float, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.beta = beta
