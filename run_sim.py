@@ -74,13 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         if resume_dir is not None and "config" in args:
             raise ConfigError("resume: --config cannot be combined with --resume (the run keeps its settings)")
         cfg = resume_config(resume_dir, args) if resume_dir else config_from_args(args).validated()
-        summary = simulate(cfg, resume=resume_dir is not None)
+        simulate(cfg, resume=resume_dir is not None)  # prints a header, the rounds and a summary
     except ConfigError as err:
         return fail(str(err))
-    print(
-        f"done: final accuracy {summary['final_test_accuracy']:.4f} in "
-        f"{summary['wall_seconds']:.0f} s; run folder {cfg.run_dir}"
-    )
     return 0
 
 

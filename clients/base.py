@@ -20,11 +20,12 @@ from torch import nn
 from clients.state import ClientState
 from fedpfn import protocol
 from fedpfn.seeding import Stream, torch_generator
-from fedpfn.training import CompositeHooks, NoHooks, make_optimizer, minibatches, train_local
-from fedpfn.cache import client_indices, dataset_on, model_skeleton
+from fedpfn.training import CompositeHooks, NoHooks, evaluate, make_optimizer, minibatches, train_local
+from fedpfn.cache import dataset_on, local_split, model_skeleton
 
 if TYPE_CHECKING:
     from fedpfn.config import RunConfig
+    from fedpfn.data import DatasetSplits
 
 
 @dataclass(frozen=True)
@@ -100,11 +101,12 @@ def local_round(
         state=state,
         global_params={n: p.detach().clone() for n, p in model.named_parameters()},
     )
+    data = dataset_on(cfg, device)
+    indices, local_test = local_split(cfg, partition_id)
+    before = local_accuracy(model, data, local_test)  # the global model as received
     hooks = CompositeHooks([cls(ctx) for cls in parts])
     for part in hooks.parts:
         part.begin_round(model, content)
-    data = dataset_on(cfg, device)
-    indices = client_indices(cfg)[partition_id]
     optimizer = make_optimizer(model, cfg.optimizer, ctx.lr, cfg.momentum, cfg.weight_decay)
     generator = torch_generator(cfg.seed, Stream.DATA_ORDER, server_round, partition_id)
     batches = minibatches(indices, cfg.batch_size, cfg.local_epochs, generator)
@@ -120,7 +122,18 @@ def local_round(
             protocol.TRAIN_SECONDS: time.perf_counter() - started,
         }
     )
+    if before is not None:
+        metrics[protocol.LOCAL_ACC_BEFORE] = before
+        metrics[protocol.LOCAL_ACC_AFTER] = local_accuracy(model, data, local_test)
     reply = RecordDict({protocol.ARRAYS: ArrayRecord(model.state_dict()), protocol.METRICS: metrics})
     for part in hooks.parts:
         part.finish_reply(reply)
     return reply
+
+
+def local_accuracy(model: nn.Module, data: DatasetSplits, indices: torch.Tensor) -> float | None:
+    """Accuracy on the client's local test split (`--local-test-fraction`); None without one."""
+    if len(indices) == 0:
+        return None
+    held = indices.to(data.train_x.device)
+    return evaluate(model, data.train_x[held], data.train_y[held])[1]

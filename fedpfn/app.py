@@ -18,12 +18,13 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from fedpfn import env, protocol
+from fedpfn import env, protocol, provenance
 from fedpfn.algorithms import run_client
 from fedpfn.config import RunConfig
 from fedpfn.runfolder import RunFolder
 from fedpfn.seeding import Stream, numpy_rng
-from fedpfn.server import Progress, ServerLoop, resume_point
+from fedpfn.server import ServerLoop, resume_point
+from fedpfn.tracking import Tracking, check_available, tracked_run
 from fedpfn.training import pick_device
 
 env.flower_defaults()
@@ -90,14 +91,14 @@ def query(msg: Message, context: Context) -> Message:
 
 
 def make_server_app(
-    cfg: RunConfig, folder: RunFolder, checkpoint: dict[str, Any] | None, show_progress: bool = True
+    cfg: RunConfig, folder: RunFolder, checkpoint: dict[str, Any] | None, tracker: Tracking | None = None
 ) -> ServerApp:
     """A ServerApp for a config and folder checked by the caller (the simulation path)."""
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        ServerLoop(grid, cfg, folder, checkpoint).run(Progress(cfg.rounds) if show_progress else None)
+        ServerLoop(grid, cfg, folder, checkpoint).run(tracker)
 
     return app
 
@@ -117,13 +118,18 @@ def deployed_main(grid: Grid, context: Context) -> None:
     resume = folder.holds_run() and not folder.is_finished() and not cfg.overwrite
     if resume:
         stored = RunConfig.from_dict(folder.read_config())
-        differences = cfg.differences(stored)
+        differences = cfg.differences(stored, ignore=("out", "overwrite", "tensorboard", "wandb"))
         if differences:
             raise RuntimeError(f"out: '{folder.path}' holds a run of other settings ({'; '.join(differences)})")
     else:
         folder.check_new_run(cfg.overwrite)
     checkpoint = resume_point(cfg, folder) if resume else None
+    check_available(cfg)
     with folder.exclusive():
         if not resume:
-            folder.start(cfg.to_dict(), overwrite=cfg.overwrite)
-        ServerLoop(grid, cfg, folder, checkpoint).run(Progress(cfg.rounds))
+            folder.start(cfg.to_dict(), overwrite=cfg.overwrite, provenance=provenance.collect())
+        else:
+            folder.write_config(cfg.to_dict(), provenance.for_resume(folder.read_provenance()))
+        compute = "deployment: clients train on the SuperNodes"
+        with tracked_run(cfg, folder, checkpoint, compute, show=True) as tracker:
+            ServerLoop(grid, cfg, folder, checkpoint).run(tracker)

@@ -10,12 +10,13 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 from torch import nn
 
 from fedpfn.data import DatasetSplits, load_dataset
 from fedpfn.models import build_model
-from fedpfn.seeding import Stream, seed_for
+from fedpfn.seeding import Stream, numpy_rng, seed_for
 from partitions import label_counts, partition_labels
 
 if TYPE_CHECKING:
@@ -85,6 +86,21 @@ def client_indices(cfg: RunConfig) -> tuple[torch.Tensor, ...]:
         cfg.min_partition_size,
         seed_for(cfg.seed, Stream.PARTITION),
     )
+
+
+def local_split(cfg: RunConfig, partition_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(training, local test) indices of one client: a seeded `local_test_fraction` of its partition.
+
+    The local test split is what personalised FL figures evaluate on: the client's own label
+    mix, never trained on. At least one sample each side once the fraction is above 0. Drawn
+    per call (a permutation of one partition: microseconds), so nothing per client is cached.
+    """
+    indices = client_indices(cfg)[partition_id]
+    if cfg.local_test_fraction == 0:
+        return indices, indices[:0]
+    held = min(max(round(cfg.local_test_fraction * len(indices)), 1), len(indices) - 1)
+    order = numpy_rng(cfg.seed, Stream.LOCAL_SPLIT, partition_id).permutation(len(indices))
+    return indices[np.sort(order[held:])], indices[np.sort(order[:held])]
 
 
 def partition_label_counts(cfg: RunConfig):

@@ -21,7 +21,8 @@ from fedpfn import protocol
 from fedpfn.algorithms import build_strategy, state_keys
 from fedpfn.cache import dataset_on, initial_model, partition_label_counts
 from fedpfn.config import RunConfig
-from fedpfn.runfolder import RunFolder, RunFolderError
+from fedpfn.runfolder import CLIENTS, RunFolder, RunFolderError
+from fedpfn.tracking import Tracking, local_test_summary
 from fedpfn.training import evaluate, pick_device
 from fedpfn.transport import NodeDirectory, send_round
 from strategies import SampledGrid, sample_clients
@@ -198,7 +199,8 @@ class ServerLoop:
 
     # --- the loop ------------------------------------------------------------------------
 
-    def run(self, progress: Progress | None = None) -> dict[str, Any]:
+    def run(self, tracker: Tracking | None = None) -> dict[str, Any]:
+        """Rounds `next_round`..`rounds`; `tracker` hears of each round, then of the summary."""
         cfg = self.cfg
         started = time.perf_counter()
         self.start_or_resume()
@@ -214,17 +216,21 @@ class ServerLoop:
                 "test_accuracy": test_acc,
                 "test_loss": test_loss,
                 **record,
+                **(local_test_summary(client_rows) if cfg.local_test_fraction else {}),
                 "seconds": time.perf_counter() - t0,
             }
             for row in client_rows:
-                self.folder.append_metrics(row, name="clients.jsonl")
+                self.folder.append_metrics(row, name=CLIENTS)
             self.folder.append_metrics(record)
-            if progress is not None:
-                progress.round_done(record)
+            if tracker is not None:
+                tracker.round_done(record, client_rows)
             due = cfg.checkpoint_every and server_round % cfg.checkpoint_every == 0
             if due or server_round == cfg.rounds:
                 self.checkpoint(server_round, self.elapsed_before + time.perf_counter() - started)
-        return self.finish(self.elapsed_before + time.perf_counter() - started)
+        summary = self.finish(self.elapsed_before + time.perf_counter() - started)
+        if tracker is not None:
+            tracker.close(summary)
+        return summary
 
     def finish(self, wall_seconds: float) -> dict[str, Any]:
         from fedpfn.plots import plot_run  # matplotlib only where a run ends, not in every client
@@ -297,23 +303,3 @@ def setting_title(cfg: RunConfig) -> str:
         f"({cfg.clients_per_round}/round), {split} · seed {cfg.seed}"
     )
 
-
-class Progress:
-    """One line per round: a long run shows where it is (coloured on a terminal)."""
-
-    def __init__(self, total_rounds: int) -> None:
-        from rich.console import Console
-
-        self.total = total_rounds
-        self.console = Console(highlight=False)
-
-    def round_done(self, record: dict[str, Any]) -> None:
-        failed = f" [red]failed {record['num_failures']}[/red]" if record["num_failures"] else ""
-        skipped = " [red]skipped[/red]" if record["skipped"] else ""
-        acc = "   -  " if record["test_accuracy"] is None else f"{record['test_accuracy']:.4f}"
-        loss = "   -  " if record["test_loss"] is None else f"{record['test_loss']:.4f}"
-        self.console.print(
-            f"round {record['round']:>4}/{self.total}  acc [bold]{acc}[/bold]  "
-            f"loss {loss}  train {record['train_loss']:.4f}  "
-            f"clients {record['num_clients']}{failed}{skipped}  {record['seconds']:.1f}s"
-        )

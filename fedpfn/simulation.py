@@ -16,13 +16,16 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedpfn import env
 from fedpfn.config import ConfigError, RunConfig
-from fedpfn.runfolder import RunFolder, RunFolderError
+from fedpfn.runfolder import LOG, RunFolder, RunFolderError
+
+if TYPE_CHECKING:
+    from fedpfn.tracking import Tracking
 
 env.flower_defaults()
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
@@ -30,6 +33,7 @@ os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 
 log = logging.getLogger("fedpfn")
 STOP_GRACE_SECONDS = 8.0  # after a signal, Ray gets this long to shut down
+TRACKERS = ("tensorboard", "wandb")  # where numbers are also logged: a resume may change them
 
 
 def check_runnable(cfg: RunConfig) -> None:
@@ -39,8 +43,10 @@ def check_runnable(cfg: RunConfig) -> None:
     from fedpfn.cache import client_indices, dataset_for
     from fedpfn.data import DataError, find_data_problem
     from fedpfn.models import build_model
+    from fedpfn.tracking import check_available
     from partitions import PartitionError
 
+    check_available(cfg)
     problem = find_data_problem(cfg.dataset, cfg.data_root, cfg.download)
     if problem:
         raise ConfigError(problem)
@@ -92,7 +98,10 @@ def stop_on_signals(folder: RunFolder) -> Iterator[None]:
         code = 128 + signum
         done = [r["round"] for r in _quiet_rows(folder)]
         where = f"after round {done[-1]}" if done else "before its first round"
-        print(f"\nstopped {where}; continue with: python run_sim.py --resume {folder.path}", file=sys.stderr)
+        line = f"stopped {where}; continue with: python run_sim.py --resume {folder.path}"
+        print(f"\n{line}", file=sys.stderr)
+        with suppress(OSError), open(folder.path / LOG, "a") as fh:
+            fh.write(line + "\n")
         threading.Timer(STOP_GRACE_SECONDS, os._exit, args=(code,)).start()
         (folder.path / ".fedpfn.lock").unlink(missing_ok=True)
         try:
@@ -124,7 +133,9 @@ def quiet_flower() -> None:
 
 def simulate(cfg: RunConfig, resume: bool = False, show_progress: bool = True) -> dict[str, Any]:
     """Run (or resume) one simulation and return its summary."""
+    from fedpfn import provenance
     from fedpfn.server import resume_point
+    from fedpfn.tracking import tracked_run
 
     cfg = dataclasses.replace(cfg, out=str(cfg.run_dir.resolve()))  # Ray workers find it from any folder
     check_runnable(cfg)
@@ -134,24 +145,47 @@ def simulate(cfg: RunConfig, resume: bool = False, show_progress: bool = True) -
     checkpoint = resume_point(cfg, folder) if resume else None
     with folder.exclusive():
         if not resume:
-            folder.start(cfg.to_dict(), overwrite=cfg.overwrite)
+            folder.start(cfg.to_dict(), overwrite=cfg.overwrite, provenance=provenance.collect())
         else:  # `--rounds N` may continue a finished run: it is unfinished again
             folder.unfinish()
-            folder.write_config(cfg.to_dict())
-        with stop_on_signals(folder):
-            run_on_ray(cfg, folder, checkpoint, show_progress)
+            folder.write_config(cfg.to_dict(), provenance.for_resume(folder.read_provenance()))
+        with tracked_run(cfg, folder, checkpoint, ray_resources(cfg), show_progress) as tracker:
+            with stop_on_signals(folder):
+                run_on_ray(cfg, folder, checkpoint, tracker)
     if not folder.is_finished():
         raise RuntimeError(f"the simulation ended without finishing; see {folder.path}")
     return folder.read_summary()
 
 
-def run_on_ray(cfg: RunConfig, folder: RunFolder, checkpoint: dict[str, Any] | None, show_progress: bool) -> None:
+def ray_resources(cfg: RunConfig) -> str:
+    """The header's compute line: where Ray runs and how many clients can train at once."""
+    import torch
+
+    gpus = torch.cuda.device_count()
+    per_client = f"{cfg.client_cpus:g} CPU" + (f" + {cfg.client_gpus:g} GPU" if cfg.client_gpus else "")
+    server = f"server evaluates on {'cuda' if gpus else 'cpu'}"
+    if cfg.ray_address:
+        return f"Ray cluster at {cfg.ray_address}, {per_client} per client; {server}"
+    cpus = os.cpu_count() or 1
+    at_once = int(cpus // cfg.client_cpus)
+    if cfg.client_gpus:
+        at_once = min(at_once, int(gpus // cfg.client_gpus))
+    return (
+        f"Ray on this machine (starting, usually 10-30 s): {cpus} CPUs, {gpus} GPUs; "
+        f"{per_client} per client, "
+        f"up to {min(at_once, cfg.clients_per_round)} clients at a time; {server}"
+    )
+
+
+def run_on_ray(
+    cfg: RunConfig, folder: RunFolder, checkpoint: dict[str, Any] | None, tracker: Tracking
+) -> None:
     from fedpfn.app import client_app, make_server_app
     from fedpfn.flower import run_simulation
 
     quiet_flower()
     run_simulation(
-        server_app=make_server_app(cfg, folder, checkpoint, show_progress),
+        server_app=make_server_app(cfg, folder, checkpoint, tracker),
         client_app=client_app,
         num_supernodes=cfg.num_clients,
         backend_config=backend_config(cfg),
@@ -159,7 +193,8 @@ def run_on_ray(cfg: RunConfig, folder: RunFolder, checkpoint: dict[str, Any] | N
 
 
 def resume_config(run_dir: str, overrides: dict[str, Any]) -> RunConfig:
-    """The settings a run folder was started with; `overrides` may only extend `rounds`.
+    """The settings a run folder was started with; `overrides` may only extend `rounds`
+    (and switch `--tensorboard` / `--wandb`, which log the numbers but never change them).
 
     Any other flag that differs from the run's value is refused: a resumed run keeps its
     settings, so its numbers stay those of one uninterrupted run.
@@ -169,7 +204,7 @@ def resume_config(run_dir: str, overrides: dict[str, Any]) -> RunConfig:
         raise ConfigError(f"resume: '{run_dir}' holds no run (no config.json)")
     stored = RunConfig.from_dict(folder.read_config())
     requested = RunConfig.from_dict({**stored.to_dict(), **overrides})
-    conflicts = requested.differences(stored, ignore=("out", "rounds", "overwrite", "ray_address"))
+    conflicts = requested.differences(stored, ignore=("out", "rounds", "overwrite", "ray_address", *TRACKERS))
     if conflicts:
         raise ConfigError(
             f"resume: the run in '{run_dir}' was made with other settings ({'; '.join(conflicts)}); "
@@ -183,5 +218,8 @@ def resume_config(run_dir: str, overrides: dict[str, Any]) -> RunConfig:
                 f"resume: '{run_dir}' is finished ({stored.rounds} rounds); pass --rounds N to continue it to N rounds"
             )
         folder.check_usable()
-    cfg = dataclasses.replace(stored, rounds=requested.rounds, out=str(folder.path), overwrite=False)
+    trackers = {name: getattr(requested, name) for name in TRACKERS}  # may be switched on or off
+    cfg = dataclasses.replace(
+        stored, rounds=requested.rounds, out=str(folder.path), overwrite=False, **trackers
+    )
     return cfg.validated()
