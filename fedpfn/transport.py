@@ -30,14 +30,12 @@ from typing import Generic, TypeVar
 from flwr.app import Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
+from fedpfn import protocol
+
 log = logging.getLogger("fedpfn")
 
-DEFAULT_ROUND_TIMEOUT = 600.0  # s: generous for a CPU round of a large model; lower it for tests
 TTL_GRACE = 5.0  # s a message outlives its round's deadline: room for the last pull, no more
 FIRST_POLL, MAX_POLL = 0.02, 1.0  # s between pulls: fast for simulated rounds, cheap for long ones
-
-# Where a node's answer to the QUERY message holds its partition id (fedpfn.app's `query`).
-NODE_RECORD, PARTITION_KEY = "node", "partition-id"
 
 K = TypeVar("K", bound=Hashable)
 
@@ -115,7 +113,7 @@ class NodeDirectory:
         """Partition id -> node id now; one QUERY per node not met before."""
         online = set(self._grid.get_node_ids())
         for gone in set(self._claims) - online:
-            log.info("node %d left; partition %s has no node until one connects", gone, self._partition(gone))
+            log.info("node %d (partition %s) left", gone, self._partition(gone))
             del self._claims[gone]
         if new := sorted(online - set(self._claims)):
             self._ask(new)
@@ -147,7 +145,7 @@ class NodeDirectory:
 
     def _record(self, node_id: int, reply: Message) -> None:
         try:
-            partition = int(reply.content.config_records[NODE_RECORD][PARTITION_KEY])
+            partition = int(reply.content.config_records[protocol.NODE][protocol.PARTITION_ID])
         except (KeyError, TypeError, ValueError):
             log.warning("node %d answered without a partition id; it is ignored", node_id)
             self._claims[node_id] = None
