@@ -27,7 +27,7 @@ from flwr.superlink.federation import NoOpFederationManager
 from flwr.superlink.federation.noop_federation_manager import NOOP_FEDERATION_ID
 from flwr.superlink.grid import InMemoryGrid
 
-from fedpfn import transport
+from fedpfn import protocol, transport
 from fedpfn.transport import NodeDirectory, send_round
 
 RUN_ID = 1
@@ -58,8 +58,8 @@ class ScriptedNode(threading.Thread):
         if self.error is not None:
             reply = Message(Error(code=0, reason=self.error), reply_to=message)
         elif message.metadata.message_type == MessageType.QUERY:
-            node = ConfigRecord({"partition-id": self.partition})
-            reply = Message(RecordDict({"node": node}), reply_to=message)
+            node = ConfigRecord({protocol.PARTITION_ID: self.partition})
+            reply = Message(RecordDict({protocol.NODE: node}), reply_to=message)
         else:
             tag = message.content.config_records["config"]["round"]
             reply = Message(RecordDict({"echo": ConfigRecord({"round": tag})}), reply_to=message)
