@@ -71,7 +71,12 @@ class ComposedStrategy(Strategy):
         for part in reversed(self.parts):
             part.absorb(server_round, good, self.sent)
         buffers = self._take_buffers(good)
+        kept = [content[ARRAYS] for content in good]
+        for content, record in zip(good, kept):  # the inner's own copy: FedMedian, Krum pop what they read
+            content[ARRAYS] = ArrayRecord(dict(record.items()))
         aggregated, metrics = self.inner.aggregate_train(server_round, replies)
+        for content, record in zip(good, kept):  # the parts below read the replies again
+            content[ARRAYS] = record
         if aggregated is None:
             return None, metrics
         params = conform(to_numpy(aggregated), {n: self.sent[n] for n in self.param_names})

@@ -116,12 +116,28 @@ def _user_kwargs(text: str | None) -> dict[str, Any]:
     return kwargs
 
 
+def accepted_keywords(cls: type) -> tuple[list[str], bool]:
+    """The keywords `cls(...)` takes: its own and, through `**kwargs`, its bases' (FedAvg's).
+
+    The flag says any name goes: `**kwargs` all the way up, with no base that names them.
+    """
+    names: list[str] = []
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        params = inspect.signature(klass.__init__).parameters
+        names += [n for n, p in params.items() if n != "self" and p.kind in named and n not in names]
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            return names, False
+    return names, True
+
+
 def build_user_strategy(path: str, args: str | None) -> Strategy:
     """Construct the user's class with `args`; a wrong keyword is named with the accepted ones."""
     cls = load_strategy_class(path)
     kwargs = _user_kwargs(args)
-    accepted = [n for n, p in inspect.signature(cls.__init__).parameters.items() if n != "self"]
-    takes_any = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(cls.__init__).parameters.values())
+    accepted, takes_any = accepted_keywords(cls)
     unknown = sorted(set(kwargs) - set(accepted)) if not takes_any else []
     if unknown:
         raise ConfigError(f"server_args: {path} takes no argument {', '.join(unknown)}; it accepts {', '.join(accepted)}")
