@@ -21,6 +21,7 @@ from flwr.serverapp import Grid, ServerApp
 from fedpfn import env, protocol, provenance
 from fedpfn.algorithms import run_client
 from fedpfn.config import RunConfig
+from fedpfn.resources import client_wants_gpu
 from fedpfn.runfolder import RunFolder
 from fedpfn.seeding import Stream, numpy_rng
 from fedpfn.server import ServerLoop, resume_point
@@ -79,7 +80,7 @@ def train(msg: Message, context: Context) -> Message:
         raise SimulatedFailure(f"client {partition_id} failed in round {server_round} (simulated)")
     time.sleep(test_delay(context.node_config, server_round))
     torch.set_num_threads(max(1, int(cfg.client_cpus)))
-    device = pick_device(want_gpu=cfg.client_gpus > 0)
+    device = pick_device(want_gpu=client_wants_gpu(cfg.client_gpus))
     return Message(content=run_client(cfg, partition_id, context.state, device, msg.content), reply_to=msg)
 
 
@@ -114,13 +115,22 @@ def deployed_main(grid: Grid, context: Context) -> None:
     finished one, or one of other settings, is refused unless `overwrite=true`.
     """
     cfg = RunConfig.from_dict(dict(context.run_config)).validated()
+    cfg = dataclasses.replace(cfg, out=str(cfg.run_dir.resolve()))  # relative: to the SuperLink's folder
     folder = RunFolder(cfg.run_dir)
     resume = folder.holds_run() and not folder.is_finished() and not cfg.overwrite
     if resume:
         stored = RunConfig.from_dict(folder.read_config())
         differences = cfg.differences(stored, ignore=("out", "overwrite", "tensorboard", "wandb"))
         if differences:
-            raise RuntimeError(f"out: '{folder.path}' holds a run of other settings ({'; '.join(differences)})")
+            raise RuntimeError(
+                f"out: '{folder.path}' holds a run of other settings ({'; '.join(differences)}); "
+                "set another out, or overwrite=true in --run-config to replace it"
+            )
+    elif folder.holds_run() and not cfg.overwrite:  # Flower shows this as the run's status (`flwr ls`)
+        raise RuntimeError(
+            f"out: '{folder.path}' holds a finished run; set overwrite=true in --run-config to replace it, "
+            "or another out"
+        )
     else:
         folder.check_new_run(cfg.overwrite)
     checkpoint = resume_point(cfg, folder) if resume else None
