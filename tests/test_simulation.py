@@ -1,4 +1,9 @@
-"""End to end on Flower's Ray simulation engine: run folder, determinism, faults, resume."""
+"""End to end on Flower's Ray simulation engine: the run folder, faults, and every way to resume.
+
+One uninterrupted run is the reference. Every interrupted run below (Ctrl-C, kill -9 before
+any checkpoint, a simulation worker killed, a finished run extended) must end with the
+reference's numbers exactly: same rounds, no duplicates, bit-for-bit metrics.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ import torch
 
 from conftest import tiny_config
 from fedpfn.app import fails_this_round
-from fedpfn.simulation import simulate
+from fedpfn.simulation import resume_config, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 VOLATILE = {"seconds"}
@@ -32,16 +37,13 @@ def stable(run_dir: Path) -> list[dict]:
 
 def resumable_config(out: Path, **overrides):
     """SCAFFOLD under FedPFN with FedAdam: client state, server state and anchors at once."""
-    values = dict(
-        algorithm="fedpfn+scaffold",
-        server="fedadam",
-        server_lr=0.003,  # FedAdam's default 0.1 overshoots on a 4-client MLP
-        rounds=4,
-        checkpoint_every=1,
-        out=str(out),
-    )
+    values = dict(algorithm="fedpfn+scaffold", server="fedadam", server_lr=0.003, rounds=4, out=str(out))
     values.update(overrides)
     return tiny_config(**values)
+
+
+def flags(cfg) -> list[str]:
+    return [f"--{k.replace('_', '-')}={v}" for k, v in cfg.to_dict().items() if v is not None and not isinstance(v, bool)]
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +53,35 @@ def reference(tmp_path_factory) -> Path:
     return out
 
 
+def start(cfg) -> subprocess.Popen:
+    """run_sim.py in its own session, so its Ray processes can be found (and killed) together."""
+    return subprocess.Popen([sys.executable, "run_sim.py", *flags(cfg)], cwd=ROOT, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_round(proc: subprocess.Popen, metrics: Path, done: int, limit: float = 300) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= done:
+            return
+        assert proc.poll() is None, f"the run ended before round {done}: {proc.stderr.read()[-2000:]}"
+        time.sleep(0.05)
+    pytest.fail(f"round {done} did not finish in time")
+
+
+def resume(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "run_sim.py", "--resume", str(out), *extra], cwd=ROOT,
+                          capture_output=True, text=True, timeout=400)
+
+
 def test_run_folder_is_complete(reference):
     names = {p.name for p in reference.iterdir()}
     for expected in [
-        "config.json", "metrics.jsonl", "summary.json", "partition.json", "accuracy.png",
-        "partition.png", "model_round_0.pt", "model_round_4.pt", "checkpoint.pt",
+        "config.json", "metrics.jsonl", "clients.jsonl", "summary.json", "partition.json", "accuracy.png",
+        "partition.png", "model_round_0.pt", "model_round_4.pt", "checkpoint.npz", "client_state", "run.log",
     ]:
         assert expected in names, expected
+    assert not [n for n in names if n.endswith(".tmp") or n == ".fedpfn.lock"]
     config = json.loads((reference / "config.json").read_text())
     assert config["algorithm"] == "fedpfn+scaffold" and config["anchor_ratio"] == 0.4
     metrics = rows(reference)
@@ -65,59 +89,99 @@ def test_run_folder_is_complete(reference):
     for r in metrics:
         assert 0 <= r["test_accuracy"] <= 1 and np.isfinite(r["test_loss"])
         assert r["num_clients"] == 2 and r["bytes_up"] > 0 and r["bytes_down"] > 0
+        assert 0.39 < r["anchored_fraction"] < 0.41
     assert metrics[-1]["test_accuracy"] > metrics[0]["test_accuracy"]
     summary = json.loads((reference / "summary.json").read_text())
     assert summary["final_test_accuracy"] == metrics[-1]["test_accuracy"]
-    assert summary["wall_seconds"] > 0
+    assert summary["wall_seconds"] > 0 and summary["last5_window"] == "last 4 of 4 evaluated rounds"
     partition = json.loads((reference / "partition.json").read_text())
-    assert len(partition["clients"]) == 4
     assert sum(sum(c["label_counts"]) for c in partition["clients"]) == 60_000
-    final = torch.load(reference / "model_round_4.pt")
-    assert set(final) == set(torch.load(reference / "model_round_0.pt"))
+    final = torch.load(reference / "model_round_4.pt", weights_only=True)
+    assert set(final) == set(torch.load(reference / "model_round_0.pt", weights_only=True))
 
 
-def test_same_seed_same_metrics(reference, tmp_path):
-    again = tmp_path / "again"
-    simulate(resumable_config(again), show_progress=False)
-    assert stable(again) == stable(reference)
+def test_ctrl_c_stops_within_seconds_and_the_run_resumes_to_the_same_numbers(reference, tmp_path):
+    out = tmp_path / "stopped"
+    proc = start(resumable_config(out))
+    wait_for_round(proc, out / "metrics.jsonl", 1)
+    asked = time.monotonic()
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and time.monotonic() - asked < 10
+    assert "Traceback" not in err
+    stop_lines = [line for line in err.splitlines() if line.startswith("stopped after round ")]
+    assert len(stop_lines) == 1 and f"; continue with: python run_sim.py --resume {out}" in stop_lines[0], err
+    assert not (out / ".fedpfn.lock").exists() and not (out / "summary.json").exists()
+    from fedpfn.runfolder import read_tree
 
-
-def _kill_after_round(cmd: list[str], metrics: Path, after_round: int) -> None:
-    proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 240
-    try:
-        while time.monotonic() < deadline:
-            if metrics.exists() and len(metrics.read_text().splitlines()) >= after_round:
-                break
-            assert proc.poll() is None, "the run ended before it could be killed"
-            time.sleep(0.05)
-        else:
-            pytest.fail("no round finished in time")
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the driver and the Ray processes it started
-        proc.wait()
-
-
-def test_resume_after_kill_9_matches_uninterrupted_run(reference, tmp_path):
-    out = tmp_path / "killed"
-    cfg = resumable_config(out)
-    flags = [f"--{k.replace('_', '-')}={v}" for k, v in cfg.to_dict().items() if v is not None and not isinstance(v, bool)]
-    _kill_after_round([sys.executable, "run_sim.py", *flags], out / "metrics.jsonl", after_round=2)
-    assert not (out / "summary.json").exists()
-    result = subprocess.run([sys.executable, "run_sim.py", "--resume", str(out)], cwd=ROOT,
-                            capture_output=True, text=True, timeout=300)
+    checkpoint = out / "checkpoint.npz"  # the first process's time (none if stopped before writing it)
+    before = read_tree(checkpoint)["elapsed_seconds"] if checkpoint.exists() else 0.0
+    result = resume(out)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert stable(out) == stable(reference)  # no duplicated or missing rounds, same numbers
-    again = subprocess.run([sys.executable, "run_sim.py", "--resume", str(out)], cwd=ROOT,
-                           capture_output=True, text=True, timeout=120)
-    assert again.returncode == 2 and "is finished" in again.stderr
-    taken = subprocess.run([sys.executable, "run_sim.py", *flags], cwd=ROOT,
-                           capture_output=True, text=True, timeout=120)
-    assert taken.returncode == 2 and "already holds a run" in taken.stderr
+    assert stable(out) == stable(reference)
+    summary = json.loads((out / "summary.json").read_text())
+    resumed_rounds = sum(r["seconds"] for r in rows(out) if r["round"] > 1)
+    assert summary["wall_seconds"] > before + resumed_rounds  # both processes counted
 
 
-def test_failing_clients_are_counted_and_the_run_completes(tmp_path):
+def test_kill_9_before_the_first_checkpoint_resumes_from_round_1(reference, tmp_path):
+    out = tmp_path / "killed"
+    proc = start(resumable_config(out, checkpoint_every=0))
+    wait_for_round(proc, out / "metrics.jsonl", 2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and every Ray process it started
+    proc.wait()
+    assert not (out / "checkpoint.npz").exists()
+    result = resume(out)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert [r["round"] for r in rows(out)] == [1, 2, 3, 4]  # not 1, 2, 1, 2, 3, 4
+    assert stable(out) == stable(reference)
+    assert sum(r["bytes_up"] for r in rows(out)) == json.loads((out / "summary.json").read_text())["bytes_up_total"]
+
+
+def ray_actors(session: int) -> list[int]:
+    """The ClientApp actor processes of one session (a run started with start_new_session)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        sid = int(stat.rsplit(")", 1)[1].split()[3])  # state, ppid, pgrp, session
+        if sid == session and b"ClientAppActor" in cmdline:
+            found.append(int(pid))
+    return found
+
+
+def test_a_dead_simulation_worker_stops_the_run_and_it_resumes_to_the_same_numbers(reference, tmp_path):
+    out = tmp_path / "worker"
+    proc = start(resumable_config(out))
+    wait_for_round(proc, out / "metrics.jsonl", 2)
+    actors = ray_actors(proc.pid)
+    assert actors, "no Ray actor found"
+    os.kill(actors[0], signal.SIGKILL)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, err[-2000:]
+    assert "simulation worker" in err and "died" in err and "Traceback" not in err
+    assert "; continue with: python run_sim.py --resume" in err
+    done = [r["round"] for r in rows(out)]
+    assert done and done == list(range(1, len(done) + 1)) and len(done) < 4
+    result = resume(out)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert stable(out) == stable(reference)
+
+
+def test_a_finished_run_continues_to_more_rounds_with_the_numbers_of_a_longer_run(reference, tmp_path):
+    out = tmp_path / "short"
+    simulate(resumable_config(out, rounds=2), show_progress=False)
+    assert [r["round"] for r in rows(out)] == [1, 2]
+    cfg = resume_config(str(out), {"rounds": "4"})
+    summary = simulate(cfg, resume=True, show_progress=False)
+    assert stable(out) == stable(reference)
+    assert summary["rounds"] == 4 and json.loads((out / "config.json").read_text())["rounds"] == 4
+
+
+def test_failing_clients_are_counted_one_line_each_and_the_run_completes(tmp_path, capfd):
     cfg = tiny_config(clients_per_round=4, rounds=3, simulate_failures=0.3, out=str(tmp_path / "f"))
     summary = simulate(cfg, show_progress=False)
     expected = [sum(fails_this_round(cfg, r, p) for p in range(4)) for r in (1, 2, 3)]
@@ -126,11 +190,15 @@ def test_failing_clients_are_counted_and_the_run_completes(tmp_path):
     assert [r["num_failures"] for r in metrics] == expected
     assert [r["num_clients"] for r in metrics] == [4 - e for e in expected]
     assert summary["num_failures_total"] == sum(expected)
+    err = capfd.readouterr().err
+    failure_lines = [line for line in err.splitlines() if "failed" in line and "(simulated)" in line]
+    assert len(failure_lines) == sum(expected), err[-3000:]
+    assert "Traceback" not in err
 
 
 def test_a_run_folder_in_use_is_refused(tmp_path):
     from fedpfn.config import ConfigError
-    from fedpfn.results import RunFolder
+    from fedpfn.runfolder import RunFolder
 
     folder = RunFolder(tmp_path / "busy")
     with folder.exclusive():
