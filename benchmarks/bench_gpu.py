@@ -34,13 +34,12 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any
 
 import torch
-from memory import TreeMemory
+from memory import BackgroundSampler, TreeMemory
 from plain import plain_fedavg
 from report import load_average, median, mib, print_header, ratio, table
 from simulation import SimTiming, bench_config, steady, timed_simulation
@@ -133,7 +132,7 @@ def parse_apps(text: str) -> dict[int, int]:
 # --- measuring -------------------------------------------------------------------------------
 
 
-class NvidiaSmi:
+class NvidiaSmi(BackgroundSampler):
     """nvidia-smi's used memory of one GPU (MiB), overall and per process, sampled in a thread."""
 
     def __init__(self, gpu: int, interval: float = 0.5) -> None:
@@ -141,8 +140,6 @@ class NvidiaSmi:
         self.total: list[int] = []
         self.per_pid: dict[int, int] = {}
         self.available = shutil.which("nvidia-smi") is not None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="nvidia-smi", daemon=True)
 
     def query(self, *args: str) -> str:
         if not self.available:
@@ -156,21 +153,11 @@ class NvidiaSmi:
     def used(self) -> int | None:
         return parse_used(self.query("--query-gpu=index,memory.used"), self.gpu)
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            if (used := self.used()) is not None:
-                self.total.append(used)
-            for pid, used_mib in parse_apps(self.query("--query-compute-apps=pid,used_memory")).items():
-                self.per_pid[pid] = max(self.per_pid.get(pid, 0), used_mib)
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    def sample(self) -> None:
+        if (used := self.used()) is not None:
+            self.total.append(used)
+        for pid, used_mib in parse_apps(self.query("--query-compute-apps=pid,used_memory")).items():
+            self.per_pid[pid] = max(self.per_pid.get(pid, 0), used_mib)
 
 
 @dataclass

@@ -74,8 +74,32 @@ class MemorySample:
     processes: int
 
 
+class BackgroundSampler:
+    """Calls `sample()` every `interval` seconds in a daemon thread, inside a `with` block."""
+
+    interval: float
+
+    def sample(self) -> object:
+        raise NotImplementedError
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> Self:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=type(self).__name__, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 @dataclass
-class TreeMemory:
+class TreeMemory(BackgroundSampler):
     """Peak of the summed RSS of this process and all its descendants, sampled in a thread.
 
     RSS counts shared library pages once per process (libtorch is mapped by the driver and
@@ -88,8 +112,6 @@ class TreeMemory:
     samples: list[MemorySample] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="tree_memory", daemon=True)
         self._roles: dict[int, str] = {}
 
     def sample(self) -> MemorySample:
@@ -110,19 +132,6 @@ class TreeMemory:
         s = MemorySample(time.time(), rss, anon, by_role, len(pids))
         self.samples.append(s)
         return s
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self.sample()
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
     def peak(self, since: float = float("-inf"), until: float = float("inf")) -> MemorySample | None:
         """The sample of highest summed RSS between two `time.time()` moments."""

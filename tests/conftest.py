@@ -61,15 +61,12 @@ class NodeGrid:
         return list(self.node_ids)
 
 
-def run_round(cfg: RunConfig, strategy, arrays: ArrayRecord, server_round: int, states=None):
-    """configure_train -> each client's fit -> aggregate_train, with real messages.
+def client_replies(cfg: RunConfig, strategy, arrays: ArrayRecord, server_round: int, states=None) -> list[Message]:
+    """configure_train, then each sampled client's fit, with real messages (node id == partition id).
 
-    Node id == partition id here. `states` keeps each client's context.state across calls.
-    Returns (new arrays, train metrics, replies as the inner strategy saw them, bytes
-    uploaded as sent).
+    `states` keeps each client's context.state across calls. Replies come sorted by partition.
     """
     from fedpfn.algorithms import run_client
-    from fedpfn.protocol import arrays_bytes
     from fedpfn.server import train_config
     from strategies import sample_clients
 
@@ -81,7 +78,18 @@ def run_round(cfg: RunConfig, strategy, arrays: ArrayRecord, server_round: int, 
         pid = message.metadata.dst_node_id
         content = run_client(cfg, pid, states.setdefault(pid, RecordDict()), torch.device("cpu"), message.content)
         replies.append(Message(content=content, reply_to=message))
-    replies.sort(key=lambda r: int(r.content.metric_records["metrics"]["partition-id"]))
+    return sorted(replies, key=lambda r: int(r.content.metric_records["metrics"]["partition-id"]))
+
+
+def run_round(cfg: RunConfig, strategy, arrays: ArrayRecord, server_round: int, states=None):
+    """One whole round in-process: `client_replies`, then aggregate_train.
+
+    Returns (new arrays, train metrics, replies as the inner strategy saw them, bytes
+    uploaded as sent).
+    """
+    from fedpfn.protocol import arrays_bytes
+
+    replies = client_replies(cfg, strategy, arrays, server_round, states)
     bytes_up = sum(arrays_bytes(r.content) for r in replies)
     new_arrays, metrics = strategy.aggregate_train(server_round, replies)
     return new_arrays, metrics, replies, bytes_up

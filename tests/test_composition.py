@@ -14,10 +14,9 @@ import random
 
 import numpy as np
 import pytest
-import torch
 from flwr.app import ArrayRecord
 
-from conftest import run_round, tiny_config
+from conftest import client_replies, run_round, tiny_config
 from fedpfn.algorithms import build_strategy
 from fedpfn.cache import initial_model
 from fedpfn.protocol import to_numpy
@@ -91,21 +90,8 @@ def test_cnn_sample(rule, anchor, server):
 
 
 def one_round_by_hand(cfg, strategy, arrays, server_round, states):
-    """configure_train, the clients, aggregate_train; also what the replies held before aggregation."""
-    from flwr.app import Message, RecordDict
-
-    from conftest import NodeGrid
-    from fedpfn.algorithms import run_client
-    from fedpfn.server import train_config
-    from strategies import sample_clients
-
-    chosen = sample_clients(cfg.seed, server_round, cfg.num_clients, cfg.clients_per_round)
-    messages = strategy.configure_train(server_round, arrays, train_config(cfg, server_round), NodeGrid(chosen))
-    replies = []
-    for message in messages:
-        pid = message.metadata.dst_node_id
-        content = run_client(cfg, pid, states.setdefault(pid, RecordDict()), torch.device("cpu"), message.content)
-        replies.append(Message(content=content, reply_to=message))
+    """A round whose replies are also kept as they were before aggregation (full arrays, weights)."""
+    replies = client_replies(cfg, strategy, arrays, server_round, states)
     before = [(to_numpy(r.content["arrays"]), float(r.content["metrics"]["num-examples"])) for r in replies]
     new, _ = strategy.aggregate_train(server_round, replies)
     return new, before
