@@ -191,3 +191,12 @@ def _fedavg_step(cfg, pid, model):
 
     content = RecordDict({"arrays": ArrayRecord(model.state_dict()), "config": train_config(cfg, 2)})
     return protocol.to_numpy(local_round([FedAvgClient], cfg, pid, RecordDict(), torch.device("cpu"), content)["arrays"])
+
+
+def test_no_function_in_the_core_is_longer_than_60_lines():
+    long = []
+    for path in python_files("fedpfn", "clients", "strategies", "partitions"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= 60:
+                long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+    assert not long, long
