@@ -390,8 +390,8 @@ say "run folder:  $out"
 # (Flower's own filters) into the operator's folder, and run that snapshot.
 # A -c key the app's [tool.flwr.app.config] does not declare is declared in the copy (the
 # SuperLink refuses undeclared keys; the settings were checked against RunConfig above).
-"$python" - "$app" "$op_dir/app" "$work" "$out" "${extra_config[@]}" >"$logs/stage-app.log" 2>&1 <<'PY' \
-  || fail "copying the app (see $logs/stage-app.log)"
+# In the background: nothing needs the copy before step 5.
+"$python" - "$app" "$op_dir/app" "$work" "$out" "${extra_config[@]}" >"$logs/stage-app.log" 2>&1 <<'PY' &
 import os, re, shutil, sys, tomllib
 from pathlib import Path
 src, dst = Path(sys.argv[1]), Path(sys.argv[2])
@@ -433,6 +433,8 @@ if missing and "[tool.flwr.app.config]\n" in text:
     pyproject.write_text(text.replace("[tool.flwr.app.config]\n", "[tool.flwr.app.config]\n" + lines, 1))
     print("declared in the copy's pyproject.toml:", ", ".join(missing))
 PY
+stage_pid=$!
+pids+=("$stage_pid")
 
 # --- 1. certificates and keys, handed to the roles ------------------------------------------
 # The CA lives in WORK/ca only while it signs the SuperLink's certificate; then its key is
@@ -581,6 +583,7 @@ fault_step() {
 }
 
 # --- 5. the run, started by the operator -------------------------------------------------------
+wait "$stage_pid" || fail "copying the app (see $logs/stage-app.log)"
 run_args=(run "$op_dir/app" fedpfn-local)
 for extra in "${extra_config[@]}"; do run_args+=(--run-config "$extra"); done
 run_args+=(--run-config "$run_config" --stream)

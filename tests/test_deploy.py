@@ -289,8 +289,9 @@ IDX_FILES = sorted(
     for split in ("t10k", "train")
     for kind, dims in (("images", 3), ("labels", 1))
 )
-# s: a normal message takes 15-35 s here at a load average of 2-5 on 2 cores, 45-60 s at 10-15
-ROUND_TIMEOUT = 90
+# s: a normal message takes 25-35 s here at a load average of 3-6 on 2 cores, 45-60 s at 12-15;
+# round 1 lasts this long (the slow node), so it is also most of the test's time
+ROUND_TIMEOUT = 100
 
 
 @pytest.mark.deploy
@@ -300,14 +301,14 @@ def test_rehearsal_of_several_hosts_survives_lost_slow_and_rogue_nodes(tmp_path:
 
     Round 1: SuperNode 1 is killed -9 while it trains and SuperNode 2 sleeps past the round
     timeout; the round closes at the timeout with partition 0 alone (min-replies 1). Node 1
-    is started again (same key) once the SuperLink lists it offline (within ~60 s) and trains
-    in a later round; node 2's late reply of round 1 is dropped and it trains again. A fourth
-    node whose key was never registered is refused.
+    is started again (same key) once the SuperLink lists it offline (within ~60 s, so before
+    round 2) and trains in round 2; node 2's late reply of round 1 is dropped and it trains
+    in round 2. A fourth node whose key was never registered is refused.
     """
     work, run = tmp_path / "work", tmp_path / "run"
     cmd = deploy_command(
-        tmp_path, "--rounds", "3", "--link-host", LINK_HOST, "--node-data", "copy",
-        "--slow-node", f"2:{ROUND_TIMEOUT + 5}:1", "--kill-node", "1:1",
+        tmp_path, "--rounds", "2", "--link-host", LINK_HOST, "--node-data", "copy",
+        "--slow-node", f"2:{ROUND_TIMEOUT}:1", "--kill-node", "1:1",
         "-c", f"round-timeout={ROUND_TIMEOUT} min-replies=1", nodes=3, unauthorized=1,
     )  # fmt: skip
     watch = ProcessWatch(work)
@@ -326,14 +327,14 @@ def test_rehearsal_of_several_hosts_survives_lost_slow_and_rogue_nodes(tmp_path:
 
     # what the run recorded: who failed when, and that everyone came back
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["round"] for r in rows] == [1, 2, 3]
+    assert [r["round"] for r in rows] == [1, 2]
     first, story = rows[0], f"{rows}\n{explain(result)}"
     assert sorted(first["failed_partitions"]) == [1, 2] and first["num_failures"] == 2, story
     assert first["num_clients"] == 1 and not first["skipped"], story
     assert first["seconds"] >= ROUND_TIMEOUT
-    trained = [set(r["clients"]) - set(r["failed_partitions"]) - set(r["missing_partitions"]) for r in rows]
-    assert any(2 in t for t in trained[1:]), f"the slow node never trained again: {story}"
-    assert any(1 in t for t in trained[1:]), f"the restarted node never trained again: {story}"
+    second = rows[1]  # everyone back: the restarted node, and the slow one once its sleep ended
+    assert second["failed_partitions"] == second["missing_partitions"] == [], story
+    assert second["num_clients"] == 3 and second["num_failures"] == 0, story
     summary = json.loads((run / "summary.json").read_text())
     assert summary["num_failures_total"] == sum(r["num_failures"] for r in rows) >= 2
     assert "kill -9 SuperNode 1" in result.stdout and "started again" in result.stdout
@@ -362,7 +363,7 @@ def test_rehearsal_of_several_hosts_survives_lost_slow_and_rogue_nodes(tmp_path:
     keys = sorted(p.relative_to(work).as_posix() for p in work.rglob("node-key"))
     assert keys == ["node-0/node-key", "node-1/node-key", "node-2/node-key", "unregistered-0/node-key"]
     assert_nothing_left(work)
-    print(f"rehearsal, 3 SuperNodes + 1 rogue on {LINK_HOST}, 3 rounds with faults: {seconds:.0f} s")
+    print(f"rehearsal, 3 SuperNodes + 1 rogue on {LINK_HOST}, 2 rounds with faults: {seconds:.0f} s")
 
 
 @pytest.mark.deploy
