@@ -41,9 +41,10 @@ RUN_CONFIG = "run-config"
 RESUMED_FROM = "resumed-from"  # the checkpoint round a resumed run restarted from (0: none)
 ANCHOR_SEED = "anchor-seed"
 
-# METRICS keys (and NODE's)
+# METRICS keys (and NODE's: the node config keys Flower's simulation sets on every node)
 NUM_EXAMPLES = "num-examples"
 PARTITION_ID = "partition-id"
+NUM_PARTITIONS = "num-partitions"
 TRAIN_LOSS = "train-loss"
 TRAIN_ACCURACY = "train-accuracy"
 TRAIN_SECONDS = "train-seconds"

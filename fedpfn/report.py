@@ -38,7 +38,7 @@ CONFIG, METRICS, SUMMARY = "config.json", "metrics.jsonl", "summary.json"
 # Where and how a run was executed, not what it computed: never part of an arm.
 IGNORED_KEYS = (
     "seed", "out", "overwrite", "provenance", "checkpoint_every", "data_root", "download",
-    "client_cpus", "client_gpus", "ray_address", "target_accuracy",
+    "client_cpus", "client_gpus", "ray_address", "target_accuracy", "tensorboard", "wandb",
 )  # fmt: skip
 # The federation setting: equal in every arm, or the arms are not comparable.
 SETTING_KEYS = (

@@ -223,6 +223,11 @@ class RunFolder:
             raise RunFolderError(f"{self.path / CONFIG} is damaged (not a JSON object)")
         return value
 
+    def remove_temporary(self) -> None:
+        """The `*.tmp` files an atomic write left when a kill cut it short (ours by name)."""
+        for stale in self.path.glob("*.tmp"):
+            stale.unlink(missing_ok=True)
+
     def read_config(self) -> dict[str, Any]:
         """The run's settings, as `RunConfig.from_dict` takes them (provenance left out)."""
         return {k: v for k, v in self._config_json().items() if k != PROVENANCE}
@@ -322,6 +327,27 @@ class RunFolder:
 
     def read_summary(self) -> dict[str, Any]:
         return json.loads((self.path / SUMMARY).read_text())
+
+    def checkpoint_round(self) -> int:
+        """The round the checkpoint holds (0 without one); reads only its small index."""
+        try:
+            with np.load(self.path / CHECKPOINT, allow_pickle=False) as saved:
+                return int(json.loads(saved["__tree__"].tobytes().decode())["round"])
+        except (OSError, KeyError, ValueError):
+            return 0
+
+    def stop_message(self) -> str:
+        """What a stopped run prints: where it stopped and how it continues."""
+        try:
+            done = len(self.read_metrics())
+        except RunFolderError:
+            done = 0
+        line = f"stopped after round {done}" if done else "stopped before its first round finished"
+        line += f"; continue with: python run_sim.py --resume {self.path}"
+        restart = self.checkpoint_round()
+        if restart < done:
+            line += f" (from its checkpoint of round {restart})" if restart else " (from round 1: no checkpoint yet)"
+        return line
 
     def unfinish(self) -> None:
         """Make a finished run continuable (`--resume DIR --rounds N`): its summary goes."""

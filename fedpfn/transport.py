@@ -107,6 +107,7 @@ class NodeDirectory:
         self._num_partitions = num_partitions
         self._query_timeout = query_timeout
         self._claims: dict[int, tuple[int, int] | None] = {}  # node -> (partition, order); None: ignored
+        self._sizes: dict[int, int] = {}  # node -> its num-partitions, when its node config has one
         self._order = itertools.count()
 
     def refresh(self) -> dict[int, int]:
@@ -124,12 +125,27 @@ class NodeDirectory:
         claims = sorted((c[1], c[0], node) for node, c in self._claims.items() if c is not None)
         return {partition: node for _, partition, node in claims}  # the latest claim wins
 
-    def wait_for(self, partitions: Collection[int], timeout: float, poll: float = 1.0) -> dict[int, int]:
-        """Refresh until every one of `partitions` has a node or `timeout` s passed."""
-        deadline = time.monotonic() + timeout
-        while not set(partitions) <= set(mapping := self.refresh()) and time.monotonic() < deadline:
+    def wait_for(
+        self, partitions: Collection[int], timeout: float, poll: float = 1.0, report_every: float = 10.0
+    ) -> dict[int, int]:
+        """Refresh until every one of `partitions` has a node or `timeout` s passed; say how it goes."""
+        started = last_report = time.monotonic()
+        while not set(partitions) <= set(mapping := self.refresh()):
+            now = time.monotonic()
+            if now - started >= timeout:
+                break
+            if now - last_report >= report_every:
+                log.warning(
+                    "waiting for nodes: %d of %d partitions have one (%d nodes connected), %.0f s left",
+                    len(set(partitions) & set(mapping)), len(partitions), len(self._claims), timeout - now + started,
+                )
+                last_report = now
             time.sleep(poll)
         return mapping
+
+    def federation_sizes(self) -> dict[int, int]:
+        """node id -> the number of partitions the node says its federation has (if it says)."""
+        return dict(self._sizes)
 
     def _partition(self, node_id: int) -> int | None:
         claim = self._claims.get(node_id)
@@ -145,7 +161,10 @@ class NodeDirectory:
 
     def _record(self, node_id: int, reply: Message) -> None:
         try:
-            partition = int(reply.content.config_records[protocol.NODE][protocol.PARTITION_ID])
+            node = reply.content.config_records[protocol.NODE]
+            partition = int(node[protocol.PARTITION_ID])
+            if protocol.NUM_PARTITIONS in node:
+                self._sizes[node_id] = int(node[protocol.NUM_PARTITIONS])
         except (KeyError, TypeError, ValueError):
             log.warning("node %d answered without a partition id; it is ignored", node_id)
             self._claims[node_id] = None

@@ -42,6 +42,7 @@ class ScriptedNode(threading.Thread):
         super().__init__(daemon=True)
         self.state, self.node_id, self.partition, self.delay = state, node_id, partition, delay
         self.error: str | None = None  # reply with this error instead of a result
+        self.size: int | None = None  # the num-partitions its node config says, if any
         self.received: list[Message] = []
         self.stored: list[str | None] = []  # the SuperLink's answer to each reply: its id, or None
         self.halt = threading.Event()
@@ -59,6 +60,8 @@ class ScriptedNode(threading.Thread):
             reply = Message(Error(code=0, reason=self.error), reply_to=message)
         elif message.metadata.message_type == MessageType.QUERY:
             node = ConfigRecord({protocol.PARTITION_ID: self.partition})
+            if self.size is not None:
+                node[protocol.NUM_PARTITIONS] = self.size
             reply = Message(RecordDict({protocol.NODE: node}), reply_to=message)
         else:
             tag = message.content.config_records["config"]["round"]
@@ -235,3 +238,18 @@ def test_node_silent_to_the_query_is_asked_again_next_round(link: Link) -> None:
     wait_until(lambda: len(late.stored) == 1)
     assert directory.wait_for([0, 1], timeout=10.0, poll=0.05) == {0: a.node_id, 1: late.node_id}
     assert queries(late) == 2
+
+
+def test_a_federation_of_another_size_is_reported_at_once(link: Link) -> None:
+    """flwr run with 2 simulated nodes for 4 clients: said in seconds, not after a 600 s wait."""
+    from fedpfn.server import FederationError, check_federation_size
+
+    for partition in (0, 1):
+        link.connect(partition).size = 2
+    directory = NodeDirectory(link.grid, num_partitions=4, query_timeout=5.0)
+    started = time.monotonic()
+    directory.refresh()
+    with pytest.raises(FederationError, match=r"num-clients is 4 but the federation has 2 nodes.*num-supernodes=4"):
+        check_federation_size(directory, 4)
+    assert time.monotonic() - started < 10
+    check_federation_size(directory, 2)  # the right size passes
