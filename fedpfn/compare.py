@@ -170,7 +170,10 @@ def compare(base: RunConfig, algorithms: list[str], seeds: list[int], command: s
     Writes comparison.md/.csv/.json, comparison.png and paired_differences.png into the
     comparison folder, with the first algorithm as the baseline.
     """
+    from fedpfn.simulation import resolve_client_gpus
+
     seeds, algorithms = check_seeds(seeds), check_algorithms(algorithms)
+    base = resolve_client_gpus(base)  # as its sub-runs record it, so a rerun can reuse them
     root = base.run_dir
     check_root(root)
     configs = comparison_configs(base, algorithms, seeds)

@@ -87,7 +87,12 @@ class RunConfig:
     wandb: bool = setting(False, "log to Weights & Biases (WANDB_MODE=offline: files under <out>/wandb)")
     # resources and faults
     client_cpus: float = setting(1.0, "CPUs per simulated client (Ray)", above(0))
-    client_gpus: float = setting(0.0, "GPU fraction per simulated client (Ray)", at_least(0))
+    client_gpus: float | None = setting(
+        None,
+        "GPU fraction per simulated client (Ray); default: the visible GPUs shared evenly by the clients "
+        "the CPUs run at once (fedpfn/resources.py); 0: clients on the CPU",
+        at_least(0),
+    )
     ray_address: str | None = setting(
         None, "join a running Ray cluster (e.g. 'auto' or HOST:6379) instead of starting one"
     )

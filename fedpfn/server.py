@@ -82,7 +82,7 @@ class ServerLoop:
         self.grid = grid
         self.cfg = cfg
         self.folder = folder
-        self.device = pick_device(want_gpu=cfg.client_gpus > 0 or torch.cuda.is_available())
+        self.device = pick_device()  # the server evaluates on a visible GPU, whatever the clients use
         self.model = initial_model(cfg).to(self.device)
         self.strategy = build_strategy(cfg, self.model)
         self.round_timeout = cfg.round_timeout or None  # 0: wait for every reply

@@ -34,6 +34,7 @@ os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 log = logging.getLogger("fedpfn")
 STOP_GRACE_SECONDS = 8.0  # after a signal, Ray gets this long to shut down
 TRACKERS = ("tensorboard", "wandb")  # where numbers are also logged: a resume may change them
+PLACEMENT = ("ray_address", "client_cpus", "client_gpus")  # where a run computes: a resume may move it
 
 
 def check_runnable(cfg: RunConfig) -> None:
@@ -62,8 +63,38 @@ def check_runnable(cfg: RunConfig) -> None:
     cpus = os.cpu_count() or 1
     if cfg.client_cpus > cpus:
         raise ConfigError(f"client_cpus: {cfg.client_cpus:g} exceeds this machine's {cpus} CPUs")
-    if cfg.client_gpus > 0 and not torch.cuda.is_available():
+    if cfg.client_gpus and not torch.cuda.is_available():
         raise ConfigError(f"client_gpus: {cfg.client_gpus:g} asks for a GPU but none is visible; use --client-gpus 0")
+
+
+def resolve_client_gpus(cfg: RunConfig) -> RunConfig:
+    """`client_gpus` left unset ("auto") made a number by fedpfn.resources' rule; a set value is kept.
+
+    A Ray cluster's GPUs (`ray_address`) are not known before Ray starts, so auto means 0 there.
+    """
+    if cfg.client_gpus is not None:
+        return cfg
+    import torch
+
+    from fedpfn.resources import gpu_share
+
+    gpus = 0 if cfg.ray_address else torch.cuda.device_count()
+    share = gpu_share(os.cpu_count() or 1, cfg.client_cpus, cfg.clients_per_round, gpus)
+    return dataclasses.replace(cfg, client_gpus=share)
+
+
+def warn_unused_gpu(cfg: RunConfig) -> None:
+    """One line when the clients leave a visible GPU to the server alone."""
+    import torch
+
+    gpus = torch.cuda.device_count()
+    if gpus and not cfg.client_gpus:
+        why = "set --client-gpus for the Ray cluster" if cfg.ray_address else "--client-gpus 0"
+        print(
+            f"warning: {gpus} GPU(s) visible, but the clients train on the CPU ({why}); "
+            "only the server's evaluation uses the GPU",
+            file=sys.stderr,
+        )
 
 
 def backend_config(cfg: RunConfig) -> dict[str, Any]:
@@ -81,7 +112,7 @@ def backend_config(cfg: RunConfig) -> dict[str, Any]:
         if torch.cuda.is_available():
             init_args["num_gpus"] = torch.cuda.device_count()
     return {
-        "client_resources": {"num_cpus": cfg.client_cpus, "num_gpus": cfg.client_gpus},
+        "client_resources": {"num_cpus": cfg.client_cpus, "num_gpus": resolve_client_gpus(cfg).client_gpus},
         "init_args": init_args,
     }
 
@@ -138,7 +169,9 @@ def simulate(cfg: RunConfig, resume: bool = False, show_progress: bool = True) -
     from fedpfn.tracking import tracked_run
 
     cfg = dataclasses.replace(cfg, out=str(cfg.run_dir.resolve()))  # Ray workers find it from any folder
+    cfg = resolve_client_gpus(cfg)  # config.json records the share the clients got
     check_runnable(cfg)
+    warn_unused_gpu(cfg)
     folder = RunFolder(cfg.run_dir)
     if not resume:
         folder.check_new_run(cfg.overwrite)
@@ -194,7 +227,8 @@ def run_on_ray(
 
 def resume_config(run_dir: str, overrides: dict[str, Any]) -> RunConfig:
     """The settings a run folder was started with; `overrides` may only extend `rounds`
-    (and switch `--tensorboard` / `--wandb`, which log the numbers but never change them).
+    (and switch `--tensorboard` / `--wandb`, which log the numbers but never change them, or
+    move it: `--ray-address`, `--client-cpus`, `--client-gpus`).
 
     Any other flag that differs from the run's value is refused: a resumed run keeps its
     settings, so its numbers stay those of one uninterrupted run.
@@ -204,7 +238,7 @@ def resume_config(run_dir: str, overrides: dict[str, Any]) -> RunConfig:
         raise ConfigError(f"resume: '{run_dir}' holds no run (no config.json)")
     stored = RunConfig.from_dict(folder.read_config())
     requested = RunConfig.from_dict({**stored.to_dict(), **overrides})
-    conflicts = requested.differences(stored, ignore=("out", "rounds", "overwrite", "ray_address", *TRACKERS))
+    conflicts = requested.differences(stored, ignore=("out", "rounds", "overwrite", *PLACEMENT, *TRACKERS))
     if conflicts:
         raise ConfigError(
             f"resume: the run in '{run_dir}' was made with other settings ({'; '.join(conflicts)}); "
@@ -218,8 +252,8 @@ def resume_config(run_dir: str, overrides: dict[str, Any]) -> RunConfig:
                 f"resume: '{run_dir}' is finished ({stored.rounds} rounds); pass --rounds N to continue it to N rounds"
             )
         folder.check_usable()
-    trackers = {name: getattr(requested, name) for name in TRACKERS}  # may be switched on or off
+    switched = {name: getattr(requested, name) for name in (*PLACEMENT, *TRACKERS)}  # may change on resume
     cfg = dataclasses.replace(
-        stored, rounds=requested.rounds, out=str(folder.path), overwrite=False, **trackers
+        stored, rounds=requested.rounds, out=str(folder.path), overwrite=False, **switched
     )
     return cfg.validated()

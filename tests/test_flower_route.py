@@ -1,0 +1,195 @@
+"""`flwr run .` on a simulation SuperLink of its own: a preset, the same numbers as run_sim.py, failures.
+
+One SuperLink (`flower-superlink --simulation`, in-memory state, a port in 9400-9499, its own
+FLWR_HOME) serves the module and is stopped at the end. Flower's CLI exits 0 once a run is
+submitted, even with `--stream` and even when the ServerApp raises; the run's status
+(`flwr ls`) is where a failure shows, with fedpfn's one-line reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from conftest import tiny_config
+from fedpfn.config import RunConfig, read_toml
+from fedpfn.runfolder import RunFolder
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+QUICKSTART = ROOT / "configs" / "quickstart.toml"
+FEDERATION = "num-supernodes=4 client-resources-num-cpus=1"
+RUN_TIMEOUT = 420  # seconds for one `flwr run --stream`; ~40-90 s on 2 busy cores
+
+
+@dataclass
+class Link:
+    env: dict[str, str]
+    folder: Path  # the SuperLink's working folder: relative `out` lands here
+    process: subprocess.Popen
+
+
+def free_port() -> int:
+    """A port in 9400-9499 nobody listens on (the range this project's tests use)."""
+    for port in random.sample(range(9400, 9500), 100):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port in 9400-9499")
+
+
+def wait_for_port(port: int, process: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"flower-superlink exited with {process.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.3)
+    raise RuntimeError(f"flower-superlink did not listen on {port} within {timeout:.0f} s")
+
+
+@pytest.fixture(scope="module")
+def link(tmp_path_factory) -> Iterator[Link]:
+    base = tmp_path_factory.mktemp("flwr")
+    home, folder = base / "home", base / "link"
+    home.mkdir()
+    folder.mkdir()
+    port = free_port()
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "test"\n\n[superlink.test]\naddress = "127.0.0.1:{port}"\ninsecure = true\n'
+    )
+    env = {
+        **os.environ,
+        "FLWR_HOME": str(home),
+        "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
+        "FLWR_TELEMETRY_ENABLED": "0",
+        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+        "FLWR_DISABLE_UPDATE_CHECK": "1",
+    }
+    command = [BIN / "flower-superlink", "--insecure", "--simulation", "--host", "127.0.0.1", "--port", str(port)]
+    with open(base / "superlink.log", "w") as log:  # its own process group: stopped as one below
+        process = subprocess.Popen(
+            command, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        wait_for_port(port, process)
+        yield Link(env, folder, process)
+    finally:
+        stop_group(process)
+
+
+def stop_group(process: subprocess.Popen) -> None:
+    """SIGTERM to the SuperLink's process group (it and the simulation it started), then SIGKILL."""
+    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def flwr(link: Link, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(BIN / "flwr"), *args], cwd=ROOT, env=link.env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def flwr_run_preset(link: Link) -> tuple[subprocess.CompletedProcess, int]:
+    """`flwr run . --run-config configs/quickstart.toml ... --stream`, as the preset's comment says."""
+    done = flwr(
+        link, "run", ".", "--run-config", str(QUICKSTART), "--federation-config", FEDERATION, "--stream",
+        timeout=RUN_TIMEOUT,
+    )  # fmt: skip
+    started = [line for line in done.stdout.splitlines() if line.startswith("Successfully started run")]
+    assert started, done.stdout + done.stderr
+    return done, int(started[0].split()[-1])
+
+
+def run_status(link: Link, run_id: int) -> dict:
+    listed = flwr(link, "ls", "--run-id", str(run_id), "--format", "json")
+    return json.loads(listed.stdout)["runs"][0]
+
+
+def stable_rows(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in rows]
+
+
+@pytest.fixture(scope="module")
+def preset_run(link) -> Path:
+    """The quickstart preset through `flwr run`, finished: its run folder."""
+    done, run_id = flwr_run_preset(link)
+    status = run_status(link, run_id)
+    assert status["status"] == "finished:completed", (status, done.stdout[-3000:])
+    return link.folder / read_toml(QUICKSTART)["out"]
+
+
+def test_quickstart_preset_is_the_tiny_test_setting():
+    preset = RunConfig.from_dict(read_toml(QUICKSTART)).validated()
+    assert preset.fingerprint() == tiny_config().fingerprint()
+
+
+@pytest.mark.slow
+def test_flwr_run_and_run_sim_give_the_same_metrics(preset_run, tmp_path, capsys):
+    import run_sim
+
+    assert run_sim.main(["--config", str(QUICKSTART), "--out", str(tmp_path / "sim")]) == 0
+    assert stable_rows(preset_run) == stable_rows(tmp_path / "sim")
+    assert len(stable_rows(preset_run)) == 2
+    deployed, simulated = (RunFolder(d).read_config() for d in (preset_run, tmp_path / "sim"))
+    assert RunConfig.from_dict(deployed).fingerprint() == RunConfig.from_dict(simulated).fingerprint()
+    assert deployed["client_gpus"] is None and simulated["client_gpus"] == 0.0  # auto, resolved by run_sim
+
+
+@pytest.mark.slow
+def test_a_server_app_error_is_the_runs_status_with_fedpfns_reason(link, preset_run):
+    """A second run into the finished folder: refused, reported by `flwr ls`, the folder untouched."""
+    before = (preset_run / "metrics.jsonl").read_bytes()
+    done, run_id = flwr_run_preset(link)
+    reason = f"out: '{preset_run}' holds a finished run; set overwrite=true in --run-config to replace it"
+    assert reason in done.stdout
+    assert done.returncode == 0  # Flower's CLI: 0 once submitted; the status below is the verdict
+    status = run_status(link, run_id)
+    assert status["status"] == "finished:failed"
+    assert reason in status["status-details"]
+    assert (preset_run / "metrics.jsonl").read_bytes() == before
+
+
+def test_every_preset_is_accepted_by_flower_and_by_run_sim_alike():
+    """Flower's own reading of `--run-config FILE` (keys checked against pyproject) and run_sim's."""
+    from flwr.common.config import fuse_dicts, parse_config_args
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    for preset in sorted((ROOT / "configs").glob("*.toml")):
+        fused = fuse_dicts(declared, parse_config_args([str(preset)]))
+        through_flower = RunConfig.from_dict(fused)
+        through_run_sim = RunConfig.from_dict(read_toml(preset))
+        assert through_flower.validated().to_dict() == through_run_sim.validated().to_dict(), preset.name
+        assert through_run_sim.problems() == [], preset.name
+
+
+def test_make_runs_preset_is_bare_run_sims_experiment():
+    """configs/fmnist_default.toml differs from the defaults (pyproject's too) only in `out`."""
+    default = RunConfig.from_dict(read_toml(ROOT / "configs" / "fmnist_default.toml"))
+    assert default.validated().fingerprint() == RunConfig().validated().fingerprint()
