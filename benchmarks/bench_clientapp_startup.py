@@ -21,11 +21,15 @@ and prints each part beside the deployed round time, as a ratio:
 `import` + `data` is the project's own share. The times come from a thin ClientApp that
 wraps fedpfn's own (`_startup_trace.py`, added to a temporary copy of the app); training
 start is the first call of any optimizer's `step` (a global torch hook), so nothing in
-fedpfn is patched. Round 1 also pays for the query that maps partitions to nodes.
+fedpfn is patched. Round 1 also pays for the query that maps partitions to nodes, and a
+node's first message writes its partition's cache (fedpfn/nodedata.py); rounds 2+ are the
+steady state. The machine's load moves the figures a lot: `--repeat N` runs N deployments
+and prints the median of their rounds-2+ shares, with the load average before each.
 
   .venv/bin/python benchmarks/bench_clientapp_startup.py                 # 2 nodes, 3 rounds, MLP
+  .venv/bin/python benchmarks/bench_clientapp_startup.py --repeat 3      # medians of 3 deployments
   .venv/bin/python benchmarks/bench_clientapp_startup.py --app /tmp/old  # another checkout
-  .venv/bin/python benchmarks/bench_clientapp_startup.py -- --node-data copy   # deploy options
+  .venv/bin/python benchmarks/bench_clientapp_startup.py -- --node-data partition   # deploy options
 """
 
 from __future__ import annotations
@@ -167,7 +171,8 @@ def parts(row: dict) -> dict[str, float]:
     }
 
 
-def report(rows: list[dict], metrics: list[dict]) -> None:
+def report(rows: list[dict], metrics: list[dict]) -> dict[str, float]:
+    """Print each round's parts; return the means of rounds 2+ (seconds; `round`: its length)."""
     round_seconds = {int(m["round"]): float(m["seconds"]) for m in metrics}
     by_round: dict[int, list[dict[str, float]]] = {}
     for row in rows:
@@ -183,16 +188,38 @@ def report(rows: list[dict], metrics: list[dict]) -> None:
         print(f"{rnd:>5} {len(by_round[rnd]):>4} {cells} {total:8.2f}")
         if rnd > 1:
             steady.append({**med, "round": total})
-    if steady:
-        mean = {k: statistics.mean(s[k] for s in steady) for k in steady[0]}
-        print(
-            f"rounds 2+: round {mean['round']:.2f} s; project share (import + data) "
-            f"{mean['project']:.2f} s = {mean['project'] / mean['round']:.0%} of the round; "
-            f"Flower's (deliver + flwr) {mean['deliver'] + mean['flwr']:.2f} s = "
-            f"{(mean['deliver'] + mean['flwr']) / mean['round']:.0%}; "
-            f"torch._dynamo {mean['dynamo']:.2f} s = {mean['dynamo'] / mean['round']:.0%}; "
-            f"training {mean['train']:.2f} s = {mean['train'] / mean['round']:.0%}"
-        )
+    if not steady:
+        return {}
+    mean = {k: statistics.mean(s[k] for s in steady) for k in steady[0]}
+    print(
+        f"rounds 2+: round {mean['round']:.2f} s; project share (import + data) "
+        f"{mean['project']:.2f} s = {mean['project'] / mean['round']:.0%} of the round; "
+        f"Flower's (deliver + flwr) {mean['deliver'] + mean['flwr']:.2f} s = "
+        f"{(mean['deliver'] + mean['flwr']) / mean['round']:.0%}; "
+        f"torch._dynamo {mean['dynamo']:.2f} s = {mean['dynamo'] / mean['round']:.0%}; "
+        f"training {mean['train']:.2f} s = {mean['train'] / mean['round']:.0%}"
+    )
+    return mean
+
+
+def load_average() -> str:
+    with open("/proc/loadavg") as f:
+        return f.read().split()[0]
+
+
+def summarise(runs: list[dict[str, float]], loads: list[str]) -> None:
+    """The median over deployments of each part's share of the round (rounds 2+)."""
+    runs = [r for r in runs if r]
+    if len(runs) < 2:
+        return
+    share = {p: statistics.median(r[p] / r["round"] for r in runs) for p in (*PARTS, "project")}
+    cells = ", ".join(f"{p} {share[p]:.0%}" for p in (*PARTS, "project"))
+    projects = ", ".join(f"{r['project'] / r['round']:.0%}" for r in runs)
+    print(
+        f"median of {len(runs)} deployments (rounds 2+, shares of the round): {cells}; "
+        f"project share per deployment {projects}; round {statistics.median(r['round'] for r in runs):.1f} s; "
+        f"load average before each {', '.join(loads)}"
+    )
 
 
 def main() -> None:
@@ -203,17 +230,23 @@ def main() -> None:
     parser.add_argument("--model", default="mlp")
     parser.add_argument("--base-port", type=int, default=9340)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds for the whole deployment")
+    parser.add_argument("--repeat", type=int, default=1, help="deployments to run; medians printed (1)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, trace)")
     parser.add_argument("deploy_args", nargs="*", help="more deploy_local.sh options, after --")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fedpfn-startup-"))
+    runs, loads = [], []
     try:
-        with open("/proc/loadavg") as f:
-            load = f.read().split()[0]
-        print(f"ClientApp start-up, deployed: {args.nodes} nodes, {args.rounds} rounds, {args.model}; "
-              f"app {args.app}; {os.cpu_count()} CPUs, load {load}")  # fmt: skip
-        rows, metrics = deploy(staged_app(args.app.resolve(), work), work, args)
-        report(rows, metrics)
+        app = staged_app(args.app.resolve(), work)
+        for n in range(args.repeat):
+            loads.append(load_average())
+            print(f"ClientApp start-up, deployed: {args.nodes} nodes, {args.rounds} rounds, {args.model}; "
+                  f"app {args.app} {' '.join(args.deploy_args)}; {os.cpu_count()} CPUs, load {loads[-1]}", flush=True)  # fmt: skip
+            (work / f"run-{n}").mkdir()
+            rows, metrics = deploy(app, work / f"run-{n}", args)
+            runs.append(report(rows, metrics))
+            sys.stdout.flush()
+        summarise(runs, loads)
     finally:
         if args.keep:
             print(f"work folder kept: {work}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -21,11 +22,10 @@ from clients.state import ClientState
 from fedpfn import protocol
 from fedpfn.seeding import Stream, torch_generator
 from fedpfn.training import CompositeHooks, NoHooks, evaluate, make_optimizer, minibatches, train_local
-from fedpfn.cache import dataset_on, local_split, model_skeleton
+from fedpfn.cache import ClientData, client_data, model_skeleton
 
 if TYPE_CHECKING:
     from fedpfn.config import RunConfig
-    from fedpfn.data import DatasetSplits
 
 
 @dataclass(frozen=True)
@@ -84,14 +84,23 @@ def local_round(
     context_state: RecordDict,
     device: torch.device,
     content: RecordDict,
+    *,
+    data: ClientData | None = None,
+    state_root: Path | None = None,
 ) -> RecordDict:
-    """One round of local training from a train message; returns the reply's content."""
+    """One round of local training from a train message; returns the reply's content.
+
+    `data`: the client's examples when its node holds its own copy (else taken from the
+    whole dataset); `state_root`: where its state lives when not in the run folder.
+    """
     started = time.perf_counter()
     config = content.config_records[protocol.CONFIG]
     server_round = int(config[protocol.SERVER_ROUND])
-    model = model_skeleton(cfg, device)
+    data = data if data is not None else client_data(cfg, partition_id, device)
+    model = model_skeleton(cfg, device, data)
     model.load_state_dict(content.array_records[protocol.ARRAYS].to_torch_state_dict())
-    state = ClientState.of(cfg, partition_id, context_state, int(config.get(protocol.RESUMED_FROM, 0)))
+    resumed_from = int(config.get(protocol.RESUMED_FROM, 0))
+    state = ClientState.of(cfg, partition_id, context_state, resumed_from, state_root)
     ctx = RoundContext(
         cfg=cfg,
         partition_id=partition_id,
@@ -101,39 +110,37 @@ def local_round(
         state=state,
         global_params={n: p.detach().clone() for n, p in model.named_parameters()},
     )
-    data = dataset_on(cfg, device)
-    indices, local_test = local_split(cfg, partition_id)
-    before = local_accuracy(model, data, local_test)  # the global model as received
+    before = local_accuracy(model, data)  # the global model as received
     hooks = CompositeHooks([cls(ctx) for cls in parts])
     for part in hooks.parts:
         part.begin_round(model, content)
     optimizer = make_optimizer(model, cfg.optimizer, ctx.lr, cfg.momentum, cfg.weight_decay)
     generator = torch_generator(cfg.seed, Stream.DATA_ORDER, server_round, partition_id)
-    batches = minibatches(indices, cfg.batch_size, cfg.local_epochs, generator)
-    result = train_local(model, data.train_x, data.train_y, batches, optimizer, hooks)
+    batches = minibatches(data.train, cfg.batch_size, cfg.local_epochs, generator)
+    result = train_local(model, data.x, data.y, batches, optimizer, hooks)
     for part in hooks.parts:
         part.end_round(model, result.steps)
     metrics = MetricRecord(
         {
             protocol.TRAIN_LOSS: result.loss,
             protocol.TRAIN_ACCURACY: result.accuracy,
-            protocol.NUM_EXAMPLES: len(indices),
+            protocol.NUM_EXAMPLES: len(data.train),
             protocol.PARTITION_ID: partition_id,
             protocol.TRAIN_SECONDS: time.perf_counter() - started,
         }
     )
     if before is not None:
         metrics[protocol.LOCAL_ACC_BEFORE] = before
-        metrics[protocol.LOCAL_ACC_AFTER] = local_accuracy(model, data, local_test)
+        metrics[protocol.LOCAL_ACC_AFTER] = local_accuracy(model, data)
     reply = RecordDict({protocol.ARRAYS: ArrayRecord(model.state_dict()), protocol.METRICS: metrics})
     for part in hooks.parts:
         part.finish_reply(reply)
     return reply
 
 
-def local_accuracy(model: nn.Module, data: DatasetSplits, indices: torch.Tensor) -> float | None:
+def local_accuracy(model: nn.Module, data: ClientData) -> float | None:
     """Accuracy on the client's local test split (`--local-test-fraction`); None without one."""
-    if len(indices) == 0:
+    if len(data.local_test) == 0:
         return None
-    held = indices.to(data.train_x.device)
-    return evaluate(model, data.train_x[held], data.train_y[held])[1]
+    held = data.local_test.to(data.x.device)
+    return evaluate(model, data.x[held], data.y[held])[1]

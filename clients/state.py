@@ -4,7 +4,8 @@ Flower's `context.state` lives as long as the process that runs the federation; 
 resumed after `kill -9` starts with empty contexts. So each client also writes its state
 per round under `client_state/<partition>/<key>/r<round>.npz`, keeping the versions a
 resume may need; on resume it reads the newest one not after the checkpoint the run
-restarted from.
+restarted from. A deployed node keeps that folder on its own disk instead (node config
+`state-dir`, fedpfn.nodedata.state_root): the run folder is on the SuperLink's host.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ _ROUND_FILE = re.compile(r"r(\d+)\.npz$")
 class ClientStateStore:
     """The on-disk versions of one client's records."""
 
-    def __init__(self, run_dir: Path, partition_id: int) -> None:
-        self.root = Path(run_dir) / CLIENT_STATE / str(partition_id)
+    def __init__(self, run_dir: Path, partition_id: int, state_root: Path | None = None) -> None:
+        """Under `run_dir`'s client_state/, or under `state_root` where a node keeps its own."""
+        root = Path(state_root) if state_root is not None else Path(run_dir) / CLIENT_STATE
+        self.root = root / str(partition_id)
 
     def _versions(self, key: str) -> dict[int, Path]:
         folder = self.root / key
@@ -75,8 +78,16 @@ class ClientState:
         self.checkpoint_every = checkpoint_every
 
     @classmethod
-    def of(cls, cfg: RunConfig, partition_id: int, context_state: RecordDict, resumed_from: int) -> ClientState:
-        store = ClientStateStore(cfg.run_dir, partition_id)
+    def of(
+        cls,
+        cfg: RunConfig,
+        partition_id: int,
+        context_state: RecordDict,
+        resumed_from: int,
+        state_root: Path | None = None,
+    ) -> ClientState:
+        """`state_root`: see ClientStateStore (None: the run folder's client_state/)."""
+        store = ClientStateStore(cfg.run_dir, partition_id, state_root)
         return cls(context_state, store, resumed_from, cfg.checkpoint_every)
 
     def load(self, key: str) -> ArrayRecord | None:

@@ -18,7 +18,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from fedpfn import env, protocol, provenance
+from fedpfn import env, nodedata, protocol, provenance
 from fedpfn.algorithms import run_client
 from fedpfn.config import RunConfig
 from fedpfn.resources import client_wants_gpu
@@ -81,13 +81,19 @@ def train(msg: Message, context: Context) -> Message:
     time.sleep(test_delay(context.node_config, server_round))
     torch.set_num_threads(max(1, int(cfg.client_cpus)))
     device = pick_device(want_gpu=client_wants_gpu(cfg.client_gpus))
-    return Message(content=run_client(cfg, partition_id, context.state, device, msg.content), reply_to=msg)
+    data = nodedata.for_node(cfg, partition_id, context.node_config)  # deployed: the node's own copy
+    state_root = nodedata.state_root(cfg, context.node_config)
+    content = run_client(cfg, partition_id, context.state, device, msg.content, data=data, state_root=state_root)
+    return Message(content=content, reply_to=msg)
 
 
 @client_app.query()
 def query(msg: Message, context: Context) -> Message:
-    """Tell the server which partition this node holds (it only knows node ids)."""
-    node = ConfigRecord({protocol.PARTITION_ID: int(context.node_config[protocol.PARTITION_ID])})
+    """Tell the server which partition this node holds (it only knows node ids), and of how many."""
+    config = context.node_config
+    node = ConfigRecord({protocol.PARTITION_ID: int(config[protocol.PARTITION_ID])})
+    if protocol.NUM_PARTITIONS in config:
+        node[protocol.NUM_PARTITIONS] = int(config[protocol.NUM_PARTITIONS])
     return Message(content=RecordDict({protocol.NODE: node}), reply_to=msg)
 
 

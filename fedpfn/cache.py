@@ -7,6 +7,7 @@ per-client state lives in Flower's `context.state`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -48,44 +49,59 @@ def dataset_on(cfg: RunConfig, device: torch.device) -> DatasetSplits:
     return _data_on(cfg.dataset, cfg.data_root, cfg.download, str(device))
 
 
+@dataclass(frozen=True)
+class SplitKey:
+    """Everything a run's split of the training set depends on (a cache key)."""
+
+    dataset: str
+    data_root: str | None
+    download: bool
+    num_clients: int
+    method: str
+    alpha: float
+    shards_per_client: int
+    min_size: int
+    validation_fraction: float
+    run_seed: int
+
+    @classmethod
+    def of(cls, cfg: RunConfig) -> SplitKey:
+        return cls(
+            cfg.dataset, cfg.data_root, cfg.download, cfg.num_clients, cfg.partition, cfg.alpha,
+            cfg.shards_per_client, cfg.min_partition_size, cfg.validation_fraction, cfg.seed,
+        )
+
+
 @lru_cache(maxsize=4)
-def _partitions(
-    dataset: str,
-    data_root: str | None,
-    download: bool,
-    num_clients: int,
-    method: str,
-    alpha: float,
-    shards_per_client: int,
-    min_size: int,
-    seed: int,
-) -> tuple[torch.Tensor, ...]:
-    labels = load_dataset(dataset, data_root, download).train_y.numpy()
+def _split(key: SplitKey) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    """(held-out validation indices, each client's indices), all into the training set.
+
+    The validation samples are drawn first (seeded), the clients share the rest.
+    """
+    labels = load_dataset(key.dataset, key.data_root, key.download).train_y.numpy()
+    order = numpy_rng(key.run_seed, Stream.HOLDOUT).permutation(len(labels))
+    held = round(key.validation_fraction * len(labels))
+    validation, pool = np.sort(order[:held]), np.sort(order[held:])
     parts = partition_labels(
-        labels,
-        num_clients,
-        method,
-        alpha=alpha,
-        shards_per_client=shards_per_client,
-        min_size=min_size,
-        seed=seed,
+        labels[pool],
+        key.num_clients,
+        key.method,
+        alpha=key.alpha,
+        shards_per_client=key.shards_per_client,
+        min_size=key.min_size,
+        seed=seed_for(key.run_seed, Stream.PARTITION),
     )
-    return tuple(torch.from_numpy(p) for p in parts)
+    return torch.from_numpy(validation), tuple(torch.from_numpy(pool[p]) for p in parts)
 
 
 def client_indices(cfg: RunConfig) -> tuple[torch.Tensor, ...]:
     """Training-set indices of every client; the same on every process for one config."""
-    return _partitions(
-        cfg.dataset,
-        cfg.data_root,
-        cfg.download,
-        cfg.num_clients,
-        cfg.partition,
-        cfg.alpha,
-        cfg.shards_per_client,
-        cfg.min_partition_size,
-        seed_for(cfg.seed, Stream.PARTITION),
-    )
+    return _split(SplitKey.of(cfg))[1]
+
+
+def validation_indices(cfg: RunConfig) -> torch.Tensor:
+    """Training-set indices held out for validation (empty unless validation_fraction > 0)."""
+    return _split(SplitKey.of(cfg))[0]
 
 
 def local_split(cfg: RunConfig, partition_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -96,11 +112,21 @@ def local_split(cfg: RunConfig, partition_id: int) -> tuple[torch.Tensor, torch.
     per call (a permutation of one partition: microseconds), so nothing per client is cached.
     """
     indices = client_indices(cfg)[partition_id]
+    train, local_test = local_positions(cfg, partition_id, len(indices))
+    return indices[train], indices[local_test]
+
+
+def local_positions(cfg: RunConfig, partition_id: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`local_split` as positions within a partition of `size` samples, in the partition's order.
+
+    A node that holds only its partition (fedpfn.nodedata) draws its split from this, the
+    same function as the simulation, so the two cannot disagree.
+    """
     if cfg.local_test_fraction == 0:
-        return indices, indices[:0]
-    held = min(max(round(cfg.local_test_fraction * len(indices)), 1), len(indices) - 1)
-    order = numpy_rng(cfg.seed, Stream.LOCAL_SPLIT, partition_id).permutation(len(indices))
-    return indices[np.sort(order[held:])], indices[np.sort(order[:held])]
+        return torch.arange(size), torch.arange(0)
+    held = min(max(round(cfg.local_test_fraction * size), 1), size - 1)
+    order = numpy_rng(cfg.seed, Stream.LOCAL_SPLIT, partition_id).permutation(size)
+    return torch.from_numpy(np.sort(order[held:])), torch.from_numpy(np.sort(order[:held]))
 
 
 def partition_label_counts(cfg: RunConfig):
@@ -122,7 +148,34 @@ def _skeleton(model: str, input_shape: tuple[int, int, int], num_classes: int, d
     return build_model(model, input_shape, num_classes).to(device)
 
 
-def model_skeleton(cfg: RunConfig, device: torch.device) -> nn.Module:
-    """A reusable model of the run's architecture; callers load the weights they need."""
-    data = dataset_for(cfg)
-    return _skeleton(cfg.model, data.input_shape, data.num_classes, str(device))
+def model_skeleton(cfg: RunConfig, device: torch.device, data: ClientData | None = None) -> nn.Module:
+    """A reusable model of the run's architecture; callers load the weights they need.
+
+    With a client's `data`, its shapes are used: a node holding only its partition never
+    loads the dataset.
+    """
+    shapes = data if data is not None else dataset_for(cfg)
+    return _skeleton(cfg.model, shapes.input_shape, shapes.num_classes, str(device))
+
+
+@dataclass(frozen=True, eq=False)
+class ClientData:
+    """What one client trains and tests on: rows `train` and `local_test` of `x`, `y`.
+
+    In simulation `x`, `y` are the whole training set (shared by every client of a process);
+    on a node with its own copy they are its partition alone (fedpfn.nodedata).
+    """
+
+    x: torch.Tensor
+    y: torch.Tensor
+    train: torch.Tensor
+    local_test: torch.Tensor
+    input_shape: tuple[int, int, int]
+    num_classes: int
+
+
+def client_data(cfg: RunConfig, partition_id: int, device: torch.device) -> ClientData:
+    """A client's data taken from the whole dataset, placed once per process on `device`."""
+    data = dataset_on(cfg, device)
+    train, local_test = local_split(cfg, partition_id)
+    return ClientData(data.train_x, data.train_y, train, local_test, data.input_shape, data.num_classes)

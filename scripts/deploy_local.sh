@@ -24,7 +24,11 @@
 #                           127.0.0.1:P+1+i (default 9100)
 #       --node-data MODE    shared: every SuperNode reads the dataset from the run's data root
 #                           (default); copy: each SuperNode gets its own copy of the dataset in
-#                           WORK/node-I/data and reads only that (node config data-root)
+#                           WORK/node-I/data and reads only that (node config data-root);
+#                           partition: each gets only its own partition, exported into
+#                           WORK/node-I/partition (scripts/export_partition.py, node config
+#                           partition-dir). With shared and copy, a node caches its partition
+#                           in its FLWR_HOME at its first message
 #   -c, --run-config 'K=V ...'
 #                           more settings (repeatable), e.g. -c 'seed=3 round-timeout=60':
 #                           any RunConfig setting (pyproject.toml declares them all)
@@ -113,7 +117,8 @@ is_int "$base_port" && ((base_port >= 1024 && base_port + nodes + unauthorized <
 [[ "$link_host" =~ ^127\.([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})$ ]] \
   && ((BASH_REMATCH[1] <= 255 && BASH_REMATCH[2] <= 255 && BASH_REMATCH[3] >= 1 && BASH_REMATCH[3] <= 254)) \
   || die_usage "--link-host must be a loopback address 127.x.y.z, got '$link_host'"
-[[ "$node_data" == shared || "$node_data" == copy ]] || die_usage "--node-data must be shared or copy, got '$node_data'"
+[[ "$node_data" == shared || "$node_data" == copy || "$node_data" == partition ]] \
+  || die_usage "--node-data must be shared or copy (the dataset) or partition (the node's own), got '$node_data'"
 for v in "$algorithm" "$model" "$dataset"; do
   [[ "$v" =~ ^[A-Za-z0-9_+.:-]+$ ]] || die_usage "'$v' is not a valid algorithm/model/dataset name"
 done
@@ -238,6 +243,8 @@ if [[ "$node_data" == copy ]]; then
   [[ -n "$data_source" ]] || die_usage "--node-data copy needs a fedpfn app (--app)"
   [[ -d "$data_source" ]] || die_usage "--node-data copy: the run's data folder '$data_source' does not exist"
 fi
+[[ "$node_data" != partition || -f "$app/scripts/export_partition.py" ]] \
+  || die_usage "--node-data partition needs an app with scripts/export_partition.py"
 
 # --- work folder: one sub-folder per role, private -------------------------------------------
 # Keys, certificates and logs are the deployment's own: the folder is 0700 from the start.
@@ -463,6 +470,14 @@ say "1/5 certificates for $san (CA key removed) and $((nodes + unauthorized)) no
 if [[ "$node_data" == copy ]]; then
   for ((i = 0; i < nodes; i++)); do cp -R "$data_source/." "$(node_dir "$i")/data/"; done
   say "    each SuperNode reads its own copy of $data_source (WORK/node-I/data)"
+elif [[ "$node_data" == partition ]]; then  # in the background: nothing needs it before step 4
+  sed -n 1p <<<"$checked" >"$op_dir/run-config.json"
+  targets=()
+  for ((i = 0; i < nodes; i++)); do targets+=(--to "$i=$(node_dir "$i")/partition"); done
+  "$python" "$app/scripts/export_partition.py" --config "$op_dir/run-config.json" "${targets[@]}" \
+    >"$logs/export-partitions.log" 2>&1 &
+  export_pid=$!
+  pids+=("$export_pid")
 fi
 
 cat >"$op_dir/flwr-home/config.toml" <<EOF
@@ -502,12 +517,17 @@ done
 say "3/5 registered $nodes SuperNode public keys"
 
 # --- 4. SuperNodes ---------------------------------------------------------------------------
+if [[ "$node_data" == partition ]]; then
+  wait "$export_pid" || fail "exporting the partitions (see $logs/export-partitions.log)"
+  say "    each SuperNode holds only its own partition (WORK/node-I/partition)"
+fi
 node_pids=()
 start_supernode() {  # start_supernode I LOG: SuperNode I from its own folder, its own files only
   local i="$1" log="$2" dir config
   dir="$(node_dir "$i")"
   config="partition-id=$i num-partitions=$nodes"
   [[ "$node_data" == copy ]] && config+=" data-root=\"$dir/data\""
+  [[ "$node_data" == partition ]] && config+=" partition-dir=\"$dir/partition\""
   if [[ -n "${slow_seconds[$i]:-}" ]]; then
     config+=" test-delay-s=${slow_seconds[$i]}"
     [[ -n "${slow_round[$i]}" ]] && config+=" test-delay-rounds=\"${slow_round[$i]}\""

@@ -1,0 +1,84 @@
+"""Write SuperNodes' own training partitions, so that each node holds only its own data.
+
+By default a deployed SuperNode reads the whole dataset once and keeps its partition in a
+cache under its FLWR_HOME (fedpfn/nodedata.py). A lab that gives each machine only its
+share writes partition I of a run's settings into a folder for node I with this script; the
+node then gets `--node-config '... partition-dir="FOLDER"'` and reads nothing else. The
+partition is the one the simulation trains (same samples, same order), so the deployed run
+gives the simulation's numbers; the local test split (`local-test-fraction`) is drawn on the
+node, so one export serves any value of it.
+
+  python scripts/export_partition.py --config runs/x/config.json --to 0=node-0/part --to 1=node-1/part
+  python scripts/export_partition.py --config configs/quickstart.toml --run-config 'seed=1' --to 3=/srv/part-3
+
+The settings that decide a partition (fedpfn.cache.SplitKey: dataset, num-clients,
+partition, alpha, shards, min size, validation-fraction, seed; and the partition id) are
+stored beside the data in partition.json; a node whose run has other settings refuses the
+folder with one line saying which differ. Files: partition.json, train_x.npy (float32,
+normalised, N x C x H x W), train_y.npy (int64), read memory-mapped by the ClientApp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from flwr.common.config import parse_config_args  # noqa: E402  (flwr run's own K=V parser)
+
+from fedpfn.config import ConfigError, RunConfig  # noqa: E402
+from fedpfn.data import DataError  # noqa: E402
+from fedpfn.nodedata import PartitionDataError, write_partition  # noqa: E402
+from fedpfn.settings import read_toml  # noqa: E402
+
+
+def run_config(config: Path | None, pairs: list[str]) -> RunConfig:
+    """The run's settings: a run's config.json or a preset (TOML), then flwr-style K=V pairs."""
+    values: dict[str, Any] = {}
+    if config is not None and config.suffix == ".json":
+        try:
+            values = json.loads(config.read_text())
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"--config: cannot read '{config}' as JSON ({err})") from None
+    elif config is not None:
+        values = read_toml(config)
+    try:
+        values.update(parse_config_args(pairs))
+    except Exception as err:  # click's exception for a malformed pair
+        raise ConfigError(f"--run-config: {err}") from None
+    return RunConfig.from_dict(values).validated()
+
+
+def target(text: str) -> tuple[int, Path]:
+    """`I=FOLDER` -> (I, FOLDER)."""
+    index, sep, folder = text.partition("=")
+    if not sep or not index.isdigit() or not folder:
+        raise argparse.ArgumentTypeError(f"expected PARTITION=FOLDER, got '{text}'")
+    return int(index), Path(folder).resolve()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", type=Path, help="a run's config.json, or a preset TOML file")
+    parser.add_argument("--run-config", action="append", default=[], metavar="'K=V ...'",
+                        help="settings as for flwr run --run-config (repeatable; after --config)")  # fmt: skip
+    parser.add_argument("--to", type=target, action="append", required=True, metavar="I=FOLDER",
+                        help="write partition I into FOLDER (new, empty, or an earlier export; repeatable)")  # fmt: skip
+    args = parser.parse_args()
+    try:
+        cfg = run_config(args.config, args.run_config)
+        for partition_id, folder in args.to:
+            if not 0 <= partition_id < cfg.num_clients:
+                raise ConfigError(f"partition {partition_id} does not exist: num-clients is {cfg.num_clients}")
+            meta = write_partition(cfg, partition_id, folder)
+            print(f"partition {partition_id}: {meta['num_examples']} examples -> {folder}")
+    except (ConfigError, DataError, PartitionDataError, OSError) as err:
+        sys.exit(f"export_partition.py: {err}")
+
+
+if __name__ == "__main__":
+    main()
