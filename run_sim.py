@@ -14,9 +14,11 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from pathlib import Path
 from typing import Any
 
 from fedpfn.config import ConfigError, RunConfig
+from fedpfn.server import WorkerLost
 from fedpfn.settings import add_flags, read_toml
 
 
@@ -77,7 +79,18 @@ def main(argv: list[str] | None = None) -> int:
         simulate(cfg, resume=resume_dir is not None)  # prints a header, the rounds and a summary
     except ConfigError as err:
         return fail(str(err))
+    except WorkerLost as err:
+        return stopped(str(err), cfg.run_dir)
     return 0
+
+
+def stopped(reason: str, run_dir: Path) -> int:
+    """A run that stopped on a fault: why, where, and how to continue (its folder is resumable)."""
+    from fedpfn.runfolder import RunFolder
+
+    print(f"error: {reason}", file=sys.stderr)
+    print(RunFolder(run_dir).stop_message(), file=sys.stderr)
+    return 1
 
 
 def compare_main(args: dict[str, Any], argv: list[str] | None) -> int:

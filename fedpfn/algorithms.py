@@ -45,6 +45,9 @@ from strategies import (
 )
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from fedpfn.cache import ClientData
     from fedpfn.config import RunConfig
 
 
@@ -102,7 +105,8 @@ def declared_by(algorithm: str, server: str) -> list[type]:
     return [part.client.Params for part in _parts(algorithm)] + [server_rule(server).Params]
 
 
-def _all_params() -> list[type]:
+def hparam_classes() -> list[type]:
+    """Every hyperparameter class: of each client rule, anchor method and server rule."""
     from strategies.registry import USER_RULE
 
     classes = [a.client.Params for a in (*CLIENT_RULES.values(), *ANCHOR_METHODS.values())]
@@ -114,16 +118,12 @@ def hparam_fields() -> dict[str, dataclasses.Field]:
     """Every declared hyperparameter by name; two algorithms may not declare one name twice."""
     fields: dict[str, dataclasses.Field] = {}
     owner: dict[str, type] = {}
-    for cls in _all_params():
+    for cls in hparam_classes():
         for f in dataclasses.fields(cls):
             if f.name in fields:
                 raise TypeError(f"hyperparameter '{f.name}' is declared by {owner[f.name].__name__} and {cls.__name__}")
             fields[f.name], owner[f.name] = f, cls
     return fields
-
-
-def hparam_classes() -> list[type]:
-    return _all_params()
 
 
 def resolve_hparams(cfg: RunConfig) -> dict[str, Any]:
@@ -186,9 +186,18 @@ def client_parts(cfg: RunConfig) -> list[type[ClientPart]]:
     return [part.client for part in _parts(cfg.algorithm)]
 
 
-def run_client(cfg: RunConfig, partition_id: int, state: RecordDict, device: torch.device, content: RecordDict) -> RecordDict:
-    """One client's round for `cfg.algorithm`: the reply's content."""
-    return local_round(client_parts(cfg), cfg, partition_id, state, device, content)
+def run_client(
+    cfg: RunConfig,
+    partition_id: int,
+    state: RecordDict,
+    device: torch.device,
+    content: RecordDict,
+    *,
+    data: ClientData | None = None,
+    state_root: Path | None = None,
+) -> RecordDict:
+    """One client's round for `cfg.algorithm`: the reply's content (`data`, `state_root`: see local_round)."""
+    return local_round(client_parts(cfg), cfg, partition_id, state, device, content, data=data, state_root=state_root)
 
 
 def build_inner(cfg: RunConfig) -> Strategy:

@@ -26,7 +26,7 @@ from fedpfn.settings import (
     between,
     field_map,
     one_of,
-    parse_values,
+    parse_leniently,
     problems,
     read_toml,
     setting,
@@ -76,6 +76,12 @@ class RunConfig:
     optimizer: str = setting("sgd", "local optimizer: sgd or adam", one_of(OPTIMIZERS))
     # evaluation
     eval_every: int = setting(1, "evaluate the global model every K rounds (the last round always)", at_least(1))
+    validation_fraction: float = setting(
+        0.0,
+        "hold out this fraction of the training set and evaluate on it instead of the test set "
+        "(for tuning: metrics then say val_accuracy)",
+        between(0, 0.5),
+    )
     # tracking
     local_test_fraction: float = setting(
         0.0,
@@ -202,9 +208,12 @@ class RunConfig:
 
         core = {k: f for k, f in field_map(cls).items() if k != "hparams"}
         declared = hparam_fields()
-        parsed = parse_values({**core, **declared}, values)
+        parsed, unparsed = parse_leniently({**core, **declared}, values)
         hparams = {k: v for k, v in parsed.items() if k in declared}
-        return cls(**{k: v for k, v in parsed.items() if k in core}, hparams=hparams)
+        cfg = cls(**{k: v for k, v in parsed.items() if k in core}, hparams=hparams)
+        if unparsed:  # every problem at once: what did not parse, and what the rest fails
+            raise ConfigError("\n".join(unparsed + cfg.problems()))
+        return cfg
 
     @classmethod
     def from_json(cls, text: str) -> RunConfig:

@@ -19,7 +19,7 @@ from flwr.serverapp import Grid
 
 from fedpfn import protocol
 from fedpfn.algorithms import build_strategy, state_keys
-from fedpfn.cache import dataset_on, initial_model, partition_label_counts
+from fedpfn.cache import dataset_on, initial_model, partition_label_counts, validation_indices
 from fedpfn.config import RunConfig
 from fedpfn.runfolder import CLIENTS, RunFolder, RunFolderError
 from fedpfn.tracking import Tracking, local_test_summary
@@ -57,6 +57,8 @@ def wait_for_partitions(directory: NodeDirectory, cfg: RunConfig) -> dict[int, i
 
     The run then starts with the partitions that have one; fewer than `min_replies` stop it.
     """
+    directory.refresh()
+    check_federation_size(directory, cfg.num_clients)
     nodes = directory.wait_for(range(cfg.num_clients), NODE_WAIT_SECONDS)
     missing = sorted(set(range(cfg.num_clients)) - set(nodes))
     if len(nodes) < cfg.min_replies:
@@ -69,9 +71,46 @@ def wait_for_partitions(directory: NodeDirectory, cfg: RunConfig) -> dict[int, i
     return nodes
 
 
-def first_line(reason: str) -> str:
-    lines = [line for line in reason.strip().splitlines() if line.strip()]
-    return lines[-1].strip() if lines else "unknown error"
+def check_federation_size(directory: NodeDirectory, num_clients: int) -> None:
+    """Fail at once when the nodes say their federation has another size than num_clients.
+
+    Flower's simulation numbers its nodes 0..num-supernodes-1: with fewer nodes than
+    clients the missing partitions would never connect, and the run would wait in silence.
+    """
+    sizes = set(directory.federation_sizes().values())
+    if sizes and sizes != {num_clients}:
+        size = max(sizes)
+        raise FederationError(
+            f"num-clients is {num_clients} but the federation has {size} nodes (their num-partitions); "
+            f"run it with {num_clients} nodes (flwr run . <federation> --federation-config "
+            f"\"num-supernodes={num_clients}\") or set num-clients={size}"
+        )
+
+
+class WorkerLost(RuntimeError):
+    """A simulation worker (Ray actor) died: later rounds would silently train fewer clients."""
+
+
+# How Ray names a dead actor in the error a reply carries (Flower passes the exception text on)
+_WORKER_DEATH = ("ActorDiedError", "RayActorError", "The actor is dead")
+
+
+def stop_if_a_worker_died(server_round: int, failed: dict[int, str]) -> None:
+    """Stop before this round is aggregated; its checkpointed predecessor stays resumable."""
+    lost = sorted(p for p, reason in failed.items() if any(mark in reason for mark in _WORKER_DEATH))
+    if lost:
+        raise WorkerLost(
+            f"round {server_round}: the simulation worker training partition(s) {lost} died "
+            "(killed, or out of memory); Ray does not replace it, so the run stopped rather than "
+            "train later rounds on fewer clients"
+        )
+
+
+def first_line(reason: str, limit: int = 200) -> str:
+    """The last non-empty line of an error (a traceback's own message), at most `limit` characters."""
+    lines = [line.strip() for line in reason.strip().splitlines() if line.strip()]
+    text = lines[-1].removesuffix("'>") if lines else "unknown error"  # Flower wraps it as <'...'>
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class ServerLoop:
@@ -87,7 +126,7 @@ class ServerLoop:
         self.strategy = build_strategy(cfg, self.model)
         self.round_timeout = cfg.round_timeout or None  # 0: wait for every reply
         self.nodes = NodeDirectory(grid, cfg.num_clients, query_timeout=self.round_timeout)
-        self.test = dataset_on(cfg, self.device)
+        self.eval_name, self.eval_x, self.eval_y = evaluation_set(cfg, self.device)
         self.arrays = ArrayRecord(self.model.state_dict())
         self.next_round = 1
         self.resumed_from = 0
@@ -107,6 +146,7 @@ class ServerLoop:
         bytes_down = sum(protocol.arrays_bytes(m.content) for m in sent.values())
         replies = send_round(self.grid, sent, self.round_timeout)
         good = [replies.replies[p] for p in sorted(replies.replies)]
+        stop_if_a_worker_died(server_round, replies.failed)
         for partition, reason in sorted(replies.failed.items()):
             log.warning("round %d: partition %d failed: %s", server_round, partition, first_line(reason))
             log.debug("round %d: partition %d failure in full: %s", server_round, partition, reason)
@@ -162,7 +202,7 @@ class ServerLoop:
 
     def evaluate_global(self) -> tuple[float, float]:
         self.model.load_state_dict(self.arrays.to_torch_state_dict())
-        return evaluate(self.model, self.test.test_x, self.test.test_y)
+        return evaluate(self.model, self.eval_x, self.eval_y)
 
     def write_partition_report(self) -> None:
         from partitions.report import plot_partition, write_partition_json
@@ -191,6 +231,7 @@ class ServerLoop:
 
     def start_or_resume(self) -> None:
         """Drop what came after the checkpoint; a new run also writes its round-0 files."""
+        self.folder.remove_temporary()  # left by a write that a kill cut short
         self.folder.keep_metrics_up_to(self.resumed_from)
         if self.resumed_from == 0:
             self.model.load_state_dict(self.arrays.to_torch_state_dict())
@@ -210,11 +251,11 @@ class ServerLoop:
             record = self.train_round(server_round)
             client_rows = record.pop("_client_rows")
             evaluated = server_round % cfg.eval_every == 0 or server_round == cfg.rounds
-            test_loss, test_acc = self.evaluate_global() if evaluated else (None, None)
+            loss, accuracy = self.evaluate_global() if evaluated else (None, None)
             record = {
                 "round": server_round,
-                "test_accuracy": test_acc,
-                "test_loss": test_loss,
+                f"{self.eval_name}_accuracy": accuracy,
+                f"{self.eval_name}_loss": loss,
                 **record,
                 **(local_test_summary(client_rows) if cfg.local_test_fraction else {}),
                 "seconds": time.perf_counter() - t0,
@@ -239,7 +280,7 @@ class ServerLoop:
         self.folder.save_model(self.cfg.rounds, self.model.state_dict())
         rows = self.folder.read_metrics()
         plot_run(rows, self.folder.path / "accuracy.png", title=setting_title(self.cfg))
-        summary = summarise_rows(rows)
+        summary = summarise_rows(rows, self.eval_name)
         summary.update(algorithm=self.cfg.algorithm, server=self.cfg.server, wall_seconds=wall_seconds)
         self.folder.write_summary(summary)
         return summary
@@ -274,16 +315,27 @@ def resume_point(cfg: RunConfig, folder: RunFolder) -> dict[str, Any] | None:
     return checkpoint
 
 
-def summarise_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def evaluation_set(cfg: RunConfig, device: torch.device) -> tuple[str, torch.Tensor, torch.Tensor]:
+    """('test', the test split), or ('val', the held-out training samples) when tuning."""
+    data = dataset_on(cfg, device)
+    if cfg.validation_fraction == 0:
+        return "test", data.test_x, data.test_y
+    held = validation_indices(cfg).to(data.train_x.device)
+    return "val", data.train_x[held], data.train_y[held]
+
+
+def summarise_rows(rows: list[dict[str, Any]], split: str = "test") -> dict[str, Any]:
     """The summary figures of a run's metrics rows (evaluated rounds only for accuracy)."""
-    evaluated = [r for r in rows if r["test_accuracy"] is not None]
+    accuracy, loss = f"{split}_accuracy", f"{split}_loss"
+    evaluated = [r for r in rows if r[accuracy] is not None]
     window = evaluated[-LAST_ROUNDS:]
     fractions = [r["anchored_fraction"] for r in rows if r.get("anchored_fraction") is not None]
+    prefix = "" if split == "test" else f"{split}_"
     summary: dict[str, Any] = {
         "rounds": rows[-1]["round"],
-        "final_test_accuracy": rows[-1]["test_accuracy"],
-        "final_test_loss": rows[-1]["test_loss"],
-        "last5_mean_accuracy": float(np.mean([r["test_accuracy"] for r in window])),
+        f"final_{split}_accuracy": rows[-1][accuracy],
+        f"final_{split}_loss": rows[-1][loss],
+        f"last5_mean_{prefix}accuracy": float(np.mean([r[accuracy] for r in window])),
         "last5_window": f"last {len(window)} of {len(evaluated)} evaluated rounds",
         "bytes_up_total": sum(r["bytes_up"] for r in rows),
         "bytes_down_total": sum(r["bytes_down"] for r in rows),
@@ -302,4 +354,3 @@ def setting_title(cfg: RunConfig) -> str:
         f"{cfg.algorithm}{server} · {cfg.dataset} {cfg.model} · {cfg.num_clients} clients "
         f"({cfg.clients_per_round}/round), {split} · seed {cfg.seed}"
     )
-

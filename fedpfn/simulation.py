@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from fedpfn import env
 from fedpfn.config import ConfigError, RunConfig
-from fedpfn.runfolder import LOG, RunFolder, RunFolderError
+from fedpfn.runfolder import LOG, RunFolder
 
 if TYPE_CHECKING:
     from fedpfn.tracking import Tracking
@@ -127,9 +127,7 @@ def stop_on_signals(folder: RunFolder) -> Iterator[None]:
 
     def stop(signum: int, frame: FrameType | None) -> None:
         code = 128 + signum
-        done = [r["round"] for r in _quiet_rows(folder)]
-        where = f"after round {done[-1]}" if done else "before its first round"
-        line = f"stopped {where}; continue with: python run_sim.py --resume {folder.path}"
+        line = folder.stop_message()
         print(f"\n{line}", file=sys.stderr)
         with suppress(OSError), open(folder.path / LOG, "a") as fh:
             fh.write(line + "\n")
@@ -150,16 +148,10 @@ def stop_on_signals(folder: RunFolder) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _quiet_rows(folder: RunFolder) -> list[dict[str, Any]]:
-    try:
-        return folder.read_metrics()
-    except (OSError, RunFolderError):
-        return []
-
-
 def quiet_flower() -> None:
-    """Flower logs every sampling and aggregation step; our progress line says enough."""
+    """Flower logs every sampling and aggregation step and Ray its start-up; our lines say enough."""
     logging.getLogger("flwr").setLevel(logging.CRITICAL)
+    logging.getLogger("ray").setLevel(logging.ERROR)
 
 
 def simulate(cfg: RunConfig, resume: bool = False, show_progress: bool = True) -> dict[str, Any]:
