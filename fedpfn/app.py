@@ -20,7 +20,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedpfn import env, nodedata, protocol, provenance
 from fedpfn.algorithms import run_client
-from fedpfn.config import RunConfig
+from fedpfn.config import PLACEMENT, TRACKERS, RunConfig
 from fedpfn.resources import client_wants_gpu
 from fedpfn.runfolder import RunFolder
 from fedpfn.seeding import Stream, numpy_rng
@@ -126,7 +126,7 @@ def deployed_main(grid: Grid, context: Context) -> None:
     resume = folder.holds_run() and not folder.is_finished() and not cfg.overwrite
     if resume:
         stored = RunConfig.from_dict(folder.read_config())
-        differences = cfg.differences(stored, ignore=("out", "overwrite", "tensorboard", "wandb"))
+        differences = cfg.differences(stored, ignore=("out", "overwrite", *PLACEMENT, *TRACKERS))
         if differences:
             raise RuntimeError(
                 f"out: '{folder.path}' holds a run of other settings ({'; '.join(differences)}); "

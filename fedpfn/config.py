@@ -37,11 +37,11 @@ __all__ = ["ConfigError", "RunConfig", "read_toml"]
 
 P = TypeVar("P")
 OPTIMIZERS = ("sgd", "adam")
+PLACEMENT = ("ray_address", "client_cpus", "client_gpus")  # where a run computes: a resume may move it
+TRACKERS = ("tensorboard", "wandb")  # where its numbers are also logged: a resume may switch them
 # settings that may change between a run and its continuation (`--resume DIR --rounds N`)
 # or that only say where and how it runs, never what it computes
-NOT_IN_FINGERPRINT = (
-    "rounds", "out", "overwrite", "ray_address", "client_cpus", "client_gpus", "tensorboard", "wandb"
-)
+NOT_IN_FINGERPRINT = ("rounds", "out", "overwrite", *PLACEMENT, *TRACKERS)
 
 
 @dataclass

@@ -21,7 +21,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from fedpfn import env
-from fedpfn.config import ConfigError, RunConfig
+from fedpfn.config import PLACEMENT, TRACKERS, ConfigError, RunConfig
 from fedpfn.runfolder import LOG, RunFolder
 
 if TYPE_CHECKING:
@@ -33,8 +33,6 @@ os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 
 log = logging.getLogger("fedpfn")
 STOP_GRACE_SECONDS = 8.0  # after a signal, Ray gets this long to shut down
-TRACKERS = ("tensorboard", "wandb")  # where numbers are also logged: a resume may change them
-PLACEMENT = ("ray_address", "client_cpus", "client_gpus")  # where a run computes: a resume may move it
 
 
 def check_runnable(cfg: RunConfig) -> None:

@@ -260,7 +260,7 @@ op_dir="$work/operator"
 node_dir() { echo "$work/node-$1"; }
 rogue_dir() { echo "$work/unregistered-$1"; }
 mkdir -p "$logs" "$link_dir/certs" "$link_dir/flwr-home" "$op_dir/keys" "$op_dir/flwr-home"
-for ((i = 0; i < nodes; i++)); do mkdir -p "$(node_dir "$i")/flwr-home" "$(node_dir "$i")/data"; done
+for ((i = 0; i < nodes; i++)); do mkdir -p "$(node_dir "$i")/flwr-home"; done
 for ((j = 0; j < unauthorized; j++)); do mkdir -p "$(rogue_dir "$j")/flwr-home"; done
 : >"$work/pids"
 
@@ -468,7 +468,7 @@ done
 say "1/5 certificates for $san (CA key removed) and $((nodes + unauthorized)) node key pairs, one per role folder"
 
 if [[ "$node_data" == copy ]]; then
-  for ((i = 0; i < nodes; i++)); do cp -R "$data_source/." "$(node_dir "$i")/data/"; done
+  for ((i = 0; i < nodes; i++)); do mkdir -p "$(node_dir "$i")/data" && cp -R "$data_source/." "$(node_dir "$i")/data/"; done
   say "    each SuperNode reads its own copy of $data_source (WORK/node-I/data)"
 elif [[ "$node_data" == partition ]]; then  # in the background: nothing needs it before step 4
   sed -n 1p <<<"$checked" >"$op_dir/run-config.json"

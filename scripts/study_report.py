@@ -11,6 +11,7 @@ result, stated as one). Figures and reports go to docs/study/<section>/.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -37,11 +38,23 @@ def report(runs: Path, section: str, folders: list[str], baseline: str) -> dict:
     return result
 
 
+def run_folders(result: dict) -> list[Path]:
+    return [ROOT / run["path"] for arm in result["arms"] for run in arm["runs"]]
+
+
+def commits(result: dict) -> str:
+    """The commits that made the runs, from their provenance.json ("not recorded" for older runs)."""
+    found = set()
+    for run in run_folders(result):
+        try:
+            found.add(json.loads((run / "provenance.json").read_text())["git"]["commit"][:7])
+        except (OSError, KeyError, TypeError, ValueError):
+            found.add("not recorded")
+    return ", ".join(sorted(found))
+
+
 def wall_hours(result: dict) -> float:
-    seconds = 0.0
-    for arm in result["arms"]:
-        for run in arm["runs"]:
-            seconds += json.loads((ROOT / run["path"] / "summary.json").read_text())["wall_seconds"]
+    seconds = sum(json.loads((run / "summary.json").read_text())["wall_seconds"] for run in run_folders(result))
     return seconds / 3600
 
 
@@ -52,7 +65,8 @@ def verdicts(result: dict) -> list[str]:
         if p["low"] is None:
             continue
         what = "final accuracy" if p["metric"] == "final" else f"accuracy over the {result['window']}"
-        gap = f"{100 * p['mean']:+.2f} points (95 % CI {100 * p['low']:+.2f} to {100 * p['high']:+.2f}; wins {p['wins']})"
+        gap = (f"{100 * p['mean']:+.2f} points (95 % CI {100 * p['low']:+.2f} to {100 * p['high']:+.2f}; "
+               f"higher on {p['wins']} of {len(p['diffs'])} seeds)")
         if p["low"] > 0:
             claim = "higher than"
         elif p["high"] < 0:
@@ -63,6 +77,17 @@ def verdicts(result: dict) -> list[str]:
     return lines
 
 
+def report_body(markdown: str) -> list[str]:
+    """fedpfn.report's Markdown under a section of this page: its title as the setting, no repeated command."""
+    lines = []
+    for line in markdown.strip().splitlines():
+        if line.startswith("## "):
+            lines.append(f"Setting: {line[3:]}.")
+        elif not line.startswith("Command:"):
+            lines.append(line)
+    return lines
+
+
 def section(result: dict, heading: str, intro: str) -> list[str]:
     rel = f"study/{result['section']}"
     return [
@@ -70,10 +95,10 @@ def section(result: dict, heading: str, intro: str) -> list[str]:
         "",
         intro,
         "",
-        f"Command: `{result['shell']}` (runs made by `python scripts/study.py`; "
+        f"Command: `{result['shell']}` (runs made by `python scripts/study.py` at commit {commits(result)}; "
         f"{wall_hours(result):.1f} h of simulation in total).",
         "",
-        result["markdown"].strip(),
+        *report_body(result["markdown"]),
         "",
         "What the intervals support:",
         "",
@@ -113,10 +138,66 @@ def grid_section(runs: Path) -> list[str]:
     return lines + [""]
 
 
+def finished(runs: Path, folders: list[str]) -> bool:
+    """Every run of every compared folder has its summary (a comparison is reported whole or not at all)."""
+    for folder in folders:
+        config = runs / folder / "comparison_config.json"
+        if not config.is_file():
+            return False
+        settings = json.loads(config.read_text())
+        for algorithm in settings["algorithms"]:
+            if not all((runs / folder / f"{algorithm}-s{s}" / "summary.json").is_file() for s in settings["seeds"]):
+                return False
+    return True
+
+
+def comparisons(runs: Path) -> list[tuple[str, list[str], str, str, str]]:
+    """(section, folders, baseline, heading, intro) of every comparison of the study, in page order."""
+    a = SERVER_ALPHA
+    found = [
+        (f"main-a{alpha}", [f"main-a{alpha}/{x}" for x in ALGORITHMS], "fedavg",
+         f"FedAvg, FedPFN, FedPNU at Dirichlet {alpha}", "Each algorithm at its chosen learning rate; FedAvg's server.")
+        for alpha in ALPHAS
+    ]
+    found.append(("schedule", [f"main-a{a}/fedpfn", f"main-a{a}/fedpfn-fixed"], "fedpfn",
+                  f"Anchor schedule (FedPFN, Dirichlet {a})",
+                  "`round`: a new mask every round, anchored at the received model; `fixed`: one mask, "
+                  "anchored at the initial weights, for the whole run."))
+    for server in SERVER_GRID:
+        found.append((f"server-{server}", [f"servers-a{a}/fedavg-{server}", f"servers-a{a}/fedpfn-{server}"], "fedavg",
+                      f"FedPFN under {server} (Dirichlet {a})",
+                      f"The compatibility claim: {server} alone against FedPFN with {server}, same server settings."))
+    found.append(("fedpnu-ratios",
+                  [f"main-a{a}/fedavg", f"main-a{a}/fedpnu", f"main-a{a}/fedpnu-r0.2", f"main-a{a}/fedpnu-r0.6"],
+                  "fedavg", f"FedPNU: upload saved against accuracy (Dirichlet {a})",
+                  "FedPNU uploads only the neurons it trained: about 1 - rho of FedAvg's bytes (MB columns)."))
+    for server in ("fedavgm", "fedadam"):
+        found.append((f"anchors-{server}", [f"anchors-server/{server}/{v}" for v in VARIANTS], "fedavg",
+                      f"Anchored entries under {server}: the variants (MLP, 3 seeds)",
+                      "Issue 11's semantics. `round` + keep (default): the server optimizer's own step on "
+                      "anchored entries stands; `round` + reset: anchored entries written back to their anchor "
+                      "values; `fixed`: one mask, the initial weights, all run."))
+    return found
+
+
+VARIANTS = ("plain", "round-keep", "round-reset", "fixed")
+POINTERS = [
+    "## Cost of the anchors",
+    "",
+    "See `benchmarks/bench_anchors.py` and [benchmarks/README.md](../benchmarks/README.md): FedPFN's local "
+    "training time over FedAvg's on the same data, measured in one process run.",
+    "",
+    "## Alignment: barriers and fusion",
+    "",
+    "Linear-mode-connectivity barriers and multi-model fusion with anchor ratios 0, 0.2, 0.4, 0.6 on the MLP "
+    "and the CNN are in [lmc.md](lmc.md).",
+    "",
+]
+
+
 def main() -> int:
     runs = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else ROOT / "runs" / "study"
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
-    a = SERVER_ALPHA
     parts = [
         "# Results: does training-time alignment help federated learning here?",
         "",
@@ -125,40 +206,33 @@ def main() -> int:
         "seed). Accuracy is test accuracy in percent; ± is the sample standard deviation over seeds "
         "(n-1); intervals are 95 % Student-t intervals of the mean paired difference over seeds.",
         "",
-        f"Made on {platform.machine()} with {__import__('os').cpu_count()} cores, no GPU, shared with "
-        f"other jobs; code at commit {commit.strip() or 'unknown'}; written {date.today()}. Regenerate "
+        f"Made on {platform.machine()} with {os.cpu_count()} cores, no GPU, shared with "
+        f"other jobs; page written at commit {commit.strip() or 'unknown'} on {date.today()}. Runs whose "
+        "commit is not recorded were made before run folders kept provenance.json, at commit d3e3239 "
+        "(branch study-base: 5a92930 with the validation split), whose numbers equal main's "
+        "(`scripts/reference_metrics.py --compare`). Regenerate "
         "everything with `python scripts/study.py all` (the runs, restartable) and this page alone with "
         "`python scripts/study_report.py`.",
         "",
-        *grid_section(runs),
     ]
-    for alpha in ALPHAS:
-        result = report(runs, f"main-a{alpha}", [f"main-a{alpha}/{x}" for x in ALGORITHMS], "fedavg")
-        parts += section(result, f"FedAvg, FedPFN, FedPNU at Dirichlet {alpha}",
-                         "Each algorithm at its chosen learning rate; FedAvg's server.")
-    result = report(runs, "schedule", [f"main-a{a}/fedpfn", f"main-a{a}/fedpfn-fixed"], "fedpfn")
-    parts += section(result, f"Anchor schedule (FedPFN, Dirichlet {a})",
-                     "`round`: a new mask every round, anchored at the received model; `fixed`: one mask, "
-                     "anchored at the initial weights, for the whole run.")
-    for server in SERVER_GRID:
-        result = report(runs, f"server-{server}", [f"servers-a{a}/fedavg-{server}", f"servers-a{a}/fedpfn-{server}"],
-                        "fedavg")
-        parts += section(result, f"FedPFN under {server} (Dirichlet {a})",
-                         f"The compatibility claim: {server} alone against FedPFN with {server}, same server settings.")
-    result = report(runs, "fedpnu-ratios",
-                    [f"main-a{a}/fedavg", f"main-a{a}/fedpnu", f"main-a{a}/fedpnu-r0.2", f"main-a{a}/fedpnu-r0.6"], "fedavg")
-    parts += section(result, f"FedPNU: upload saved against accuracy (Dirichlet {a})",
-                     "FedPNU uploads only the neurons it trained: about 1 - rho of FedAvg's bytes (MB columns).")
-    for server in ("fedavgm", "fedadam"):
-        base = runs / "anchors-server" / server
-        result = report(runs, f"anchors-{server}", [str(p.relative_to(runs)) for p in
-                        (base / "plain", base / "round-keep", base / "round-reset", base / "fixed")], "fedavg")
-        parts += section(result, f"Anchored entries under {server}: the variants (MLP, 3 seeds)",
-                         "Issue 11's semantics. `round` + keep (default): the server optimizer's own step on "
-                         "anchored entries stands; `round` + reset: anchored entries written back to their anchor "
-                         "values; `fixed`: one mask, the initial weights, all run.")
-    (DOCS / "results.md").write_text("\n".join(parts))
-    print(f"wrote {DOCS / 'results.md'}")
+    pending = []
+    grid_runs = [run for alpha in ALPHAS for lr in LR_GRID for run in
+                 (runs / "grid" / f"a{alpha}" / f"lr{lr}" / f"{x}-s0" for x in ALGORITHMS)]
+    if all((run / "summary.json").is_file() for run in grid_runs):
+        parts += grid_section(runs)
+    else:
+        pending.append("- the learning-rate grid: `grid/`")
+    for name, folders, baseline, heading, intro in comparisons(runs):
+        if finished(runs, folders):
+            parts += section(report(runs, name, folders, baseline), heading, intro)
+        else:
+            pending.append(f"- {heading}: `{', '.join(folders)}`")
+    if pending:
+        parts += ["## Not yet run", "",
+                  "These comparisons' runs are not finished, so this page says nothing about them; "
+                  "`python scripts/study.py all` continues the study where it stopped:", "", *pending, ""]
+    (DOCS / "results.md").write_text("\n".join(parts + POINTERS))
+    print(f"wrote {DOCS / 'results.md'}" + (f" ({len(pending)} comparisons pending)" if pending else ""))
     return 0
 
 

@@ -25,6 +25,10 @@ from pathlib import Path
 
 import pytest
 
+from fedpfn import nodedata
+from fedpfn.config import RunConfig
+from fedpfn.runfolder import RunFolder
+
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "scripts" / "deploy_local.sh"
 MAKE_CERTS = REPO / "scripts" / "make_certs.sh"
@@ -284,11 +288,6 @@ def test_deploy_refuses_bad_fault_and_host_options() -> None:
 
 # --- real deployments ---------------------------------------------------------------------------
 
-IDX_FILES = sorted(
-    f"{split}-{kind}-idx{dims}-ubyte.gz"
-    for split in ("t10k", "train")
-    for kind, dims in (("images", 3), ("labels", 1))
-)
 # s: a normal message takes 25-35 s here at a load average of 3-6 on 2 cores, 45-60 s at 12-15;
 # round 1 lasts this long (the slow node), so it is also most of the test's time
 ROUND_TIMEOUT = 100
@@ -299,6 +298,7 @@ ROUND_TIMEOUT = 100
 def test_rehearsal_of_several_hosts_survives_lost_slow_and_rogue_nodes(tmp_path: Path) -> None:
     """Three "hosts" on loopback addresses, each with its own folder, keys and data.
 
+    SCAFFOLD, each node holding only its exported partition and keeping its c_i on its own disk.
     Round 1: SuperNode 1 is killed -9 while it trains and SuperNode 2 sleeps past the round
     timeout; the round closes at the timeout with partition 0 alone (min-replies 1). Node 1
     is started again (same key) once the SuperLink lists it offline (within ~60 s, so before
@@ -307,9 +307,9 @@ def test_rehearsal_of_several_hosts_survives_lost_slow_and_rogue_nodes(tmp_path:
     """
     work, run = tmp_path / "work", tmp_path / "run"
     cmd = deploy_command(
-        tmp_path, "--rounds", "2", "--link-host", LINK_HOST, "--node-data", "copy",
-        "--slow-node", f"2:{ROUND_TIMEOUT}:1", "--kill-node", "1:1",
-        "-c", f"round-timeout={ROUND_TIMEOUT} min-replies=1", nodes=3, unauthorized=1,
+        tmp_path, "--rounds", "2", "--link-host", LINK_HOST, "--node-data", "partition",
+        "--algorithm", "scaffold", "--slow-node", f"2:{ROUND_TIMEOUT}:1", "--kill-node", "1:1",
+        "-c", f"round-timeout={ROUND_TIMEOUT} min-replies=1 local-test-fraction=0.2", nodes=3, unauthorized=1,
     )  # fmt: skip
     watch = ProcessWatch(work)
     watch.start()
@@ -356,8 +356,21 @@ def test_rehearsal_of_several_hosts_survives_lost_slow_and_rogue_nodes(tmp_path:
     for process in supernodes:
         homes = {p.relative_to(work).parts[0] for p in process.paths() if p.is_relative_to(work)}
         assert len(homes) == 1 and homes < {"node-0", "node-1", "node-2", "unregistered-0"}, process
-    for i in range(3):  # its own copy of the data, read through its node config's data-root
-        assert sorted(p.name for p in (work / f"node-{i}" / "data").iterdir()) == IDX_FILES
+    for i in range(3):  # only its own partition, exported for it (node config partition-dir)
+        exported = work / f"node-{i}" / "partition"
+        assert sorted(p.name for p in exported.iterdir()) == sorted([nodedata.META, nodedata.X, nodedata.Y])
+        assert json.loads((exported / nodedata.META).read_text())["settings"]["partition_id"] == i
+        assert not (work / f"node-{i}" / "data").exists()
+    # SCAFFOLD's c_i lives on the nodes (their FLWR_HOME), never in the run folder on the SuperLink's host
+    assert not (run / "client_state").exists(), "client state belongs on the nodes"
+    cfg = RunConfig.from_dict(RunFolder(run).read_config())
+    for i, rounds in ((0, {"r1.npz", "r2.npz"}), (1, {"r2.npz"})):  # node 1 was killed in round 1
+        home = work / f"node-{i}" / "flwr-home" / "fedpfn" / "client-state"
+        state = nodedata.state_root(cfg, {nodedata.STATE_DIR: str(home)})
+        assert rounds <= {p.name for p in state.rglob("*.npz")}, list(home.rglob("*"))
+        assert {p.relative_to(state).parts[0] for p in state.rglob("*.npz")} == {str(i)}
+    clients = [json.loads(line) for line in (run / "clients.jsonl").read_text().splitlines()]
+    assert clients and all(c["local_accuracy_after"] is not None for c in clients)
     assert (work.stat().st_mode & 0o777) == 0o700
     assert not list(work.rglob("ca.key")), "the CA key must not outlive the certificates"
     keys = sorted(p.relative_to(work).as_posix() for p in work.rglob("node-key"))

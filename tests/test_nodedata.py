@@ -2,8 +2,8 @@
 
 Training on the memory-mapped copy must give the simulation's numbers bit for bit, with the
 held-out validation set and the local test split on; a copy of other settings is refused in
-one line. The deployed test runs a real federation (scripts/deploy_local.sh) and checks that
-each node cached its partition and kept its clients' state under its own FLWR_HOME.
+one line. A deployed node caches its partition under its own FLWR_HOME; the multi-host
+rehearsal (tests/test_deploy.py) runs exported partitions and node-side state for real.
 """
 
 from __future__ import annotations
@@ -24,10 +24,8 @@ from fedpfn.algorithms import build_strategy, run_client
 from fedpfn.cache import SplitKey, client_indices, dataset_for, initial_model, local_split
 from fedpfn.config import RunConfig
 from fedpfn.nodedata import PartitionDataError, read_partition, write_partition
-from fedpfn.runfolder import RunFolder
 from fedpfn.server import train_config
 from conftest import NodeGrid, tiny_config
-from test_deploy import free_port_block, needs_openssl, script_env
 
 REPO = Path(__file__).resolve().parents[1]
 EXPORT = REPO / "scripts" / "export_partition.py"
@@ -189,32 +187,22 @@ def test_export_script_writes_what_the_node_reads(tmp_path: Path) -> None:
     assert not (tmp_path / "x").exists()
 
 
-@pytest.mark.deploy
-@needs_openssl
-def test_deployed_nodes_cache_their_partition_and_keep_their_state(tmp_path: Path) -> None:
-    """SCAFFOLD deployed on 2 SuperNodes: the state of c_i on the nodes, none in the run folder."""
-    work, run = tmp_path / "work", tmp_path / "run"
-    cmd = [
-        "bash", str(REPO / "scripts" / "deploy_local.sh"), "--nodes", "2", "--rounds", "2",
-        "--algorithm", "scaffold", "--work-dir", str(work), "--out", str(run),
-        "--base-port", str(free_port_block(3)), "--timeout", "600",
-        "-c", "local-test-fraction=0.2 validation-fraction=0.1",
-    ]  # fmt: skip
-    result = subprocess.run(cmd, cwd=tmp_path, env=script_env(), capture_output=True, text=True, timeout=780)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-8000:]
-    cfg = RunConfig.from_dict(RunFolder(run).read_config())
-    assert not (run / "client_state").exists(), "client state belongs on the nodes"
-    clients = [json.loads(line) for line in (run / "clients.jsonl").read_text().splitlines()]
-    assert len(clients) == 4 and all(c["local_accuracy_after"] is not None for c in clients)
-    for pid in (0, 1):
-        home = work / f"node-{pid}" / "flwr-home" / "fedpfn"
-        (cached,) = (home / "partitions").iterdir()
-        assert json.loads((cached / nodedata.META).read_text())["settings"]["partition_id"] == pid
-        export_dir = tmp_path / f"export-{pid}"
-        write_partition(cfg, pid, export_dir)  # what scripts/export_partition.py writes
-        for name in (nodedata.X, nodedata.Y):
-            assert np.array_equal(np.load(cached / name), np.load(export_dir / name)), name
-        (state,) = (home / "client-state").iterdir()
-        assert state == nodedata.state_root(cfg, {nodedata.STATE_DIR: str(home / "client-state")})
-        assert sorted(p.name for p in state.rglob("*.npz")) == ["r1.npz", "r2.npz"], list(state.rglob("*"))
-        assert {p.relative_to(state).parts[0] for p in state.rglob("*.npz")} == {str(pid)}
+def test_a_deployed_node_caches_its_partition_under_its_flower_home(tmp_path: Path, monkeypatch) -> None:
+    """A node without an export writes its partition at its first message and keeps the last few."""
+    cfg = tiny_config(**SPLIT, out=str(tmp_path / "run"))
+    monkeypatch.setattr(nodedata, "deployed", lambda: True)  # what a flwr-clientapp process sees
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "home"))
+    whole, cache = dataset_for(cfg), tmp_path / "home" / "fedpfn" / "partitions"
+    first = nodedata.for_node(cfg, 0, {"partition-id": 0})
+    (folder,) = cache.iterdir()
+    written = (folder / nodedata.X).stat().st_mtime_ns
+    again = nodedata.for_node(cfg, 0, {"partition-id": 0})
+    assert (folder / nodedata.X).stat().st_mtime_ns == written, "the second message reads the cache"
+    for data in (first, again):
+        full = client_indices(cfg)[0]
+        assert torch.equal(data.x, whole.train_x[full]) and torch.equal(data.y, whole.train_y[full])
+    for seed in range(1, nodedata.CACHE_KEEP + 2):  # other settings: other partitions
+        nodedata.for_node(dataclasses.replace(cfg, seed=seed), 0, {"partition-id": 0})
+    assert len(list(cache.iterdir())) == nodedata.CACHE_KEEP and not folder.exists(), "oldest dropped"
+    root = nodedata.state_root(cfg, {})
+    assert root is not None and root.parent == tmp_path / "home" / "fedpfn" / "client-state"
