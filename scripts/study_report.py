@@ -43,11 +43,11 @@ def run_folders(result: dict) -> list[Path]:
 
 
 def commits(result: dict) -> str:
-    """The commits that made the runs, from their provenance.json ("not recorded" for older runs)."""
+    """The commits that made the runs, from their config.json's provenance ("not recorded": older runs)."""
     found = set()
     for run in run_folders(result):
         try:
-            found.add(json.loads((run / "provenance.json").read_text())["git"]["commit"][:7])
+            found.add(json.loads((run / "config.json").read_text())["provenance"]["git"]["commit"][:7])
         except (OSError, KeyError, TypeError, ValueError):
             found.add("not recorded")
     return ", ".join(sorted(found))
@@ -208,7 +208,7 @@ def main() -> int:
         "",
         f"Made on {platform.machine()} with {os.cpu_count()} cores, no GPU, shared with "
         f"other jobs; page written at commit {commit.strip() or 'unknown'} on {date.today()}. Runs whose "
-        "commit is not recorded were made before run folders kept provenance.json, at commit d3e3239 "
+        "commit is not recorded were made before config.json kept provenance, at commit d3e3239 "
         "(branch study-base: 5a92930 with the validation split), whose numbers equal main's "
         "(`scripts/reference_metrics.py --compare`). Regenerate "
         "everything with `python scripts/study.py all` (the runs, restartable) and this page alone with "
