@@ -71,14 +71,19 @@ def main() -> None:
     args = parser.parse_args()
     try:
         cfg = run_config(args.config, args.run_config)
+        missing = [i for i, _ in args.to if not 0 <= i < cfg.num_clients]
+        if missing:  # before anything is written
+            raise ConfigError(f"partition {missing[0]} does not exist: num-clients is {cfg.num_clients}")
+    except (ConfigError, DataError) as err:
+        print(f"export_partition.py: {err}", file=sys.stderr)
+        sys.exit(2)  # bad input, like run_sim.py
+    try:
         for partition_id, folder in args.to:
-            if not 0 <= partition_id < cfg.num_clients:
-                raise ConfigError(f"partition {partition_id} does not exist: num-clients is {cfg.num_clients}")
             meta = write_partition(cfg, partition_id, folder)
             print(f"partition {partition_id}: {meta['num_examples']} examples -> {folder}")
-    except (ConfigError, DataError, PartitionDataError, OSError) as err:
-        sys.exit(f"export_partition.py: {err}")
-
+    except (DataError, PartitionDataError, OSError) as err:
+        print(f"export_partition.py: {err}", file=sys.stderr)
+        sys.exit(1)
 
 if __name__ == "__main__":
     main()

@@ -179,12 +179,12 @@ def test_export_script_writes_what_the_node_reads(tmp_path: Path) -> None:
     quick = json.loads((tmp_path / "q1" / nodedata.META).read_text())["settings"]
     assert quick["run_seed"] == 3 and quick["num_clients"] == 2 and quick["method"] == "iid"
     for args, message in [
-        (["--to", f"5={tmp_path / 'x'}"], "partition 5 does not exist: num-clients is 3"),
+        (["--to", f"0={tmp_path / 'y'}", "--to", f"5={tmp_path / 'x'}"], "partition 5 does not exist: num-clients is 3"),
         (["--run-config", "no-such=1", "--to", f"0={tmp_path / 'x'}"], "no-such"),
     ]:
         bad = export("--config", str(config), *args)
-        assert bad.returncode == 1 and message in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
-    assert not (tmp_path / "x").exists()
+        assert bad.returncode == 2 and message in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists(), "nothing written before the checks"
 
 
 def test_a_deployed_node_caches_its_partition_under_its_flower_home(tmp_path: Path, monkeypatch) -> None:
