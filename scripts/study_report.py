@@ -58,11 +58,11 @@ def wall_hours(result: dict) -> float:
     return seconds / 3600
 
 
-def verdicts(result: dict) -> list[str]:
-    """One plain sentence per arm and metric: what the paired interval supports."""
+def verdicts(result: dict, final: bool = True) -> list[str]:
+    """One plain sentence per arm and metric (without `final`: the last-rounds mean only)."""
     lines = []
     for p in result["paired"]:
-        if p["low"] is None:
+        if p["low"] is None or (p["metric"] == "final" and not final):
             continue
         what = "final accuracy" if p["metric"] == "final" else f"accuracy over the {result['window']}"
         gap = (f"{100 * p['mean']:+.2f} points (95 % CI {100 * p['low']:+.2f} to {100 * p['high']:+.2f}; "
@@ -166,7 +166,8 @@ def comparisons(runs: Path) -> list[tuple[str, list[str], str, str, str]]:
     for server in SERVER_GRID:
         found.append((f"server-{server}", [f"servers-a{a}/fedavg-{server}", f"servers-a{a}/fedpfn-{server}"], "fedavg",
                       f"FedPFN under {server} (Dirichlet {a})",
-                      f"The compatibility claim: {server} alone against FedPFN with {server}, same server settings."))
+                      f"The compatibility claim: {server} alone (the arm `fedavg`: FedAvg clients under {server}) "
+                      f"against FedPFN with {server}, same server settings."))
     found.append(("fedpnu-ratios",
                   [f"main-a{a}/fedavg", f"main-a{a}/fedpnu", f"main-a{a}/fedpnu-r0.2", f"main-a{a}/fedpnu-r0.6"],
                   "fedavg", f"FedPNU: upload saved against accuracy (Dirichlet {a})",
@@ -174,7 +175,8 @@ def comparisons(runs: Path) -> list[tuple[str, list[str], str, str, str]]:
     for server in ("fedavgm", "fedadam"):
         found.append((f"anchors-{server}", [f"anchors-server/{server}/{v}" for v in VARIANTS], "fedavg",
                       f"Anchored entries under {server}: the variants (MLP, 3 seeds)",
-                      "Issue 11's semantics. `round` + keep (default): the server optimizer's own step on "
+                      f"Issue 11's semantics; the arm `fedavg` is FedAvg clients under {server} without anchors. "
+                      "`round` + keep (default): the server optimizer's own step on "
                       "anchored entries stands; `round` + reset: anchored entries written back to their anchor "
                       "values; `fixed`: one mask, the initial weights, all run."))
     return found
@@ -215,18 +217,24 @@ def main() -> int:
         "`python scripts/study_report.py`.",
         "",
     ]
-    pending = []
+    pending, body, answers = [], [], []
     grid_runs = [run for alpha in ALPHAS for lr in LR_GRID for run in
                  (runs / "grid" / f"a{alpha}" / f"lr{lr}" / f"{x}-s0" for x in ALGORITHMS)]
     if all((run / "summary.json").is_file() for run in grid_runs):
-        parts += grid_section(runs)
+        body += grid_section(runs)
     else:
         pending.append("- the learning-rate grid: `grid/`")
     for name, folders, baseline, heading, intro in comparisons(runs):
         if finished(runs, folders):
-            parts += section(report(runs, name, folders, baseline), heading, intro)
+            result = report(runs, name, folders, baseline)
+            body += section(result, heading, intro)
+            answers += [f"- **{heading}**", *(f"  {line}" for line in verdicts(result, final=False))]
         else:
             pending.append(f"- {heading}: `{', '.join(folders)}`")
+            answers.append(f"- **{heading}**: not yet run.")
+    parts += ["## Answers", "", "What the paired intervals over seeds support, comparison by comparison "
+              "(accuracy averaged over the last rounds; the sections below give the final round too):", "",
+              *answers, "", *body]
     if pending:
         parts += ["## Not yet run", "",
                   "These comparisons' runs are not finished, so this page says nothing about them; "
