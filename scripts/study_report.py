@@ -159,7 +159,7 @@ def comparisons(runs: Path) -> list[tuple[str, list[str], str, str, str]]:
          f"FedAvg, FedPFN, FedPNU at Dirichlet {alpha}", "Each algorithm at its chosen learning rate; FedAvg's server.")
         for alpha in ALPHAS
     ]
-    found.append(("schedule", [f"main-a{a}/fedpfn", f"main-a{a}/fedpfn-fixed"], "fedpfn",
+    found.append(("schedule", [f"main-a{a}/fedpfn", f"main-a{a}/fedpfn-fixed"], "fedpfn anchor_schedule=round",
                   f"Anchor schedule (FedPFN, Dirichlet {a})",
                   "`round`: a new mask every round, anchored at the received model; `fixed`: one mask, "
                   "anchored at the initial weights, for the whole run."))
