@@ -32,6 +32,7 @@ went NaN / inf / -0.0.
 from __future__ import annotations
 
 import argparse
+from abc import ABC, abstractmethod
 import itertools
 import sys
 import time
@@ -52,16 +53,16 @@ State = dict[str, torch.Tensor]
 # --- the restores compared with the core's ------------------------------------------------
 
 
-class Restore(NoHooks):
+class Restore(NoHooks, ABC):
     """A restore after every optimizer step, as AnchorFreeze does it; subclasses say how."""
 
     def __init__(self, model: nn.Module, mask: AnchorMask) -> None:
         params = dict(model.named_parameters())
         self._slots = [(params[n], m, params[n].detach().clone()) for n, m in mask.items() if bool(m.any())]
 
-    @torch.no_grad()
+    @abstractmethod
     def restore(self) -> None:
-        raise NotImplementedError
+        """Put every anchored entry back (under torch.no_grad in the subclasses)."""
 
     def after_step(self, model: nn.Module) -> None:
         self.restore()

@@ -8,6 +8,7 @@ process tree in a thread, read from /proc (Linux only, like the rest of the benc
 from __future__ import annotations
 
 import os
+from abc import ABC, abstractmethod
 import threading
 import time
 from dataclasses import dataclass, field
@@ -74,13 +75,14 @@ class MemorySample:
     processes: int
 
 
-class BackgroundSampler:
+class BackgroundSampler(ABC):
     """Calls `sample()` every `interval` seconds in a daemon thread, inside a `with` block."""
 
     interval: float
 
+    @abstractmethod
     def sample(self) -> object:
-        raise NotImplementedError
+        """One reading; called from the sampling thread."""
 
     def _loop(self) -> None:
         while not self._stop.is_set():
