@@ -1,112 +1,36 @@
 """`flwr run .` on a simulation SuperLink of its own: a preset, the same numbers as run_sim.py, failures.
 
-One SuperLink (`flower-superlink --simulation`, in-memory state, a port in 9400-9499, its own
-FLWR_HOME) serves the module and is stopped at the end. Flower's CLI exits 0 once a run is
-submitted, even with `--stream` and even when the ServerApp raises; the run's status
-(`flwr ls`) is where a failure shows, with fedpfn's one-line reason.
+One SuperLink (`flower_link.simulation_superlink`) serves the module and is stopped at the
+end. Flower's CLI exits 0 once a run is submitted, even with `--stream` and even when the
+ServerApp raises; the run's status (`flwr ls`) is where a failure shows, with fedpfn's
+one-line reason.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import random
-import signal
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import tomllib
 
 from conftest import tiny_config
+from flower_link import BIN, Link, simulation_superlink
 from fedpfn.config import RunConfig, read_toml
 from fedpfn.runfolder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 QUICKSTART = ROOT / "configs" / "quickstart.toml"
 FEDERATION = "num-supernodes=4 client-resources-num-cpus=1"
 RUN_TIMEOUT = 420  # seconds for one `flwr run --stream`; ~40-90 s on 2 busy cores
 
 
-@dataclass
-class Link:
-    env: dict[str, str]
-    folder: Path  # the SuperLink's working folder: relative `out` lands here
-    process: subprocess.Popen
-
-
-def free_port() -> int:
-    """A port in 9400-9499 nobody listens on (the range this project's tests use)."""
-    for port in random.sample(range(9400, 9500), 100):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no free port in 9400-9499")
-
-
-def wait_for_port(port: int, process: subprocess.Popen, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"flower-superlink exited with {process.returncode}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.3)
-    raise RuntimeError(f"flower-superlink did not listen on {port} within {timeout:.0f} s")
-
-
 @pytest.fixture(scope="module")
 def link(tmp_path_factory) -> Iterator[Link]:
-    base = tmp_path_factory.mktemp("flwr")
-    home, folder = base / "home", base / "link"
-    home.mkdir()
-    folder.mkdir()
-    port = free_port()
-    (home / "config.toml").write_text(
-        f'[superlink]\ndefault = "test"\n\n[superlink.test]\naddress = "127.0.0.1:{port}"\ninsecure = true\n'
-    )
-    env = {
-        **os.environ,
-        "FLWR_HOME": str(home),
-        "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
-        "FLWR_TELEMETRY_ENABLED": "0",
-        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-        "FLWR_DISABLE_UPDATE_CHECK": "1",
-    }
-    command = [BIN / "flower-superlink", "--insecure", "--simulation", "--host", "127.0.0.1", "--port", str(port)]
-    with open(base / "superlink.log", "w") as log:  # its own process group: stopped as one below
-        process = subprocess.Popen(
-            command, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        wait_for_port(port, process)
-        yield Link(env, folder, process)
-    finally:
-        stop_group(process)
-
-
-def stop_group(process: subprocess.Popen) -> None:
-    """SIGTERM to the SuperLink's process group (it and the simulation it started), then SIGKILL."""
-    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    with simulation_superlink(tmp_path_factory.mktemp("flwr")) as running:
+        yield running
 
 
 def flwr(link: Link, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
