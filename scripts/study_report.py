@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from study import ALGORITHMS, ALPHAS, LR_GRID, SERVER_ALPHA, SERVER_GRID, _score  # noqa: E402
+from study import ALGORITHMS, ALPHAS, LR_GRID, RATIOS, SERVER_ALPHA, SERVER_GRID, _score  # noqa: E402
 
 
 def report(runs: Path, section: str, folders: list[str], baseline: str) -> dict:
@@ -168,9 +168,7 @@ def comparisons(runs: Path) -> list[tuple[str, list[str], str, str, str]]:
                       f"FedPFN under {server} (Dirichlet {a})",
                       f"The compatibility claim: {server} alone (the arm `fedavg`: FedAvg clients under {server}) "
                       f"against FedPFN with {server}, same server settings."))
-    found.append(("fedpnu-ratios",
-                  [f"main-a{a}/fedavg", f"main-a{a}/fedpnu", f"main-a{a}/fedpnu-r0.2", f"main-a{a}/fedpnu-r0.6"],
-                  "fedavg", f"FedPNU: upload saved against accuracy (Dirichlet {a})",
+    found.append(("fedpnu-ratios", [f"main-a{a}/fedavg", f"main-a{a}/fedpnu", *ratio_arms(runs)], "fedavg", f"FedPNU: upload saved against accuracy (Dirichlet {a})",
                   "FedPNU uploads only the neurons it trained: about 1 - rho of FedAvg's bytes (MB columns)."))
     for server in ("fedavgm", "fedadam"):
         found.append((f"anchors-{server}", [f"anchors-server/{server}/{v}" for v in VARIANTS], "fedavg",
@@ -180,6 +178,27 @@ def comparisons(runs: Path) -> list[tuple[str, list[str], str, str, str]]:
                       "anchored entries stands; `round` + reset: anchored entries written back to their anchor "
                       "values; `fixed`: one mask, the initial weights, all run."))
     return found
+
+
+def ratio_arms(runs: Path) -> list[str]:
+    """The other anchor ratios' folders: those finished, or all of them while none is.
+
+    Each ratio is a whole 5-seed arm against the same FedAvg runs, so a finished one is
+    reported while another is still running (which is then listed as not yet run).
+    """
+    folders = ratio_folders()
+    return [f for f in folders if finished(runs, [f])] or folders
+
+
+def ratio_folders() -> list[str]:
+    return [f"main-a{SERVER_ALPHA}/fedpnu-r{ratio}" for ratio in RATIOS]
+
+
+def unfinished_ratios(runs: Path) -> list[str]:
+    folders = ratio_folders()
+    if not any(finished(runs, [f]) for f in folders):
+        return []  # the whole comparison is pending, listed as such
+    return [f"- FedPNU at anchor ratio {f.rsplit('-r', 1)[1]}: `{f}`" for f in folders if not finished(runs, [f])]
 
 
 VARIANTS = ("plain", "round-keep", "round-reset", "fixed")
@@ -232,6 +251,7 @@ def main() -> int:
         else:
             pending.append(f"- {heading}: `{', '.join(folders)}`")
             answers.append(f"- **{heading}**: not yet run.")
+    pending += unfinished_ratios(runs)
     parts += ["## Answers", "", "What the paired intervals over seeds support, comparison by comparison "
               "(accuracy averaged over the last rounds; the sections below give the final round too):", "",
               *answers, "", *body]
