@@ -119,6 +119,7 @@ def grid_section(runs: Path) -> list[str]:
              "| alpha | algorithm | " + " | ".join(f"lr {lr}" for lr in LR_GRID) + " | chosen |",
              "|---|---|" + "---|" * len(LR_GRID) + "---|"]
     diverged = total = 0
+    at_edge: list[str] = []
     for alpha in ALPHAS:
         for algorithm in ALGORITHMS:
             cells = []
@@ -128,14 +129,22 @@ def grid_section(runs: Path) -> list[str]:
                 diverged += score is None
                 cells.append("diverged" if score is None else f"{100 * score:.2f}")
             best = max(LR_GRID, key=lambda lr: _score(runs / "grid" / f"a{alpha}" / f"lr{lr}" / f"{algorithm}-s0") or 0)
+            if best in (LR_GRID[0], LR_GRID[-1]):
+                at_edge.append(f"{algorithm} at Dirichlet {alpha} (lr {best})")
             lines.append(f"| {alpha} | {algorithm} | " + " | ".join(cells) + f" | {best} |")
-    lines += ["", f"{diverged} of {total} grid runs diverged.", "", "Server learning rates (FedAvg clients, "
+    lines += ["", f"{diverged} of {total} grid runs diverged."]
+    if at_edge:
+        lines.append("Chosen at an end of the grid, so the best rate may lie beyond it: " + ", ".join(at_edge) + ".")
+    lines += ["", "Server learning rates (FedAvg clients, "
               f"Dirichlet {SERVER_ALPHA}, same protocol):", "", "| server | server lr | validation accuracy |", "|---|---|---|"]
+    chosen = []
     for server, lrs in SERVER_GRID.items():
-        for slr in lrs:
-            score = _score(runs / "grid" / f"a{SERVER_ALPHA}" / f"{server}-slr{slr}" / "fedavg-s0")
+        scores = {slr: _score(runs / "grid" / f"a{SERVER_ALPHA}" / f"{server}-slr{slr}" / "fedavg-s0") for slr in lrs}
+        for slr, score in scores.items():
             lines.append(f"| {server} | {slr} | {'diverged' if score is None else f'{100 * score:.2f}'} |")
-    return lines + [""]
+        best = max(lrs, key=lambda slr: scores[slr] or 0)
+        chosen.append(f"{server} {best}" + (" (an end of its grid)" if best in (lrs[0], lrs[-1]) else ""))
+    return lines + ["", "Chosen: " + ", ".join(chosen) + ".", ""]
 
 
 def finished(runs: Path, folders: list[str]) -> bool:
