@@ -122,13 +122,11 @@ def grid_section(runs: Path) -> list[str]:
     at_edge: list[str] = []
     for alpha in ALPHAS:
         for algorithm in ALGORITHMS:
-            cells = []
-            for lr in LR_GRID:
-                score = _score(runs / "grid" / f"a{alpha}" / f"lr{lr}" / f"{algorithm}-s0")
-                total += 1
-                diverged += score is None
-                cells.append("diverged" if score is None else f"{100 * score:.2f}")
-            best = max(LR_GRID, key=lambda lr: _score(runs / "grid" / f"a{alpha}" / f"lr{lr}" / f"{algorithm}-s0") or 0)
+            scores = {lr: _score(runs / "grid" / f"a{alpha}" / f"lr{lr}" / f"{algorithm}-s0") for lr in LR_GRID}
+            total += len(scores)
+            diverged += sum(score is None for score in scores.values())
+            cells = ["diverged" if score is None else f"{100 * score:.2f}" for score in scores.values()]
+            best = max(LR_GRID, key=lambda lr: scores[lr] or 0)
             if best in (LR_GRID[0], LR_GRID[-1]):
                 at_edge.append(f"{algorithm} at Dirichlet {alpha} (lr {best})")
             lines.append(f"| {alpha} | {algorithm} | " + " | ".join(cells) + f" | {best} |")
