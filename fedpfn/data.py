@@ -3,11 +3,11 @@
 Every simulated client trains on a slice of the same training set, so each process
 loads a dataset once (see ``load_dataset``) and partitions index ranges of it.
 
-Files are read with small local readers (IDX, CIFAR pickle batches, SVHN ``.mat``)
-rather than through ``torchvision.datasets``: torchvision's CIFAR and SVHN classes
-insist on the md5 sums of the official files, and going through their per-sample
-PIL path would be slow. torchvision is used only to fetch files when
-``download=True``.
+Files are read with small local readers (IDX, CIFAR pickle batches restricted to
+arrays, SVHN ``.mat``) rather than through ``torchvision.datasets``: torchvision's CIFAR
+and SVHN classes insist on the md5 sums of the official files, unpickle CIFAR without
+restriction, and go through a per-sample PIL path that would be slow. torchvision is
+used only to fetch files when ``download=True``.
 """
 
 from __future__ import annotations
@@ -316,14 +316,38 @@ def _read_cifar(name: str, root: str | None) -> _Arrays:
     return arrays[0], arrays[1], arrays[2], arrays[3]
 
 
-def _read_cifar_batch(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarray]:
-    """One CIFAR python batch: a pickled dict with ``data`` (N x 3072 uint8, CHW rows) and labels.
+class _ArrayOnlyUnpickler(pickle.Unpickler):
+    """Unpickles plain containers and numpy arrays, and refuses every other global.
 
-    Like torchvision's loader this unpickles the file, so only use trusted files.
+    CIFAR's python batches are pickles, and a file a user downloaded or was sent could
+    name any callable (``os.system``) for ``pickle.load`` to run; torchvision's loader
+    trusts them. Only the names numpy uses to rebuild an array (Python 2's protocol 2 of
+    the official files and the protocols numpy 1 and 2 write today) are resolved.
     """
+
+    _ALLOWED = frozenset(
+        {
+            ("numpy", "ndarray"),
+            ("numpy", "dtype"),
+            ("numpy.core.multiarray", "_reconstruct"),
+            ("numpy._core.multiarray", "_reconstruct"),
+            ("numpy.core.numeric", "_frombuffer"),
+            ("numpy._core.numeric", "_frombuffer"),
+            ("_codecs", "encode"),  # bytes in protocol 2 written by Python 3
+        }
+    )
+
+    def find_class(self, module: str, name: str) -> object:
+        if (module, name) not in self._ALLOWED:
+            raise pickle.UnpicklingError(f"it names {module}.{name}, which a CIFAR batch never holds")
+        return super().find_class(module, name)
+
+
+def _read_cifar_batch(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarray]:
+    """One CIFAR python batch: a pickled dict with ``data`` (N x 3072 uint8, CHW rows) and labels."""
     try:
         with path.open("rb") as f:
-            entry = pickle.load(f, encoding="latin1")
+            entry = _ArrayOnlyUnpickler(f, encoding="latin1").load()
         data = entry["data"]
         labels = np.asarray(entry[label_key], dtype=np.int64)
     except (OSError, EOFError, pickle.UnpicklingError, KeyError, TypeError, ValueError) as exc:

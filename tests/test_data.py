@@ -232,6 +232,38 @@ def test_corrupt_cifar_batch_names_file(tmp_path: Path) -> None:
         load_dataset("cifar10", str(tmp_path))
 
 
+def test_cifar_batch_in_the_official_files_protocol_loads(tmp_path: Path) -> None:
+    """The official archives were pickled by Python 2 (protocol 2, numpy.core names)."""
+    train_x, train_y, _, _ = write_cifar(tmp_path, "cifar10", per_batch=3, seed=6)
+    path = tmp_path / "cifar-10-batches-py" / "data_batch_1"
+    entry = {"batch_label": "training batch 1 of 5", "labels": train_y[:3], "data": train_x[:3]}
+    old_names = pickle.dumps(entry, protocol=2).replace(b"cnumpy._core.multiarray\n", b"cnumpy.core.multiarray\n")
+    assert b"cnumpy.core.multiarray\n_reconstruct" in old_names
+    path.write_bytes(old_names)
+    splits = load_dataset("cifar10", str(tmp_path))
+    np.testing.assert_array_equal(unnormalise(splits.train_x, "cifar10"), train_x.reshape(-1, 3, 32, 32))
+
+
+class _RunsOnLoad:
+    """What a tampered batch can hold: pickle.load would call open(marker, "w")."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+        return open, (str(self.marker), "w")
+
+
+def test_cifar_batch_naming_any_other_callable_is_refused_before_it_runs(tmp_path: Path) -> None:
+    write_cifar(tmp_path, "cifar10", per_batch=2, seed=8)
+    path, marker = tmp_path / "cifar-10-batches-py" / "data_batch_2", tmp_path / "marker"
+    with path.open("wb") as f:
+        pickle.dump({"labels": [0, 1], "data": _RunsOnLoad(marker)}, f)
+    with pytest.raises(DataError, match=r"data_batch_2: not a readable CIFAR batch .*io\.open"):
+        load_dataset("cifar10", str(tmp_path))
+    assert not marker.exists()
+
+
 def write_svhn(root: Path, n_train: int, n_test: int, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Tiny SVHN: X is 32 x 32 x 3 x N uint8, y is N x 1 with labels 1..10 (10 is the digit 0)."""
     import scipy.io
