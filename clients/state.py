@@ -1,11 +1,18 @@
-"""A client's state across rounds (SCAFFOLD's c_i, FedDyn's gradient), kept so a resume continues it.
+"""A client's state across rounds (SCAFFOLD's c_i, FedDyn's gradient), kept in step with the server's.
+
+A round's new state stands only if the server aggregated that round's reply: SCAFFOLD's
+c = mean of the c_i, and FedDyn's h likewise, hold only when both sides drop a reply the
+server did not take (a failure, a reply after the round timeout, a skipped round). Each
+train message names its client's ACCEPTED_ROUND, and the client continues from its newest
+state of a round not after it; the states of later rounds, whose replies were dropped, are
+deleted.
 
 Flower's `context.state` lives as long as the process that runs the federation; a run
 resumed after `kill -9` starts with empty contexts. So each client also writes its state
 per round under `client_state/<partition>/<key>/r<round>.npz`, keeping the versions a
-resume may need; on resume it reads the newest one not after the checkpoint the run
-restarted from. A deployed node keeps that folder on its own disk instead (node config
-`state-dir`, fedpfn.nodedata.state_root): the run folder is on the SuperLink's host.
+resume may need (a resumed server's accepted rounds are those of its checkpoint). A
+deployed node keeps that folder on its own disk instead (node config `state-dir`,
+fedpfn.nodedata.state_root): the run folder is on the SuperLink's host.
 """
 
 from __future__ import annotations
@@ -16,15 +23,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from flwr.app import ArrayRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-from fedpfn.protocol import to_array_record, to_numpy
+from fedpfn.protocol import ACCEPTED_ROUND, to_array_record, to_numpy
 
 if TYPE_CHECKING:
     from fedpfn.config import RunConfig
 from fedpfn.runfolder import CLIENT_STATE, atomic_write_bytes
 
 _ROUND_FILE = re.compile(r"r(\d+)\.npz$")
+SAVED_IN = "saved-in"  # context.state record: key -> the round its cached record is from
 
 
 class ClientStateStore:
@@ -51,14 +59,20 @@ class ClientStateStore:
         with np.load(versions[max(rounds)], allow_pickle=False) as saved:
             return to_array_record({name: saved[name] for name in saved.files})
 
-    def save(self, key: str, record: ArrayRecord, server_round: int, last_checkpoint: int) -> None:
-        """Save this round's record; drop versions no resume can need any more."""
+    def save(
+        self, key: str, record: ArrayRecord, server_round: int, accepted_round: int, last_checkpoint: int
+    ) -> None:
+        """Save this round's record; drop the versions whose replies the server did not take
+        (rounds after `accepted_round`) and those no resume can need any more.
+        """
         folder = self.root / key
         folder.mkdir(parents=True, exist_ok=True)
         buffer = io.BytesIO()
         np.savez(buffer, **to_numpy(record))
         atomic_write_bytes(folder / f"r{server_round}.npz", buffer.getvalue())
         versions = self._versions(key)
+        for r in [r for r in versions if accepted_round < r < server_round]:
+            versions.pop(r).unlink(missing_ok=True)
         needed = max((r for r in versions if r <= last_checkpoint), default=None)
         for r, old in versions.items():
             if r < server_round and r != needed and r <= last_checkpoint:
@@ -69,12 +83,18 @@ class ClientState:
     """One client's records across rounds: Flower's context.state, backed by disk when checkpointing."""
 
     def __init__(
-        self, context_state: RecordDict, store: ClientStateStore, resumed_from: int, checkpoint_every: int
+        self,
+        context_state: RecordDict,
+        store: ClientStateStore,
+        accepted_round: int | None,
+        checkpoint_every: int,
     ) -> None:
-        """`checkpoint_every` as in RunConfig: which rounds a resume can restart from."""
+        """`accepted_round`: the train message's ACCEPTED_ROUND (None: it named none);
+        `checkpoint_every` as in RunConfig: which rounds a resume can restart from.
+        """
         self.context_state = context_state
         self.store = store
-        self.resumed_from = resumed_from
+        self.accepted_round = accepted_round
         self.checkpoint_every = checkpoint_every
 
     @classmethod
@@ -83,23 +103,25 @@ class ClientState:
         cfg: RunConfig,
         partition_id: int,
         context_state: RecordDict,
-        resumed_from: int,
+        accepted_round: int | None,
         state_root: Path | None = None,
     ) -> ClientState:
         """`state_root`: see ClientStateStore (None: the run folder's client_state/)."""
         store = ClientStateStore(cfg.run_dir, partition_id, state_root)
-        return cls(context_state, store, resumed_from, cfg.checkpoint_every)
+        return cls(context_state, store, accepted_round, cfg.checkpoint_every)
 
     def load(self, key: str) -> ArrayRecord | None:
-        """This client's record `key` from earlier rounds, or None in its first round.
+        """This client's record `key` as of its last accepted round, or None before any.
 
-        After a resume the process is new and `context.state` empty: the record then comes
-        from disk, as it was at the checkpoint the run resumed from.
+        The record cached in `context.state` serves unless it is from a later round (its
+        reply was dropped) or the process is new (a resume): then it comes from disk.
         """
-        record = self.context_state.array_records.get(key)
-        if record is None and self.resumed_from > 0:
-            record = self.store.load(key, up_to_round=self.resumed_from)
-        return record
+        accepted = self._accepted(key)
+        cached = self.context_state.array_records.get(key)
+        saved_in = self.context_state.config_records.get(SAVED_IN, ConfigRecord()).get(key)
+        if cached is not None and int(saved_in) <= accepted:
+            return cached
+        return self.store.load(key, up_to_round=accepted)
 
     def save(self, key: str, record: ArrayRecord, server_round: int) -> None:
         """Keep `record` for this client's next round, in memory and on disk.
@@ -108,6 +130,15 @@ class ClientState:
         extend it), and it needs each client's newest record only.
         """
         self.context_state[key] = record
+        self.context_state.setdefault(SAVED_IN, ConfigRecord())[key] = server_round
         every = self.checkpoint_every
         last_checkpoint = (server_round - 1) // every * every if every else server_round - 1
-        self.store.save(key, record, server_round, last_checkpoint)
+        self.store.save(key, record, server_round, self._accepted(key), last_checkpoint)
+
+    def _accepted(self, key: str) -> int:
+        if self.accepted_round is None:
+            raise ValueError(
+                f"the train message names no '{ACCEPTED_ROUND}': a client that keeps '{key}' "
+                "across rounds cannot tell which of its rounds the server took"
+            )
+        return self.accepted_round

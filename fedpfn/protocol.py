@@ -6,8 +6,9 @@ record names by default (`arrays`, `config`, `num-examples`).
 
 A train message, server -> client:
     ARRAYS   the global model: every entry of its state_dict (parameters and buffers)
-    CONFIG   SERVER_ROUND, LR, RUN_CONFIG (the run's settings as JSON), RESUMED_FROM, and
-             what server parts add (ANCHOR_SEED)
+    CONFIG   SERVER_ROUND, LR, RUN_CONFIG (the run's settings as JSON), ACCEPTED_ROUND (the
+             one key that differs between the round's messages), and what server parts add
+             (ANCHOR_SEED)
     and one ArrayRecord per server part that sends state (SCAFFOLD_C).
 A train reply, client -> server:
     ARRAYS   the trained model; with FedPNU only the entries that trained (see `pack`)
@@ -38,7 +39,9 @@ SCAFFOLD_DELTA = "scaffold-delta"  # client -> server: the change of the client'
 SERVER_ROUND = "server-round"
 LR = "lr"
 RUN_CONFIG = "run-config"
-RESUMED_FROM = "resumed-from"  # the checkpoint round a resumed run restarted from (0: none)
+# the last round whose reply from this client the server aggregated (0: none): a client's
+# state (SCAFFOLD's c_i, FedDyn's gradient) continues from that round's, as the server's does
+ACCEPTED_ROUND = "accepted-round"
 ANCHOR_SEED = "anchor-seed"
 
 # METRICS keys (and NODE's: the node config keys Flower's simulation sets on every node)

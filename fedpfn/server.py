@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Message
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
 from fedpfn import protocol
@@ -37,19 +37,44 @@ class FederationError(RuntimeError):
     """The federation cannot go on (nodes missing, inconsistent partitions)."""
 
 
-def train_config(cfg: RunConfig, server_round: int, resumed_from: int = 0) -> ConfigRecord:
-    """What every client needs for one round; the settings travel so clients need no files.
-
-    RESUMED_FROM tells clients whose in-memory state was lost which checkpoint to load.
-    """
+def train_config(cfg: RunConfig, server_round: int) -> ConfigRecord:
+    """What every client needs for one round; the settings travel so clients need no files."""
     return ConfigRecord(
         {
             protocol.SERVER_ROUND: server_round,
             protocol.LR: cfg.lr_at(server_round),
-            protocol.RESUMED_FROM: resumed_from,
             protocol.RUN_CONFIG: cfg.to_json(),
         }
     )
+
+
+def with_accepted_round(message: Message, accepted_round: int) -> Message:
+    """`message` with a config of its own that names its client's ACCEPTED_ROUND.
+
+    A strategy builds one content for the whole round; this key differs per client, so
+    the config is copied rather than written into the record the messages share.
+    """
+    content = message.content
+    config = ConfigRecord(dict(content.config_records[protocol.CONFIG]))
+    config[protocol.ACCEPTED_ROUND] = accepted_round
+    message.content = RecordDict({**content, protocol.CONFIG: config})
+    return message
+
+
+def accepted_rounds(rows: list[dict[str, Any]]) -> dict[int, int]:
+    """Partition id -> the last round of `rows` whose reply from it was aggregated.
+
+    A reply that failed, came after the round timeout or belonged to a skipped round was
+    not: the server's state (SCAFFOLD's c, FedDyn's h) holds none of it, so the client's
+    state must not either, and its next round starts from its state of this round.
+    """
+    accepted: dict[int, int] = {}
+    for row in rows:
+        if row["skipped"]:
+            continue
+        dropped = set(row["failed_partitions"]) | set(row["missing_partitions"])
+        accepted.update({pid: row["round"] for pid in row["clients"] if pid not in dropped})
+    return accepted
 
 
 def wait_for_partitions(directory: NodeDirectory, cfg: RunConfig) -> dict[int, int]:
@@ -130,6 +155,7 @@ class ServerLoop:
         self.arrays = ArrayRecord(self.model.state_dict())
         self.next_round = 1
         self.resumed_from = 0
+        self.accepted: dict[int, int] = {}  # see accepted_rounds
         self.elapsed_before = 0.0  # seconds spent by earlier processes of this run
         if checkpoint is not None:
             self.restore(checkpoint)
@@ -186,10 +212,11 @@ class ServerLoop:
     def train_messages(self, server_round: int, nodes: dict[int, int]) -> dict[int, Message]:
         """The strategy's train messages for these partitions' nodes, by partition id."""
         view = SampledGrid(self.grid, list(nodes.values()))
-        config = train_config(self.cfg, server_round, self.resumed_from)
+        config = train_config(self.cfg, server_round)
         partition_of = {node: partition for partition, node in nodes.items()}
         messages = self.strategy.configure_train(server_round, self.arrays, config, view)
-        return {partition_of[m.metadata.dst_node_id]: m for m in messages}
+        by_partition = {partition_of[m.metadata.dst_node_id]: m for m in messages}
+        return {pid: with_accepted_round(m, self.accepted.get(pid, 0)) for pid, m in by_partition.items()}
 
     @staticmethod
     def _client_row(server_round: int, reply: Message) -> dict[str, Any]:
@@ -233,6 +260,7 @@ class ServerLoop:
         """Drop what came after the checkpoint; a new run also writes its round-0 files."""
         self.folder.remove_temporary()  # left by a write that a kill cut short
         self.folder.keep_metrics_up_to(self.resumed_from)
+        self.accepted = accepted_rounds(self.folder.read_metrics())
         if self.resumed_from == 0:
             self.model.load_state_dict(self.arrays.to_torch_state_dict())
             self.folder.save_model(0, self.model.state_dict())
@@ -263,6 +291,7 @@ class ServerLoop:
             for row in client_rows:
                 self.folder.append_metrics(row, name=CLIENTS)
             self.folder.append_metrics(record)
+            self.accepted.update(accepted_rounds([record]))
             if tracker is not None:
                 tracker.round_done(record, client_rows)
             due = cfg.checkpoint_every and server_round % cfg.checkpoint_every == 0
@@ -304,12 +333,11 @@ def resume_point(cfg: RunConfig, folder: RunFolder) -> dict[str, Any] | None:
             f"{folder.path}/metrics.jsonl holds rounds 1..{len(rows)} but the checkpoint covers 1..{last}; "
             "the run folder is damaged"
         )
-    trained = sorted({pid for row in rows[:last] for pid in row.get("clients", [])})
     for key in state_keys(cfg):
-        for pid in trained:
-            if ClientStateStore(folder.path, pid).load(key, last) is None:
+        for pid, accepted in sorted(accepted_rounds(rows[:last]).items()):
+            if ClientStateStore(folder.path, pid).load(key, accepted) is None:
                 raise RunFolderError(
-                    f"{folder.path}/client_state lacks client {pid}'s '{key}' from rounds <= {last}; "
+                    f"{folder.path}/client_state lacks client {pid}'s '{key}' from rounds <= {accepted}; "
                     "the run cannot be resumed with the same numbers"
                 )
     return checkpoint

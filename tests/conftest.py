@@ -67,7 +67,7 @@ def client_replies(cfg: RunConfig, strategy, arrays: ArrayRecord, server_round: 
     `states` keeps each client's context.state across calls. Replies come sorted by partition.
     """
     from fedpfn.algorithms import run_client
-    from fedpfn.server import train_config
+    from fedpfn.server import train_config, with_accepted_round
     from strategies import sample_clients
 
     states = {} if states is None else states
@@ -76,7 +76,8 @@ def client_replies(cfg: RunConfig, strategy, arrays: ArrayRecord, server_round: 
     replies = []
     for message in messages:
         pid = message.metadata.dst_node_id
-        content = run_client(cfg, pid, states.setdefault(pid, RecordDict()), torch.device("cpu"), message.content)
+        content = with_accepted_round(message, server_round - 1).content  # every earlier reply was taken
+        content = run_client(cfg, pid, states.setdefault(pid, RecordDict()), torch.device("cpu"), content)
         replies.append(Message(content=content, reply_to=message))
     return sorted(replies, key=lambda r: int(r.content.metric_records["metrics"]["partition-id"]))
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from flwr.app import ArrayRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from conftest import tiny_config
 from fedpfn import protocol
@@ -145,6 +145,7 @@ def test_moon_step_matches_the_papers_loss_on_a_tiny_case():
     """One SGD step of MOON's client equals w − lr·∇(CE + mu·l_con), l_con written out by hand."""
     from clients.base import local_round
     from clients.moon import PREVIOUS, MoonClient
+    from clients.state import SAVED_IN
     from fedpfn.cache import client_indices, dataset_for, initial_model
     from fedpfn.server import train_config
 
@@ -157,8 +158,10 @@ def test_moon_step_matches_the_papers_loss_on_a_tiny_case():
     x, y = data.train_x[x_idx], data.train_y[x_idx]
     global_model = initial_model(cfg)
     previous = initial_model(tiny_config(seed=1))  # another model as the client's previous one
-    state = RecordDict({PREVIOUS: ArrayRecord(previous.state_dict())})
-    content = RecordDict({"arrays": ArrayRecord(global_model.state_dict()), "config": train_config(cfg, 2)})
+    state = RecordDict({PREVIOUS: ArrayRecord(previous.state_dict()), SAVED_IN: ConfigRecord({PREVIOUS: 1})})
+    config = train_config(cfg, 2)
+    config[protocol.ACCEPTED_ROUND] = 1  # round 1's reply was taken: its model is the previous one
+    content = RecordDict({"arrays": ArrayRecord(global_model.state_dict()), "config": config})
     reply = local_round([MoonClient], cfg, pid, state, torch.device("cpu"), content)
     trained = protocol.to_numpy(reply["arrays"])
 

@@ -19,13 +19,14 @@ from clients import FedAvgClient, local_round
 from clients.feddyn import GRAD, FedDynClient
 from clients.fedprox import FedProxClient
 from clients.scaffold import CLIENT_C, ScaffoldClient, effective_steps
+from clients.state import ClientStateStore
 from conftest import NodeGrid, run_round, tiny_config
 from fedpfn.algorithms import build_strategy, client_parts
 from fedpfn.anchors import AnchorParams
 from fedpfn.cache import client_indices, initial_model
 from fedpfn.protocol import SCAFFOLD_C as SERVER_C
 from fedpfn.protocol import SCAFFOLD_DELTA as DELTA
-from fedpfn.protocol import round_mask, to_array_record, to_numpy
+from fedpfn.protocol import ACCEPTED_ROUND, round_mask, to_array_record, to_numpy
 from fedpfn.runfolder import read_tree, tree_bytes
 from fedpfn.seeding import Stream, seed_for
 from fedpfn.server import train_config
@@ -48,8 +49,10 @@ def mask_seed(run_seed: int, server_round: int) -> int:
     return seed_for(run_seed, Stream.MASK, server_round)
 
 
-def message(cfg, arrays: dict[str, np.ndarray], server_round: int = 1, **records) -> RecordDict:
+def message(cfg, arrays: dict[str, np.ndarray], server_round: int = 1, accepted=None, **records):
+    """`accepted`: the client's ACCEPTED_ROUND (None: every earlier reply was taken)."""
     config = train_config(cfg, server_round)
+    config[ACCEPTED_ROUND] = server_round - 1 if accepted is None else accepted
     if cfg.anchor_method is not None:
         config["anchor-seed"] = mask_seed(cfg.seed, server_round)
     return RecordDict({"arrays": to_array_record(arrays), "config": config, **records})
@@ -166,6 +169,36 @@ def test_scaffold_client_control_variate_follows_its_rule_and_persists():
         np.testing.assert_allclose(delta2[n], ci2[n] - ci1[n], rtol=1e-5, atol=1e-8)
 
 
+def test_a_client_continues_from_its_last_accepted_round_from_memory_or_disk():
+    """Round 2's reply was dropped (accepted round 1 in round 3): its c_i is forgotten."""
+    cfg = cfg_for("scaffold")
+    x1, names = start(cfg), params(cfg)
+    c = {SERVER_C: to_array_record(random_like(x1, names, 0.01, seed=1))}
+    _, _, state = fit(ScaffoldClient, cfg, message(cfg, x1, 1, **c))
+    taken = to_numpy(state.array_records[CLIENT_C])
+    _, _, state = fit(ScaffoldClient, cfg, message(cfg, x1, 2, **c), state)
+    dropped = to_numpy(state.array_records[CLIENT_C])
+    y3, reply3, state = fit(ScaffoldClient, cfg, message(cfg, x1, 3, accepted=1, **c), state)
+    ci3, delta3 = to_numpy(state.array_records[CLIENT_C]), to_numpy(reply3.array_records[DELTA])
+    for n in names:
+        np.testing.assert_allclose(delta3[n], ci3[n] - taken[n], rtol=1e-5, atol=1e-8)
+    assert not all(np.allclose(delta3[n], ci3[n] - dropped[n], atol=1e-8) for n in names)
+    # a new process (a resume) reads round 1's c_i from disk: the same round 3, bit for bit
+    y3_new, *_ = fit(ScaffoldClient, cfg, message(cfg, x1, 3, accepted=1, **c), RecordDict())
+    assert all(np.array_equal(y3[n], y3_new[n]) for n in y3)
+    store = ClientStateStore(cfg.run_dir, 0).root / CLIENT_C
+    assert sorted(p.name for p in store.iterdir()) == ["r1.npz", "r3.npz"]  # round 2's is gone
+
+
+def test_a_stateful_client_refuses_a_message_without_its_accepted_round():
+    cfg = cfg_for("scaffold")
+    content = message(cfg, start(cfg))
+    del content["config"][ACCEPTED_ROUND]
+    with pytest.raises(ValueError, match="names no 'accepted-round'.*'scaffold-ci'"):
+        fit(ScaffoldClient, cfg, content)
+    fit(FedAvgClient, cfg, content)  # a client that keeps nothing needs none
+
+
 def test_scaffold_server_control_variate_follows_its_rule_and_pickles():
     cfg = cfg_for("scaffold", server="fedadam", server_lr=0.003)
     model = initial_model(cfg)
@@ -219,8 +252,9 @@ def test_feddyn_client_gradient_state_persists():
     g2 = to_numpy(state.array_records[GRAD])
     for n in names:
         np.testing.assert_allclose(g2[n], g1[n] - alpha * (y2[n] - x2[n]), rtol=1e-5, atol=1e-9)
-    # the linear term acted: a fresh client from the same start trains differently
-    y2_fresh, *_ = fit(FedDynClient, cfg, message(cfg, x2, 2))
+    # the linear term acted: the client trains differently in round 2 when the server did
+    # not take its round-1 reply (it then starts from no gradient state, as the server's h)
+    y2_fresh, *_ = fit(FedDynClient, cfg, message(cfg, x2, 2, accepted=0))
     assert not all(np.array_equal(y2[n], y2_fresh[n]) for n in names)
 
 

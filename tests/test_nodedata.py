@@ -24,7 +24,7 @@ from fedpfn.algorithms import build_strategy, run_client
 from fedpfn.cache import SplitKey, client_indices, dataset_for, initial_model, local_split
 from fedpfn.config import RunConfig
 from fedpfn.nodedata import PartitionDataError, read_partition, write_partition
-from fedpfn.server import train_config
+from fedpfn.server import train_config, with_accepted_round
 from conftest import NodeGrid, tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,10 +47,10 @@ def two_rounds(
     arrays = ArrayRecord(initial_model(cfg).state_dict())
     data = read_partition(cfg, partition_id, node) if node is not None else None
     replies = []
-    for server_round, resumed_from in ((1, 0), (2, 1)):
-        config = train_config(cfg, server_round, resumed_from)
+    for server_round in (1, 2):
+        config = train_config(cfg, server_round)
         (message,) = strategy.configure_train(server_round, arrays, config, NodeGrid([partition_id]))
-        cpu, content = torch.device("cpu"), message.content
+        cpu, content = torch.device("cpu"), with_accepted_round(message, server_round - 1).content
         content = run_client(cfg, partition_id, RecordDict(), cpu, content, data=data, state_root=state_root)
         replies.append(content)
         arrays = content.array_records[protocol.ARRAYS]

@@ -21,6 +21,7 @@ import torch
 
 from conftest import tiny_config
 from fedpfn.app import fails_this_round
+from fedpfn.protocol import to_numpy
 from fedpfn.simulation import resume_config, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -194,6 +195,32 @@ def test_failing_clients_are_counted_one_line_each_and_the_run_completes(tmp_pat
     failure_lines = [line for line in err.splitlines() if "failed" in line and "(simulated)" in line]
     assert len(failure_lines) == sum(expected), err[-3000:]
     assert "Traceback" not in err
+
+
+def test_replies_the_server_dropped_leave_scaffolds_c_the_mean_of_the_clients_c_i(tmp_path):
+    """Skipped rounds (a failure under min_replies 4) drop replies whose clients did train.
+
+    SCAFFOLD's server c = (1/N)·Σ c_i holds only if those clients drop the c_i they made
+    then, as the server dropped their deltas: here rounds 1 and 2 are skipped and every
+    client trains in round 3, so c must be the mean of the four round-3 c_i.
+    """
+    from clients.scaffold import CLIENT_C
+    from clients.state import ClientStateStore
+    from fedpfn.runfolder import RunFolder
+
+    out = tmp_path / "s"
+    failures = dict(simulate_failures=0.2, min_replies=4, seed=8)
+    cfg = tiny_config(algorithm="scaffold", clients_per_round=4, rounds=3, out=str(out), **failures)
+    failing = [[p for p in range(4) if fails_this_round(cfg, r, p)] for r in (1, 2, 3)]
+    assert failing == [[0], [1], []], "pick a seed that skips rounds 1 and 2 with survivors and takes round 3"
+    simulate(cfg, show_progress=False)
+    assert [r["skipped"] for r in rows(out)] == [True, True, False]
+    server_c = RunFolder(out).load_checkpoint(cfg.fingerprint())["strategy"]["parts"][0]["c"]
+    client_c = [to_numpy(ClientStateStore(out, pid).load(CLIENT_C, up_to_round=3)) for pid in range(4)]
+    for name, value in server_c.items():
+        mean = np.mean([c[name].astype(np.float64) for c in client_c], axis=0)
+        np.testing.assert_allclose(value, mean, rtol=1e-5, atol=1e-7, err_msg=name)
+    assert max(np.abs(v).max() for v in server_c.values()) > 0, "round 3 moved c"
 
 
 def test_a_run_folder_in_use_is_refused(tmp_path):
