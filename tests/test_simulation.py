@@ -182,27 +182,13 @@ def test_a_finished_run_continues_to_more_rounds_with_the_numbers_of_a_longer_ru
     assert summary["rounds"] == 4 and json.loads((out / "config.json").read_text())["rounds"] == 4
 
 
-def test_failing_clients_are_counted_one_line_each_and_the_run_completes(tmp_path, capfd):
-    cfg = tiny_config(clients_per_round=4, rounds=3, simulate_failures=0.3, out=str(tmp_path / "f"))
-    summary = simulate(cfg, show_progress=False)
-    expected = [sum(fails_this_round(cfg, r, p) for p in range(4)) for r in (1, 2, 3)]
-    assert sum(expected) > 0, "pick a seed whose draw fails somebody"
-    metrics = rows(tmp_path / "f")
-    assert [r["num_failures"] for r in metrics] == expected
-    assert [r["num_clients"] for r in metrics] == [4 - e for e in expected]
-    assert summary["num_failures_total"] == sum(expected)
-    err = capfd.readouterr().err
-    failure_lines = [line for line in err.splitlines() if "failed" in line and "(simulated)" in line]
-    assert len(failure_lines) == sum(expected), err[-3000:]
-    assert "Traceback" not in err
+def test_failed_clients_are_counted_and_dropped_replies_leave_scaffolds_c_the_mean_of_c_i(tmp_path, capfd):
+    """A failure under min_replies 4 skips its round, dropping replies whose clients did train.
 
-
-def test_replies_the_server_dropped_leave_scaffolds_c_the_mean_of_the_clients_c_i(tmp_path):
-    """Skipped rounds (a failure under min_replies 4) drop replies whose clients did train.
-
+    Failures: one log line each, counted per round and in the summary, the run completes.
     SCAFFOLD's server c = (1/N)·Σ c_i holds only if those clients drop the c_i they made
-    then, as the server dropped their deltas: here rounds 1 and 2 are skipped and every
-    client trains in round 3, so c must be the mean of the four round-3 c_i.
+    then, as the server dropped their deltas: rounds 1 and 2 are skipped and every client
+    trains in round 3, so c must be the mean of the four round-3 c_i.
     """
     from clients.scaffold import CLIENT_C
     from clients.state import ClientStateStore
@@ -213,8 +199,15 @@ def test_replies_the_server_dropped_leave_scaffolds_c_the_mean_of_the_clients_c_
     cfg = tiny_config(algorithm="scaffold", clients_per_round=4, rounds=3, out=str(out), **failures)
     failing = [[p for p in range(4) if fails_this_round(cfg, r, p)] for r in (1, 2, 3)]
     assert failing == [[0], [1], []], "pick a seed that skips rounds 1 and 2 with survivors and takes round 3"
-    simulate(cfg, show_progress=False)
-    assert [r["skipped"] for r in rows(out)] == [True, True, False]
+    summary = simulate(cfg, show_progress=False)
+    metrics = rows(out)
+    assert [r["num_failures"] for r in metrics] == [1, 1, 0] and summary["num_failures_total"] == 2
+    assert [r["num_clients"] for r in metrics] == [3, 3, 4]
+    assert [r["skipped"] for r in metrics] == [True, True, False]
+    err = capfd.readouterr().err
+    failure_lines = [line for line in err.splitlines() if "failed" in line and "(simulated)" in line]
+    assert len(failure_lines) == 2 and "Traceback" not in err, err[-3000:]
+
     server_c = RunFolder(out).load_checkpoint(cfg.fingerprint())["strategy"]["parts"][0]["c"]
     client_c = [to_numpy(ClientStateStore(out, pid).load(CLIENT_C, up_to_round=3)) for pid in range(4)]
     for name, value in server_c.items():
