@@ -98,7 +98,10 @@ class Paired:
 
 
 def find_run_folders(paths: Iterable[str | Path]) -> list[Path]:
-    """Every folder holding config.json below the arguments; unfinished ones are refused."""
+    """Every folder holding config.json below the arguments; unfinished ones are refused.
+
+    In the order of the arguments (each one's runs by path), so arms are listed as given.
+    """
     found: list[Path] = []
     for raw in paths:
         top = Path(raw)
@@ -117,7 +120,7 @@ def find_run_folders(paths: Iterable[str | Path]) -> list[Path]:
             f"runs: unfinished (no {SUMMARY}): {', '.join(unfinished)}; resume them "
             "(python run_sim.py --resume DIR) or leave them out"
         )
-    return sorted(dict.fromkeys(p.resolve() for p in found))
+    return list(dict.fromkeys(p.resolve() for p in found))
 
 
 def _read_json(path: Path) -> Any:

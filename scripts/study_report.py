@@ -58,6 +58,16 @@ def wall_hours(result: dict) -> float:
     return seconds / 3600
 
 
+CLAIMS = ("higher than", "lower than", "not resolved from")
+
+
+def claim(paired: dict) -> str:
+    """What a paired interval supports: one of CLAIMS."""
+    if paired["low"] > 0:
+        return CLAIMS[0]
+    return CLAIMS[1] if paired["high"] < 0 else CLAIMS[2]
+
+
 def verdicts(result: dict, final: bool = True) -> list[str]:
     """One plain sentence per arm and metric (without `final`: the last-rounds mean only)."""
     lines = []
@@ -67,14 +77,20 @@ def verdicts(result: dict, final: bool = True) -> list[str]:
         what = "final accuracy" if p["metric"] == "final" else f"accuracy over the {result['window']}"
         gap = (f"{100 * p['mean']:+.2f} points (95 % CI {100 * p['low']:+.2f} to {100 * p['high']:+.2f}; "
                f"higher on {p['wins']} of {len(p['diffs'])} seeds)")
-        if p["low"] > 0:
-            claim = "higher than"
-        elif p["high"] < 0:
-            claim = "lower than"
-        else:
-            claim = "not resolved from"
-        lines.append(f"- {p['label']}: {what} {claim} {result['baseline']}: {gap}.")
+        lines.append(f"- {p['label']}: {what} {claim(p)} {result['baseline']}: {gap}.")
     return lines
+
+
+def in_short(results: list[tuple[str, dict]], seeds: int = 5) -> list[str]:
+    """The page's conclusion: every arm compared over `seeds` or more, grouped by what its interval supports."""
+    groups: dict[str, list[str]] = {c: [] for c in CLAIMS}
+    for heading, result in results:
+        for p in result["paired"]:
+            if p["metric"] != "final" and p["low"] is not None and len(p["diffs"]) >= seeds:
+                groups[claim(p)].append(f"{p['label']} in *{heading}* ({100 * p['mean']:+.2f})")
+    return [f"**In short** (accuracy over the last rounds, every comparison with {seeds} seeds; "
+            "the paired difference from the section's baseline in points):", "",
+            *(f"- {c} the baseline: {'; '.join(entries) or 'none'}." for c, entries in groups.items()), ""]
 
 
 def report_body(markdown: str) -> list[str]:
@@ -175,7 +191,8 @@ def comparisons(runs: Path) -> list[tuple[str, list[str], str, str, str]]:
                       f"FedPFN under {server} (Dirichlet {a})",
                       f"The compatibility claim: {server} alone (the arm `fedavg`: FedAvg clients under {server}) "
                       f"against FedPFN with {server}, same server settings."))
-    found.append(("fedpnu-ratios", [f"main-a{a}/fedavg", f"main-a{a}/fedpnu", *ratio_arms(runs)], "fedavg", f"FedPNU: upload saved against accuracy (Dirichlet {a})",
+    ratios = sorted([f"main-a{a}/fedpnu", *ratio_arms(runs)], key=lambda folder: anchor_ratio(runs, folder))
+    found.append(("fedpnu-ratios", [f"main-a{a}/fedavg", *ratios], "fedavg", f"FedPNU: upload saved against accuracy (Dirichlet {a})",
                   "FedPNU uploads only the neurons it trained: about 1 - rho of FedAvg's bytes (MB columns)."))
     for server in ("fedavgm", "fedadam"):
         found.append((f"anchors-{server}", [f"anchors-server/{server}/{v}" for v in VARIANTS], "fedavg",
@@ -195,6 +212,12 @@ def ratio_arms(runs: Path) -> list[str]:
     """
     folders = ratio_folders()
     return [f for f in folders if finished(runs, [f])] or folders
+
+
+def anchor_ratio(runs: Path, folder: str) -> float:
+    """The anchor ratio of a FedPNU folder's runs (inf before its first run has started)."""
+    config = runs / folder / "fedpnu-s0" / "config.json"
+    return json.loads(config.read_text())["anchor_ratio"] if config.is_file() else float("inf")
 
 
 def ratio_folders() -> list[str]:
@@ -243,7 +266,7 @@ def main() -> int:
         "`python scripts/study_report.py`.",
         "",
     ]
-    pending, body, answers = [], [], []
+    pending, body, answers, results = [], [], [], []
     grid_runs = [run for alpha in ALPHAS for lr in LR_GRID for run in
                  (runs / "grid" / f"a{alpha}" / f"lr{lr}" / f"{x}-s0" for x in ALGORITHMS)]
     if all((run / "summary.json").is_file() for run in grid_runs):
@@ -253,13 +276,15 @@ def main() -> int:
     for name, folders, baseline, heading, intro in comparisons(runs):
         if finished(runs, folders):
             result = report(runs, name, folders, baseline)
+            results.append((heading, result))
             body += section(result, heading, intro)
             answers += [f"- **{heading}**", *(f"  {line}" for line in verdicts(result, final=False))]
         else:
             pending.append(f"- {heading}: `{', '.join(folders)}`")
             answers.append(f"- **{heading}**: not yet run.")
     pending += unfinished_ratios(runs)
-    parts += ["## Answers", "", "What the paired intervals over seeds support, comparison by comparison "
+    parts += ["## Answers", "", *in_short(results),
+              "What the paired intervals over seeds support, comparison by comparison "
               "(accuracy averaged over the last rounds; the sections below give the final round too):", "",
               *answers, "", *body]
     if pending:

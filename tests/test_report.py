@@ -192,3 +192,18 @@ def test_labels_name_what_tells_arms_of_one_algorithm_apart(tmp_path: Path, caps
          "fedpnu anchor_ratio=0.2", "fedpnu anchor_ratio=0.6"]
     )  # fmt: skip
     assert "Arms differ in: algorithm, anchor_ratio (" in out
+
+
+def test_arms_are_listed_in_the_order_their_folders_were_given(tmp_path: Path, capsys) -> None:
+    """The baseline first, then the others as given (a ratio sweep reads 0.2, 0.4, 0.6)."""
+    for name, ratio in (("pnu", 0.4), ("pnu-r0.2", 0.2), ("pnu-r0.6", 0.6)):
+        for seed in (0, 1):
+            write_run(tmp_path / name / f"s{seed}", [0.5, 0.6 - ratio / 10], seed=seed, algorithm="fedpnu",
+                      anchor_ratio=ratio)  # fmt: skip
+    for seed in (0, 1):
+        write_run(tmp_path / "avg" / f"s{seed}", [0.5, 0.6], seed=seed)
+    order = ["avg", "pnu-r0.2", "pnu", "pnu-r0.6"]
+    code, _, err = run_report(capsys, *(tmp_path / name for name in order), "--out", tmp_path / "report")
+    assert code == 0, err
+    labels = [row["arm"] for row in csv.DictReader(open(tmp_path / "report" / "report.csv"))]
+    assert labels == ["fedavg", "fedpnu anchor_ratio=0.2", "fedpnu anchor_ratio=0.4", "fedpnu anchor_ratio=0.6"]
