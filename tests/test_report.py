@@ -206,4 +206,32 @@ def test_arms_are_listed_in_the_order_their_folders_were_given(tmp_path: Path, c
     code, _, err = run_report(capsys, *(tmp_path / name for name in order), "--out", tmp_path / "report")
     assert code == 0, err
     labels = [row["arm"] for row in csv.DictReader(open(tmp_path / "report" / "report.csv"))]
-    assert labels == ["fedavg", "fedpnu anchor_ratio=0.2", "fedpnu anchor_ratio=0.4", "fedpnu anchor_ratio=0.6"]
+    ratios = [f"fedpnu anchor_ratio={r}" for r in ("0.2", "0.4", "0.6")]
+    assert labels == ["fedavg", *ratios]
+
+
+def test_the_results_pages_in_short_claims_only_what_each_interval_supports(study: Path, capsys) -> None:
+    """scripts/study_report.py's conclusion, read off fedpfn.report's JSON for the `study`
+    fixture, whose fedpfn - fedavg differences (+2, -1, +3, +4 points at the end) hold 0."""
+    import importlib.util
+
+    script = Path(__file__).parents[1] / "scripts" / "study_report.py"
+    spec = importlib.util.spec_from_file_location("study_report", script)
+    assert spec is not None and spec.loader is not None
+    page = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(page)
+    assert page.claim({"low": 0.001, "high": 0.02}) == "higher than"
+    assert page.claim({"low": -0.02, "high": -0.001}) == "lower than"
+    assert page.claim({"low": -0.01, "high": 0.02}) == "not resolved from"
+
+    code, _, err = run_report(capsys, study, "--out", study / "report")
+    assert code == 0, err
+    result = json.loads((study / "report" / "report.json").read_text())
+    last = next(p for p in result["paired"] if p["metric"] != "final")
+    assert last["low"] < 0 < last["high"]
+    lines = page.in_short([("Heading", result)], seeds=4)
+    assert f"- not resolved from the baseline: fedpfn in *Heading* ({100 * last['mean']:+.2f})." in lines
+    assert "- higher than the baseline: none." in lines and "- lower than the baseline: none." in lines
+    five = page.in_short([("Heading", result)], seeds=5)  # 4 seeds: left out of a 5-seed conclusion
+    assert all(f"- {claim} the baseline: none." in five for claim in page.CLAIMS)
+    assert page.in_short([]) == []
