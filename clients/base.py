@@ -99,8 +99,9 @@ def local_round(
     data = data if data is not None else client_data(cfg, partition_id, device)
     model = model_skeleton(cfg, device, data)
     model.load_state_dict(content.array_records[protocol.ARRAYS].to_torch_state_dict())
-    accepted = config.get(protocol.ACCEPTED_ROUND)
-    state = ClientState.of(cfg, partition_id, context_state, None if accepted is None else int(accepted), state_root)
+    named = config.get(protocol.ACCEPTED_ROUND)  # None in a hand-made message: stateful parts refuse it
+    accepted = None if named is None else int(named)
+    state = ClientState.of(cfg, partition_id, context_state, accepted, state_root)
     ctx = RoundContext(
         cfg=cfg,
         partition_id=partition_id,

@@ -80,7 +80,7 @@ class ClientStateStore:
 
 
 class ClientState:
-    """One client's records across rounds: Flower's context.state, backed by disk when checkpointing."""
+    """One client's records across rounds: Flower's context.state as a cache, the store on disk behind it."""
 
     def __init__(
         self,

@@ -333,8 +333,9 @@ def resume_point(cfg: RunConfig, folder: RunFolder) -> dict[str, Any] | None:
             f"{folder.path}/metrics.jsonl holds rounds 1..{len(rows)} but the checkpoint covers 1..{last}; "
             "the run folder is damaged"
         )
+    accepted_by_partition = sorted(accepted_rounds(rows[:last]).items())
     for key in state_keys(cfg):
-        for pid, accepted in sorted(accepted_rounds(rows[:last]).items()):
+        for pid, accepted in accepted_by_partition:
             if ClientStateStore(folder.path, pid).load(key, accepted) is None:
                 raise RunFolderError(
                     f"{folder.path}/client_state lacks client {pid}'s '{key}' from rounds <= {accepted}; "

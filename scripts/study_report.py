@@ -83,9 +83,9 @@ def verdicts(result: dict, final: bool = True) -> list[str]:
 
 def in_short(results: list[tuple[str, dict]], seeds: int = 5) -> list[str]:
     """The page's conclusion: every arm compared over `seeds` or more, grouped by what its interval supports."""
-    groups: dict[str, list[str]] = {c: [] for c in CLAIMS}
     if not results:
         return []  # nothing finished: the page lists every comparison as not yet run
+    groups: dict[str, list[str]] = {c: [] for c in CLAIMS}
     for heading, result in results:
         for p in result["paired"]:
             if p["metric"] != "final" and p["low"] is not None and len(p["diffs"]) >= seeds:
