@@ -4,9 +4,9 @@
     .venv/bin/python benchmarks/bench_anchors.py --steps 100 --repeats 3 --threads 1   # quick
     .venv/bin/python benchmarks/bench_anchors.py --variants core,where,naive,index,foreach,noop
 
-FedAvg is `fedpfn.training.train_local` with no hooks (no anchors). FedPFN is the same
+FedAvg is `fedpfn.core.training.train_local` with no hooks (no anchors). FedPFN is the same
 call with an anchor restore after every optimizer step, for a weight-level mask with
-rho 0.4 drawn by `fedpfn.anchors.draw_mask` (as the client's `begin_round` does). All use
+rho 0.4 drawn by `fedpfn.core.anchors.draw_mask` (as the client's `begin_round` does). All use
 SGD with momentum 0.9 and weight decay 5e-4 (the run defaults), batch 64, the same index
 batches and the same initial weights.
 
@@ -16,7 +16,7 @@ is given two ways: total time over FedAvg's per repeat (median over repeats), an
 median over all chunks of the paired chunk ratio.
 
 Restores (`--variants`; the default times the first three, each a different implementation):
-  core     fedpfn.anchors.AnchorFreeze, the one the clients use: (p & keep) | anchor_bits
+  core     fedpfn.core.anchors.AnchorFreeze, the one the clients use: (p & keep) | anchor_bits
            on the parameters' integer views (exact for every value, no arithmetic)
   where    torch.where(mask, anchor, p, out=p) per parameter (the core's restore until
            the bitwise one replaced it)
@@ -42,10 +42,10 @@ import torch
 from report import load_average, median, print_header, table, wait_for_quiet
 from torch import nn
 
-from fedpfn.anchors import AnchorFreeze, AnchorMask, AnchorParams, anchored_fraction, draw_mask
-from fedpfn.config import RunConfig
-from fedpfn.data import DatasetSplits
-from fedpfn.training import NoHooks, make_optimizer, minibatches, train_local
+from fedpfn.core.anchors import AnchorFreeze, AnchorMask, AnchorParams, anchored_fraction, draw_mask
+from fedpfn.core.config import RunConfig
+from fedpfn.core.data import DatasetSplits
+from fedpfn.core.training import NoHooks, make_optimizer, minibatches, train_local
 
 TARGET = 1.03  # FedPFN / FedAvg, local training time
 State = dict[str, torch.Tensor]
@@ -134,7 +134,7 @@ class Variant:
     """One model training chunk after chunk, with a restore (or none: FedAvg)."""
 
     def __init__(self, name: str, cfg: RunConfig, init_state: State, mask_seed: int) -> None:
-        from fedpfn.cache import initial_model
+        from fedpfn.core.cache import initial_model
 
         self.name = name
         self.model = initial_model(cfg)
@@ -280,7 +280,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fedpfn.cache import dataset_on, initial_model
+    from fedpfn.core.cache import dataset_on, initial_model
 
     args = parse_args(argv)
     cfg = RunConfig(algorithm="fedpfn", model=args.model, batch_size=args.batch).validated()

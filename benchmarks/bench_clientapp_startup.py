@@ -22,7 +22,7 @@ and prints each part beside the deployed round time, as a ratio:
 wraps fedpfn's own (`_startup_trace.py`, added to a temporary copy of the app); training
 start is the first call of any optimizer's `step` (a global torch hook), so nothing in
 fedpfn is patched. Round 1 also pays for the query that maps partitions to nodes, and a
-node's first message writes its partition's cache (fedpfn/nodedata.py); rounds 2+ are the
+node's first message writes its partition's cache (fedpfn/runtime/nodedata.py); rounds 2+ are the
 steady state. The machine's load moves the figures a lot: `--repeat N` runs N deployments
 and prints the median of their rounds-2+ shares, with the load average before each.
 
@@ -62,7 +62,7 @@ from flwr.app import Context, Message  # noqa: E402  (flwr-clientapp has importe
 from flwr.clientapp import ClientApp  # noqa: E402
 
 IMPORT_START = time.time()
-from fedpfn import app as _fedpfn  # noqa: E402  (torch, fedpfn and what they pull in)
+from fedpfn.runtime import app as _fedpfn  # noqa: E402  (torch, fedpfn and what they pull in)
 
 IMPORTED = time.time()
 
@@ -91,7 +91,7 @@ def train(msg: Message, context: Context) -> Message:
     import torch._dynamo  # noqa: F401  (what the first optimizer step would import)
 
     entered = time.time()
-    from torch.optim.optimizer import register_optimizer_step_pre_hook  # loaded by fedpfn.app
+    from torch.optim.optimizer import register_optimizer_step_pre_hook  # loaded by fedpfn.runtime.app
 
     first_step: list[float] = []
     hook = register_optimizer_step_pre_hook(

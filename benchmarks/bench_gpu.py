@@ -14,7 +14,7 @@ plain loop with torch's default threads), to check the script where there is no 
 For each k the real simulator runs (FedAvg, Fashion-MNIST iid, CNN) with `client_gpus =
 1/k` and `client_cpus` (default 1) low enough that the CPUs never limit the number of
 actors, so Ray packs k actors on the one GPU; each actor keeps the dataset on the GPU
-(`fedpfn.cache.dataset_on`) and the server evaluates there. The baseline is
+(`fedpfn.core.cache.dataset_on`) and the server evaluates there. The baseline is
 `plain.plain_fedavg` on the same GPU in this process: the same clients, batches, optimizer,
 average and evaluation, one client after the other.
 
@@ -44,7 +44,7 @@ from plain import plain_fedavg
 from report import load_average, median, mib, print_header, ratio, table
 from simulation import SimTiming, bench_config, steady, timed_simulation
 
-from fedpfn.config import RunConfig
+from fedpfn.core.config import RunConfig
 
 NO_CUDA_EXIT = 2  # as argparse's usage errors: nothing was measured
 NO_CUDA = (

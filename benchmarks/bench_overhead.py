@@ -35,7 +35,7 @@ from plain import PlainRound, plain_fedavg
 from report import load_average, median, print_header, ratio, spread, table, wait_for_quiet
 from simulation import BREAKDOWN, SimTiming, bench_config, steady, timed_simulation
 
-from fedpfn.config import RunConfig
+from fedpfn.core.config import RunConfig
 
 TARGET = 1.10  # simulator / fair plain loop, steady seconds per round
 CPU = torch.device("cpu")
@@ -62,7 +62,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--poll-cap",
         type=float,
         default=0.0,
-        help="also run the simulator with fedpfn.transport.MAX_POLL (the longest wait between two pulls "
+        help="also run the simulator with fedpfn.runtime.transport.MAX_POLL (the longest wait between two pulls "
         "of replies) set to this many seconds, for that run only",
     )
     ap.add_argument("--quiet-load", type=float, default=0.0, help="wait for 1-min load below this first")
@@ -75,7 +75,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 @contextmanager
 def poll_cap(seconds: float) -> Iterator[None]:
     """The server's reply polling capped at `seconds` between pulls, for the block (a variant)."""
-    from fedpfn import transport
+    from fedpfn.runtime import transport
 
     original = transport.MAX_POLL
     transport.MAX_POLL = seconds
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
          "rounds": cfg.rounds, "partition": cfg.partition, "epochs": cfg.local_epochs,
          "batch": cfg.batch_size, "actors": actors, "repeats": args.repeats},
     )  # fmt: skip
-    from fedpfn.cache import client_indices, dataset_on
+    from fedpfn.core.cache import client_indices, dataset_on
 
     dataset_on(cfg, CPU), client_indices(cfg)  # loaded once, outside every timing
     wait_for_quiet(args.quiet_load)

@@ -16,7 +16,7 @@ federation's size itself (nodes, contexts, messages, polling), not of training:
   memory is the same too.
 
 Reported per federation: start-up phases (Ray, node registration, the partition queries:
-one per node, `fedpfn.transport.NodeDirectory`), steady seconds per round (round 1 left
+one per node, `fedpfn.runtime.transport.NodeDirectory`), steady seconds per round (round 1 left
 out), driver CPU seconds per round by thread (Flower's polling threads live in the
 driver), and the peak of the summed RSS (and anonymous RSS) of the driver and all its
 descendants (Ray core processes, actors, idle workers), sampled every 0.2 s, over the
@@ -98,10 +98,10 @@ def rss():
     return int(f[1]) * page, (int(f[1]) - int(f[2])) * page
 out = [("python", *rss())]
 import torch, flwr.clientapp, flwr.app
-import fedpfn.app
-out.append(("+ torch, flwr, fedpfn.app", *rss()))
-from fedpfn.config import RunConfig
-from fedpfn.cache import dataset_on, client_indices
+import fedpfn.runtime.app
+out.append(("+ torch, flwr, fedpfn.runtime.app", *rss()))
+from fedpfn.core.config import RunConfig
+from fedpfn.core.cache import dataset_on, client_indices
 cfg = RunConfig(num_clients=int(sys.argv[1]), partition="iid")
 d = dataset_on(cfg, torch.device("cpu"))
 out.append(("+ dataset (float32, cached)", *rss()))

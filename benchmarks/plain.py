@@ -1,7 +1,7 @@
 """The baseline: the simulator's FedAvg work as a plain sequential PyTorch loop in one process.
 
 Same work as a FedAvg run of the same config: the clients of each round from
-`strategies.sample_clients`, each client's indices from `fedpfn.cache.client_indices`, the
+`strategies.sample_clients`, each client's indices from `fedpfn.core.cache.client_indices`, the
 initial model from `initial_model`, the batch order from the client's seeded DATA_ORDER
 stream, `make_optimizer` + `train_local`, FedAvg weighted by examples, and the evaluation
 of the global model the server does every round. What is left out is exactly what the
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import report  # noqa: F401  (puts the repository root on sys.path)
 import torch
 
-from fedpfn.config import RunConfig
+from fedpfn.core.config import RunConfig
 
 State = dict[str, torch.Tensor]
 
@@ -52,9 +52,9 @@ def _sync(device: torch.device) -> None:
 
 def train_client(cfg: RunConfig, state: State, server_round: int, pid: int, device: torch.device) -> State:
     """One client's local round from the global `state`, as `clients.base.local_round` trains."""
-    from fedpfn.cache import client_indices, dataset_on, model_skeleton
-    from fedpfn.seeding import Stream, torch_generator
-    from fedpfn.training import make_optimizer, minibatches, train_local
+    from fedpfn.core.cache import client_indices, dataset_on, model_skeleton
+    from fedpfn.core.seeding import Stream, torch_generator
+    from fedpfn.core.training import make_optimizer, minibatches, train_local
 
     data = dataset_on(cfg, device)
     model = model_skeleton(cfg, device)
@@ -75,8 +75,8 @@ def fedavg(results: list[tuple[int, State]]) -> State:
 
 def plain_fedavg(cfg: RunConfig, device: torch.device, threads: int | None = None) -> list[PlainRound]:
     """`cfg.rounds` FedAvg rounds as a bare loop on `device`; one PlainRound per round."""
-    from fedpfn.cache import client_indices, dataset_on, initial_model
-    from fedpfn.training import evaluate
+    from fedpfn.core.cache import client_indices, dataset_on, initial_model
+    from fedpfn.core.training import evaluate
     from strategies import sample_clients
 
     with torch_threads(threads):

@@ -1,6 +1,6 @@
 """A timed run of the real simulator: the run's own records, plus the moments they lack.
 
-`timed_simulation(cfg)` runs what `fedpfn.simulation.simulate` runs (the same checks, run
+`timed_simulation(cfg)` runs what `fedpfn.runtime.simulation.simulate` runs (the same checks, run
 folder, Ray backend settings, ClientApp and `ServerLoop`) without its signal handling and
 resume, which a benchmark does not need. Each round's wall time is the run's own
 metrics.jsonl `seconds`, each client's training time its clients.jsonl `train_seconds`.
@@ -33,10 +33,10 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 from traced_app import TRACE_ENV, read_traces, traced_client_app
 
-from fedpfn.config import RunConfig
-from fedpfn.runfolder import CLIENTS, RunFolder
-from fedpfn.server import ServerLoop
-from fedpfn.transport import NodeDirectory
+from fedpfn.core.config import RunConfig
+from fedpfn.runtime.runfolder import CLIENTS, RunFolder
+from fedpfn.runtime.server import ServerLoop
+from fedpfn.runtime.transport import NodeDirectory
 
 NAN = float("nan")
 
@@ -273,9 +273,9 @@ def timed_simulation(cfg: RunConfig, trace: bool = True, chunk: int = 0) -> SimT
     `trace`: run the traced ClientApp (actor of each update, GPU peaks, query times);
     `chunk`: ask at most this many nodes their partition at a time (0: all at once).
     """
-    from fedpfn.app import client_app
-    from fedpfn.flower import run_simulation
-    from fedpfn.simulation import backend_config, check_runnable, quiet_flower
+    from fedpfn.runtime.app import client_app
+    from fedpfn.runtime.flower import run_simulation
+    from fedpfn.runtime.simulation import backend_config, check_runnable, quiet_flower
 
     clock, start = Clock(), time.time()
     check_runnable(cfg)

@@ -28,7 +28,8 @@ traced_client_app = ClientApp()
 
 @traced_client_app.train()
 def train(msg: Message, context: Context) -> Message:
-    from fedpfn import app, protocol
+    from fedpfn.runtime import app
+    from fedpfn.core import protocol
 
     reply = app.train(msg, context)
     _trace(
@@ -45,7 +46,7 @@ def train(msg: Message, context: Context) -> Message:
 
 @traced_client_app.query()
 def query(msg: Message, context: Context) -> Message:
-    from fedpfn import app
+    from fedpfn.runtime import app
 
     start = time.perf_counter()
     reply = app.query(msg, context)

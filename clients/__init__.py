@@ -1,6 +1,6 @@
 """Flower client parts: FedAvg's rule and its small subclasses, and the anchor methods.
 
-`fedpfn.algorithms` registers them by name; `clients.base.local_round` runs one round.
+`fedpfn.runtime.algorithms` registers them by name; `clients.base.local_round` runs one round.
 """
 
 from __future__ import annotations

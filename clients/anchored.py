@@ -13,8 +13,8 @@ from flwr.app import RecordDict
 from torch import nn
 
 from clients.base import ClientPart
-from fedpfn.anchors import AnchorFreeze, AnchorParams, as_numpy
-from fedpfn.protocol import ANCHOR_SEED, CONFIG, pack_reply, round_mask
+from fedpfn.core.anchors import AnchorFreeze, AnchorParams, as_numpy
+from fedpfn.core.protocol import ANCHOR_SEED, CONFIG, pack_reply, round_mask
 
 
 class FedPFN(ClientPart):

@@ -1,7 +1,7 @@
 """FedAvg's client rule, the base every client part extends, and one local round.
 
 A client is a list of parts: its client rule (FedAvg's local SGD, or a small subclass) and,
-optionally, an anchor method; `fedpfn.algorithms` states the composition rule. A part
+optionally, an anchor method; `fedpfn.runtime.algorithms` states the composition rule. A part
 changes behaviour only through hooks: `begin_round`, the training loop's `loss_term`,
 `after_backward` and `after_step`, `end_round` and `finish_reply`. Everything a part may
 read about the round is in its `RoundContext`.
@@ -19,13 +19,13 @@ from flwr.app import ArrayRecord, MetricRecord, RecordDict
 from torch import nn
 
 from clients.state import ClientState
-from fedpfn import protocol
-from fedpfn.seeding import Stream, torch_generator
-from fedpfn.training import CompositeHooks, NoHooks, evaluate, make_optimizer, minibatches, train_local
-from fedpfn.cache import ClientData, client_data, model_skeleton
+from fedpfn.core import protocol
+from fedpfn.core.seeding import Stream, torch_generator
+from fedpfn.core.training import CompositeHooks, NoHooks, evaluate, make_optimizer, minibatches, train_local
+from fedpfn.core.cache import ClientData, client_data, model_skeleton
 
 if TYPE_CHECKING:
-    from fedpfn.config import RunConfig
+    from fedpfn.core.config import RunConfig
 
 
 @dataclass(frozen=True)

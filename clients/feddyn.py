@@ -26,8 +26,8 @@ from flwr.app import RecordDict
 from torch import nn
 
 from clients.base import ClientPart
-from fedpfn.protocol import to_array_record, to_numpy
-from fedpfn.settings import above, setting
+from fedpfn.core.protocol import to_array_record, to_numpy
+from fedpfn.core.settings import above, setting
 
 GRAD = "feddyn-grad"  # the client's ∇L_k(previous local model), kept across rounds
 

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from clients.base import ClientPart
-from fedpfn.settings import at_least, setting
+from fedpfn.core.settings import at_least, setting
 
 
 @dataclass(frozen=True)

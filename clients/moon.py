@@ -23,7 +23,7 @@ from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
 from clients.base import ClientPart
-from fedpfn.settings import above, at_least, setting
+from fedpfn.core.settings import above, at_least, setting
 
 PREVIOUS = "moon-previous"  # this client's model after its previous round
 

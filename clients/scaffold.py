@@ -28,7 +28,7 @@ from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
 from clients.base import ClientPart
-from fedpfn.protocol import SCAFFOLD_C, SCAFFOLD_DELTA, to_array_record, to_numpy
+from fedpfn.core.protocol import SCAFFOLD_C, SCAFFOLD_DELTA, to_array_record, to_numpy
 
 CLIENT_C = "scaffold-ci"  # the client's own c_i, kept across rounds
 

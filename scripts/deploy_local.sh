@@ -194,7 +194,7 @@ import dataclasses, re, sys, tomllib
 app, ours_line, extras = sys.argv[1], sys.argv[2], sys.argv[3:]
 sys.path.insert(0, app)
 try:
-    from fedpfn.config import ConfigError, RunConfig
+    from fedpfn.core.config import ConfigError, RunConfig
     fields = {f.name for f in dataclasses.fields(RunConfig)}
 except Exception:  # not fedpfn: leave the keys to the SuperLink
     fields = None
@@ -227,7 +227,7 @@ if not problems and fields is not None:  # the whole config, as the ServerApp wi
     for line in [*extras, ours_line]:
         values.update(tomllib.loads("\n".join(f"{k} = {v}" for k, v in pattern.findall(line))))
     try:
-        from fedpfn.data import DEBIAN_FMNIST_DIR
+        from fedpfn.core.data import DEBIAN_FMNIST_DIR
         cfg = RunConfig.from_dict(values).validated()
         print(cfg.to_json())
         print(cfg.data_root or DEBIAN_FMNIST_DIR)

@@ -1,7 +1,7 @@
 """Write SuperNodes' own training partitions, so that each node holds only its own data.
 
 By default a deployed SuperNode reads the whole dataset once and keeps its partition in a
-cache under its FLWR_HOME (fedpfn/nodedata.py). A lab that gives each machine only its
+cache under its FLWR_HOME (fedpfn/runtime/nodedata.py). A lab that gives each machine only its
 share writes partition I of a run's settings into a folder for node I with this script; the
 node then gets `--node-config '... partition-dir="FOLDER"'` and reads nothing else. The
 partition is the one the simulation trains (same samples, same order), so the deployed run
@@ -11,7 +11,7 @@ node, so one export serves any value of it.
   python scripts/export_partition.py --config runs/x/config.json --to 0=node-0/part --to 1=node-1/part
   python scripts/export_partition.py --config configs/quickstart.toml --run-config 'seed=1' --to 3=/srv/part-3
 
-The settings that decide a partition (fedpfn.cache.SplitKey: dataset, num-clients,
+The settings that decide a partition (fedpfn.core.cache.SplitKey: dataset, num-clients,
 partition, alpha, shards, min size, validation-fraction, seed; and the partition id) are
 stored beside the data in partition.json; a node whose run has other settings refuses the
 folder with one line saying which differ. Files: partition.json, train_x.npy (float32,
@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from flwr.common.config import parse_config_args  # noqa: E402  (flwr run's own K=V parser)
 
-from fedpfn.config import ConfigError, RunConfig  # noqa: E402
-from fedpfn.data import DataError  # noqa: E402
-from fedpfn.nodedata import PartitionDataError, write_partition  # noqa: E402
-from fedpfn.settings import read_toml  # noqa: E402
+from fedpfn.core.config import ConfigError, RunConfig  # noqa: E402
+from fedpfn.core.data import DataError  # noqa: E402
+from fedpfn.runtime.nodedata import PartitionDataError, write_partition  # noqa: E402
+from fedpfn.core.settings import read_toml  # noqa: E402
 
 
 def run_config(config: Path | None, pairs: list[str]) -> RunConfig:

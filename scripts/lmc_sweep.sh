@@ -18,10 +18,10 @@ COMMON=(--dataset fmnist --anchor-ratio 0,0.2,0.4,0.6 --models 2 --seeds 0,1,2,3
         --threads 1 --device cpu --overwrite)
 
 SECONDS=0
-"$PY" -m fedpfn.lmc "${COMMON[@]}" --model mlp --train-subset 20000 --out "$OUT/mlp" | tee "$OUT/mlp.log"
-"$PY" -m fedpfn.lmc "${COMMON[@]}" --model cnn --train-subset 10000 --test-subset 2000 --out "$OUT/cnn" | tee "$OUT/cnn.log"
+"$PY" -m fedpfn.analysis.lmc "${COMMON[@]}" --model mlp --train-subset 20000 --out "$OUT/mlp" | tee "$OUT/mlp.log"
+"$PY" -m fedpfn.analysis.lmc "${COMMON[@]}" --model cnn --train-subset 10000 --test-subset 2000 --out "$OUT/cnn" | tee "$OUT/cnn.log"
 # The classic LMC set-up for contrast (MLP only, cheap): same data, different batch orders.
-"$PY" -m fedpfn.lmc "${COMMON[@]}" --model mlp --train-subset 20000 --split same-data --out "$OUT/mlp_same" | tee "$OUT/mlp_same.log"
+"$PY" -m fedpfn.analysis.lmc "${COMMON[@]}" --model mlp --train-subset 20000 --split same-data --out "$OUT/mlp_same" | tee "$OUT/mlp_same.log"
 
 cp "$OUT/mlp/lmc.png" docs/img/lmc_fmnist_mlp.png
 cp "$OUT/cnn/lmc.png" docs/img/lmc_fmnist_cnn.png

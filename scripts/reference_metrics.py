@@ -4,7 +4,8 @@
     python scripts/reference_metrics.py OUT_DIR            # run every reference config
     python scripts/reference_metrics.py OUT_DIR --compare OTHER_DIR
 
-Each config runs through the real command line (Ray simulation) on the tiny MLP setting;
+Each config runs through the real command line (Ray simulation) on a tiny setting (the MLP,
+and one run each of the CNN and ResNet-20);
 the per-round test accuracy and loss are printed with full precision, and `--compare`
 reports which runs differ from an earlier set, round by round.
 """
@@ -30,6 +31,12 @@ REFERENCES = {
     "fedpfn": ["--algorithm", "fedpfn"],
     "fedpnu": ["--algorithm", "fedpnu"],
     "fedpfn+scaffold": ["--algorithm", "fedpfn+scaffold"],
+    "moon": ["--algorithm", "moon"],
+    # the paper's CNN, and a BatchNorm model (buffers, 0-d counters) on smaller partitions
+    "cnn-fedpfn+fedprox": ["--algorithm", "fedpfn+fedprox", "--model", "cnn", "--num-clients", "20"],
+    "resnet20-fedpnu+feddyn": [
+        "--algorithm", "fedpnu+feddyn", "--model", "resnet20", "--num-clients", "60", "--batch-size", "128",
+    ],
 }
 
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
-"""docs/results.md from the study's run folders, through `python -m fedpfn.report` only.
+"""docs/results.md from the study's run folders, through `python -m fedpfn.analysis.report` only.
 
     python scripts/study_report.py [RUNS]      # default RUNS: runs/study (scripts/study.py's)
 
-Every table is a `fedpfn.report` output, printed with the command that made it; the
+Every table is a `fedpfn.analysis.report` output, printed with the command that made it; the
 conclusions are read off the paired 95 % intervals (an interval that holds 0 is a null
 result, stated as one). Figures and reports go to docs/study/<section>/.
 """
@@ -26,14 +26,14 @@ from study import ALGORITHMS, ALPHAS, LR_GRID, RATIOS, SERVER_ALPHA, SERVER_GRID
 
 
 def report(runs: Path, section: str, folders: list[str], baseline: str) -> dict:
-    """Run fedpfn.report on `folders` (under `runs`) into docs/study/<section>; its JSON and text."""
+    """Run fedpfn.analysis.report on `folders` (under `runs`) into docs/study/<section>; its JSON and text."""
     out = DOCS / "study" / section
     paths = [str((runs / f).relative_to(ROOT)) if (runs / f).is_relative_to(ROOT) else str(runs / f) for f in folders]
-    cmd = [sys.executable, "-m", "fedpfn.report", *paths, "--baseline", baseline, "--out", str(out.relative_to(ROOT))]
+    cmd = [sys.executable, "-m", "fedpfn.analysis.report", *paths, "--baseline", baseline, "--out", str(out.relative_to(ROOT))]
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     result = json.loads((out / "report.json").read_text())
     result["markdown"] = (out / "report.md").read_text()
-    result["shell"] = "python -m fedpfn.report " + " ".join(cmd[3:])
+    result["shell"] = "python -m fedpfn.analysis.report " + " ".join(cmd[3:])
     result["section"] = section
     return result
 
@@ -96,7 +96,7 @@ def in_short(results: list[tuple[str, dict]], seeds: int = 5) -> list[str]:
 
 
 def report_body(markdown: str) -> list[str]:
-    """fedpfn.report's Markdown under a section of this page: its title as the setting, no repeated command."""
+    """fedpfn.analysis.report's Markdown under a section of this page: its title as the setting, no repeated command."""
     lines = []
     for line in markdown.strip().splitlines():
         if line.startswith("## "):

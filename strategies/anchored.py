@@ -22,9 +22,9 @@ import numpy as np
 from flwr.app import RecordDict
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
-from fedpfn.anchors import anchored_fraction, as_numpy
-from fedpfn.protocol import ANCHOR_SEED, ARRAYS, NUM_EXAMPLES, Arrays, Mask, round_mask, to_numpy, unpack_reply
-from fedpfn.seeding import Stream, seed_for
+from fedpfn.core.anchors import anchored_fraction, as_numpy
+from fedpfn.core.protocol import ANCHOR_SEED, ARRAYS, NUM_EXAMPLES, Arrays, Mask, round_mask, to_numpy, unpack_reply
+from fedpfn.core.seeding import Stream, seed_for
 from strategies.parts import Scalar, ServerContext, ServerPart
 
 

@@ -31,7 +31,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.exception import AggregationError
 from flwr.serverapp.strategy import Strategy
 
-from fedpfn.protocol import ARRAYS, METRICS, NUM_EXAMPLES, Arrays, to_array_record, to_numpy
+from fedpfn.core.protocol import ARRAYS, METRICS, NUM_EXAMPLES, Arrays, to_array_record, to_numpy
 from strategies.parts import ServerPart
 from strategies.state import load_strategy_state, strategy_state
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from flwr.app import RecordDict
 
-from fedpfn.protocol import ARRAYS, Arrays
+from fedpfn.core.protocol import ARRAYS, Arrays
 from strategies.parts import ServerPart
 
 

@@ -1,7 +1,7 @@
 """The server side of an algorithm: a part that acts around the inner strategy.
 
 A part adds to what is sent (config entries, records), reads and rewrites the replies
-before the inner strategy aggregates them, and adjusts the aggregate. `fedpfn.algorithms`
+before the inner strategy aggregates them, and adjusts the aggregate. `fedpfn.runtime.algorithms`
 states the order in which parts compose; `strategies.composed` applies it.
 """
 
@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
-from fedpfn.protocol import Arrays
+from fedpfn.core.protocol import Arrays
 
 if TYPE_CHECKING:
-    from fedpfn.config import RunConfig
+    from fedpfn.core.config import RunConfig
 
 Scalar = int | float | str | bool
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedAvg, FedAvgM, FedYogi, Strategy
 
-from fedpfn.settings import ConfigError, above, between, setting
+from fedpfn.core.settings import ConfigError, above, between, setting
 
 # Sampling happens before the strategy sees the grid (strategies.sampling), so the inner
 # strategy takes every node it is shown and never runs federated evaluation.

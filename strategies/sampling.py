@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from flwr.app import Message
 from flwr.serverapp import Grid
 
-from fedpfn.seeding import Stream, numpy_rng
+from fedpfn.core.seeding import Stream, numpy_rng
 
 
 def sample_clients(run_seed: int, server_round: int, num_clients: int, per_round: int) -> list[int]:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
-from fedpfn.protocol import SCAFFOLD_C, SCAFFOLD_DELTA, Arrays, to_array_record, to_numpy
+from fedpfn.core.protocol import SCAFFOLD_C, SCAFFOLD_DELTA, Arrays, to_array_record, to_numpy
 from strategies.parts import ServerPart
 
 

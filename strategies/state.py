@@ -1,7 +1,7 @@
 """The state an inner Flower strategy carries between rounds, as arrays and plain values.
 
 Checkpoints never pickle: a strategy's state is a tree of dicts and lists whose leaves are
-numpy arrays or JSON values (see `fedpfn.runfolder`). Flower's built-ins are read through
+numpy arrays or JSON values (see `fedpfn.runtime.runfolder`). Flower's built-ins are read through
 the attributes that carry their state; a user's class through its own `state()` /
 `load_state()` when it defines both, else through those of its attributes that hold arrays
 or plain values (callables, configs and other objects stay as the constructor built them).
@@ -16,7 +16,7 @@ from flwr.app import ArrayRecord
 from flwr.serverapp.strategy import FedAvgM, Strategy
 from flwr.serverapp.strategy.fedopt import FedOpt
 
-from fedpfn.protocol import to_array_record, to_numpy
+from fedpfn.core.protocol import to_array_record, to_numpy
 
 # `current_arrays` is left out: the composed strategy sets it every round (its guarantee 2)
 _FLOWER_STATE: tuple[tuple[type, tuple[str, ...]], ...] = (

@@ -15,7 +15,7 @@ import torch
 from flwr.app import ArrayRecord, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
-from fedpfn.config import RunConfig
+from fedpfn.core.config import RunConfig
 
 # One thread per process: tests start Ray workers and subprocesses beside this one on
 # small machines, and the same thread count everywhere keeps float sums identical.
@@ -66,8 +66,8 @@ def client_replies(cfg: RunConfig, strategy, arrays: ArrayRecord, server_round: 
 
     `states` keeps each client's context.state across calls. Replies come sorted by partition.
     """
-    from fedpfn.algorithms import run_client
-    from fedpfn.server import train_config, with_accepted_round
+    from fedpfn.runtime.algorithms import run_client
+    from fedpfn.runtime.server import train_config, with_accepted_round
     from strategies import sample_clients
 
     states = {} if states is None else states
@@ -88,7 +88,7 @@ def run_round(cfg: RunConfig, strategy, arrays: ArrayRecord, server_round: int, 
     Returns (new arrays, train metrics, replies as the inner strategy saw them, bytes
     uploaded as sent).
     """
-    from fedpfn.protocol import arrays_bytes
+    from fedpfn.core.protocol import arrays_bytes
 
     replies = client_replies(cfg, strategy, arrays, server_round, states)
     bytes_up = sum(arrays_bytes(r.content) for r in replies)

@@ -1,8 +1,8 @@
 """One place per algorithm, one message protocol, one seeding rule: the architecture holds.
 
 Declarations agree with RunConfig, the command line and pyproject; clients/ and strategies/
-never import each other; message keys are written only in fedpfn/protocol.py; seeds are
-derived only in fedpfn/seeding.py; MOON's update matches the paper on a tiny case.
+never import each other; message keys are written only in fedpfn/core/protocol.py; seeds are
+derived only in fedpfn/core/seeding.py; MOON's update matches the paper on a tiny case.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import torch.nn.functional as F
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from conftest import tiny_config
-from fedpfn import protocol
-from fedpfn.algorithms import ANCHOR_METHODS, CLIENT_RULES, hparam_classes, hparam_fields
-from fedpfn.config import RunConfig, flower_run_config
+from fedpfn.core import protocol
+from fedpfn.runtime.algorithms import ANCHOR_METHODS, CLIENT_RULES, hparam_classes, hparam_fields
+from fedpfn.core.config import RunConfig, flower_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,7 +52,7 @@ def test_every_declared_setting_is_a_flag_a_config_key_and_a_flower_key():
     declared = core | set(hparam_fields())
     assert declared <= flags
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
-    assert pyproject == flower_run_config(), "pyproject is out of date: run `python -m fedpfn.config`"
+    assert pyproject == flower_run_config(), "pyproject is out of date: run `python -m fedpfn.core.config`"
     assert {k.replace("-", "_") for k in pyproject} == declared
     assert RunConfig.from_dict(pyproject).validated().to_dict() == RunConfig().validated().to_dict()
 
@@ -67,7 +67,7 @@ def test_every_algorithm_declares_a_name_and_its_parameters():
 
 
 def test_a_hyperparameter_of_another_algorithm_is_refused_unless_default():
-    from fedpfn.config import ConfigError
+    from fedpfn.core.config import ConfigError
 
     with pytest.raises(ConfigError, match="prox_mu: 0.5 is set, but fedavg with server fedavg does not use it"):
         tiny_config(algorithm="fedavg", prox_mu=0.5)
@@ -101,7 +101,7 @@ def test_message_keys_are_written_only_in_the_protocol_module():
     for path in python_files("clients", "strategies", "fedpfn"):
         if path.name == "protocol.py":
             continue
-        handles_messages = path.parent.name != "fedpfn" or path.name in MESSAGE_MODULES
+        handles_messages = path.parent.parent.name != "fedpfn" or path.name in MESSAGE_MODULES
         for node in ast.walk(ast.parse(path.read_text())):
             if not (isinstance(node, ast.Constant) and node.value in keys):
                 continue
@@ -112,7 +112,7 @@ def test_message_keys_are_written_only_in_the_protocol_module():
 
 def test_seeds_are_derived_only_in_the_seeding_module():
     """No RNG is seeded with a seed made on the spot (a hash, a list, a constant): seeds come
-    from fedpfn.seeding, or are passed in by a caller that got them there."""
+    from fedpfn.core.seeding, or are passed in by a caller that got them there."""
     offenders = []
     for path in python_files("clients", "strategies", "fedpfn"):
         if path.name == "seeding.py":
@@ -131,7 +131,7 @@ def test_seeds_are_derived_only_in_the_seeding_module():
 
 def test_seed_streams_do_not_collide():
     """The earlier hash gave (round, 10_007) the seed of (round + 1, 0)."""
-    from fedpfn.seeding import Stream, seed_for
+    from fedpfn.core.seeding import Stream, seed_for
 
     seen = {seed_for(3, Stream.DATA_ORDER, r, p) for r in (1, 2) for p in (0, 10_007)}
     assert len(seen) == 4
@@ -146,8 +146,8 @@ def test_moon_step_matches_the_papers_loss_on_a_tiny_case():
     from clients.base import local_round
     from clients.moon import PREVIOUS, MoonClient
     from clients.state import SAVED_IN
-    from fedpfn.cache import client_indices, dataset_for, initial_model
-    from fedpfn.server import train_config
+    from fedpfn.core.cache import client_indices, dataset_for, initial_model
+    from fedpfn.runtime.server import train_config
 
     cfg = tiny_config(algorithm="moon", num_clients=1000, clients_per_round=2, momentum=0.0,
                       weight_decay=0.0, batch_size=100, moon_mu=2.0, moon_temperature=0.5)
@@ -190,7 +190,7 @@ def test_moon_step_matches_the_papers_loss_on_a_tiny_case():
 
 def _fedavg_step(cfg, pid, model):
     from clients.base import FedAvgClient, local_round
-    from fedpfn.server import train_config
+    from fedpfn.runtime.server import train_config
 
     content = RecordDict({"arrays": ArrayRecord(model.state_dict()), "config": train_config(cfg, 2)})
     return protocol.to_numpy(local_round([FedAvgClient], cfg, pid, RecordDict(), torch.device("cpu"), content)["arrays"])

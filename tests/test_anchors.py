@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedpfn.anchors import AnchorFreeze, anchored_fraction, as_numpy, draw_mask
-from fedpfn.models import build_model
-from fedpfn.protocol import pack, unpack
-from fedpfn.seeding import Stream, seed_for
-from fedpfn.training import make_optimizer, minibatches, train_local
+from fedpfn.core.anchors import AnchorFreeze, anchored_fraction, as_numpy, draw_mask
+from fedpfn.core.models import build_model
+from fedpfn.core.protocol import pack, unpack
+from fedpfn.core.seeding import Stream, seed_for
+from fedpfn.core.training import make_optimizer, minibatches, train_local
 
 
 def _model(name: str = "cnn", seed: int = 0, shape=(1, 28, 28), classes: int = 10):

@@ -37,7 +37,7 @@ def refused(capsys, monkeypatch, *args: str) -> list[str]:
     def must_not_start(*_args, **_kwargs):
         raise AssertionError(f"run_sim {' '.join(args)} was not refused: Ray was about to start")
 
-    monkeypatch.setattr("fedpfn.simulation.run_on_ray", must_not_start)
+    monkeypatch.setattr("fedpfn.runtime.simulation.run_on_ray", must_not_start)
     with pytest.raises(SystemExit) as exit_info:
         sys.exit(run_sim.main(list(args)))
     err = capsys.readouterr().err
@@ -151,7 +151,7 @@ def test_out_that_is_a_file_is_refused(tmp_path, capsys, monkeypatch):
 def fake_finished_run(path: Path) -> dict[str, bytes]:
     """A finished run folder as the tool writes one (no Ray needed to make it)."""
     from conftest import tiny_config
-    from fedpfn.runfolder import RunFolder
+    from fedpfn.runtime.runfolder import RunFolder
 
     cfg = tiny_config(out=str(path))
     folder = RunFolder(path)
@@ -206,7 +206,7 @@ def test_resume_refuses_damaged_files(tmp_path, capsys, monkeypatch):
 def test_resume_refuses_an_edited_config(tmp_path, capsys, monkeypatch):
     """config.json edited after the run: its checkpoint belongs to other settings."""
     from conftest import tiny_config
-    from fedpfn.runfolder import RunFolder
+    from fedpfn.runtime.runfolder import RunFolder
 
     out = tmp_path / "run"
     fake_finished_run(out)
@@ -251,7 +251,7 @@ def test_impossible_partition_refused_before_ray(tmp_path):
 def test_truncated_data_file_named_in_the_error(tmp_path):
     import shutil
 
-    from fedpfn.data import DEBIAN_FMNIST_DIR
+    from fedpfn.core.data import DEBIAN_FMNIST_DIR
 
     root = tmp_path / "fmnist"
     shutil.copytree(DEBIAN_FMNIST_DIR, root)

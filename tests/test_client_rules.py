@@ -21,15 +21,15 @@ from clients.fedprox import FedProxClient
 from clients.scaffold import CLIENT_C, ScaffoldClient, effective_steps
 from clients.state import ClientStateStore
 from conftest import NodeGrid, run_round, tiny_config
-from fedpfn.algorithms import build_strategy, client_parts
-from fedpfn.anchors import AnchorParams
-from fedpfn.cache import client_indices, initial_model
-from fedpfn.protocol import SCAFFOLD_C as SERVER_C
-from fedpfn.protocol import SCAFFOLD_DELTA as DELTA
-from fedpfn.protocol import ACCEPTED_ROUND, round_mask, to_array_record, to_numpy
-from fedpfn.runfolder import read_tree, tree_bytes
-from fedpfn.seeding import Stream, seed_for
-from fedpfn.server import train_config
+from fedpfn.runtime.algorithms import build_strategy, client_parts
+from fedpfn.core.anchors import AnchorParams
+from fedpfn.core.cache import client_indices, initial_model
+from fedpfn.core.protocol import SCAFFOLD_C as SERVER_C
+from fedpfn.core.protocol import SCAFFOLD_DELTA as DELTA
+from fedpfn.core.protocol import ACCEPTED_ROUND, round_mask, to_array_record, to_numpy
+from fedpfn.runtime.runfolder import read_tree, tree_bytes
+from fedpfn.core.seeding import Stream, seed_for
+from fedpfn.runtime.server import train_config
 from strategies.feddyn import FedDynServer
 from strategies.scaffold import ScaffoldServer
 
@@ -124,7 +124,7 @@ def test_scaffold_effective_steps():
 
 
 def test_scaffold_with_adam_is_refused():
-    from fedpfn.config import ConfigError
+    from fedpfn.core.config import ConfigError
 
     with pytest.raises(ConfigError, match="optimizer: scaffold is defined for sgd only"):
         cfg_for("scaffold", optimizer="adam")
@@ -346,7 +346,7 @@ def test_fedpnu_partial_upload_through_the_rule_wrappers(rule):
 
 def test_ray_simulation_runs_feddyn_under_fedadam(tmp_path):
     """FedDyn's client and server state through Ray (fedpfn+scaffold: tests/test_simulation.py)."""
-    from fedpfn.simulation import simulate
+    from fedpfn.runtime.simulation import simulate
 
     cfg = tiny_config(algorithm="feddyn", server="fedadam", server_lr=0.003, batch_size=BATCH, out=str(tmp_path / "run"))
     summary = simulate(cfg, show_progress=False)

@@ -1,4 +1,4 @@
-"""The comparison command: same partitions and seeds, fedpfn.report's table, safe reuse of sub-runs."""
+"""The comparison command: same partitions and seeds, fedpfn.analysis.report's table, safe reuse of sub-runs."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import tiny_config
-from fedpfn.compare import compare, comparison_configs, plan
-from fedpfn.config import ConfigError, RunConfig, flower_run_config, read_toml
+from fedpfn.runtime.compare import compare, comparison_configs, plan
+from fedpfn.core.config import ConfigError, RunConfig, flower_run_config, read_toml
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

@@ -17,9 +17,9 @@ import pytest
 from flwr.app import ArrayRecord
 
 from conftest import client_replies, run_round, tiny_config
-from fedpfn.algorithms import build_strategy
-from fedpfn.cache import initial_model
-from fedpfn.protocol import to_numpy
+from fedpfn.runtime.algorithms import build_strategy
+from fedpfn.core.cache import initial_model
+from fedpfn.core.protocol import to_numpy
 
 RULES = ["fedavg", "fedprox", "scaffold", "feddyn"]
 ANCHORS = ["", "fedpfn", "fedpnu"]

@@ -20,9 +20,9 @@ from flwr.app import ArrayRecord
 
 import run_sim
 from conftest import run_round, tiny_config
-from fedpfn.algorithms import build_strategy
-from fedpfn.cache import initial_model
-from fedpfn.protocol import to_numpy
+from fedpfn.runtime.algorithms import build_strategy
+from fedpfn.core.cache import initial_model
+from fedpfn.core.protocol import to_numpy
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

@@ -1,4 +1,4 @@
-"""Tests for fedpfn.data: real Fashion-MNIST plus tiny files written in each on-disk format."""
+"""Tests for fedpfn.core.data: real Fashion-MNIST plus tiny files written in each on-disk format."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedpfn import data
-from fedpfn.data import DEBIAN_FMNIST_DIR, DataError, find_data_problem, load_dataset
+from fedpfn.core import data
+from fedpfn.core.data import DEBIAN_FMNIST_DIR, DataError, find_data_problem, load_dataset
 
 needs_debian_fmnist = pytest.mark.skipif(
     not DEBIAN_FMNIST_DIR.is_dir(), reason=f"{DEBIAN_FMNIST_DIR} absent (apt-get install dataset-fashion-mnist)"

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from fedpfn import nodedata
-from fedpfn.config import RunConfig
-from fedpfn.runfolder import RunFolder
+from fedpfn.runtime import nodedata
+from fedpfn.core.config import RunConfig
+from fedpfn.runtime.runfolder import RunFolder
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "scripts" / "deploy_local.sh"

@@ -1,8 +1,8 @@
-"""The deprecated Flower call run_sim.py stands on (fedpfn/flower.py): still there, still worded so.
+"""The deprecated Flower call run_sim.py stands on (fedpfn/runtime/flower.py): still there, still worded so.
 
 These fail the day Flower removes `flwr.simulation.run_simulation`, renames the arguments
-fedpfn passes, or rewords the deprecation notice fedpfn.flower drops: then move run_sim.py
-onto `flwr run` (see fedpfn/flower.py for the measurement that kept it here).
+fedpfn passes, or rewords the deprecation notice fedpfn.runtime.flower drops: then move run_sim.py
+onto `flwr run` (see fedpfn/runtime/flower.py for the measurement that kept it here).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from flwr.clientapp import ClientApp
 from flwr.serverapp import ServerApp
 
-from fedpfn import flower
+from fedpfn.runtime import flower
 
 
 class Reached(Exception):

@@ -18,8 +18,8 @@ import tomllib
 
 from conftest import tiny_config
 from flower_link import BIN, Link, simulation_superlink
-from fedpfn.config import RunConfig, read_toml
-from fedpfn.runfolder import RunFolder
+from fedpfn.core.config import RunConfig, read_toml
+from fedpfn.runtime.runfolder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "configs" / "quickstart.toml"

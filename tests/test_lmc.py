@@ -1,4 +1,4 @@
-"""The LMC analysis (fedpfn.fusion) on small synthetic tensors, and its command (fedpfn.lmc)."""
+"""The LMC analysis (fedpfn.analysis.fusion) on small synthetic tensors, and its command (fedpfn.analysis.lmc)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import torch
 from PIL import Image
 from test_data import write_idx_set
 
-from fedpfn import fusion, lmc
-from fedpfn.anchors import draw_mask
-from fedpfn.data import find_data_problem
-from fedpfn.models import build_model
+from fedpfn.analysis import fusion, lmc
+from fedpfn.core.anchors import draw_mask
+from fedpfn.core.data import find_data_problem
+from fedpfn.core.models import build_model
 
 SHAPE = (1, 4, 4)
 CLASSES = 3
@@ -301,7 +301,7 @@ def test_cli_refuses_to_overwrite_earlier_results(tmp_path: Path, capsys) -> Non
 
 def test_cli_module_exit_code() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "fedpfn.lmc", "--models", "1", "--out", "/nonexistent/x"],
+        [sys.executable, "-m", "fedpfn.analysis.lmc", "--models", "1", "--out", "/nonexistent/x"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -351,7 +351,7 @@ def test_help_shows_one_default_each_and_marks_out_required(capsys) -> None:
         assert option.count("(default") <= 1, option
     out_help = next(o for o in options if o.startswith("out DIR "))
     assert "(required)" in out_help and "default" not in out_help
-    assert usage.startswith("usage: python -m fedpfn.lmc [-h] --out DIR ")  # not in brackets: required
+    assert usage.startswith("usage: python -m fedpfn.analysis.lmc [-h] --out DIR ")  # not in brackets: required
 
 
 def test_seed_line_uses_the_table_units() -> None:

@@ -1,4 +1,4 @@
-"""Tests for fedpfn.models: shapes, the named classifier, gradients, normalisation layers."""
+"""Tests for fedpfn.core.models: shapes, the named classifier, gradients, normalisation layers."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from fedpfn import models
-from fedpfn.models import MODELS, build_model
+from fedpfn.core import models
+from fedpfn.core.models import MODELS, build_model
 
 SHAPES = [((1, 28, 28), 10), ((3, 32, 32), 100)]
 

@@ -1,4 +1,4 @@
-"""A node's own copy of its partition (fedpfn/nodedata.py, scripts/export_partition.py) and state.
+"""A node's own copy of its partition (fedpfn/runtime/nodedata.py, scripts/export_partition.py) and state.
 
 Training on the memory-mapped copy must give the simulation's numbers bit for bit, with the
 held-out validation set and the local test split on; a copy of other settings is refused in
@@ -19,12 +19,13 @@ import pytest
 import torch
 from flwr.app import ArrayRecord, RecordDict
 
-from fedpfn import nodedata, protocol
-from fedpfn.algorithms import build_strategy, run_client
-from fedpfn.cache import SplitKey, client_indices, dataset_for, initial_model, local_split
-from fedpfn.config import RunConfig
-from fedpfn.nodedata import PartitionDataError, read_partition, write_partition
-from fedpfn.server import train_config, with_accepted_round
+from fedpfn.runtime import nodedata
+from fedpfn.core import protocol
+from fedpfn.runtime.algorithms import build_strategy, run_client
+from fedpfn.core.cache import SplitKey, client_indices, dataset_for, initial_model, local_split
+from fedpfn.core.config import RunConfig
+from fedpfn.runtime.nodedata import PartitionDataError, read_partition, write_partition
+from fedpfn.runtime.server import train_config, with_accepted_round
 from conftest import NodeGrid, tiny_config
 
 REPO = Path(__file__).resolve().parents[1]

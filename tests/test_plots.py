@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from fedpfn.plots import (
+from fedpfn.analysis.plots import (
     PairedSeries,
     comparison_figure,
     paired_figure,

@@ -1,4 +1,4 @@
-"""fedpfn.report on synthetic run folders with known numbers: the statistics a reader trusts.
+"""fedpfn.analysis.report on synthetic run folders with known numbers: the statistics a reader trusts.
 
 The folders are written here as a run writes them (config.json, metrics.jsonl, summary.json
 last), so the report is tested without training anything.
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from fedpfn.report import main
+from fedpfn.analysis.report import main
 
 T_975_3DF = 3.182446305284263  # Student's t, 0.975 quantile, 3 degrees of freedom (printed tables: 3.182)
 
@@ -211,7 +211,7 @@ def test_arms_are_listed_in_the_order_their_folders_were_given(tmp_path: Path, c
 
 
 def test_the_results_pages_in_short_claims_only_what_each_interval_supports(study: Path, capsys) -> None:
-    """scripts/study_report.py's conclusion, read off fedpfn.report's JSON for the `study`
+    """scripts/study_report.py's conclusion, read off fedpfn.analysis.report's JSON for the `study`
     fixture, whose fedpfn - fedavg differences (+2, -1, +3, +4 points at the end) hold 0."""
     import importlib.util
 

@@ -1,6 +1,6 @@
 """The GPU share a client gets when `client_gpus` is left unset: the rule, its wiring, its warning.
 
-The rule is a plain function (fedpfn/resources.py) and is tested as one. The wiring is tested
+The rule is a plain function (fedpfn/runtime/resources.py) and is tested as one. The wiring is tested
 on this CPU-only machine by letting torch report one GPU: what changes then is the number
 fedpfn computes before Ray starts, which is all that is checked here.
 """
@@ -16,10 +16,10 @@ import torch
 
 import run_sim
 from conftest import tiny_config
-from fedpfn.cache import _data_on, dataset_on
-from fedpfn.resources import client_wants_gpu, concurrent_clients, gpu_share
-from fedpfn.runfolder import RunFolder
-from fedpfn.simulation import backend_config, resolve_client_gpus, resume_config, warn_unused_gpu
+from fedpfn.core.cache import _data_on, dataset_on
+from fedpfn.runtime.resources import client_wants_gpu, concurrent_clients, gpu_share
+from fedpfn.runtime.runfolder import RunFolder
+from fedpfn.runtime.simulation import backend_config, resolve_client_gpus, resume_config, warn_unused_gpu
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedpfn.runfolder import (
+from fedpfn.runtime.runfolder import (
     CHECKPOINT,
     METRICS,
     RunFolder,

@@ -20,9 +20,9 @@ import pytest
 import torch
 
 from conftest import tiny_config
-from fedpfn.app import fails_this_round
-from fedpfn.protocol import to_numpy
-from fedpfn.simulation import resume_config, simulate
+from fedpfn.runtime.app import fails_this_round
+from fedpfn.core.protocol import to_numpy
+from fedpfn.runtime.simulation import resume_config, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 VOLATILE = {"seconds"}
@@ -113,7 +113,7 @@ def test_ctrl_c_stops_within_seconds_and_the_run_resumes_to_the_same_numbers(ref
     stop_lines = [line for line in err.splitlines() if line.startswith("stopped after round ")]
     assert len(stop_lines) == 1 and f"; continue with: python run_sim.py --resume {out}" in stop_lines[0], err
     assert not (out / ".fedpfn.lock").exists() and not (out / "summary.json").exists()
-    from fedpfn.runfolder import read_tree
+    from fedpfn.runtime.runfolder import read_tree
 
     checkpoint = out / "checkpoint.npz"  # the first process's time (none if stopped before writing it)
     before = read_tree(checkpoint)["elapsed_seconds"] if checkpoint.exists() else 0.0
@@ -192,7 +192,7 @@ def test_failed_clients_are_counted_and_dropped_replies_leave_scaffolds_c_the_me
     """
     from clients.scaffold import CLIENT_C
     from clients.state import ClientStateStore
-    from fedpfn.runfolder import RunFolder
+    from fedpfn.runtime.runfolder import RunFolder
 
     out = tmp_path / "s"
     failures = dict(simulate_failures=0.2, min_replies=4, seed=8)
@@ -217,8 +217,8 @@ def test_failed_clients_are_counted_and_dropped_replies_leave_scaffolds_c_the_me
 
 
 def test_a_run_folder_in_use_is_refused(tmp_path):
-    from fedpfn.config import ConfigError
-    from fedpfn.runfolder import RunFolder
+    from fedpfn.core.config import ConfigError
+    from fedpfn.runtime.runfolder import RunFolder
 
     folder = RunFolder(tmp_path / "busy")
     with folder.exclusive():

@@ -8,12 +8,12 @@ from flwr.app import ArrayRecord
 
 from clients.anchored import FedPNU
 from conftest import NodeGrid, run_round, tiny_config
-from fedpfn.algorithms import build_strategy
-from fedpfn.anchors import AnchorParams
-from fedpfn.cache import initial_model
-from fedpfn.protocol import round_mask, to_numpy
-from fedpfn.seeding import Stream, seed_for
-from fedpfn.server import train_config
+from fedpfn.runtime.algorithms import build_strategy
+from fedpfn.core.anchors import AnchorParams
+from fedpfn.core.cache import initial_model
+from fedpfn.core.protocol import round_mask, to_numpy
+from fedpfn.core.seeding import Stream, seed_for
+from fedpfn.runtime.server import train_config
 from strategies import sample_clients
 
 SERVERS = ["fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "user_strategy:HalfwayFedAvg"]

@@ -22,12 +22,12 @@ import pytest
 import torch
 
 from conftest import tiny_config
-from fedpfn.cache import client_indices, local_split
-from fedpfn.config import ConfigError, RunConfig
-from fedpfn.progress import Progress
-from fedpfn.runfolder import RunFolder
-from fedpfn.simulation import resume_config, simulate
-from fedpfn.tracking import local_test_summary
+from fedpfn.core.cache import client_indices, local_split
+from fedpfn.core.config import ConfigError, RunConfig
+from fedpfn.runtime.progress import Progress
+from fedpfn.runtime.runfolder import RunFolder
+from fedpfn.runtime.simulation import resume_config, simulate
+from fedpfn.runtime.tracking import local_test_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 ROUNDS = 3
@@ -240,7 +240,7 @@ def test_resume_keeps_provenance_and_appends_to_run_log(tracked, tmp_path):
 
 
 def test_header_is_printed_before_ray_starts(tmp_path, monkeypatch, capsys):
-    import fedpfn.simulation
+    import fedpfn.runtime.simulation
 
     seen: list[str] = []
 
@@ -248,7 +248,7 @@ def test_header_is_printed_before_ray_starts(tmp_path, monkeypatch, capsys):
         seen.append(capsys.readouterr().out)
         raise KeyboardInterrupt  # stop here: nothing after Ray's start is needed
 
-    monkeypatch.setattr(fedpfn.simulation, "run_on_ray", ray_would_start)
+    monkeypatch.setattr(fedpfn.runtime.simulation, "run_on_ray", ray_would_start)
     cfg = tiny_config(out=str(tmp_path / "run"))
     with pytest.raises(KeyboardInterrupt):
         simulate(cfg, show_progress=True)

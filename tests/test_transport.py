@@ -27,8 +27,9 @@ from flwr.superlink.federation import NoOpFederationManager
 from flwr.superlink.federation.noop_federation_manager import NOOP_FEDERATION_ID
 from flwr.superlink.grid import InMemoryGrid
 
-from fedpfn import protocol, transport
-from fedpfn.transport import NodeDirectory, send_round
+from fedpfn.core import protocol
+from fedpfn.runtime import transport
+from fedpfn.runtime.transport import NodeDirectory, send_round
 
 RUN_ID = 1
 SUPERLINK_NODE_ID = 1  # the ServerApp's messages come from the SuperLink's node id
@@ -242,7 +243,7 @@ def test_node_silent_to_the_query_is_asked_again_next_round(link: Link) -> None:
 
 def test_a_federation_of_another_size_is_reported_at_once(link: Link) -> None:
     """flwr run with 2 simulated nodes for 4 clients: said in seconds, not after a 600 s wait."""
-    from fedpfn.server import FederationError, check_federation_size
+    from fedpfn.runtime.server import FederationError, check_federation_size
 
     for partition in (0, 1):
         link.connect(partition).size = 2

@@ -2,9 +2,9 @@
 
 What a run folder guarantees:
 - `config.json` is written when a run is claimed and is what its numbers came from, with
-  a `provenance` object beside the settings (fedpfn.provenance; `read_config` leaves it out);
+  a `provenance` object beside the settings (fedpfn.runtime.provenance; `read_config` leaves it out);
   `summary.json` is written last (atomically), so its presence marks a finished run.
-- `run.log` is what the terminal showed (fedpfn.progress), appended by every process of the run.
+- `run.log` is what the terminal showed (fedpfn.runtime.progress), appended by every process of the run.
 - `metrics.jsonl` has one strict-JSON line per finished round (no bare NaN), rounds 1..n
   in order; a line cut by a kill is the only damage tolerated, and only at the end.
 - `checkpoint.npz` holds arrays and plain values only (never pickles), is replaced
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedpfn.settings import ConfigError
+from fedpfn.core.settings import ConfigError
 
 CONFIG = "config.json"
 PROVENANCE = "provenance"  # the key in config.json beside the settings
@@ -233,7 +233,7 @@ class RunFolder:
         return {k: v for k, v in self._config_json().items() if k != PROVENANCE}
 
     def read_provenance(self) -> dict[str, Any]:
-        """Where the run came from (fedpfn.provenance); {} for a run written before it existed."""
+        """Where the run came from (fedpfn.runtime.provenance); {} for a run written before it existed."""
         value = self._config_json().get(PROVENANCE)
         return value if isinstance(value, dict) else {}
 

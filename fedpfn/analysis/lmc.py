@@ -1,11 +1,11 @@
 """Neuron-alignment analysis: linear mode connectivity and one-shot fusion, plain against TNA-PFN.
 
-    python -m fedpfn.lmc --dataset fmnist --model mlp --anchor-ratio 0.4 --models 2 --seeds 0,1,2 --out DIR
+    python -m fedpfn.analysis.lmc --dataset fmnist --model mlp --anchor-ratio 0.4 --models 2 --seeds 0,1,2 --out DIR
 
 For each seed, K models start from one initialisation and train on their own Dirichlet shards
 (or on the same data in their own batch orders), once plainly and once per anchor ratio with
 one anchor mask fixed for the whole training; then their interpolation curves, barriers and
-plain average are measured (`fedpfn.fusion`). Writes `DIR/lmc.json` and `DIR/lmc.png`, and
+plain average are measured (`fedpfn.analysis.fusion`). Writes `DIR/lmc.json` and `DIR/lmc.png`, and
 prints a summary table.
 
 This module is the command: its settings, their checks (every problem reported at once, one
@@ -27,9 +27,9 @@ from typing import Any, NoReturn
 import torch
 from torch import nn
 
-from fedpfn.anchors import GRANULARITIES, anchored_fraction
-from fedpfn.data import DATASETS, DataError, find_data_problem, load_dataset
-from fedpfn.fusion import (
+from fedpfn.core.anchors import GRANULARITIES, anchored_fraction
+from fedpfn.core.data import DATASETS, DataError, find_data_problem, load_dataset
+from fedpfn.analysis.fusion import (
     SPLITS,
     Draw,
     Probe,
@@ -46,9 +46,9 @@ from fedpfn.fusion import (
     split_pool,
     train_models,
 )
-from fedpfn.models import MODELS
-from fedpfn.seeding import MAX_SEED
-from fedpfn.settings import (
+from fedpfn.core.models import MODELS
+from fedpfn.core.seeding import MAX_SEED
+from fedpfn.core.settings import (
     ConfigError,
     above,
     add_flags,
@@ -62,7 +62,7 @@ from fedpfn.settings import (
     setting,
     shown_default,
 )
-from fedpfn.training import pick_device
+from fedpfn.core.training import pick_device
 
 DEVICES = ("auto", "cpu", "cuda")
 OUTPUT_FILES = ("lmc.json", "lmc.png")  # all the tool writes into --out; nothing else is touched
@@ -418,7 +418,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="python -m fedpfn.lmc",
+        prog="python -m fedpfn.analysis.lmc",
         description=(__doc__ or "").split("\n\n")[0],
         argument_default=argparse.SUPPRESS,
     )

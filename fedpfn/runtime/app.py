@@ -18,15 +18,16 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from fedpfn import env, nodedata, protocol, provenance
-from fedpfn.algorithms import run_client
-from fedpfn.config import PLACEMENT, TRACKERS, RunConfig
-from fedpfn.resources import client_wants_gpu
-from fedpfn.runfolder import RunFolder
-from fedpfn.seeding import Stream, numpy_rng
-from fedpfn.server import ServerLoop, resume_point
-from fedpfn.tracking import Tracking, check_available, tracked_run
-from fedpfn.training import pick_device
+from fedpfn.runtime import env, nodedata, provenance
+from fedpfn.core import protocol
+from fedpfn.runtime.algorithms import run_client
+from fedpfn.core.config import PLACEMENT, TRACKERS, RunConfig
+from fedpfn.runtime.resources import client_wants_gpu
+from fedpfn.runtime.runfolder import RunFolder
+from fedpfn.core.seeding import Stream, numpy_rng
+from fedpfn.runtime.server import ServerLoop, resume_point
+from fedpfn.runtime.tracking import Tracking, check_available, tracked_run
+from fedpfn.core.training import pick_device
 
 env.flower_defaults()
 

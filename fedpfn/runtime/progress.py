@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from fedpfn.config import RunConfig
+    from fedpfn.core.config import RunConfig
 
 LOGGER = "fedpfn"
 

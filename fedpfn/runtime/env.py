@@ -6,7 +6,7 @@ import os
 import socket
 from pathlib import Path
 
-from fedpfn.settings import ConfigError
+from fedpfn.core.settings import ConfigError
 
 # Flower's telemetry and its per-run dependency installation are off wherever fedpfn starts
 # Flower, unless the user set these variables (export them to turn either back on).

@@ -9,7 +9,7 @@ nothing else), or written by its first message into its cache under FLWR_HOME. T
 in the order of the partition's indices, so positions into them are the simulation's
 indices, and training on them gives the simulation's numbers bit for bit. The local test
 split is not stored: the node draws it from the run's settings with the simulation's own
-function (fedpfn.cache.local_positions), so one export serves any `local_test_fraction`.
+function (fedpfn.core.cache.local_positions), so one export serves any `local_test_fraction`.
 
 Client state (SCAFFOLD's c_i, FedDyn's gradient, MOON's previous model) is kept in the run
 folder in simulation; a deployed node keeps it under `state-dir` (node config), by default
@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from fedpfn.cache import ClientData, SplitKey, client_indices, dataset_for, local_positions
-from fedpfn.runfolder import atomic_write_bytes
+from fedpfn.core.cache import ClientData, SplitKey, client_indices, dataset_for, local_positions
+from fedpfn.runtime.runfolder import atomic_write_bytes
 
 if TYPE_CHECKING:
-    from fedpfn.config import RunConfig
+    from fedpfn.core.config import RunConfig
 
 FORMAT = "fedpfn-partition/1"
 META, X, Y = "partition.json", "train_x.npy", "train_y.npy"
@@ -66,7 +66,7 @@ def node_home() -> Path:
 def partition_settings(cfg: RunConfig, partition_id: int) -> dict[str, Any]:
     """What decides which samples partition `partition_id` holds, and their order.
 
-    Every field of fedpfn.cache.SplitKey (the simulation's own cache key for the split)
+    Every field of fedpfn.core.cache.SplitKey (the simulation's own cache key for the split)
     except LOCATION: a field added there is checked here without a change.
     """
     key = dataclasses.asdict(SplitKey.of(cfg))

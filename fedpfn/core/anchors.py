@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedpfn.settings import between, one_of, setting
-from fedpfn.training import NoHooks
+from fedpfn.core.settings import between, one_of, setting
+from fedpfn.core.training import NoHooks
 
 AnchorMask = dict[str, torch.Tensor]  # parameter name -> bool tensor of its shape
 

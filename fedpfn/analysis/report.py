@@ -1,6 +1,6 @@
 """Compare finished runs with their uncertainty: per-arm statistics and paired differences.
 
-    python -m fedpfn.report runs/study-a0.1 [--baseline fedavg] [--last-k 5] [--target 0.8] [--out DIR]
+    python -m fedpfn.analysis.report runs/study-a0.1 [--baseline fedavg] [--last-k 5] [--target 0.8] [--out DIR]
 
 A run folder is a folder with `config.json` and `summary.json` (searched below each
 argument). Runs whose settings differ only in `seed` (and where and how they ran: `out`,
@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from fedpfn.settings import ConfigError
-from fedpfn.plots import PairedSeries, accuracy_points, plot_comparison, plot_paired, setting_text
+from fedpfn.core.settings import ConfigError
+from fedpfn.analysis.plots import PairedSeries, accuracy_points, plot_comparison, plot_paired, setting_text
 
 CONFIG, METRICS, SUMMARY = "config.json", "metrics.jsonl", "summary.json"
 # Where and how a run was executed, not what it computed: never part of an arm.
@@ -194,8 +194,8 @@ def varying_keys(configs: Sequence[dict[str, Any]]) -> list[str]:
 
 @functools.cache
 def _defaults() -> dict[str, Any]:
-    """RunConfig's defaults, imported only when a label needs them (fedpfn.config loads torch)."""
-    from fedpfn.config import RunConfig
+    """RunConfig's defaults, imported only when a label needs them (fedpfn.core.config loads torch)."""
+    from fedpfn.core.config import RunConfig
 
     fields = dataclasses.fields(RunConfig)
     return {f.name: f.default for f in fields if f.default is not dataclasses.MISSING}
@@ -631,7 +631,7 @@ def accuracy(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m fedpfn.report",
+        prog="python -m fedpfn.analysis.report",
         description="Compare finished run folders: mean and n-1 std over seeds, paired differences "
         "against a baseline with a 95 % Student's t interval.",
     )
@@ -653,7 +653,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    command = "python -m fedpfn.report " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = "python -m fedpfn.analysis.report " + shlex.join(sys.argv[1:] if argv is None else argv)
     try:
         runs = load_runs(args.runs)
         report = analyse(runs, args.baseline, args.last_k, args.target, command)

@@ -20,12 +20,12 @@ from contextlib import contextmanager, suppress
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from fedpfn import env
-from fedpfn.config import PLACEMENT, TRACKERS, ConfigError, RunConfig
-from fedpfn.runfolder import LOG, RunFolder
+from fedpfn.runtime import env
+from fedpfn.core.config import PLACEMENT, TRACKERS, ConfigError, RunConfig
+from fedpfn.runtime.runfolder import LOG, RunFolder
 
 if TYPE_CHECKING:
-    from fedpfn.tracking import Tracking
+    from fedpfn.runtime.tracking import Tracking
 
 env.flower_defaults()
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
@@ -39,10 +39,10 @@ def check_runnable(cfg: RunConfig) -> None:
     """Raise ConfigError for anything that would fail after start-up: data, partition, resources."""
     import torch
 
-    from fedpfn.cache import client_indices, dataset_for
-    from fedpfn.data import DataError, find_data_problem
-    from fedpfn.models import build_model
-    from fedpfn.tracking import check_available
+    from fedpfn.core.cache import client_indices, dataset_for
+    from fedpfn.core.data import DataError, find_data_problem
+    from fedpfn.core.models import build_model
+    from fedpfn.runtime.tracking import check_available
     from partitions import PartitionError
 
     check_available(cfg)
@@ -66,7 +66,7 @@ def check_runnable(cfg: RunConfig) -> None:
 
 
 def resolve_client_gpus(cfg: RunConfig) -> RunConfig:
-    """`client_gpus` left unset ("auto") made a number by fedpfn.resources' rule; a set value is kept.
+    """`client_gpus` left unset ("auto") made a number by fedpfn.runtime.resources' rule; a set value is kept.
 
     A Ray cluster's GPUs (`ray_address`) are not known before Ray starts, so auto means 0 there.
     """
@@ -74,7 +74,7 @@ def resolve_client_gpus(cfg: RunConfig) -> RunConfig:
         return cfg
     import torch
 
-    from fedpfn.resources import gpu_share
+    from fedpfn.runtime.resources import gpu_share
 
     gpus = 0 if cfg.ray_address else torch.cuda.device_count()
     share = gpu_share(os.cpu_count() or 1, cfg.client_cpus, cfg.clients_per_round, gpus)
@@ -154,9 +154,9 @@ def quiet_flower() -> None:
 
 def simulate(cfg: RunConfig, resume: bool = False, show_progress: bool = True) -> dict[str, Any]:
     """Run (or resume) one simulation and return its summary."""
-    from fedpfn import provenance
-    from fedpfn.server import resume_point
-    from fedpfn.tracking import tracked_run
+    from fedpfn.runtime import provenance
+    from fedpfn.runtime.server import resume_point
+    from fedpfn.runtime.tracking import tracked_run
 
     cfg = dataclasses.replace(cfg, out=str(cfg.run_dir.resolve()))  # Ray workers find it from any folder
     cfg = resolve_client_gpus(cfg)  # config.json records the share the clients got
@@ -203,8 +203,8 @@ def ray_resources(cfg: RunConfig) -> str:
 def run_on_ray(
     cfg: RunConfig, folder: RunFolder, checkpoint: dict[str, Any] | None, tracker: Tracking
 ) -> None:
-    from fedpfn.app import client_app, make_server_app
-    from fedpfn.flower import run_simulation
+    from fedpfn.runtime.app import client_app, make_server_app
+    from fedpfn.runtime.flower import run_simulation
 
     quiet_flower()
     run_simulation(

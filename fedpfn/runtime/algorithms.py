@@ -12,7 +12,7 @@ The composition rule, the same on both sides:
   rule's part reads), and adjust the aggregate in order (the rule's correction first, the
   anchors last). The inner strategy sees trainable parameters only (strategies.composed).
 - Client parts (clients/) and server parts (strategies/) never import each other; they
-  meet in Flower messages (fedpfn.protocol). This module is the one place that sees both:
+  meet in Flower messages (fedpfn.core.protocol). This module is the one place that sees both:
   an algorithm is its client file (hooks, name, hyperparameters), optionally its server
   file, and one `Algorithm(...)` line below.
 """
@@ -31,7 +31,7 @@ from torch import nn
 from clients import ClientPart, FedAvgClient, FedDynClient, FedPFN, FedPNU, FedProxClient, ScaffoldClient
 from clients.base import local_round
 from clients.moon import MoonClient
-from fedpfn.settings import ConfigError, problems as setting_problems
+from fedpfn.core.settings import ConfigError, problems as setting_problems
 from strategies import (
     SERVER_RULES,
     AnchorServer,
@@ -47,8 +47,8 @@ from strategies import (
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from fedpfn.cache import ClientData
-    from fedpfn.config import RunConfig
+    from fedpfn.core.cache import ClientData
+    from fedpfn.core.config import RunConfig
 
 
 @dataclass(frozen=True)

@@ -17,14 +17,14 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
-from fedpfn import protocol
-from fedpfn.algorithms import build_strategy, state_keys
-from fedpfn.cache import dataset_on, initial_model, partition_label_counts, validation_indices
-from fedpfn.config import RunConfig
-from fedpfn.runfolder import CLIENTS, RunFolder, RunFolderError
-from fedpfn.tracking import Tracking, local_test_summary
-from fedpfn.training import evaluate, pick_device
-from fedpfn.transport import NodeDirectory, send_round
+from fedpfn.core import protocol
+from fedpfn.runtime.algorithms import build_strategy, state_keys
+from fedpfn.core.cache import dataset_on, initial_model, partition_label_counts, validation_indices
+from fedpfn.core.config import RunConfig
+from fedpfn.runtime.runfolder import CLIENTS, RunFolder, RunFolderError
+from fedpfn.runtime.tracking import Tracking, local_test_summary
+from fedpfn.core.training import evaluate, pick_device
+from fedpfn.runtime.transport import NodeDirectory, send_round
 from strategies import SampledGrid, sample_clients
 
 log = logging.getLogger("fedpfn")
@@ -303,7 +303,7 @@ class ServerLoop:
         return summary
 
     def finish(self, wall_seconds: float) -> dict[str, Any]:
-        from fedpfn.plots import plot_run  # matplotlib only where a run ends, not in every client
+        from fedpfn.analysis.plots import plot_run  # matplotlib only where a run ends, not in every client
 
         self.model.load_state_dict(self.arrays.to_torch_state_dict())
         self.folder.save_model(self.cfg.rounds, self.model.state_dict())

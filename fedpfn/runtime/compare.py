@@ -7,7 +7,7 @@ comparison can be stopped and started again: a finished sub-run is reused and a 
 resumed, but only if its config.json equals the requested settings (`out`, `overwrite` and
 `provenance` aside); anything else is refused, for every sub-run, before any run starts.
 The partition depends only on the seed and the federation settings, never on the algorithm.
-The table and figures are `fedpfn.report`'s, with the first algorithm as the baseline.
+The table and figures are `fedpfn.analysis.report`'s, with the first algorithm as the baseline.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fedpfn.config import ConfigError, RunConfig
-from fedpfn.report import CONFIG, SUMMARY, Report, analyse, markdown, read_run, write_report
+from fedpfn.core.config import ConfigError, RunConfig
+from fedpfn.analysis.report import CONFIG, SUMMARY, Report, analyse, markdown, read_run, write_report
 
 LAST_ROUNDS = 5
 MAX_SEED = 2**32 - 1  # numpy's seed range
@@ -85,7 +85,7 @@ def comparison_configs(base: RunConfig, algorithms: list[str], seeds: list[int])
 
 def unused_settings(base: RunConfig, configs: Sequence[RunConfig]) -> list[str]:
     """A hyperparameter that no compared algorithm uses would be dropped without a word."""
-    from fedpfn.algorithms import hparam_fields
+    from fedpfn.runtime.algorithms import hparam_fields
 
     used = {key for cfg in configs for key in cfg.hparams}
     defaults = {name: f.default for name, f in hparam_fields().items()}
@@ -148,7 +148,7 @@ def plan(configs: Sequence[RunConfig]) -> list[str]:
 
 
 def run_one(cfg: RunConfig, action: str) -> None:
-    from fedpfn.simulation import simulate
+    from fedpfn.runtime.simulation import simulate
 
     if action == "reuse":
         print(f"{cfg.run_dir}: finished earlier with the same settings, reused", flush=True)
@@ -170,7 +170,7 @@ def compare(base: RunConfig, algorithms: list[str], seeds: list[int], command: s
     Writes comparison.md/.csv/.json, comparison.png and paired_differences.png into the
     comparison folder, with the first algorithm as the baseline.
     """
-    from fedpfn.simulation import resolve_client_gpus
+    from fedpfn.runtime.simulation import resolve_client_gpus
 
     seeds, algorithms = check_seeds(seeds), check_algorithms(algorithms)
     base = resolve_client_gpus(base)  # as its sub-runs record it, so a rerun can reuse them

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 PACKAGES = ("flwr", "torch", "torchvision", "ray", "numpy")
-CHECKOUT = Path(__file__).resolve().parents[1]  # the folder above the fedpfn package
+CHECKOUT = Path(__file__).resolve().parents[2]  # the folder above the fedpfn package
 GIT_SECONDS = 5.0
 
 

@@ -2,7 +2,7 @@
 
 The core settings are declared here; each algorithm declares its own hyperparameters beside
 its code (`FedProxParams` next to `FedProxClient`, `AnchorParams` next to the anchors), and
-`fedpfn.algorithms` collects them. The command line, TOML presets, Flower's run config
+`fedpfn.runtime.algorithms` collects them. The command line, TOML presets, Flower's run config
 (`[tool.flwr.app.config]`) and `config.json` are all derived from these declarations, so a
 setting has one name, one default and one check. Keys may be written with `-` or `_`.
 """
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from fedpfn.data import DATASETS
-from fedpfn.models import MODELS
-from fedpfn.seeding import MAX_SEED
-from fedpfn.settings import (
+from fedpfn.core.data import DATASETS
+from fedpfn.core.models import MODELS
+from fedpfn.core.seeding import MAX_SEED
+from fedpfn.core.settings import (
     ConfigError,
     above,
     at_least,
@@ -96,7 +96,7 @@ class RunConfig:
     client_gpus: float | None = setting(
         None,
         "GPU fraction per simulated client (Ray); default: the visible GPUs shared evenly by the clients "
-        "the CPUs run at once (fedpfn/resources.py); 0: clients on the CPU",
+        "the CPUs run at once (fedpfn/runtime/resources.py); 0: clients on the CPU",
         at_least(0),
     )
     ray_address: str | None = setting(
@@ -114,7 +114,7 @@ class RunConfig:
     target_accuracy: float = setting(
         0.8, "accuracy whose first round is reported in comparisons", between(0, 1, low_open=True)
     )
-    # the algorithms' own hyperparameters (fedpfn.algorithms), flat in files and flags
+    # the algorithms' own hyperparameters (fedpfn.runtime.algorithms), flat in files and flags
     hparams: dict[str, Any] = dataclasses.field(default_factory=dict, metadata={"flag": False})
 
     # --- derived views -------------------------------------------------------------------
@@ -122,14 +122,14 @@ class RunConfig:
     @property
     def anchor_method(self) -> str | None:
         """`fedpfn`, `fedpnu` or None, from `algorithm`."""
-        from fedpfn.algorithms import split_algorithm
+        from fedpfn.runtime.algorithms import split_algorithm
 
         return split_algorithm(self.algorithm)[0]
 
     @property
     def client_rule(self) -> str:
         """The local training rule the anchors (if any) sit on."""
-        from fedpfn.algorithms import split_algorithm
+        from fedpfn.runtime.algorithms import split_algorithm
 
         return split_algorithm(self.algorithm)[1]
 
@@ -149,7 +149,7 @@ class RunConfig:
 
     def problems(self) -> list[str]:
         """Every reason this configuration cannot run, one line each."""
-        from fedpfn import algorithms
+        from fedpfn.runtime import algorithms
 
         out = problems(self)
         out += algorithms.problems(self)
@@ -170,13 +170,13 @@ class RunConfig:
         found = self.problems()
         if found:
             raise ConfigError("\n".join(found))
-        from fedpfn.algorithms import resolve_hparams
+        from fedpfn.runtime.algorithms import resolve_hparams
 
         return dataclasses.replace(self, hparams=resolve_hparams(self))
 
     def for_algorithm(self, algorithm: str) -> RunConfig:
         """The same settings for another algorithm, keeping only the hyperparameters it uses."""
-        from fedpfn.algorithms import declared_by
+        from fedpfn.runtime.algorithms import declared_by
 
         names = {f.name for cls in declared_by(algorithm, self.server) for f in dataclasses.fields(cls)}
         kept = {k: v for k, v in self.hparams.items() if k in names}
@@ -204,7 +204,7 @@ class RunConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> RunConfig:
         """Build from a mapping whose keys may use '-' or '_'; unknown keys are refused."""
-        from fedpfn.algorithms import hparam_fields
+        from fedpfn.runtime.algorithms import hparam_fields
 
         core = {k: f for k, f in field_map(cls).items() if k != "hparams"}
         declared = hparam_fields()
@@ -222,7 +222,7 @@ class RunConfig:
 
 def flower_run_config() -> dict[str, Any]:
     """`[tool.flwr.app.config]` as pyproject.toml must declare it: every setting, "" for None."""
-    from fedpfn.algorithms import hparam_fields
+    from fedpfn.runtime.algorithms import hparam_fields
 
     fields = {**{k: f for k, f in field_map(RunConfig).items() if k != "hparams"}, **hparam_fields()}
     return {name.replace("_", "-"): "" if f.default is None else f.default for name, f in fields.items()}
@@ -232,7 +232,7 @@ def _toml_value(value: Any) -> str:
     return json.dumps(value) if not isinstance(value, bool) else str(value).lower()
 
 
-if __name__ == "__main__":  # python -m fedpfn.config: print pyproject's table
+if __name__ == "__main__":  # python -m fedpfn.core.config: print pyproject's table
     print("[tool.flwr.app.config]")
     for key, value in flower_run_config().items():
         print(f"{key} = {_toml_value(value)}")

@@ -15,13 +15,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedpfn.data import DatasetSplits, load_dataset
-from fedpfn.models import build_model
-from fedpfn.seeding import Stream, numpy_rng, seed_for
+from fedpfn.core.data import DatasetSplits, load_dataset
+from fedpfn.core.models import build_model
+from fedpfn.core.seeding import Stream, numpy_rng, seed_for
 from partitions import label_counts, partition_labels
 
 if TYPE_CHECKING:
-    from fedpfn.config import RunConfig
+    from fedpfn.core.config import RunConfig
 
 
 def dataset_for(cfg: RunConfig) -> DatasetSplits:
@@ -119,7 +119,7 @@ def local_split(cfg: RunConfig, partition_id: int) -> tuple[torch.Tensor, torch.
 def local_positions(cfg: RunConfig, partition_id: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """`local_split` as positions within a partition of `size` samples, in the partition's order.
 
-    A node that holds only its partition (fedpfn.nodedata) draws its split from this, the
+    A node that holds only its partition (fedpfn.runtime.nodedata) draws its split from this, the
     same function as the simulation, so the two cannot disagree.
     """
     if cfg.local_test_fraction == 0:
@@ -163,7 +163,7 @@ class ClientData:
     """What one client trains and tests on: rows `train` and `local_test` of `x`, `y`.
 
     In simulation `x`, `y` are the whole training set (shared by every client of a process);
-    on a node with its own copy they are its partition alone (fedpfn.nodedata).
+    on a node with its own copy they are its partition alone (fedpfn.runtime.nodedata).
     """
 
     x: torch.Tensor

@@ -1,4 +1,4 @@
-"""Linear mode connectivity and one-shot fusion: the analysis behind `python -m fedpfn.lmc`.
+"""Linear mode connectivity and one-shot fusion: the analysis behind `python -m fedpfn.analysis.lmc`.
 
 K models start from ONE initialisation and train on their own data (Dirichlet shards, or the
 same data in their own batch orders), plainly or with one anchor mask fixed for the whole
@@ -13,7 +13,7 @@ Models with BatchNorm get their running statistics recomputed for every measured
 points, interpolations, averages alike) on the same fixed training batches, since averaged
 weights do not go with averaged statistics.
 
-Every random draw comes from `fedpfn.seeding`, keyed by the analysis seed:
+Every random draw comes from `fedpfn.core.seeding`, keyed by the analysis seed:
 
     INIT                   the shared initialisation of the K models
     ANALYSIS (TRAIN_POOL)  the training subset
@@ -36,10 +36,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from fedpfn.anchors import AnchorFreeze, AnchorMask, draw_mask
-from fedpfn.models import build_model
-from fedpfn.seeding import Stream, seed_for, torch_generator
-from fedpfn.training import NoHooks, evaluate, make_optimizer, minibatches, train_local
+from fedpfn.core.anchors import AnchorFreeze, AnchorMask, draw_mask
+from fedpfn.core.models import build_model
+from fedpfn.core.seeding import Stream, seed_for, torch_generator
+from fedpfn.core.training import NoHooks, evaluate, make_optimizer, minibatches, train_local
 from partitions import partition_labels
 
 StateDict = dict[str, torch.Tensor]

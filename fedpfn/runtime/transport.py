@@ -30,7 +30,7 @@ from typing import Generic, TypeVar
 from flwr.app import Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
-from fedpfn import protocol
+from fedpfn.core import protocol
 
 log = logging.getLogger("fedpfn")
 

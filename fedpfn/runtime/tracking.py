@@ -19,12 +19,12 @@ from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from fedpfn.progress import Progress, header_lines
-from fedpfn.runfolder import LOG, RunFolder
-from fedpfn.settings import ConfigError
+from fedpfn.runtime.progress import Progress, header_lines
+from fedpfn.runtime.runfolder import LOG, RunFolder
+from fedpfn.core.settings import ConfigError
 
 if TYPE_CHECKING:
-    from fedpfn.config import RunConfig
+    from fedpfn.core.config import RunConfig
 
 log = logging.getLogger("fedpfn")
 

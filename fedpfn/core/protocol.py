@@ -25,7 +25,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, RecordDict
 from torch import nn
 
-from fedpfn.anchors import AnchorMask, AnchorParams, draw_mask
+from fedpfn.core.anchors import AnchorMask, AnchorParams, draw_mask
 
 # record names
 ARRAYS = "arrays"
