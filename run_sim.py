@@ -3,7 +3,7 @@
 
     python run_sim.py --algorithm fedpfn --dataset fmnist --model cnn --rounds 20 --out runs/pfn
 
-Every setting of `fedpfn.config.RunConfig` and of every algorithm is a flag (`--anchor-ratio`,
+Every setting of `fedpfn.core.config.RunConfig` and of every algorithm is a flag (`--anchor-ratio`,
 `--prox-mu`, `--client-gpus`, ...); `--config FILE.toml` supplies the same settings from a
 file and flags override it. Bad settings are reported one per line with exit code 2, before
 Ray starts and before the run folder is touched.
@@ -17,13 +17,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fedpfn.config import ConfigError, RunConfig
-from fedpfn.server import WorkerLost
-from fedpfn.settings import add_flags, read_toml
+from fedpfn.core.config import ConfigError, RunConfig
+from fedpfn.runtime.server import WorkerLost
+from fedpfn.core.settings import add_flags, read_toml
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fedpfn.algorithms import algorithm_names, hparam_classes
+    from fedpfn.runtime.algorithms import algorithm_names, hparam_classes
     from strategies import SERVER_RULES
 
     parser = argparse.ArgumentParser(
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         return compare_main(args, argv)
     resume_dir = args.pop("resume", None)
     try:
-        from fedpfn.simulation import resume_config, simulate
+        from fedpfn.runtime.simulation import resume_config, simulate
 
         if resume_dir is not None and "config" in args:
             raise ConfigError("resume: --config cannot be combined with --resume (the run keeps its settings)")
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def stopped(reason: str, run_dir: Path) -> int:
     """A run that stopped on a fault: why, where, and how to continue (its folder is resumable)."""
-    from fedpfn.runfolder import RunFolder
+    from fedpfn.runtime.runfolder import RunFolder
 
     print(f"error: {reason}", file=sys.stderr)
     print(RunFolder(run_dir).stop_message(), file=sys.stderr)
@@ -96,13 +96,13 @@ def stopped(reason: str, run_dir: Path) -> int:
 def compare_main(args: dict[str, Any], argv: list[str] | None) -> int:
     """`--compare A,B --seeds 0,1`: every algorithm on every seed, then tables and a plot."""
     try:
-        from fedpfn.compare import parse_list
+        from fedpfn.runtime.compare import parse_list
 
         algorithms = parse_list(args.pop("compare", "fedavg"), "compare")
         seeds = parse_list(args.pop("seeds", "0"), "seeds", int)
         args.setdefault("out", "runs/compare")
         base = config_from_args(args)
-        from fedpfn.compare import compare
+        from fedpfn.runtime.compare import compare
 
         command = "python run_sim.py " + shlex.join(sys.argv[1:] if argv is None else argv)
         compare(base, algorithms, seeds, command)
