@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpfn.core.config import ConfigError, RunConfig
+from fedpfn.runtime.algorithms import parse_config, validated
 from fedpfn.runtime.server import WorkerLost
 from fedpfn.core.settings import add_flags, read_toml
 
@@ -56,7 +57,7 @@ def config_from_args(args: dict[str, Any]) -> RunConfig:
     if "config" in args:
         values.update(read_toml(args.pop("config")))
     values.update(args)
-    return RunConfig.from_dict(values)
+    return parse_config(values)
 
 
 def fail(message: str) -> int:
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if resume_dir is not None and "config" in args:
             raise ConfigError("resume: --config cannot be combined with --resume (the run keeps its settings)")
-        cfg = resume_config(resume_dir, args) if resume_dir else config_from_args(args).validated()
+        cfg = resume_config(resume_dir, args) if resume_dir else validated(config_from_args(args))
         simulate(cfg, resume=resume_dir is not None)  # prints a header, the rounds and a summary
     except ConfigError as err:
         return fail(str(err))

@@ -3,7 +3,7 @@
 Same work as a FedAvg run of the same config: the clients of each round from
 `strategies.sample_clients`, each client's indices from `fedpfn.core.cache.client_indices`, the
 initial model from `initial_model`, the batch order from the client's seeded DATA_ORDER
-stream, `make_optimizer` + `train_local`, FedAvg weighted by examples, and the evaluation
+stream, a textbook torch.optim loop, FedAvg weighted by examples, and the evaluation
 of the global model the server does every round. What is left out is exactly what the
 simulator adds: Flower's messages, Ray's actors and the run folder.
 """
@@ -51,18 +51,27 @@ def _sync(device: torch.device) -> None:
 
 
 def train_client(cfg: RunConfig, state: State, server_round: int, pid: int, device: torch.device) -> State:
-    """One client's local round from the global `state`, as `clients.base.local_round` trains."""
+    """One client's local round from the global `state`: a textbook PyTorch loop (module,
+    loss.backward(), torch.optim) over the client's batches in the simulator's order."""
     from fedpfn.core.cache import client_indices, dataset_on, model_skeleton
     from fedpfn.core.seeding import Stream, torch_generator
-    from fedpfn.core.training import make_optimizer, minibatches, train_local
+    from fedpfn.core.training import minibatches
 
     data = dataset_on(cfg, device)
     model = model_skeleton(cfg, device)
     model.load_state_dict(state)
-    optimizer = make_optimizer(model, cfg.optimizer, cfg.lr_at(server_round), cfg.momentum, cfg.weight_decay)
+    model.train()
+    lr = cfg.lr_at(server_round)
+    if cfg.optimizer == "adam":
+        optimizer: torch.optim.Optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=cfg.weight_decay)
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     order = torch_generator(cfg.seed, Stream.DATA_ORDER, server_round, pid)
-    batches = minibatches(client_indices(cfg)[pid], cfg.batch_size, cfg.local_epochs, order)
-    train_local(model, data.train_x, data.train_y, batches, optimizer)
+    for batch in minibatches(client_indices(cfg)[pid], cfg.batch_size, cfg.local_epochs, order):
+        batch = batch.to(data.train_x.device)
+        optimizer.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(data.train_x[batch]), data.train_y[batch]).backward()
+        optimizer.step()
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 

@@ -34,7 +34,9 @@ from flwr.serverapp import Grid, ServerApp
 from traced_app import TRACE_ENV, read_traces, traced_client_app
 
 from fedpfn.core.config import RunConfig
-from fedpfn.runtime.runfolder import CLIENTS, RunFolder
+from fedpfn.runtime.algorithms import validated
+from fedpfn.core.files import CLIENTS
+from fedpfn.runtime.runfolder import RunFolder
 from fedpfn.runtime.server import ServerLoop
 from fedpfn.runtime.transport import NodeDirectory
 
@@ -47,7 +49,7 @@ def bench_config(**overrides: Any) -> RunConfig:
     atexit.register(shutil.rmtree, out, ignore_errors=True)  # run folders are not kept
     overrides.setdefault("out", out)
     overrides.setdefault("overwrite", True)
-    return RunConfig(**overrides).validated()
+    return validated(RunConfig(**overrides))
 
 
 # --- the moments the run's records lack --------------------------------------------------
@@ -275,7 +277,8 @@ def timed_simulation(cfg: RunConfig, trace: bool = True, chunk: int = 0) -> SimT
     """
     from fedpfn.runtime.app import client_app
     from fedpfn.runtime.flower import run_simulation
-    from fedpfn.runtime.simulation import backend_config, check_runnable, quiet_flower
+    from fedpfn.runtime.engines.ray import backend_config
+    from fedpfn.runtime.simulation import check_runnable, quiet_flower
 
     clock, start = Clock(), time.time()
     check_runnable(cfg)

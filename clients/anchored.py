@@ -1,45 +1,116 @@
 """FedPFN and FedPNU on the client: the rule underneath trains with fixed neuron anchors.
 
-Either part sits after any client rule (FedAvg, FedProx, SCAFFOLD, FedDyn, MOON): it
-rebuilds the round's mask from the seed the server sends, takes the received global weights
-as anchor values, marks them frozen for the rule, and restores them after every optimizer
-step. FedPNU also packs every array of the reply down to the entries that trained, since
-the server knows the rest already (strategies/anchored.py unpacks them).
+Either method sits after any client rule (FedAvg, FedProx, SCAFFOLD, FedDyn, MOON, FedNova):
+it rebuilds the round's mask from the seed the server sends (ANCHOR_SEED), takes the
+received global weights as anchor values, marks them frozen for the rule, and puts them
+back after every optimizer step. FedPNU (partial neuron update) also leaves the anchored
+entries out of every array of its reply (`partial_upload`), since the server knows them
+already; strategies/anchored.py reads this module's declarations to send the seed and to
+unpack the replies.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
 from flwr.app import RecordDict
 from torch import nn
 
-from clients.base import ClientPart
-from fedpfn.core.anchors import AnchorFreeze, AnchorParams, as_numpy
-from fedpfn.core.protocol import ANCHOR_SEED, CONFIG, pack_reply, round_mask
+from clients.base import Arrays, ClientRule, RoundInfo
+from fedpfn.core.anchors import GRANULARITIES, AnchorMask, as_numpy, draw_mask
+from fedpfn.core.protocol import CONFIG, to_array_record, to_numpy
+from fedpfn.core.settings import between, one_of, setting
+from fedpfn.core.training import Tensors, freeze
+
+ANCHOR_SEED = "anchor-seed"  # CONFIG entry, server -> client: the seed of the round's mask
+SCHEDULES = ("round", "fixed")
+SERVER_STEPS = ("keep", "reset")
 
 
-class FedPFN(ClientPart):
+@dataclass(frozen=True)
+class AnchorParams:
+    """The settings of FedPFN and FedPNU, shared by their client and server sides."""
+
+    anchor_ratio: float = setting(0.4, "fraction of entries fixed as anchors", between(0, 1, high_open=True))
+    anchor_granularity: str | None = setting(
+        None, "weight or neuron (default: weight for fedpfn, neuron for fedpnu)", one_of(GRANULARITIES)
+    )
+    anchor_schedule: str = setting(
+        "round", "round: a new mask every round; fixed: one mask, the initial weights, all run", one_of(SCHEDULES)
+    )
+    anchor_classifier: bool = setting(True, "anchor the classifier layer too")
+    anchor_norm: bool = setting(True, "anchor norm-layer scales and shifts too")
+    anchor_server_step: str = setting(
+        "keep",
+        "round schedule under a server optimizer: keep its own step on anchored entries, "
+        "or reset them to their anchor values",
+        one_of(SERVER_STEPS),
+    )
+
+
+def round_mask(model: nn.Module, params: AnchorParams, seed: int) -> AnchorMask:
+    """The anchors of one mask seed: the same on every client and on the server."""
+    if params.anchor_granularity is None:
+        raise ValueError("anchor_granularity is unresolved; build the config with load_config")
+    return draw_mask(
+        model,
+        params.anchor_ratio,
+        seed,
+        params.anchor_granularity,
+        include_classifier=params.anchor_classifier,
+        include_norm=params.anchor_norm,
+    )
+
+
+def pack(arrays: Arrays, left_out: Arrays) -> Arrays:
+    """Only the entries that are sent, flattened; the receiver knows `left_out` from the seed."""
+    return {name: value[~left_out[name]] if name in left_out else value for name, value in arrays.items()}
+
+
+def unpack(packed: Arrays, left_out: Arrays, reference: Arrays | None) -> Arrays:
+    """Full arrays from `pack` output; entries not sent come from `reference` (None: zeros)."""
+    full = {}
+    for name, value in packed.items():
+        if name not in left_out:
+            full[name] = value
+            continue
+        whole = reference[name].copy() if reference is not None else np.zeros(left_out[name].shape, dtype=value.dtype)
+        whole[~left_out[name]] = value
+        full[name] = whole
+    return full
+
+
+def pack_reply(content: RecordDict, left_out: Arrays) -> None:
+    """Pack every ArrayRecord of a reply in place (FedPNU's partial upload)."""
+    for key, record in list(content.array_records.items()):
+        content[key] = to_array_record(pack(to_numpy(record), left_out))
+
+
+class FedPFNClient(ClientRule):
     """Partially fixed neurons: weight-level anchors by default, full upload."""
 
     name = "fedpfn"
     Params = AnchorParams
-    default_granularity = "weight"
-    partial_upload = False
+    default_granularity: ClassVar[str] = "weight"
+    partial_upload: ClassVar[bool] = False  # replies leave the anchored entries out
 
-    def begin_round(self, model: nn.Module, content: RecordDict) -> None:
-        seed = int(content.config_records[CONFIG][ANCHOR_SEED])
-        self.mask = round_mask(model, self.params, seed)
-        self.freeze = AnchorFreeze(model, self.mask)
-        self.ctx.frozen.update(self.mask)
+    def __init__(self, info: RoundInfo) -> None:
+        super().__init__(info)
+        seed = int(info.content.config_records[CONFIG][ANCHOR_SEED])
+        self.mask = round_mask(info.model, self.params, seed)
+        self.on_device = {name: m.to(info.start[name].device) for name, m in self.mask.items()}
+        info.frozen.update(self.on_device)
 
-    def after_step(self, model: nn.Module) -> None:
-        self.freeze.restore()
+    def after_step(self, params: Tensors, own: Tensors) -> Tensors:
+        return freeze(params, self.info.start, self.on_device)
 
-    def finish_reply(self, reply: RecordDict) -> None:
-        if self.partial_upload:
-            pack_reply(reply, as_numpy(self.mask))
+    def upload_mask(self) -> Arrays | None:
+        return as_numpy(self.mask) if self.partial_upload else None
 
 
-class FedPNU(FedPFN):
+class FedPNUClient(FedPFNClient):
     """Partial neuron update: neuron-level anchors by default, only trained entries uploaded."""
 
     name = "fedpnu"

@@ -1,31 +1,41 @@
-"""FedAvg's client rule, the base every client part extends, and one local round.
+"""FedAvg's client rule, the base every client rule and anchor method extends.
 
-A client is a list of parts: its client rule (FedAvg's local SGD, or a small subclass) and,
-optionally, an anchor method; `fedpfn.runtime.algorithms` states the composition rule. A part
-changes behaviour only through hooks: `begin_round`, the training loop's `loss_term`,
-`after_backward` and `after_step`, `end_round` and `finish_reply`. Everything a part may
-read about the round is in its `RoundContext`.
+A client is its client rule (FedAvg's local SGD, or a small subclass) followed, optionally,
+by an anchor method (fedpfn.runtime.algorithms states the composition rule). A rule changes
+local training only through hooks, each a function of one client's tensors, so that the
+sequential ClientApp calls it on one client and the batched engine on a stack of clients
+under `torch.func.vmap` (clients/program.py runs both):
+
+    __init__(round)        once per round, from the message the round's clients share
+    inputs(client)         this client's tensors for the round (its state): stacked in a cohort
+    loss_term(view, own)   added to every step's cross-entropy (FedProx, FedDyn, MOON)
+    correct(grads, ...)    changes every step's gradient (SCAFFOLD)
+    after_step(params)     after every optimizer step (the anchor freeze)
+    finish(trained, own)   after the last step: tensors to keep or send (SCAFFOLD's c_i)
+    upload(trained, own)   the parameters the reply carries (FedNova's normalised update)
+    keep / reply / metrics on the host: state saved, records and metrics added to the reply
+
+`own` is this client's `inputs`, everything else on `self` is shared by the round's clients.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
 import torch
-from flwr.app import ArrayRecord, MetricRecord, RecordDict
+from flwr.app import RecordDict
 from torch import nn
 
-from clients.state import ClientState
-from fedpfn.core import protocol
-from fedpfn.core.seeding import Stream, torch_generator
-from fedpfn.core.training import CompositeHooks, NoHooks, evaluate, make_optimizer, minibatches, train_local
-from fedpfn.core.cache import ClientData, client_data, model_skeleton
+from fedpfn.core.training import OPTIMIZERS, StepView, Tensors
 
 if TYPE_CHECKING:
+    from clients.state import ClientState
+    from fedpfn.core.cache import ClientData
     from fedpfn.core.config import RunConfig
+
+Arrays = dict[str, np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -34,114 +44,121 @@ class NoParams:
 
 
 @dataclass
-class RoundContext:
-    """What a client part may read in one round."""
+class RoundInfo:
+    """What every client of one round shares, decoded once from the round's message."""
 
     cfg: RunConfig
-    partition_id: int
     server_round: int
     lr: float
-    device: torch.device
-    state: ClientState  # records kept across this client's rounds
-    global_params: dict[str, torch.Tensor]  # the parameters as received
+    model: nn.Module  # the architecture on the device (its own weights are never used)
+    start: Tensors  # the parameters as received
+    start_buffers: Tensors  # the buffers as received
+    content: RecordDict  # the message: server parts' records and config entries
     # entries that do not train this round (an anchor method fills it); a rule that keeps
     # per-entry statistics leaves them unchanged there
-    frozen: dict[str, torch.Tensor] = field(default_factory=dict)
+    frozen: Tensors = field(default_factory=dict)
 
 
-class ClientPart(NoHooks):
-    """A client rule or an anchor method: a name, its hyperparameters and hooks (all empty here)."""
+@dataclass
+class ClientRound:
+    """One client in one round, on the host."""
+
+    partition_id: int
+    data: ClientData
+    state: ClientState  # records kept across this client's rounds
+    batches: list[torch.Tensor]  # its minibatches, as indices into data.x
+
+    @property
+    def steps(self) -> int:
+        return len(self.batches)
+
+
+@dataclass(frozen=True)
+class Trained:
+    """One client after its last step (its model as trained, before `upload`)."""
+
+    params: Tensors
+    buffers: Tensors
+
+
+class ClientRule:
+    """A client rule or an anchor method: a name, its hyperparameters and hooks (all neutral here)."""
 
     name: ClassVar[str]
     Params: ClassVar[type] = NoParams
-    optimizers: ClassVar[tuple[str, ...]] = ("sgd", "adam")  # local optimizers it is defined for
+    optimizers: ClassVar[tuple[str, ...]] = OPTIMIZERS  # local optimizers it is defined for
     state_keys: ClassVar[tuple[str, ...]] = ()  # records it keeps across rounds (ClientState)
 
-    def __init__(self, ctx: RoundContext) -> None:
-        self.ctx = ctx
-        self.params: Any = ctx.cfg.params(self.Params)
+    def __init__(self, info: RoundInfo) -> None:
+        self.info = info
+        self.params: Any = info.cfg.params(self.Params)
 
-    def begin_round(self, model: nn.Module, content: RecordDict) -> None:
-        """After the global weights are loaded, before the first step; `content` is the message."""
+    # --- per client, on the host ------------------------------------------------------------
 
-    def end_round(self, model: nn.Module, steps: int) -> None:
-        """After the last step, before the reply is built."""
+    def inputs(self, client: ClientRound) -> Tensors:
+        """This client's tensors for the round, on the device (its state, its step count)."""
+        return {}
 
-    def finish_reply(self, reply: RecordDict) -> None:
-        """Add records to the reply, or rewrite them (FedPNU packs what was sent)."""
+    # --- per client, as functions of tensors (vmapped in a cohort) ---------------------------
+
+    def loss_term(self, view: StepView, own: Tensors) -> torch.Tensor | None:
+        return None
+
+    def correct(self, grads: Tensors, view: StepView, own: Tensors) -> Tensors:
+        return grads
+
+    def after_step(self, params: Tensors, own: Tensors) -> Tensors:
+        return params
+
+    def finish(self, trained: Trained, own: Tensors) -> Tensors:
+        """Tensors this client keeps or sends, by name (`keep` and `reply` read them)."""
+        return {}
+
+    def upload(self, params: Tensors, own: Tensors) -> Tensors:
+        """The parameters this client's reply carries (the trained ones unless a rule says otherwise)."""
+        return params
+
+    # --- per client, on the host, after training ---------------------------------------------
+
+    def keep(self, client: ClientRound, sent: Arrays, outputs: Arrays) -> None:
+        """Save this client's state for its next round (`sent`: the model its reply carries)."""
+
+    def reply(self, outputs: Arrays) -> dict[str, Arrays]:
+        """Records added to this client's reply, by record name."""
+        return {}
+
+    def metrics(self, outputs: Arrays) -> dict[str, float]:
+        """Entries added to this client's reply metrics."""
+        return {}
+
+    def upload_mask(self) -> Arrays | None:
+        """Entries every reply leaves out (True), known to the server from the round's message."""
+        return None
 
 
-class FedAvgClient(ClientPart):
+class FedAvgClient(ClientRule):
     """FedAvg's rule: local SGD from the received model, the whole trained model sent back."""
 
     name = "fedavg"
 
 
-def local_round(
-    parts: list[type[ClientPart]],
-    cfg: RunConfig,
-    partition_id: int,
-    context_state: RecordDict,
-    device: torch.device,
-    content: RecordDict,
-    *,
-    data: ClientData | None = None,
-    state_root: Path | None = None,
-) -> RecordDict:
-    """One round of local training from a train message; returns the reply's content.
-
-    `data`: the client's examples when its node holds its own copy (else taken from the
-    whole dataset); `state_root`: where its state lives when not in the run folder.
-    """
-    started = time.perf_counter()
-    config = content.config_records[protocol.CONFIG]
-    server_round = int(config[protocol.SERVER_ROUND])
-    data = data if data is not None else client_data(cfg, partition_id, device)
-    model = model_skeleton(cfg, device, data)
-    model.load_state_dict(content.array_records[protocol.ARRAYS].to_torch_state_dict())
-    named = config.get(protocol.ACCEPTED_ROUND)  # None in a hand-made message: stateful parts refuse it
-    accepted = None if named is None else int(named)
-    state = ClientState.of(cfg, partition_id, context_state, accepted, state_root)
-    ctx = RoundContext(
-        cfg=cfg,
-        partition_id=partition_id,
-        server_round=server_round,
-        lr=float(config[protocol.LR]),
-        device=device,
-        state=state,
-        global_params={n: p.detach().clone() for n, p in model.named_parameters()},
-    )
-    before = local_accuracy(model, data)  # the global model as received
-    hooks = CompositeHooks([cls(ctx) for cls in parts])
-    for part in hooks.parts:
-        part.begin_round(model, content)
-    optimizer = make_optimizer(model, cfg.optimizer, ctx.lr, cfg.momentum, cfg.weight_decay)
-    generator = torch_generator(cfg.seed, Stream.DATA_ORDER, server_round, partition_id)
-    batches = minibatches(data.train, cfg.batch_size, cfg.local_epochs, generator)
-    result = train_local(model, data.x, data.y, batches, optimizer, hooks)
-    for part in hooks.parts:
-        part.end_round(model, result.steps)
-    metrics = MetricRecord(
-        {
-            protocol.TRAIN_LOSS: result.loss,
-            protocol.TRAIN_ACCURACY: result.accuracy,
-            protocol.NUM_EXAMPLES: len(data.train),
-            protocol.PARTITION_ID: partition_id,
-            protocol.TRAIN_SECONDS: time.perf_counter() - started,
-        }
-    )
-    if before is not None:
-        metrics[protocol.LOCAL_ACC_BEFORE] = before
-        metrics[protocol.LOCAL_ACC_AFTER] = local_accuracy(model, data)
-    reply = RecordDict({protocol.ARRAYS: ArrayRecord(model.state_dict()), protocol.METRICS: metrics})
-    for part in hooks.parts:
-        part.finish_reply(reply)
-    return reply
+def prefixed(prefix: str, tensors: Tensors) -> Tensors:
+    """`tensors` with their names under `prefix.`: one rule's several per-parameter outputs apart."""
+    return {f"{prefix}.{name}": value for name, value in tensors.items()}
 
 
-def local_accuracy(model: nn.Module, data: ClientData) -> float | None:
-    """Accuracy on the client's local test split (`--local-test-fraction`); None without one."""
-    if len(data.local_test) == 0:
-        return None
-    held = data.local_test.to(data.x.device)
-    return evaluate(model, data.x[held], data.y[held])[1]
+def unprefixed(prefix: str, values: dict[str, Any]) -> dict[str, Any]:
+    """The entries of `values` under `prefix.`, without it."""
+    head = prefix + "."
+    return {name[len(head) :]: value for name, value in values.items() if name.startswith(head)}
+
+
+def tensors_of(arrays: Arrays | None, like: Tensors) -> Tensors:
+    """Tensors with `like`'s names, dtypes and device, from saved arrays; zeros where none is saved."""
+    arrays = arrays or {}
+    return {
+        name: torch.from_numpy(np.asarray(arrays[name])).to(device=ref.device, dtype=ref.dtype)
+        if name in arrays
+        else torch.zeros_like(ref)
+        for name, ref in like.items()
+    }

@@ -20,14 +20,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
-from flwr.app import RecordDict
-from torch import nn
 
-from clients.base import ClientPart
+from clients.base import Arrays, ClientRound, ClientRule, Trained, prefixed, tensors_of, unprefixed
 from fedpfn.core.protocol import to_array_record, to_numpy
 from fedpfn.core.settings import above, setting
+from fedpfn.core.training import StepView, Tensors
 
 GRAD = "feddyn-grad"  # the client's ∇L_k(previous local model), kept across rounds
 
@@ -37,34 +35,26 @@ class FedDynParams:
     feddyn_alpha: float = setting(0.01, "FedDyn regularisation coefficient alpha", above(0))
 
 
-class FedDynClient(ClientPart):
+class FedDynClient(ClientRule):
     name = "feddyn"
     Params = FedDynParams
     state_keys = (GRAD,)
 
-    def begin_round(self, model: nn.Module, content: RecordDict) -> None:
-        stored = self.ctx.state.load(GRAD)
-        arrays = to_numpy(stored) if stored is not None else {}
-        self.dyn_grad = {
-            name: torch.from_numpy(np.array(arrays[name], dtype=np.float32)).to(p.device)
-            if name in arrays
-            else torch.zeros_like(p)
-            for name, p in model.named_parameters()
-        }
+    def inputs(self, client: ClientRound) -> Tensors:
+        stored = client.state.load(GRAD)
+        return prefixed(GRAD, tensors_of(to_numpy(stored) if stored is not None else None, self.info.start))
 
-    def loss_term(self, model: nn.Module, inputs: torch.Tensor) -> torch.Tensor | None:
-        alpha, start = self.params.feddyn_alpha, self.ctx.global_params
+    def loss_term(self, view: StepView, own: Tensors) -> torch.Tensor | None:
+        alpha, start, dyn_grad = self.params.feddyn_alpha, self.info.start, unprefixed(GRAD, own)
         linear = quadratic = 0.0
-        for name, p in model.named_parameters():
-            linear = linear + (self.dyn_grad[name] * p).sum()
+        for name, p in view.params.items():
+            linear = linear + (dyn_grad[name] * p).sum()
             quadratic = quadratic + (p - start[name]).pow(2).sum()
         return -linear + 0.5 * alpha * quadratic
 
-    def end_round(self, model: nn.Module, steps: int) -> None:
-        alpha, start = self.params.feddyn_alpha, self.ctx.global_params
-        with torch.no_grad():
-            new = {
-                name: (self.dyn_grad[name] - alpha * (p - start[name])).cpu().numpy()
-                for name, p in model.named_parameters()
-            }
-        self.ctx.state.save(GRAD, to_array_record(new), self.ctx.server_round)
+    def finish(self, trained: Trained, own: Tensors) -> Tensors:
+        alpha, start, dyn_grad = self.params.feddyn_alpha, self.info.start, unprefixed(GRAD, own)
+        return prefixed(GRAD, {name: dyn_grad[name] - alpha * (p - start[name]) for name, p in trained.params.items()})
+
+    def keep(self, client: ClientRound, sent: Arrays, outputs: Arrays) -> None:
+        client.state.save(GRAD, to_array_record(unprefixed(GRAD, outputs)), self.info.server_round)

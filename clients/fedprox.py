@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
-from clients.base import ClientPart
+from clients.base import ClientRule
 from fedpfn.core.settings import at_least, setting
+from fedpfn.core.training import StepView, Tensors
 
 
 @dataclass(frozen=True)
@@ -16,16 +16,16 @@ class FedProxParams:
     prox_mu: float = setting(0.01, "FedProx proximal coefficient mu", at_least(0))
 
 
-class FedProxClient(ClientPart):
+class FedProxClient(ClientRule):
     """FedAvg's loop with the proximal term added to every step's loss."""
 
     name = "fedprox"
     Params = FedProxParams
 
-    def loss_term(self, model: nn.Module, inputs: torch.Tensor) -> torch.Tensor | None:
+    def loss_term(self, view: StepView, own: Tensors) -> torch.Tensor | None:
         mu = self.params.prox_mu
         if mu == 0:
             return None
-        start = self.ctx.global_params
-        prox = sum((p - start[name]).pow(2).sum() for name, p in model.named_parameters())
+        start = self.info.start
+        prox = sum((p - start[name]).pow(2).sum() for name, p in view.params.items())
         return 0.5 * mu * prox

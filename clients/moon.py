@@ -14,16 +14,15 @@ The previous model is the client's state across rounds; the server side is plain
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from flwr.app import ArrayRecord, RecordDict
-from torch import nn
 
-from clients.base import ClientPart
+from clients.base import Arrays, ClientRound, ClientRule, prefixed, tensors_of, unprefixed
+from fedpfn.core.protocol import to_array_record, to_numpy
 from fedpfn.core.settings import above, at_least, setting
+from fedpfn.core.training import StepView, Tensors, target_features
 
 PREVIOUS = "moon-previous"  # this client's model after its previous round
 
@@ -34,57 +33,35 @@ class MoonParams:
     moon_temperature: float = setting(0.5, "MOON temperature tau", above(0))
 
 
-class Representation:
-    """Catches the input of a model's classifier: the representation MOON contrasts."""
-
-    def __init__(self, model: nn.Module) -> None:
-        self.value: torch.Tensor | None = None
-        self.handle = model.classifier.register_forward_pre_hook(self._catch)
-
-    def _catch(self, module: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
-        self.value = args[0].flatten(1)
-
-
 def contrastive_loss(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor, tau: float) -> torch.Tensor:
     """l_con of the paper, averaged over the batch."""
     logits = torch.stack([F.cosine_similarity(z, z_glob, dim=1), F.cosine_similarity(z, z_prev, dim=1)], 1) / tau
     return F.cross_entropy(logits, torch.zeros(len(z), dtype=torch.long, device=z.device))
 
 
-class MoonClient(ClientPart):
+class MoonClient(ClientRule):
     name = "moon"
     Params = MoonParams
     state_keys = (PREVIOUS,)
 
-    def begin_round(self, model: nn.Module, content: RecordDict) -> None:
-        self.global_model = self._frozen_copy(model, None)
-        self.previous_model = self._frozen_copy(model, self.ctx.state.load(PREVIOUS))
-        self.z = Representation(model)
+    def inputs(self, client: ClientRound) -> Tensors:
+        stored = client.state.load(PREVIOUS)
+        if stored is None:  # the client's first round: the global model
+            return {**prefixed("params", self.info.start), **prefixed("buffers", self.info.start_buffers)}
+        saved = to_numpy(stored)
+        return {
+            **prefixed("params", tensors_of(saved, self.info.start)),
+            **prefixed("buffers", tensors_of(saved, self.info.start_buffers)),
+        }
 
-    @staticmethod
-    def _frozen_copy(model: nn.Module, weights: ArrayRecord | None) -> nn.Module:
-        twin = copy.deepcopy(model)
-        if weights is not None:
-            twin.load_state_dict(weights.to_torch_state_dict())
-        twin.eval().requires_grad_(False)
-        return twin
-
-    @torch.no_grad()
-    def _target(self, model: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
-        catch = Representation(model)
-        model(inputs)
-        catch.handle.remove()
-        assert catch.value is not None
-        return catch.value
-
-    def loss_term(self, model: nn.Module, inputs: torch.Tensor) -> torch.Tensor | None:
+    def loss_term(self, view: StepView, own: Tensors) -> torch.Tensor | None:
         mu = self.params.moon_mu
-        if mu == 0 or self.z.value is None:
+        if mu == 0:
             return None
-        z_glob = self._target(self.global_model, inputs)
-        z_prev = self._target(self.previous_model, inputs)
-        return mu * contrastive_loss(self.z.value, z_glob, z_prev, self.params.moon_temperature)
+        info = self.info
+        z_glob = target_features(view.model, info.start, info.start_buffers, view.inputs)
+        z_prev = target_features(view.model, unprefixed("params", own), unprefixed("buffers", own), view.inputs)
+        return mu * contrastive_loss(view.features, z_glob, z_prev, self.params.moon_temperature)
 
-    def end_round(self, model: nn.Module, steps: int) -> None:
-        self.z.handle.remove()
-        self.ctx.state.save(PREVIOUS, ArrayRecord(model.state_dict()), self.ctx.server_round)
+    def keep(self, client: ClientRound, sent: Arrays, outputs: Arrays) -> None:
+        client.state.save(PREVIOUS, to_array_record(sent), self.info.server_round)

@@ -7,90 +7,73 @@ corrected by (c − c_i); after K steps at learning rate lr the client sets
     c_i⁺ = c_i − c + (x − y_i) / (K·lr)
 
 and sends Δc_i = c_i⁺ − c_i back (record SCAFFOLD_DELTA) for the server's c
-(strategies/scaffold.py).
+(strategies/scaffold.py, which reads both record names from here).
 
 The paper's local optimizer is plain SGD. With SGD momentum beta (0.9 by default here)
 K steps move the weights about 1/(1 − beta) times further, so K is replaced by the
-momentum-equivalent step count K_eff (see `effective_steps`; K_eff = K when beta = 0);
-with K itself the control variates come out ~10x too large and training diverges within
-three rounds (measured: MLP on Fashion-MNIST, accuracy 0.66 -> 0.20 -> 0.10). Adam's steps
-have no such equivalent, so SCAFFOLD is defined for SGD only.
+momentum-equivalent step count K_eff (`fedpfn.core.training.effective_steps`; K_eff = K
+when beta = 0); with K itself the control variates come out ~10x too large and training
+diverges within three rounds (measured: MLP on Fashion-MNIST, accuracy 0.66 -> 0.20 -> 0.10).
+Adam's steps have no such equivalent, so SCAFFOLD is defined for SGD only.
 
-An entry that did not train this round (`RoundContext.frozen`) keeps its c_i (Δc_i = 0
+An entry that did not train this round (`RoundInfo.frozen`) keeps its c_i (Δc_i = 0
 there): the literal rule would set c_i − c, shrinking the server's c on every such entry.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import torch
-from flwr.app import ArrayRecord, RecordDict
-from torch import nn
 
-from clients.base import ClientPart
-from fedpfn.core.protocol import SCAFFOLD_C, SCAFFOLD_DELTA, to_array_record, to_numpy
+from clients.base import Arrays, ClientRound, ClientRule, RoundInfo, Trained, prefixed, tensors_of, unprefixed
+from fedpfn.core.protocol import to_array_record, to_numpy
+from fedpfn.core.training import StepView, Tensors, effective_steps
 
+SCAFFOLD_C = "scaffold-c"  # server -> client: the server's control variate c
+SCAFFOLD_DELTA = "scaffold-delta"  # client -> server: the change of the client's c_i
 CLIENT_C = "scaffold-ci"  # the client's own c_i, kept across rounds
 
 
-class ScaffoldClient(ClientPart):
+class ScaffoldClient(ClientRule):
     name = "scaffold"
     optimizers = ("sgd",)
     state_keys = (CLIENT_C,)
 
-    def begin_round(self, model: nn.Module, content: RecordDict) -> None:
-        self.c_global = _tensors(content.array_records.get(SCAFFOLD_C), model)
-        self.c_local = _tensors(self.ctx.state.load(CLIENT_C), model)
-        # the gradient correction is the same at every step: compute it once
-        self.correction = {name: self.c_global[name] - self.c_local[name] for name in self.c_global}
-        self.delta: dict[str, np.ndarray] | None = None
+    def __init__(self, info: RoundInfo) -> None:
+        super().__init__(info)
+        sent = info.content.array_records.get(SCAFFOLD_C)
+        self.c_global = tensors_of(to_numpy(sent) if sent is not None else None, info.start)
 
-    def after_backward(self, model: nn.Module) -> None:
-        for name, p in model.named_parameters():
-            if p.grad is None:
-                p.grad = self.correction[name].clone()
-            else:
-                p.grad.add_(self.correction[name])
+    def inputs(self, client: ClientRound) -> Tensors:
+        stored = client.state.load(CLIENT_C)
+        c_local = tensors_of(to_numpy(stored) if stored is not None else None, self.info.start)
+        # the gradient correction is the same at every step: computed once
+        correction = {name: self.c_global[name] - c_local[name] for name in c_local}
+        scale = effective_steps(client.steps, self.info.cfg.momentum) * self.info.lr
+        like = next(iter(c_local.values()))
+        return {
+            **prefixed("c_local", c_local),
+            **prefixed("correction", correction),
+            "scale": torch.tensor(scale, dtype=like.dtype, device=like.device),
+        }
 
-    def end_round(self, model: nn.Module, steps: int) -> None:
-        scale = effective_steps(steps, self.ctx.cfg.momentum) * self.ctx.lr
-        start, frozen = self.ctx.global_params, self.ctx.frozen
+    def correct(self, grads: Tensors, view: StepView, own: Tensors) -> Tensors:
+        correction = unprefixed("correction", own)
+        return {name: g.add(correction[name]) for name, g in grads.items()}
+
+    def finish(self, trained: Trained, own: Tensors) -> Tensors:
+        start, frozen, c_local = self.info.start, self.info.frozen, unprefixed("c_local", own)
         new_local, delta = {}, {}
-        with torch.no_grad():
-            for name, y in model.named_parameters():
-                c_i = self.c_local[name]
-                c_plus = c_i - self.c_global[name] + (start[name] - y) / scale if steps > 0 else c_i.clone()
-                if name in frozen:
-                    c_plus = torch.where(frozen[name].to(c_plus.device), c_i, c_plus)
-                new_local[name] = c_plus.cpu().numpy()
-                delta[name] = (c_plus - c_i).cpu().numpy()
-        self.ctx.state.save(CLIENT_C, to_array_record(new_local), self.ctx.server_round)
-        self.delta = delta
+        for name, y in trained.params.items():
+            c_i = c_local[name]
+            c_plus = c_i - self.c_global[name] + (start[name] - y) / own["scale"]
+            if name in frozen:
+                c_plus = torch.where(frozen[name], c_i, c_plus)
+            new_local[name] = c_plus
+            delta[name] = c_plus - c_i
+        return {**prefixed(CLIENT_C, new_local), **prefixed(SCAFFOLD_DELTA, delta)}
 
-    def finish_reply(self, reply: RecordDict) -> None:
-        if self.delta is not None:
-            reply[SCAFFOLD_DELTA] = to_array_record(self.delta)
+    def keep(self, client: ClientRound, sent: Arrays, outputs: Arrays) -> None:
+        client.state.save(CLIENT_C, to_array_record(unprefixed(CLIENT_C, outputs)), self.info.server_round)
 
-
-def effective_steps(steps: int, beta: float) -> float:
-    """K, or with SGD momentum beta the steps a displacement of K steps is worth.
-
-    From a zero momentum buffer, K steps under a constant gradient g move the weights by
-    lr·g·Σ_{k=1..K} (1 − beta^k)/(1 − beta); dividing by that sum makes
-    (x − y)/(K_eff·lr) the mean corrected gradient, as the paper's plain-SGD rule does.
-    """
-    if beta == 0:
-        return float(steps)
-    return (steps - beta * (1 - beta**steps) / (1 - beta)) / (1 - beta)
-
-
-def _tensors(record: ArrayRecord | None, model: nn.Module) -> dict[str, torch.Tensor]:
-    """float32 tensors on the model's device, one per parameter; zeros where absent."""
-    arrays = to_numpy(record) if record is not None else {}
-    out = {}
-    for name, p in model.named_parameters():
-        if name in arrays:
-            out[name] = torch.from_numpy(np.array(arrays[name], dtype=np.float32)).to(p.device)
-        else:
-            out[name] = torch.zeros_like(p, dtype=torch.float32)
-    return out
+    def reply(self, outputs: Arrays) -> dict[str, Arrays]:
+        return {SCAFFOLD_DELTA: unprefixed(SCAFFOLD_DELTA, outputs)}

@@ -12,7 +12,8 @@ resumed after `kill -9` starts with empty contexts. So each client also writes i
 per round under `client_state/<partition>/<key>/r<round>.npz`, keeping the versions a
 resume may need (a resumed server's accepted rounds are those of its checkpoint). A
 deployed node keeps that folder on its own disk instead (node config `state-dir`,
-fedpfn.runtime.nodedata.state_root): the run folder is on the SuperLink's host.
+fedpfn.runtime.nodedata.state_root): the run folder is on the SuperLink's host. The
+folder's name comes from fedpfn.core.files, which the run folder reads too.
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
+from fedpfn.core.files import CLIENT_STATE, atomic_write_bytes
 from fedpfn.core.protocol import ACCEPTED_ROUND, to_array_record, to_numpy
 
 if TYPE_CHECKING:
     from fedpfn.core.config import RunConfig
-from fedpfn.runtime.runfolder import CLIENT_STATE, atomic_write_bytes
 
 _ROUND_FILE = re.compile(r"r(\d+)\.npz$")
 SAVED_IN = "saved-in"  # context.state record: key -> the round its cached record is from

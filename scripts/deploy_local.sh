@@ -195,6 +195,7 @@ app, ours_line, extras = sys.argv[1], sys.argv[2], sys.argv[3:]
 sys.path.insert(0, app)
 try:
     from fedpfn.core.config import ConfigError, RunConfig
+    from fedpfn.runtime.algorithms import load_config
     fields = {f.name for f in dataclasses.fields(RunConfig)}
 except Exception:  # not fedpfn: leave the keys to the SuperLink
     fields = None
@@ -228,7 +229,7 @@ if not problems and fields is not None:  # the whole config, as the ServerApp wi
         values.update(tomllib.loads("\n".join(f"{k} = {v}" for k, v in pattern.findall(line))))
     try:
         from fedpfn.core.data import DEBIAN_FMNIST_DIR
-        cfg = RunConfig.from_dict(values).validated()
+        cfg = load_config(values)
         print(cfg.to_json())
         print(cfg.data_root or DEBIAN_FMNIST_DIR)
     except ConfigError as err:

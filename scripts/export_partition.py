@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from flwr.common.config import parse_config_args  # noqa: E402  (flwr run's own K=V parser)
 
 from fedpfn.core.config import ConfigError, RunConfig  # noqa: E402
+from fedpfn.runtime.algorithms import load_config  # noqa: E402
 from fedpfn.core.data import DataError  # noqa: E402
 from fedpfn.runtime.nodedata import PartitionDataError, write_partition  # noqa: E402
 from fedpfn.core.settings import read_toml  # noqa: E402
@@ -50,7 +51,7 @@ def run_config(config: Path | None, pairs: list[str]) -> RunConfig:
         values.update(parse_config_args(pairs))
     except Exception as err:  # click's exception for a malformed pair
         raise ConfigError(f"--run-config: {err}") from None
-    return RunConfig.from_dict(values).validated()
+    return load_config(values)
 
 
 def target(text: str) -> tuple[int, Path]:

@@ -19,6 +19,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from fedpfn.core.files import METRICS, SUMMARY  # noqa: E402
+
 COMMON = [
     "--dataset", "fmnist", "--model", "mlp", "--num-clients", "4", "--clients-per-round", "2",
     "--rounds", "3", "--partition", "dirichlet", "--alpha", "0.5", "--seed", "7",
@@ -43,7 +46,7 @@ REFERENCES = {
 def run_all(out: Path) -> None:
     for name, extra in REFERENCES.items():
         folder = out / name
-        if (folder / "summary.json").exists():
+        if (folder / SUMMARY).exists():
             continue
         cmd = [sys.executable, str(ROOT / "run_sim.py"), *COMMON, *extra, "--out", str(folder)]
         subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
@@ -52,7 +55,7 @@ def run_all(out: Path) -> None:
 def curves(out: Path) -> dict[str, list[tuple[float, float]]]:
     found = {}
     for name in REFERENCES:
-        rows = [json.loads(line) for line in (out / name / "metrics.jsonl").read_text().splitlines()]
+        rows = [json.loads(line) for line in (out / name / METRICS).read_text().splitlines()]
         found[name] = [(row["test_accuracy"], row["test_loss"]) for row in rows]
     return found
 

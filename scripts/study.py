@@ -21,6 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from fedpfn.core.files import CONFIG, METRICS, SUMMARY  # noqa: E402
+
 RUNS = ROOT / "runs" / "study"
 PYTHON = sys.executable
 
@@ -53,9 +56,9 @@ def compare(out: Path, algorithms: Sequence[str], *flags: str, seeds: str = SEED
 
 def run_once(out: Path, *flags: str) -> Path:
     """One run: skipped when finished, resumed when killed, started otherwise."""
-    if (out / "summary.json").exists():
+    if (out / SUMMARY).exists():
         return out
-    if (out / "config.json").exists():
+    if (out / CONFIG).exists():
         cmd = [PYTHON, "run_sim.py", "--resume", str(out)]
     else:
         cmd = [PYTHON, "run_sim.py", *SETTING, *flags, "--out", str(out)]
@@ -84,7 +87,7 @@ def grid() -> None:
 
 def _score(run: Path) -> float | None:
     """Mean validation accuracy of the last two evaluated rounds; None if the run diverged."""
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (run / METRICS).read_text().splitlines()]
     accs = [r["val_accuracy"] for r in rows if r.get("val_accuracy") is not None]
     score = sum(accs[-2:]) / len(accs[-2:])
     return None if score < 0.2 else score  # chance is 0.1: a collapsed run
@@ -94,7 +97,7 @@ def grid_scores() -> dict[str, dict]:
     """Every grid run's score, and the choice per (algorithm, alpha) and per server."""
     scores: dict[str, dict] = {}
     for run in sorted((RUNS / "grid").glob("a*/*/*-s*")):
-        if (run / "summary.json").exists():
+        if (run / SUMMARY).exists():
             scores[str(run.relative_to(RUNS / "grid"))] = {"score": _score(run)}
     return scores
 
@@ -111,7 +114,7 @@ def chosen_server_lr(server: str) -> str:
 
 def _score_of(relative: str) -> float | None:
     run = RUNS / "grid" / relative
-    if not (run / "summary.json").exists():
+    if not (run / SUMMARY).exists():
         raise SystemExit(f"study: the grid run {run} is missing; run `python scripts/study.py grid` first")
     return _score(run)
 

@@ -21,7 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT))
 
+from fedpfn.core.files import CONFIG, SUMMARY  # noqa: E402
 from study import ALGORITHMS, ALPHAS, LR_GRID, RATIOS, SERVER_ALPHA, SERVER_GRID, _score  # noqa: E402
 
 
@@ -47,14 +49,14 @@ def commits(result: dict) -> str:
     found = set()
     for run in run_folders(result):
         try:
-            found.add(json.loads((run / "config.json").read_text())["provenance"]["git"]["commit"][:7])
+            found.add(json.loads((run / CONFIG).read_text())["provenance"]["git"]["commit"][:7])
         except (OSError, KeyError, TypeError, ValueError):
             found.add("not recorded")
     return ", ".join(sorted(found))
 
 
 def wall_hours(result: dict) -> float:
-    seconds = sum(json.loads((run / "summary.json").read_text())["wall_seconds"] for run in run_folders(result))
+    seconds = sum(json.loads((run / SUMMARY).read_text())["wall_seconds"] for run in run_folders(result))
     return seconds / 3600
 
 
@@ -171,7 +173,7 @@ def finished(runs: Path, folders: list[str]) -> bool:
             return False
         settings = json.loads(config.read_text())
         for algorithm in settings["algorithms"]:
-            if not all((runs / folder / f"{algorithm}-s{s}" / "summary.json").is_file() for s in settings["seeds"]):
+            if not all((runs / folder / f"{algorithm}-s{s}" / SUMMARY).is_file() for s in settings["seeds"]):
                 return False
     return True
 
@@ -218,7 +220,7 @@ def ratio_arms(runs: Path) -> list[str]:
 
 def anchor_ratio(runs: Path, folder: str) -> float:
     """The anchor ratio of a FedPNU folder's runs (inf before its first run has started)."""
-    config = runs / folder / "fedpnu-s0" / "config.json"
+    config = runs / folder / "fedpnu-s0" / CONFIG
     return json.loads(config.read_text())["anchor_ratio"] if config.is_file() else float("inf")
 
 
@@ -271,7 +273,7 @@ def main() -> int:
     pending, body, answers, results = [], [], [], []
     grid_runs = [run for alpha in ALPHAS for lr in LR_GRID for run in
                  (runs / "grid" / f"a{alpha}" / f"lr{lr}" / f"{x}-s0" for x in ALGORITHMS)]
-    if all((run / "summary.json").is_file() for run in grid_runs):
+    if all((run / SUMMARY).is_file() for run in grid_runs):
         body += grid_section(runs)
     else:
         pending.append("- the learning-rate grid: `grid/`")

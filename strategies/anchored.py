@@ -20,26 +20,27 @@ from typing import Any
 
 import numpy as np
 from flwr.app import RecordDict
-from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
+from clients.anchored import ANCHOR_SEED, round_mask, unpack
 from fedpfn.core.anchors import anchored_fraction, as_numpy
-from fedpfn.core.protocol import ANCHOR_SEED, ARRAYS, NUM_EXAMPLES, Arrays, Mask, round_mask, to_numpy, unpack_reply
+from fedpfn.core.protocol import ARRAYS, Arrays, to_array_record, to_numpy
 from fedpfn.core.seeding import Stream, seed_for
 from strategies.parts import Scalar, ServerContext, ServerPart
+from strategies.totals import RoundTotals
 
 
 class AnchorServer(ServerPart):
     def __init__(self, ctx: ServerContext) -> None:
         super().__init__(ctx)
-        self.partial_upload = ctx.cfg.anchor_method == "fedpnu"
-        self._masks: dict[int, Mask] = {}
+        self.partial_upload: bool = ctx.client.partial_upload  # type: ignore[attr-defined]
+        self._masks: dict[int, Arrays] = {}
         self._fraction = float("nan")
 
     def seed_for(self, server_round: int) -> int:
         key = 0 if self.params.anchor_schedule == "fixed" else server_round
         return seed_for(self.ctx.cfg.seed, Stream.MASK, key)
 
-    def mask_for(self, server_round: int) -> Mask:
+    def mask_for(self, server_round: int) -> Arrays:
         if server_round not in self._masks:
             mask = round_mask(self.ctx.model, self.params, self.seed_for(server_round))
             self._masks = {server_round: as_numpy(mask)}  # one round at a time
@@ -49,16 +50,20 @@ class AnchorServer(ServerPart):
     def config_entries(self, server_round: int) -> dict[str, Scalar]:
         return {ANCHOR_SEED: self.seed_for(server_round)}
 
-    def absorb(self, server_round: int, replies: list[RecordDict], sent: Arrays) -> None:
-        if self.partial_upload:
-            mask = self.mask_for(server_round)
-            for content in replies:
-                unpack_reply(content, mask, sent)
+    def restore(self, server_round: int, replies: list[RecordDict], sent: Arrays) -> None:
+        """FedPNU's replies: the model from what was sent, update records with zeros."""
+        if not self.partial_upload:
+            return
+        mask = self.mask_for(server_round)
+        for content in replies:
+            for key, record in list(content.array_records.items()):
+                reference = sent if key == ARRAYS else None
+                content[key] = to_array_record(unpack(to_numpy(record), mask, reference))
 
-    def adjust(self, server_round: int, params: Arrays, sent: Arrays, replies: list[RecordDict]) -> Arrays:
+    def adjust(self, server_round: int, params: Arrays, sent: Arrays, totals: RoundTotals) -> Arrays:
         mask = self.mask_for(server_round)
         reset = self.params.anchor_schedule == "fixed" or self.params.anchor_server_step == "reset"
-        plain = {} if reset else to_numpy(aggregate_arrayrecords(replies, NUM_EXAMPLES))
+        plain = {} if reset else totals.param_mean
         out = dict(params)
         for name, anchored in mask.items():
             if reset:

@@ -12,12 +12,19 @@ or a user's own):
    actually sent, so its pseudo-gradient starts from the model the clients trained from,
    whatever the parts did to the previous aggregate.
 3. The replies it aggregates carry exactly one ArrayRecord (`arrays`, full-size) and one
-   MetricRecord with `num-examples`; the parts' own records are taken out first.
+   MetricRecord with `num-examples`; the parts' own records are taken out first. A strategy
+   that aggregates by the example-weighted mean alone (registered `mean_based`: FedAvg and
+   the FedOpt family, FedAvgM) may instead be given one reply that holds the round's mean
+   (`aggregate_totals`), which is what it would compute from the K replies.
 4. Its result is cast back to each parameter's dtype and shape as sent (0-d arrays and
    float32 included), then the parts adjust it.
 5. Its state is kept in checkpoints: its own `state()` / `load_state()` if it defines both;
-   for Flower's built-ins the attributes that carry state between rounds (FedAvgM's momentum,
-   FedOpt's moments); for any other class, its attributes that hold arrays or plain values.
+   for Flower's built-ins the attributes declared with their registration (FedAvgM's
+   momentum, FedOpt's moments); for any other class, its attributes that hold arrays or
+   plain values.
+
+The parts read the round through `RoundTotals` (strategies/totals.py): from the replies
+here, or computed where the clients trained (the batched engine).
 """
 
 from __future__ import annotations
@@ -34,15 +41,25 @@ from flwr.serverapp.strategy import Strategy
 from fedpfn.core.protocol import ARRAYS, METRICS, NUM_EXAMPLES, Arrays, to_array_record, to_numpy
 from strategies.parts import ServerPart
 from strategies.state import load_strategy_state, strategy_state
+from strategies.totals import ReplyTotals, RoundTotals
 
 
 class ComposedStrategy(Strategy):
     """The inner strategy aggregates the parameters; the parts add the algorithm's server rules."""
 
-    def __init__(self, inner: Strategy, parts: Sequence[ServerPart], param_names: Sequence[str]) -> None:
+    def __init__(
+        self,
+        inner: Strategy,
+        parts: Sequence[ServerPart],
+        param_names: Sequence[str],
+        state_attributes: Sequence[str] | None = None,
+    ) -> None:
+        """`state_attributes`: the inner strategy's state as its registration declares it
+        (None: a user's class, whose state is found as guarantee 5 says)."""
         self.inner = inner
         self.parts = list(parts)
         self.param_names = list(param_names)
+        self.state_attributes = state_attributes
         self.sent: Arrays = {}
 
     # --- Strategy ------------------------------------------------------------------------
@@ -66,23 +83,42 @@ class ComposedStrategy(Strategy):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """The replies as received, one per client: the inner strategy sees each."""
         replies = list(replies)
         good = [reply.content for reply in replies if not reply.has_error()]
         for part in reversed(self.parts):
-            part.absorb(server_round, good, self.sent)
-        buffers = self._take_buffers(good)
-        kept = [content[ARRAYS] for content in good]
-        for content, record in zip(good, kept):  # the inner's own copy: FedMedian, Krum pop what they read
-            content[ARRAYS] = ArrayRecord(dict(record.items()))
+            part.restore(server_round, good, self.sent)
+        totals = ReplyTotals(good, self.sent, self.param_names)
+        for content in good:  # the inner's own slim copy (FedMedian, Krum pop what they read)
+            record = content[ARRAYS]
+            for key in list(content.array_records):
+                del content[key]
+            content[ARRAYS] = ArrayRecord({name: record[name] for name in self.param_names})
         aggregated, metrics = self.inner.aggregate_train(server_round, replies)
-        for content, record in zip(good, kept):  # the parts below read the replies again
-            content[ARRAYS] = record
+        return self._complete(server_round, aggregated, metrics, totals)
+
+    def aggregate_totals(
+        self, server_round: int, totals: RoundTotals, reply_to: Message
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """A round given as its totals (guarantee 3's one reply); for mean-based inner strategies."""
+        metrics = MetricRecord({**totals.metrics, NUM_EXAMPLES: totals.examples})
+        params = to_array_record(totals.param_mean)
+        merged = Message(RecordDict({ARRAYS: params, METRICS: metrics}), reply_to=reply_to)
+        aggregated, metrics = self.inner.aggregate_train(server_round, [merged])
+        return self._complete(server_round, aggregated, metrics, totals)
+
+    def _complete(
+        self, server_round: int, aggregated: ArrayRecord | None, metrics: MetricRecord | None, totals: RoundTotals
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """The parts' state from the totals, then the new model: parameters adjusted, buffers averaged."""
+        for part in reversed(self.parts):
+            part.absorb(server_round, totals, self.sent)
         if aggregated is None:
             return None, metrics
         params = conform(to_numpy(aggregated), {n: self.sent[n] for n in self.param_names})
         for part in self.parts:
-            params = part.adjust(server_round, params, self.sent, good)
-        merged = {name: params[name] if name in params else buffers[name] for name in self.sent}
+            params = part.adjust(server_round, params, self.sent, totals)
+        merged = {name: params[name] if name in params else totals.buffer_mean[name] for name in self.sent}
         return to_array_record(merged), metrics
 
     def configure_evaluate(
@@ -96,24 +132,13 @@ class ComposedStrategy(Strategy):
     def summary(self) -> None:
         self.inner.summary()
 
-    # --- buffers -------------------------------------------------------------------------
-
-    def _take_buffers(self, replies: list[RecordDict]) -> Arrays:
-        """Remove the buffers from every reply and return their example-weighted mean."""
-        names = [name for name in self.sent if name not in set(self.param_names)]
-        weights = np.array([float(r.metric_records[METRICS][NUM_EXAMPLES]) for r in replies])
-        collected: dict[str, list[np.ndarray]] = {name: [] for name in names}
-        for content in replies:
-            arrays = to_numpy(content.array_records[ARRAYS])
-            for name in names:
-                collected[name].append(arrays[name])
-            content[ARRAYS] = to_array_record({n: arrays[n] for n in self.param_names})
-        return {name: weighted_mean(collected[name], weights, self.sent[name]) for name in names}
-
     # --- checkpoints ---------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
-        return {"inner": strategy_state(self.inner), "parts": [part.state() for part in self.parts]}
+        return {
+            "inner": strategy_state(self.inner, self.state_attributes),
+            "parts": [part.state() for part in self.parts],
+        }
 
     def load_state(self, state: dict[str, Any]) -> None:
         load_strategy_state(self.inner, state["inner"])
@@ -146,11 +171,3 @@ def conform(arrays: Arrays, reference: Arrays) -> Arrays:
             raise AggregationError(f"the inner strategy returned '{name}' with shape {value.shape}, sent {ref.shape}")
         out[name] = value.astype(ref.dtype, copy=False).reshape(ref.shape)
     return out
-
-
-def weighted_mean(values: list[np.ndarray], weights: np.ndarray, like: np.ndarray) -> np.ndarray:
-    """The example-weighted mean, in float64, back in `like`'s dtype (integers rounded)."""
-    total = sum(w * v.astype(np.float64) for w, v in zip(weights, values)) / weights.sum()
-    if np.issubdtype(like.dtype, np.integer):
-        total = np.rint(total)
-    return np.asarray(total).astype(like.dtype).reshape(like.shape)

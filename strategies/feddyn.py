@@ -6,7 +6,8 @@
 `mean(w_k)` is whatever the inner strategy returns (FedAvg: the example-weighted mean; a
 server optimizer: its step), and the correction touches parameters only, never BatchNorm
 buffers. The authors' code (alpemreacar/FedDyn) and FL-bench's feddyn do the same with
-an unweighted mean. The client side is clients/feddyn.py; alpha is its hyperparameter.
+an unweighted mean. The client side is clients/feddyn.py; alpha is its hyperparameter
+(FedDynParams, handed to this part by the registry).
 """
 
 from __future__ import annotations
@@ -14,31 +15,29 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from flwr.app import RecordDict
 
-from fedpfn.core.protocol import ARRAYS, Arrays
+from fedpfn.core.protocol import Arrays
 from strategies.parts import ServerPart
+from strategies.totals import RoundTotals
 
 
 class FedDynServer(ServerPart):
     h: Arrays | None = None
 
-    def absorb(self, server_round: int, replies: list[RecordDict], sent: Arrays) -> None:
+    def absorb(self, server_round: int, totals: RoundTotals, sent: Arrays) -> None:
         names = [name for name, _ in self.ctx.model.named_parameters()]
         h = self.h or {name: np.zeros(sent[name].shape, dtype=np.float32) for name in names}
-        shift = {name: np.zeros(value.shape, dtype=np.float64) for name, value in h.items()}
-        for content in replies:
-            local = content.array_records[ARRAYS]
-            for name in shift:
-                shift[name] += local[name].numpy().astype(np.float64) - sent[name]
+        shift = totals.update_sum
         scale = self.params.feddyn_alpha / self.ctx.cfg.num_clients
         self.h = {name: (value - scale * shift[name]).astype(np.float32) for name, value in h.items()}
 
-    def adjust(self, server_round: int, params: Arrays, sent: Arrays, replies: list[RecordDict]) -> Arrays:
+    def adjust(self, server_round: int, params: Arrays, sent: Arrays, totals: RoundTotals) -> Arrays:
         alpha = self.params.feddyn_alpha
         assert self.h is not None  # absorb ran first
-        return {name: (value - self.h[name] / alpha).astype(value.dtype, copy=False) if name in self.h else value
-                for name, value in params.items()}
+        return {
+            name: (value - self.h[name] / alpha).astype(value.dtype, copy=False) if name in self.h else value
+            for name, value in params.items()
+        }
 
     def state(self) -> dict[str, Any]:
         return {"h": self.h}

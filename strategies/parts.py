@@ -1,8 +1,9 @@
 """The server side of an algorithm: a part that acts around the inner strategy.
 
-A part adds to what is sent (config entries, records), reads and rewrites the replies
-before the inner strategy aggregates them, and adjusts the aggregate. `fedpfn.runtime.algorithms`
-states the order in which parts compose; `strategies.composed` applies it.
+A part adds to what is sent (config entries, records), restores replies to their full form
+(FedPNU's packed arrays), updates its own state from the round's totals, and adjusts the
+aggregate. `fedpfn.runtime.algorithms` states the order in which parts compose;
+`strategies.composed` applies it.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
 from fedpfn.core.protocol import Arrays
+from strategies.totals import RoundTotals
 
 if TYPE_CHECKING:
+    from clients.base import ClientRule
     from fedpfn.core.config import RunConfig
 
 Scalar = int | float | str | bool
@@ -28,10 +31,11 @@ class ServerContext:
     cfg: RunConfig
     model: nn.Module  # the architecture: parameter names, shapes and layer kinds (masks)
     params: Any  # the hyperparameters of the algorithm the part belongs to
+    client: type[ClientRule]  # the algorithm's client side: what its replies hold
 
 
 class ServerPart:
-    """Hooks around the inner strategy; all empty here."""
+    """Hooks around the inner strategy; all neutral here."""
 
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
@@ -45,10 +49,13 @@ class ServerPart:
         """Records added to every train message (e.g. a server control variate)."""
         return {}
 
-    def absorb(self, server_round: int, replies: list[RecordDict], sent: Arrays) -> None:
-        """Read the replies' own records and rewrite replies in place before aggregation."""
+    def restore(self, server_round: int, replies: list[RecordDict], sent: Arrays) -> None:
+        """Rewrite replies received into their full form, in place (before any total is taken)."""
 
-    def adjust(self, server_round: int, params: Arrays, sent: Arrays, replies: list[RecordDict]) -> Arrays:
+    def absorb(self, server_round: int, totals: RoundTotals, sent: Arrays) -> None:
+        """Update this part's state from the round's totals."""
+
+    def adjust(self, server_round: int, params: Arrays, sent: Arrays, totals: RoundTotals) -> Arrays:
         """Change the new global parameters (the inner strategy's result, or the previous part's)."""
         return params
 

@@ -1,4 +1,12 @@
-"""Server algorithms by name, with their hyperparameters, and a user's Strategy by dotted path."""
+"""Server algorithms by name, with their hyperparameters and what they keep, and a user's
+Strategy by dotted path.
+
+A registration declares everything the project needs to know of a server algorithm: its
+hyperparameters (`Params`), how to build it, the attributes that carry its state from round
+to round (saved with every checkpoint: a stateful strategy registered without them would
+silently lose its state on resume), and whether it aggregates by the example-weighted mean
+alone (then the batched engine may hand it the round's mean instead of K replies).
+"""
 
 from __future__ import annotations
 
@@ -54,28 +62,59 @@ class UserStrategyParams:
 class ServerRule:
     name: str
     Params: type
-    build: Callable[[Any], Strategy]
+    strategy: type[Strategy] | None  # the class it builds (None: a user's module:Class)
+    arguments: Callable[[Any], dict[str, Any]] = lambda params: {}  # its keyword arguments from Params
+    state: tuple[str, ...] = ()  # attributes carrying state between rounds (`current_arrays` is set each round)
+    mean_based: bool = False  # its aggregate is a function of the replies' example-weighted mean
+
+    def build(self, params: Any) -> Strategy:
+        assert self.strategy is not None, "a user's strategy is built by build_user_strategy"
+        return self.strategy(**self.arguments(params), **TAKE_ALL)
 
 
 def _lr(key: str, params: ServerOptParams) -> dict[str, float]:
     return {} if params.server_lr is None else {key: params.server_lr}
 
 
-SERVER_RULES: dict[str, ServerRule] = {
-    rule.name: rule
-    for rule in (
-        ServerRule("fedavg", NoServerParams, lambda p: FedAvg(**TAKE_ALL)),
-        ServerRule(
-            "fedavgm",
-            ServerOptParams,
-            lambda p: FedAvgM(server_momentum=p.server_momentum, **_lr("server_learning_rate", p), **TAKE_ALL),
-        ),
-        ServerRule("fedadam", ServerOptParams, lambda p: FedAdam(beta_1=p.server_momentum, **_lr("eta", p), **TAKE_ALL)),
-        ServerRule("fedyogi", ServerOptParams, lambda p: FedYogi(beta_1=p.server_momentum, **_lr("eta", p), **TAKE_ALL)),
-        ServerRule("fedadagrad", ServerOptParams, lambda p: FedAdagrad(**_lr("eta", p), **TAKE_ALL)),
-    )
-}
-USER_RULE = ServerRule("module:Class", UserStrategyParams, lambda p: None)  # type: ignore[arg-type,return-value]
+def _registry(*rules: ServerRule) -> dict[str, ServerRule]:
+    return {rule.name: rule for rule in rules}
+
+
+FEDOPT_STATE = ("m_t", "v_t")
+SERVER_RULES = _registry(
+    ServerRule("fedavg", NoServerParams, FedAvg, mean_based=True),
+    ServerRule(
+        "fedavgm",
+        ServerOptParams,
+        FedAvgM,
+        lambda p: {"server_momentum": p.server_momentum, **_lr("server_learning_rate", p)},
+        state=("momentum_vector",),
+        mean_based=True,
+    ),
+    ServerRule(
+        "fedadam",
+        ServerOptParams,
+        FedAdam,
+        lambda p: {"beta_1": p.server_momentum, **_lr("eta", p)},
+        state=FEDOPT_STATE,
+        mean_based=True,
+    ),
+    ServerRule(
+        "fedyogi",
+        ServerOptParams,
+        FedYogi,
+        lambda p: {"beta_1": p.server_momentum, **_lr("eta", p)},
+        state=FEDOPT_STATE,
+        mean_based=True,
+    ),
+    ServerRule("fedadagrad", ServerOptParams, FedAdagrad, lambda p: _lr("eta", p), state=FEDOPT_STATE, mean_based=True),
+)
+USER_RULE = ServerRule("module:Class", UserStrategyParams, None)
+
+
+def registration_of(strategy: Strategy) -> ServerRule | None:
+    """The registration of the class `strategy` is, however it was named (`fedavgm` or its dotted path)."""
+    return next((rule for rule in SERVER_RULES.values() if type(strategy) is rule.strategy), None)
 
 
 def server_rule(server: str) -> ServerRule:

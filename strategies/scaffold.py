@@ -1,9 +1,10 @@
 """SCAFFOLD's server state: the control variate c, around any inner strategy.
 
 c (parameters only, float32, zeros at the start) travels to every selected client as the
-record SCAFFOLD_C. Each reply's Δc_i (record SCAFFOLD_DELTA) is taken out before the inner
-strategy aggregates, and c ← c + (1/N)·Σ Δc_i with N = num_clients (option II of the
-paper). The model itself is aggregated by the inner strategy (FedAvg: global step size 1).
+record SCAFFOLD_C. The replies' Δc_i (record SCAFFOLD_DELTA) are summed, and
+c ← c + (1/N)·Σ Δc_i with N = num_clients (option II of the paper). The model itself is
+aggregated by the inner strategy (FedAvg: global step size 1). Record names and the
+client's rule: clients/scaffold.py.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, RecordDict
+from flwr.app import ArrayRecord
 
-from fedpfn.core.protocol import SCAFFOLD_C, SCAFFOLD_DELTA, Arrays, to_array_record, to_numpy
+from clients.scaffold import SCAFFOLD_C, SCAFFOLD_DELTA
+from fedpfn.core.protocol import Arrays, to_array_record
 from strategies.parts import ServerPart
+from strategies.totals import RoundTotals
 
 
 class ScaffoldServer(ServerPart):
@@ -29,14 +32,9 @@ class ScaffoldServer(ServerPart):
     def records(self, server_round: int, sent: Arrays) -> dict[str, ArrayRecord]:
         return {SCAFFOLD_C: to_array_record(self._c(sent))}
 
-    def absorb(self, server_round: int, replies: list[RecordDict], sent: Arrays) -> None:
+    def absorb(self, server_round: int, totals: RoundTotals, sent: Arrays) -> None:
         c = self._c(sent)
-        total = {name: np.zeros(value.shape, dtype=np.float64) for name, value in c.items()}
-        for content in replies:
-            delta = to_numpy(content.array_records[SCAFFOLD_DELTA])
-            del content[SCAFFOLD_DELTA]
-            for name in total:
-                total[name] += delta[name]
+        total = totals.record_sum(SCAFFOLD_DELTA, like=c)
         n = self.ctx.cfg.num_clients
         self.c = {name: (value + total[name] / n).astype(np.float32) for name, value in c.items()}
 

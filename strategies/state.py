@@ -1,28 +1,24 @@
 """The state an inner Flower strategy carries between rounds, as arrays and plain values.
 
 Checkpoints never pickle: a strategy's state is a tree of dicts and lists whose leaves are
-numpy arrays or JSON values (see `fedpfn.runtime.runfolder`). Flower's built-ins are read through
-the attributes that carry their state; a user's class through its own `state()` /
-`load_state()` when it defines both, else through those of its attributes that hold arrays
-or plain values (callables, configs and other objects stay as the constructor built them).
+numpy arrays or JSON values (see `fedpfn.runtime.runfolder`). A registered strategy is read
+through the attributes its registration declares (strategies/registry.py); a user's class
+through its own `state()` / `load_state()` when it defines both, else through those of its
+attributes that hold arrays or plain values (callables, configs and other objects stay as
+the constructor built them); any other Flower class keeps no state between rounds.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord
-from flwr.serverapp.strategy import FedAvgM, Strategy
-from flwr.serverapp.strategy.fedopt import FedOpt
+from flwr.serverapp.strategy import Strategy
 
 from fedpfn.core.protocol import to_array_record, to_numpy
 
-# `current_arrays` is left out: the composed strategy sets it every round (its guarantee 2)
-_FLOWER_STATE: tuple[tuple[type, tuple[str, ...]], ...] = (
-    (FedAvgM, ("momentum_vector",)),
-    (FedOpt, ("m_t", "v_t")),
-)
 _RECORD = "__arrayrecord__"
 _PLAIN = (int, float, str, bool, type(None), np.ndarray)
 
@@ -55,18 +51,18 @@ def _decode(value: Any) -> Any:
 
 
 def _attributes(strategy: Strategy) -> list[str]:
-    for cls, names in _FLOWER_STATE:
-        if isinstance(strategy, cls):
-            return list(names)
+    """A user's class: its attributes that hold arrays or plain values; Flower's others: none."""
     if type(strategy).__module__.startswith("flwr."):
-        return []  # FedAvg and the other stateless built-ins
+        return []  # FedMedian, Krum and the other stateless built-ins
     return [k for k, v in vars(strategy).items() if not callable(v) and _encode(v) is not None or v is None]
 
 
-def strategy_state(strategy: Strategy) -> dict[str, Any]:
-    if callable(getattr(strategy, "state", None)) and callable(getattr(strategy, "load_state", None)):
+def strategy_state(strategy: Strategy, declared: Sequence[str] | None = None) -> dict[str, Any]:
+    """`declared`: the attributes a registration names (None: find them as the module docstring says)."""
+    if declared is None and callable(getattr(strategy, "state", None)) and callable(getattr(strategy, "load_state", None)):
         return {"own": strategy.state()}  # type: ignore[attr-defined]
-    return {"attributes": {name: _encode(getattr(strategy, name)) for name in _attributes(strategy)}}
+    names = list(declared) if declared is not None else _attributes(strategy)
+    return {"attributes": {name: _encode(getattr(strategy, name)) for name in names}}
 
 
 def load_strategy_state(strategy: Strategy, state: dict[str, Any]) -> None:

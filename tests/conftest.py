@@ -16,6 +16,7 @@ from flwr.app import ArrayRecord, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedpfn.core.config import RunConfig
+from fedpfn.runtime.algorithms import load_config
 
 # One thread per process: tests start Ray workers and subprocesses beside this one on
 # small machines, and the same thread count everywhere keeps float sums identical.
@@ -33,6 +34,16 @@ atexit.register(shutil.rmtree, _SCRATCH, ignore_errors=True)
 TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
 
 
+def no_engine_starts(monkeypatch, engine_run) -> None:
+    """Every engine's `run` replaced by `engine_run`: what a test sees when a run would start."""
+    import dataclasses
+
+    from fedpfn.runtime.engines import ENGINES
+
+    for name, engine in ENGINES.items():
+        monkeypatch.setitem(ENGINES, name, dataclasses.replace(engine, run=engine_run))
+
+
 def tiny_config(**overrides) -> RunConfig:
     """Fashion-MNIST, the MLP, 4 clients: small enough to train in a second."""
     values = dict(
@@ -48,7 +59,7 @@ def tiny_config(**overrides) -> RunConfig:
         out=tempfile.mkdtemp(dir=_SCRATCH),
     )
     values.update(overrides)
-    return RunConfig.from_dict(values).validated()
+    return load_config(values)
 
 
 class NodeGrid:
@@ -66,7 +77,8 @@ def client_replies(cfg: RunConfig, strategy, arrays: ArrayRecord, server_round: 
 
     `states` keeps each client's context.state across calls. Replies come sorted by partition.
     """
-    from fedpfn.runtime.algorithms import run_client
+    from clients import local_round
+    from fedpfn.runtime.algorithms import client_rules
     from fedpfn.runtime.server import train_config, with_accepted_round
     from strategies import sample_clients
 
@@ -77,7 +89,8 @@ def client_replies(cfg: RunConfig, strategy, arrays: ArrayRecord, server_round: 
     for message in messages:
         pid = message.metadata.dst_node_id
         content = with_accepted_round(message, server_round - 1).content  # every earlier reply was taken
-        content = run_client(cfg, pid, states.setdefault(pid, RecordDict()), torch.device("cpu"), content)
+        state = states.setdefault(pid, RecordDict())
+        content = local_round(client_rules(cfg), cfg, pid, state, torch.device("cpu"), content)
         replies.append(Message(content=content, reply_to=message))
     return sorted(replies, key=lambda r: int(r.content.metric_records["metrics"]["partition-id"]))
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedpfn.core.anchors import AnchorFreeze, anchored_fraction, as_numpy, draw_mask
+from clients.anchored import pack, unpack
+from fedpfn.core.anchors import anchored_fraction, as_numpy, draw_mask
 from fedpfn.core.models import build_model
-from fedpfn.core.protocol import pack, unpack
 from fedpfn.core.seeding import Stream, seed_for
-from fedpfn.core.training import make_optimizer, minibatches, train_local
+from fedpfn.core.training import OptimizerSpec, freeze, minibatches, train_local
 
 
 def _model(name: str = "cnn", seed: int = 0, shape=(1, 28, 28), classes: int = 10):
@@ -89,8 +89,8 @@ def test_anchors_bit_identical_after_training(optimizer, granularity):
     mask = draw_mask(model, 0.4, seed=5, granularity=granularity)
     gen = torch.Generator().manual_seed(0)
     x, y = torch.randn(256, 1, 28, 28), torch.randint(0, 10, (256,))
-    opt = make_optimizer(model, optimizer, lr=0.1, momentum=0.9, weight_decay=5e-3)
-    train_local(model, x, y, minibatches(torch.arange(256), 32, 2, gen), opt, AnchorFreeze(model, mask))
+    opt = OptimizerSpec(optimizer, lr=0.1, momentum=0.9, weight_decay=5e-3)
+    train_local(model, x, y, minibatches(torch.arange(256), 32, 2, gen), opt, mask)
     for name, p in model.named_parameters():
         anchored = mask[name]
         assert torch.equal(p.detach()[anchored], start[name][anchored]), name
@@ -113,17 +113,11 @@ def test_pack_unpack_round_trip_and_size():
 
 
 
-def test_restore_is_exact_for_special_values():
-    layer = torch.nn.Linear(4, 3)
-    with torch.no_grad():
-        layer.weight.copy_(torch.tensor([[-0.0, float("inf"), float("nan"), 1.0]] * 3))
-    start = layer.weight.detach().clone()
+def test_freeze_is_exact_for_special_values():
+    start = {"weight": torch.tensor([[-0.0, float("inf"), float("nan"), 1.0]] * 3)}
     mask = {"weight": torch.ones(3, 4, dtype=torch.bool)}
     mask["weight"][:, 3] = False
-    freeze = AnchorFreeze(layer, mask)
-    with torch.no_grad():
-        layer.weight.fill_(7.0)
-    freeze.restore()
+    frozen = freeze({"weight": torch.full((3, 4), 7.0)}, start, mask)
     as_bits = lambda t: t.view(torch.int32)  # noqa: E731  (NaN != NaN, bits are equal)
-    assert torch.equal(as_bits(layer.weight.detach()[:, :3]), as_bits(start[:, :3]))
-    assert torch.all(layer.weight.detach()[:, 3] == 7.0)
+    assert torch.equal(as_bits(frozen["weight"][:, :3]), as_bits(start["weight"][:, :3]))
+    assert torch.all(frozen["weight"][:, 3] == 7.0)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import run_sim
+from conftest import no_engine_starts
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -35,9 +36,9 @@ def refused(capsys, monkeypatch, *args: str) -> list[str]:
     """
 
     def must_not_start(*_args, **_kwargs):
-        raise AssertionError(f"run_sim {' '.join(args)} was not refused: Ray was about to start")
+        raise AssertionError(f"run_sim {' '.join(args)} was not refused: an engine was about to start")
 
-    monkeypatch.setattr("fedpfn.runtime.simulation.run_on_ray", must_not_start)
+    no_engine_starts(monkeypatch, must_not_start)
     with pytest.raises(SystemExit) as exit_info:
         sys.exit(run_sim.main(list(args)))
     err = capsys.readouterr().err

@@ -18,15 +18,14 @@ from flwr.app import ArrayRecord, RecordDict
 from clients import FedAvgClient, local_round
 from clients.feddyn import GRAD, FedDynClient
 from clients.fedprox import FedProxClient
-from clients.scaffold import CLIENT_C, ScaffoldClient, effective_steps
+from clients.anchored import AnchorParams, round_mask
+from clients.scaffold import CLIENT_C, SCAFFOLD_C as SERVER_C, SCAFFOLD_DELTA as DELTA, ScaffoldClient
 from clients.state import ClientStateStore
 from conftest import NodeGrid, run_round, tiny_config
-from fedpfn.runtime.algorithms import build_strategy, client_parts
-from fedpfn.core.anchors import AnchorParams
+from fedpfn.runtime.algorithms import anchor_method, build_strategy, client_rules
 from fedpfn.core.cache import client_indices, initial_model
-from fedpfn.core.protocol import SCAFFOLD_C as SERVER_C
-from fedpfn.core.protocol import SCAFFOLD_DELTA as DELTA
-from fedpfn.core.protocol import ACCEPTED_ROUND, round_mask, to_array_record, to_numpy
+from fedpfn.core.protocol import ACCEPTED_ROUND, to_array_record, to_numpy
+from fedpfn.core.training import effective_steps
 from fedpfn.runtime.runfolder import read_tree, tree_bytes
 from fedpfn.core.seeding import Stream, seed_for
 from fedpfn.runtime.server import train_config
@@ -53,7 +52,7 @@ def message(cfg, arrays: dict[str, np.ndarray], server_round: int = 1, accepted=
     """`accepted`: the client's ACCEPTED_ROUND (None: every earlier reply was taken)."""
     config = train_config(cfg, server_round)
     config[ACCEPTED_ROUND] = server_round - 1 if accepted is None else accepted
-    if cfg.anchor_method is not None:
+    if anchor_method(cfg) is not None:
         config["anchor-seed"] = mask_seed(cfg.seed, server_round)
     return RecordDict({"arrays": to_array_record(arrays), "config": config, **records})
 
@@ -294,7 +293,7 @@ def test_fedpfn_over_each_rule_keeps_anchors_bit_identical(rule):
     x, names = start(cfg), params(cfg)
     records = {SERVER_C: to_array_record(random_like(x, names, 0.01, seed=3))} if rule == "scaffold" else {}
     content = message(cfg, x, 1, **records)
-    parts = client_parts(cfg)
+    parts = client_rules(cfg)
     assert parts[0] is {"fedprox": FedProxClient, "scaffold": ScaffoldClient, "feddyn": FedDynClient}[rule]
     y, reply, state = fit(parts, cfg, content)
     anchor = cfg.params(AnchorParams)
@@ -354,3 +353,43 @@ def test_ray_simulation_runs_feddyn_under_fedadam(tmp_path):
     assert [r["round"] for r in rows] == [1, 2]
     assert all(math.isfinite(r["test_accuracy"]) and r["num_clients"] == 2 for r in rows), rows
     assert math.isfinite(summary["final_test_accuracy"])
+
+
+# --- FedNova ------------------------------------------------------------------------------
+
+
+def test_fednova_client_sends_its_normalised_update_and_its_normaliser():
+    """w'_i = x + (y_i − x)/a_i with y_i the model FedAvg's rule trains, a_i = K_eff(τ_i)."""
+    from clients.fednova import NORMALISER, FedNovaClient
+
+    cfg = cfg_for("fednova")
+    x, names = start(cfg), params(cfg)
+    trained, *_ = fit(FedAvgClient, cfg, message(cfg, x))
+    sent, reply, _ = fit(FedNovaClient, cfg, message(cfg, x))
+    a = effective_steps(steps(cfg), cfg.momentum)
+    assert reply["metrics"][NORMALISER] == pytest.approx(a, rel=1e-6)
+    for n in names:
+        np.testing.assert_allclose(sent[n], x[n] + (trained[n] - x[n]) / np.float32(a), rtol=1e-5, atol=1e-7)
+    buffers = [n for n in x if n not in names]
+    assert all(np.array_equal(sent[n], trained[n]) for n in buffers)
+
+
+def test_fednova_server_rescales_the_averaged_step_by_tau_eff():
+    """x⁺ = x − τ_eff Σ p_i d_i, with d_i = x − w'_i read off the replies and τ_eff = Σ p_i a_i."""
+    from clients.fednova import NORMALISER
+
+    cfg = cfg_for("fednova", num_clients=10, clients_per_round=3, partition="dirichlet", alpha=0.3)
+    model = initial_model(cfg)
+    strategy = build_strategy(cfg, model)
+    arrays = ArrayRecord(model.state_dict())
+    x = to_numpy(arrays)
+    new, _, replies, _ = run_round(cfg, strategy, arrays, 1)
+    weights = np.array([float(r.content["metrics"]["num-examples"]) for r in replies])
+    p = weights / weights.sum()
+    a = np.array([float(r.content["metrics"][NORMALISER]) for r in replies])
+    assert len(set(a)) > 1  # unequal partitions: the normalisers differ
+    tau_eff = float((p * a).sum())
+    sent = [to_numpy(r.content["arrays"]) for r in replies]
+    for n in params(cfg):
+        d = sum(pi * (x[n].astype(np.float64) - s[n]) for pi, s in zip(p, sent))
+        np.testing.assert_allclose(new[n].numpy(), x[n] - tau_eff * d, rtol=1e-5, atol=1e-6)

@@ -11,7 +11,9 @@ import pytest
 
 from conftest import tiny_config
 from fedpfn.runtime.compare import compare, comparison_configs, plan
-from fedpfn.core.config import ConfigError, RunConfig, flower_run_config, read_toml
+from fedpfn.core.config import ConfigError, RunConfig
+from fedpfn.core.settings import read_toml
+from fedpfn.runtime.algorithms import flower_run_config, parse_config, problems
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -113,12 +115,12 @@ def test_compare_refuses_bad_algorithms_and_unused_settings_before_running(tmp_p
 @pytest.mark.parametrize("preset", sorted(p.name for p in CONFIGS.glob("*.toml")))
 def test_presets_are_valid(preset):
     values = read_toml(CONFIGS / preset)
-    cfg = RunConfig.from_dict(values)
+    cfg = parse_config(values)
     assert cfg.problems() == []
 
 
 def test_paper_preset_decays_lr_each_round():
-    cfg = RunConfig.from_dict(read_toml(CONFIGS / "cifar10_paper.toml"))
+    cfg = parse_config(read_toml(CONFIGS / "cifar10_paper.toml"))
     assert cfg.lr_at(1) == 0.1 and abs(cfg.lr_at(101) - 0.1 * 0.99**100) < 1e-12
 
 
@@ -129,4 +131,4 @@ def test_flower_app_config_declares_every_setting():
     pyproject = tomllib.loads((CONFIGS.parent / "pyproject.toml").read_text())
     declared = pyproject["tool"]["flwr"]["app"]["config"]
     assert set(declared) == set(flower_run_config())
-    assert RunConfig.from_dict(declared).problems() == []
+    assert problems(parse_config(declared)) == []

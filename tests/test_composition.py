@@ -2,9 +2,10 @@
 
 Three rounds through the real strategies, clients and Flower messages (conftest's in-process
 round): finite outputs, the exact shapes and dtypes sent (0-d counters included), BatchNorm
-running variances never negative, and the same numbers bit for bit on a second run. The MLP
-runs the whole matrix; ResNet-20 (BatchNorm) runs every server with every anchor method, the
-client rule cycling; the CNN runs a seeded sample.
+running variances never negative, and the same numbers bit for bit on a second run. The
+matrix is the registry's (a new client rule or server algorithm joins it by registering):
+the MLP runs all of it; ResNet-20 (BatchNorm) runs every server with every anchor method,
+the client rule cycling; the CNN runs a seeded sample.
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ import pytest
 from flwr.app import ArrayRecord
 
 from conftest import client_replies, run_round, tiny_config
-from fedpfn.runtime.algorithms import build_strategy
 from fedpfn.core.cache import initial_model
 from fedpfn.core.protocol import to_numpy
+from fedpfn.runtime.algorithms import ANCHOR_METHODS, CLIENT_RULES, build_strategy
+from strategies import SERVER_RULES
 
-RULES = ["fedavg", "fedprox", "scaffold", "feddyn"]
-ANCHORS = ["", "fedpfn", "fedpnu"]
-SERVERS = ["fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad"]
-SERVER_LR = {"fedavgm": 1.0, "fedadam": 0.01, "fedyogi": 0.01, "fedadagrad": 0.01}
+RULES = list(CLIENT_RULES)
+ANCHORS = ["", *ANCHOR_METHODS]
+SERVERS = list(SERVER_RULES)
+SERVER_LR = {"fedavgm": 1.0, "fedadam": 0.01, "fedyogi": 0.01, "fedadagrad": 0.01}  # others: Flower's default
 
 
 def algorithm(rule: str, anchor: str) -> str:

@@ -20,7 +20,7 @@ from flwr.app import ArrayRecord
 
 import run_sim
 from conftest import run_round, tiny_config
-from fedpfn.runtime.algorithms import build_strategy
+from fedpfn.runtime.algorithms import build_strategy, validated
 from fedpfn.core.cache import initial_model
 from fedpfn.core.protocol import to_numpy
 
@@ -88,7 +88,7 @@ def test_the_readme_strategy_steps_beta_of_the_way_to_the_mean(tmp_path, monkeyp
 @pytest.mark.parametrize("line", ROBUST)
 def test_the_readme_robust_aggregators_are_accepted_and_keywords_checked(line, tmp_path, capsys):
     argv = shlex.split(line)[2:]
-    cfg = run_sim.config_from_args(vars(run_sim.build_parser().parse_args(argv))).validated()
+    cfg = validated(run_sim.config_from_args(vars(run_sim.build_parser().parse_args(argv))))
     strategy = build_strategy(cfg, initial_model(cfg))
     assert type(strategy.inner).__name__ == argv[1].split(":")[1]
     assert run_sim.main([*argv[:2], "--server-args", '{"gamma": 1}', "--out", str(tmp_path / "r")]) == 2

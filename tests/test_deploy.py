@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from fedpfn.runtime import nodedata
-from fedpfn.core.config import RunConfig
+from fedpfn.runtime.algorithms import parse_config
 from fedpfn.runtime.runfolder import RunFolder
 
 REPO = Path(__file__).resolve().parents[1]
@@ -363,7 +363,7 @@ def test_rehearsal_of_several_hosts_survives_lost_slow_and_rogue_nodes(tmp_path:
         assert not (work / f"node-{i}" / "data").exists()
     # SCAFFOLD's c_i lives on the nodes (their FLWR_HOME), never in the run folder on the SuperLink's host
     assert not (run / "client_state").exists(), "client state belongs on the nodes"
-    cfg = RunConfig.from_dict(RunFolder(run).read_config())
+    cfg = parse_config(RunFolder(run).read_config())
     # node 1 was killed in round 1; node 2's round-1 reply came late and was dropped, and with
     # it the c_i node 2 made then (SCAFFOLD's c holds none of it)
     for i, rounds in ((0, {"r1.npz", "r2.npz"}), (1, {"r2.npz"}), (2, {"r2.npz"})):

@@ -18,7 +18,9 @@ import tomllib
 
 from conftest import tiny_config
 from flower_link import BIN, Link, simulation_superlink
-from fedpfn.core.config import RunConfig, read_toml
+from fedpfn.core.config import RunConfig
+from fedpfn.core.settings import read_toml
+from fedpfn.runtime.algorithms import load_config, parse_config, validated
 from fedpfn.runtime.runfolder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,7 +72,7 @@ def preset_run(link) -> Path:
 
 
 def test_quickstart_preset_is_the_tiny_test_setting():
-    preset = RunConfig.from_dict(read_toml(QUICKSTART)).validated()
+    preset = load_config(read_toml(QUICKSTART))
     assert preset.fingerprint() == tiny_config().fingerprint()
 
 
@@ -82,7 +84,7 @@ def test_flwr_run_and_run_sim_give_the_same_metrics(preset_run, tmp_path, capsys
     assert stable_rows(preset_run) == stable_rows(tmp_path / "sim")
     assert len(stable_rows(preset_run)) == 2
     deployed, simulated = (RunFolder(d).read_config() for d in (preset_run, tmp_path / "sim"))
-    assert RunConfig.from_dict(deployed).fingerprint() == RunConfig.from_dict(simulated).fingerprint()
+    assert parse_config(deployed).fingerprint() == parse_config(simulated).fingerprint()
     assert deployed["client_gpus"] is None and simulated["client_gpus"] == 0.0  # auto, resolved by run_sim
 
 
@@ -107,13 +109,13 @@ def test_every_preset_is_accepted_by_flower_and_by_run_sim_alike():
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
     for preset in sorted((ROOT / "configs").glob("*.toml")):
         fused = fuse_dicts(declared, parse_config_args([str(preset)]))
-        through_flower = RunConfig.from_dict(fused)
-        through_run_sim = RunConfig.from_dict(read_toml(preset))
-        assert through_flower.validated().to_dict() == through_run_sim.validated().to_dict(), preset.name
+        through_flower = parse_config(fused)
+        through_run_sim = parse_config(read_toml(preset))
+        assert validated(through_flower).to_dict() == validated(through_run_sim).to_dict(), preset.name
         assert through_run_sim.problems() == [], preset.name
 
 
 def test_make_runs_preset_is_bare_run_sims_experiment():
     """configs/fmnist_default.toml differs from the defaults (pyproject's too) only in `out`."""
-    default = RunConfig.from_dict(read_toml(ROOT / "configs" / "fmnist_default.toml"))
-    assert default.validated().fingerprint() == RunConfig().validated().fingerprint()
+    default = parse_config(read_toml(ROOT / "configs" / "fmnist_default.toml"))
+    assert validated(default).fingerprint() == validated(RunConfig()).fingerprint()

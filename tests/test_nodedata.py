@@ -21,7 +21,8 @@ from flwr.app import ArrayRecord, RecordDict
 
 from fedpfn.runtime import nodedata
 from fedpfn.core import protocol
-from fedpfn.runtime.algorithms import build_strategy, run_client
+from clients import local_round
+from fedpfn.runtime.algorithms import build_strategy, client_rules
 from fedpfn.core.cache import SplitKey, client_indices, dataset_for, initial_model, local_split
 from fedpfn.core.config import RunConfig
 from fedpfn.runtime.nodedata import PartitionDataError, read_partition, write_partition
@@ -52,7 +53,9 @@ def two_rounds(
         config = train_config(cfg, server_round)
         (message,) = strategy.configure_train(server_round, arrays, config, NodeGrid([partition_id]))
         cpu, content = torch.device("cpu"), with_accepted_round(message, server_round - 1).content
-        content = run_client(cfg, partition_id, RecordDict(), cpu, content, data=data, state_root=state_root)
+        content = local_round(
+            client_rules(cfg), cfg, partition_id, RecordDict(), cpu, content, data=data, state_root=state_root
+        )
         replies.append(content)
         arrays = content.array_records[protocol.ARRAYS]
     return replies

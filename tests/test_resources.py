@@ -19,7 +19,8 @@ from conftest import tiny_config
 from fedpfn.core.cache import _data_on, dataset_on
 from fedpfn.runtime.resources import client_wants_gpu, concurrent_clients, gpu_share
 from fedpfn.runtime.runfolder import RunFolder
-from fedpfn.runtime.simulation import backend_config, resolve_client_gpus, resume_config, warn_unused_gpu
+from fedpfn.runtime.engines.ray import backend_config, resolve_client_gpus, warn_unused_gpu
+from fedpfn.runtime.simulation import resume_config
 
 
 @pytest.mark.parametrize(

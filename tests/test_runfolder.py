@@ -12,16 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedpfn.runtime.runfolder import (
-    CHECKPOINT,
-    METRICS,
-    RunFolder,
-    RunFolderError,
-    is_own,
-    json_text,
-    read_tree,
-    tree_bytes,
-)
+from fedpfn.core.files import CHECKPOINT, METRICS, json_text
+from fedpfn.runtime.runfolder import RunFolder, RunFolderError, is_own, read_tree, tree_bytes
 
 FINGERPRINT = {"algorithm": "fedavg", "lr": 0.05, "seed": 0}
 

@@ -6,12 +6,11 @@ import numpy as np
 import pytest
 from flwr.app import ArrayRecord
 
-from clients.anchored import FedPNU
+from clients.anchored import AnchorParams, FedPNUClient, round_mask
 from conftest import NodeGrid, run_round, tiny_config
 from fedpfn.runtime.algorithms import build_strategy
-from fedpfn.core.anchors import AnchorParams
 from fedpfn.core.cache import initial_model
-from fedpfn.core.protocol import round_mask, to_numpy
+from fedpfn.core.protocol import to_numpy
 from fedpfn.core.seeding import Stream, seed_for
 from fedpfn.runtime.server import train_config
 from strategies import sample_clients
@@ -66,7 +65,7 @@ def test_fedpnu_partial_upload_rebuilds_what_a_full_upload_gives(monkeypatch):
     cfg = tiny_config(algorithm="fedpnu")
     model, arrays = start(cfg)
     partial, _, _, up_partial = run_round(cfg, build_strategy(cfg, model), arrays, 1)
-    monkeypatch.setattr(FedPNU, "partial_upload", False)
+    monkeypatch.setattr(FedPNUClient, "partial_upload", False)
     strategy = build_strategy(cfg, model)
     strategy.parts[0].partial_upload = False
     full, _, _, up_full = run_round(cfg, strategy, arrays, 1)

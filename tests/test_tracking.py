@@ -21,9 +21,10 @@ from typing import Any
 import pytest
 import torch
 
-from conftest import tiny_config
+from conftest import no_engine_starts, tiny_config
 from fedpfn.core.cache import client_indices, local_split
-from fedpfn.core.config import ConfigError, RunConfig
+from fedpfn.core.config import ConfigError
+from fedpfn.runtime.algorithms import parse_config
 from fedpfn.runtime.progress import Progress
 from fedpfn.runtime.runfolder import RunFolder
 from fedpfn.runtime.simulation import resume_config, simulate
@@ -217,7 +218,7 @@ def test_provenance_in_config_json_and_not_in_the_settings(tracked):
         assert provenance["git"] is None
     assert provenance["device"]["cpus"] >= 1
     assert "provenance" not in folder.read_config() and folder.read_provenance() == provenance
-    assert RunConfig.from_dict(folder.read_config()).fingerprint() == tracked["cfg"].fingerprint()
+    assert parse_config(folder.read_config()).fingerprint() == tracked["cfg"].fingerprint()
 
 
 def test_resume_keeps_provenance_and_appends_to_run_log(tracked, tmp_path):
@@ -239,16 +240,14 @@ def test_resume_keeps_provenance_and_appends_to_run_log(tracked, tmp_path):
     assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3, 4]
 
 
-def test_header_is_printed_before_ray_starts(tmp_path, monkeypatch, capsys):
-    import fedpfn.runtime.simulation
-
+def test_header_is_printed_before_the_engine_starts(tmp_path, monkeypatch, capsys):
     seen: list[str] = []
 
     def ray_would_start(*args: Any) -> None:
         seen.append(capsys.readouterr().out)
-        raise KeyboardInterrupt  # stop here: nothing after Ray's start is needed
+        raise KeyboardInterrupt  # stop here: nothing after the engine's start is needed
 
-    monkeypatch.setattr(fedpfn.runtime.simulation, "run_on_ray", ray_would_start)
+    no_engine_starts(monkeypatch, ray_would_start)
     cfg = tiny_config(out=str(tmp_path / "run"))
     with pytest.raises(KeyboardInterrupt):
         simulate(cfg, show_progress=True)

@@ -36,10 +36,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from fedpfn.core.anchors import AnchorFreeze, AnchorMask, draw_mask
+from fedpfn.core.anchors import AnchorMask, draw_mask
 from fedpfn.core.models import build_model
 from fedpfn.core.seeding import Stream, seed_for, torch_generator
-from fedpfn.core.training import NoHooks, evaluate, make_optimizer, minibatches, train_local
+from fedpfn.core.training import OptimizerSpec, evaluate, minibatches, train_local
 from partitions import partition_labels
 
 StateDict = dict[str, torch.Tensor]
@@ -299,14 +299,13 @@ def train_models(
     plain and anchored runs differ only in the anchors. `model` is a skeleton reloaded for each.
     """
     states = []
+    optimizer = OptimizerSpec(spec.optimizer, spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
     for k, idx in enumerate(indices):
         model.load_state_dict(init)
-        hooks = AnchorFreeze(model, mask) if mask is not None else NoHooks()
-        optimizer = make_optimizer(model, spec.optimizer, spec.lr, spec.momentum, spec.weight_decay)
         batches = minibatches(
             idx, spec.batch_size, spec.epochs, torch_generator(seed, Stream.DATA_ORDER, 0, k)
         )
-        train_local(model, *data, batches, optimizer, hooks)
+        train_local(model, *data, batches, optimizer, mask)
         states.append(snapshot(model))
     return states
 

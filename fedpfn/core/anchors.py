@@ -1,56 +1,26 @@
-"""Fixed neuron anchors (TNA-PFN): their settings, seeded masks and an exact freeze.
+"""Fixed neuron anchors (TNA-PFN): seeded masks over a model's parameters.
 
 A mask is drawn from a seed, so a server sends one integer and every client rebuilds the
 same mask. `True` marks an anchor: an entry that keeps its anchor value bit for bit through
-local training, whatever the optimizer does to it (momentum, weight decay, Adam).
+local training, whatever the optimizer does to it (momentum, weight decay, Adam), because
+`fedpfn.core.training.freeze` selects the anchor values back after every step. FedPFN and
+FedPNU (clients/anchored.py) and the LMC analysis (fedpfn.analysis.fusion) draw their masks here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
-from fedpfn.core.settings import between, one_of, setting
-from fedpfn.core.training import NoHooks
-
 AnchorMask = dict[str, torch.Tensor]  # parameter name -> bool tensor of its shape
 
 GRANULARITIES = ("weight", "neuron")
-SCHEDULES = ("round", "fixed")
-SERVER_STEPS = ("keep", "reset")
 
 _NORM_TYPES = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm)
 _NEURON_TYPES = (nn.Linear, nn.modules.conv._ConvNd)
-
-
-@dataclass(frozen=True)
-class AnchorParams:
-    """The settings of FedPFN and FedPNU, shared by their client and server sides."""
-
-    anchor_ratio: float = setting(
-        0.4, "fraction of entries fixed as anchors", between(0, 1, high_open=True)
-    )
-    anchor_granularity: str | None = setting(
-        None,
-        "weight or neuron (default: weight for fedpfn, neuron for fedpnu)",
-        one_of(GRANULARITIES),
-    )
-    anchor_schedule: str = setting(
-        "round", "round: a new mask every round; fixed: one mask, the initial weights, all run",
-        one_of(SCHEDULES),
-    )
-    anchor_classifier: bool = setting(True, "anchor the classifier layer too")
-    anchor_norm: bool = setting(True, "anchor norm-layer scales and shifts too")
-    anchor_server_step: str = setting(
-        "keep",
-        "round schedule under a server optimizer: keep its own step on anchored entries, "
-        "or reset them to their anchor values",
-        one_of(SERVER_STEPS),
-    )
 
 
 def _classifier_params(model: nn.Module) -> set[str]:
@@ -130,40 +100,3 @@ def anchored_fraction(mask: AnchorMask) -> float:
 
 def as_numpy(mask: AnchorMask) -> dict[str, np.ndarray]:
     return {name: m.numpy() for name, m in mask.items()}
-
-
-_INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-class AnchorFreeze(NoHooks):
-    """Holds anchor values and puts them back after each optimizer step.
-
-    Restoring after the step (not masking gradients) is what makes the freeze exact:
-    weight decay and momentum would otherwise still move anchored entries. The restore
-    works on the parameters' bits, `(p & keep) | anchor_bits`: no floating-point
-    arithmetic, so it is exact for every value (NaN, inf, -0.0 included), and two
-    vectorised integer ops cost a quarter of a `torch.where` with a bool mask on the CPU
-    (benchmarks/bench_anchors.py). It is also a complete set of `train_local` hooks.
-    """
-
-    def __init__(self, model: nn.Module, mask: AnchorMask) -> None:
-        params = dict(model.named_parameters())
-        self._slots = []
-        for name, is_anchor in mask.items():
-            if not bool(is_anchor.any()):
-                continue
-            param = params[name]
-            int_type = _INT_OF_SIZE[param.element_size()]
-            keep = torch.where(is_anchor, 0, -1).to(device=param.device, dtype=int_type)
-            anchor_bits = param.detach().clone().view(int_type) & ~keep
-            self._slots.append((param, int_type, keep, anchor_bits))
-
-    @torch.no_grad()
-    def restore(self) -> None:
-        for param, int_type, keep, anchor_bits in self._slots:
-            bits = param.view(int_type)
-            bits.bitwise_and_(keep)
-            bits.bitwise_or_(anchor_bits)
-
-    def after_step(self, model: nn.Module) -> None:
-        self.restore()

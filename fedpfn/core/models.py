@@ -1,12 +1,15 @@
 """Model zoo for the simulations.
 
-Every model keeps its final Linear layer in an attribute named ``classifier`` so that
-anchoring options can include or leave out the output layer by name.
+Every model is a representation followed by a final Linear layer in an attribute named
+``classifier``: anchoring options include or leave out the output layer by name, and
+``model(x, with_features=True)`` also returns the representation the classifier reads
+(what MOON contrasts), so that one functional call gives both.
 """
 
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 
 import torch
 import torch.nn.functional as F
@@ -15,7 +18,7 @@ from torch import nn
 MODELS = ("mlp", "cnn", "resnet20", "vgg11")  # each has a class in _BUILDERS at the end
 
 
-def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int) -> ZooModel:
     """Build ``name`` (one of MODELS) for C x H x W inputs and ``num_classes`` outputs."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
@@ -32,7 +35,22 @@ def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int) 
     return _BUILDERS[name](shape, num_classes)
 
 
-class MLP(nn.Module):
+class ZooModel(nn.Module, ABC):
+    """A representation (`represent`) and a linear `classifier` on top of it."""
+
+    classifier: nn.Linear
+
+    @abstractmethod
+    def represent(self, x: torch.Tensor) -> torch.Tensor:
+        """What the classifier reads, flattened to (batch, features)."""
+
+    def forward(self, x: torch.Tensor, with_features: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        features = self.represent(x)
+        logits = self.classifier(features)
+        return (logits, features) if with_features else logits
+
+
+class MLP(ZooModel):
     """Two hidden layers of 200 ReLU units."""
 
     def __init__(self, input_shape: tuple[int, int, int], num_classes: int) -> None:
@@ -46,8 +64,8 @@ class MLP(nn.Module):
         )
         self.classifier = nn.Linear(200, num_classes)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.features(x))
+    def represent(self, x: torch.Tensor) -> torch.Tensor:
+        return self.features(x)
 
 
 def cnn_feature_side(n: int) -> int:
@@ -58,7 +76,7 @@ def cnn_feature_side(n: int) -> int:
 CNN_MIN_SIDE = next(n for n in range(1, 64) if cnn_feature_side(n) >= 1)  # 18: the smallest usable side
 
 
-class CNN(nn.Module):
+class CNN(ZooModel):
     """The TNA-PFN paper's small CNN: conv32-pool-conv64-pool-conv64, FC 64, no BatchNorm.
 
     Unpadded 3 x 3 convolutions as in the classic Keras CNN the authors' code follows:
@@ -81,8 +99,8 @@ class CNN(nn.Module):
         self.fc = nn.Linear(64 * cnn_feature_side(input_shape[1]) * cnn_feature_side(input_shape[2]), 64)
         self.classifier = nn.Linear(64, num_classes)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(F.relu(self.fc(self.features(x))))
+    def represent(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.fc(self.features(x)))
 
 
 class BasicBlock(nn.Module):
@@ -109,7 +127,7 @@ class BasicBlock(nn.Module):
         return F.relu(out + shortcut)
 
 
-class ResNet20(nn.Module):
+class ResNet20(ZooModel):
     """CIFAR-style ResNet-20 (He et al. 2016): 3 stages x 3 basic blocks, 16/32/64 channels."""
 
     def __init__(self, input_shape: tuple[int, int, int], num_classes: int) -> None:
@@ -128,15 +146,15 @@ class ResNet20(nn.Module):
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def represent(self, x: torch.Tensor) -> torch.Tensor:
         out = self.layers(F.relu(self.bn1(self.conv1(x))))
-        return self.classifier(torch.flatten(F.adaptive_avg_pool2d(out, 1), 1))
+        return torch.flatten(F.adaptive_avg_pool2d(out, 1), 1)
 
 
 _VGG11_CONFIG: tuple[int | str, ...] = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
 
 
-class VGG11(nn.Module):
+class VGG11(ZooModel):
     """VGG-11 with BatchNorm for small images; a pool is skipped when the map is already 1 px."""
 
     def __init__(self, input_shape: tuple[int, int, int], num_classes: int) -> None:
@@ -155,8 +173,8 @@ class VGG11(nn.Module):
         self.features = nn.Sequential(*layers)
         self.classifier = nn.Linear(channels * height * width, num_classes)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.features(x))
+    def represent(self, x: torch.Tensor) -> torch.Tensor:
+        return self.features(x)
 
 
-_BUILDERS: dict[str, type[nn.Module]] = {"mlp": MLP, "cnn": CNN, "resnet20": ResNet20, "vgg11": VGG11}
+_BUILDERS: dict[str, type[ZooModel]] = {"mlp": MLP, "cnn": CNN, "resnet20": ResNet20, "vgg11": VGG11}

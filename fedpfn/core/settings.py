@@ -15,24 +15,34 @@ import math
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 Check = Callable[[Any], "str | None"]  # the reason a value is refused, or None
-T = TypeVar("T")
 
 
 class ConfigError(ValueError):
     """Settings that cannot run; the message holds one problem per line."""
 
 
-def setting(default: Any, help: str, check: Check | None = None) -> Any:
-    """Declare a dataclass field with its help line and its check."""
-    return dataclasses.field(default=default, metadata={"help": help, "check": check})
+# What a setting is about, declared with it; everything that sorts settings reads this.
+#   (none)      what a run computes: arms of a comparison differ in these
+#   federation  the setting every arm of a comparison shares (data, clients, rounds, evaluation)
+#   placement   where and how it computes, never what: a resume may move it (Ray, engine, devices)
+#   tracking    where its numbers are also logged: a resume may switch it
+#   bookkeeping the run's folder and reporting: not part of what it computes
+KINDS = ("", "federation", "placement", "tracking", "bookkeeping")
 
 
-def required(help: str, check: Check | None = None) -> Any:
-    """A setting without a default: the command line marks it required."""
-    return dataclasses.field(metadata={"help": help, "check": check})
+def setting(default: Any, help: str, check: Check | None = None, kind: str = "") -> Any:
+    """Declare a dataclass field with its help line, its check and its kind (KINDS)."""
+    if kind not in KINDS:
+        raise ValueError(f"kind '{kind}' is not one of {KINDS}")
+    return dataclasses.field(default=default, metadata={"help": help, "check": check, "kind": kind})
+
+
+def of_kind(cls: type, kind: str) -> tuple[str, ...]:
+    """The names of `cls`'s settings declared with `kind`."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("kind", "") == kind)
 
 
 # --- checks: each returns why a value is refused -------------------------------------------
@@ -44,10 +54,6 @@ def above(low: float) -> Check:
 
 def at_least(low: float) -> Check:
     return lambda v: None if v >= low else f"{v} must be at least {low}"
-
-
-def at_most(high: float) -> Check:
-    return lambda v: None if v <= high else f"{v} must be at most {high}"
 
 
 def between(low: float, high: float, *, high_open: bool = False, low_open: bool = False) -> Check:
@@ -168,15 +174,6 @@ def parse_leniently(
     if unknown:
         problems.append(f"unknown setting(s) {', '.join(sorted(unknown))}; run with --help for the known ones")
     return parsed, problems
-
-
-def from_mapping(cls: type[T], values: Mapping[str, Any]) -> T:
-    """Build `cls` from loosely typed values; unknown keys and bad values are refused together."""
-    parsed = parse_values(field_map(cls), values)
-    missing = [f.name for f in dataclasses.fields(cls) if _has_no_default(f) and f.name not in parsed]
-    if missing:
-        raise ConfigError("\n".join(f"{name}: a value is required" for name in missing))
-    return cls(**parsed)
 
 
 def _has_no_default(f: dataclasses.Field) -> bool:

@@ -1,74 +1,179 @@
-"""The one local training loop, shared by every client algorithm and by the analysis tools.
+"""The one local training step, as functions of tensors, and evaluation.
 
-Algorithms differ only in the hooks they pass: an extra loss term (FedProx, FedDyn, MOON),
-a gradient correction (SCAFFOLD) and an after-step action (the anchor freeze).
+Every engine trains with these functions: the sequential ClientApp calls them on one client,
+the batched engine calls the same functions under `torch.func.vmap` on a stack of clients,
+and the analysis tools (fusion, LMC) on one model. A step is
+
+    grads = ∇ [ cross-entropy(logits, targets) + loss_term ]     (loss_term: FedProx, FedDyn, MOON)
+    grads = correct(grads)                                       (SCAFFOLD)
+    params, state = optimizer_step(params, grads, state)         (SGD with momentum and weight decay, Adam)
+    params = after_step(params)                                  (the anchor freeze)
+
+Parameters are dicts of tensors, never modules, so a stack of K clients is the same dict with
+a leading client dimension. BatchNorm running statistics are buffers passed through the
+functional call and updated in place, as a module's would be. The optimizers repeat
+torch.optim's single-tensor arithmetic operation by operation, so one client trained here
+equals `torch.optim.SGD` / `Adam` bit for bit on the CPU, and the stacked update equals K
+separate ones (every operation is element-wise).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.func import functional_call, grad
 
-
-class TrainHooks(Protocol):
-    def loss_term(self, model: nn.Module, inputs: torch.Tensor) -> torch.Tensor | None: ...
-
-    def after_backward(self, model: nn.Module) -> None: ...
-
-    def after_step(self, model: nn.Module) -> None: ...
-
-
-class NoHooks:
-    """Plain SGD: nothing added to the loop."""
-
-    def loss_term(self, model: nn.Module, inputs: torch.Tensor) -> torch.Tensor | None:
-        return None
-
-    def after_backward(self, model: nn.Module) -> None:
-        pass
-
-    def after_step(self, model: nn.Module) -> None:
-        pass
-
-
-class CompositeHooks:
-    """Several parts' hooks, called in order; their loss terms add up."""
-
-    def __init__(self, parts: Sequence[TrainHooks]) -> None:
-        self.parts = list(parts)
-
-    def loss_term(self, model: nn.Module, inputs: torch.Tensor) -> torch.Tensor | None:
-        terms = [t for t in (part.loss_term(model, inputs) for part in self.parts) if t is not None]
-        return sum(terms[1:], terms[0]) if terms else None
-
-    def after_backward(self, model: nn.Module) -> None:
-        for part in self.parts:
-            part.after_backward(model)
-
-    def after_step(self, model: nn.Module) -> None:
-        for part in self.parts:
-            part.after_step(model)
+Tensors = dict[str, torch.Tensor]
+LossTerm = Callable[["StepView"], "torch.Tensor | None"]
+Correction = Callable[[Tensors, "StepView"], Tensors]
+AfterStep = Callable[[Tensors], Tensors]
+OPTIMIZERS = ("sgd", "adam")
 
 
 @dataclass(frozen=True)
-class TrainResult:
-    loss: float  # mean cross-entropy over the steps (without hook terms)
-    accuracy: float  # fraction of training samples classified right while training
-    steps: int
+class OptimizerSpec:
+    """A local optimizer for one round (a new one every round, as FL clients have)."""
+
+    name: str  # sgd | adam
+    lr: float
+    momentum: float = 0.0  # SGD's
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)  # Adam's, torch's defaults
+    eps: float = 1e-8
 
 
-def make_optimizer(
-    model: nn.Module, name: str, lr: float, momentum: float, weight_decay: float
-) -> torch.optim.Optimizer:
-    params = [p for p in model.parameters() if p.requires_grad]
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
-    return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+@dataclass(frozen=True)
+class StepView:
+    """What a loss term or a gradient correction may read in one step of one client."""
+
+    model: nn.Module  # the architecture, for extra functional forwards (MOON)
+    params: Tensors  # the parameters being differentiated
+    logits: torch.Tensor
+    features: torch.Tensor  # the classifier's input
+    inputs: torch.Tensor
+    targets: torch.Tensor
+
+
+def forward(
+    model: nn.Module, params: Tensors, buffers: Tensors, inputs: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits, features) of `model` with these weights; buffers update in place in train mode."""
+    return functional_call(model, (params, buffers), (inputs,), {"with_features": True}, strict=True)
+
+
+@torch.no_grad()
+def target_features(model: nn.Module, params: Tensors, buffers: Tensors, inputs: torch.Tensor) -> torch.Tensor:
+    """The features of a fixed model (evaluation mode, no gradient): a target, not a learner."""
+    was_training = model.training
+    model.eval()
+    try:
+        return forward(model, params, buffers, inputs)[1]
+    finally:
+        model.train(was_training)
+
+
+def optimizer_state(spec: OptimizerSpec, params: Tensors) -> Tensors:
+    """The optimizer's per-entry state before the first step (SGD's buffer starts at step 1)."""
+    if spec.name == "adam":
+        zeros = {f"exp_avg.{n}": torch.zeros_like(p) for n, p in params.items()}
+        return {**zeros, **{f"exp_avg_sq.{n}": torch.zeros_like(p) for n, p in params.items()}}
+    return {}
+
+
+def optimizer_step(
+    spec: OptimizerSpec, params: Tensors, grads: Tensors, state: Tensors, step: int
+) -> tuple[Tensors, Tensors]:
+    """One update of every parameter; `step` counts from 1. Returns new tensors, touches none."""
+    if spec.name == "adam":
+        return _adam(spec, params, grads, state, step)
+    return _sgd(spec, params, grads, state, step)
+
+
+def _sgd(spec: OptimizerSpec, params: Tensors, grads: Tensors, state: Tensors, step: int) -> tuple[Tensors, Tensors]:
+    new_params, new_state = {}, {}
+    for name, p in params.items():
+        d = grads[name] if spec.weight_decay == 0 else grads[name].add(p, alpha=spec.weight_decay)
+        if spec.momentum != 0:
+            d = d.clone() if step == 1 else state[name].mul(spec.momentum).add(d, alpha=1)
+            new_state[name] = d
+        new_params[name] = p.add(d, alpha=-spec.lr)
+    return new_params, new_state
+
+
+def _adam(spec: OptimizerSpec, params: Tensors, grads: Tensors, state: Tensors, step: int) -> tuple[Tensors, Tensors]:
+    beta1, beta2 = spec.betas
+    step_size = spec.lr / (1 - beta1**step)
+    bias_correction2_sqrt = (1 - beta2**step) ** 0.5
+    new_params, new_state = {}, {}
+    for name, p in params.items():
+        g = grads[name] if spec.weight_decay == 0 else grads[name].add(p, alpha=spec.weight_decay)
+        m = state[f"exp_avg.{name}"].lerp(g, 1 - beta1)
+        v = state[f"exp_avg_sq.{name}"].mul(beta2).addcmul(g, g, value=1 - beta2)
+        denom = (v.sqrt() / bias_correction2_sqrt).add(spec.eps)
+        new_params[name] = p.addcdiv(m, denom, value=-step_size)
+        new_state[f"exp_avg.{name}"], new_state[f"exp_avg_sq.{name}"] = m, v
+    return new_params, new_state
+
+
+def effective_steps(steps: int, momentum: float) -> float:
+    """K, or with SGD momentum beta the plain-SGD steps a displacement of K steps is worth.
+
+    From a zero momentum buffer, K steps under a constant gradient g move the weights by
+    lr·g·Σ_{k=1..K} (1 − beta^k)/(1 − beta) = lr·g·(K − beta(1 − beta^K)/(1 − beta))/(1 − beta):
+    SCAFFOLD divides a client's displacement by it, and it is FedNova's normaliser a_i.
+    """
+    if momentum == 0:
+        return float(steps)
+    return (steps - momentum * (1 - momentum**steps) / (1 - momentum)) / (1 - momentum)
+
+
+def freeze(params: Tensors, anchors: Tensors, masks: Tensors) -> Tensors:
+    """`params` with every masked entry put back to its anchor value (a selection: exact)."""
+    return {n: torch.where(masks[n], anchors[n], p) if n in masks else p for n, p in params.items()}
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    params: Tensors
+    optimizer_state: Tensors
+    loss: torch.Tensor  # the batch's mean cross-entropy, without the loss terms
+    correct: torch.Tensor  # how many of the batch's samples the model classified right
+
+
+def local_step(
+    model: nn.Module,
+    params: Tensors,
+    buffers: Tensors,
+    state: Tensors,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    step: int,
+    spec: OptimizerSpec,
+    loss_term: LossTerm | None = None,
+    correct: Correction | None = None,
+    after_step: AfterStep | None = None,
+) -> StepOutput:
+    """One optimizer step of one client on one batch (see the module docstring)."""
+
+    def objective(p: Tensors, b: Tensors) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        logits, features = forward(model, p, b, inputs)
+        ce = F.cross_entropy(logits, targets)
+        extra = loss_term(StepView(model, p, logits, features, inputs, targets)) if loss_term else None
+        return (ce if extra is None else ce + extra), (ce.detach(), logits.detach(), features.detach())
+
+    # the buffers are an argument, not captured: BatchNorm updates them in place, which a
+    # grad transform allows only on its inputs
+    grads, (ce, logits, features) = grad(objective, has_aux=True)(params, buffers)
+    if correct is not None:
+        grads = correct(grads, StepView(model, params, logits, features, inputs, targets))
+    new_params, new_state = optimizer_step(spec, params, grads, state, step)
+    if after_step is not None:
+        new_params = after_step(new_params)
+    return StepOutput(new_params, new_state, ce, (logits.argmax(1) == targets).sum())
 
 
 def minibatches(
@@ -80,56 +185,71 @@ def minibatches(
         yield from order.split(batch_size)
 
 
+@dataclass(frozen=True)
+class TrainResult:
+    loss: float  # mean cross-entropy over the steps (without loss terms)
+    accuracy: float  # fraction of training samples classified right while training
+    steps: int
+
+
 def train_local(
     model: nn.Module,
     x: torch.Tensor,
     y: torch.Tensor,
     batches: Iterator[torch.Tensor],
-    optimizer: torch.optim.Optimizer,
-    hooks: TrainHooks = NoHooks(),
+    spec: OptimizerSpec,
+    masks: Tensors | None = None,
 ) -> TrainResult:
-    """Train on `x[batch], y[batch]` for each index batch.
+    """Train `model` in place on `x[batch], y[batch]` for each index batch, `masks`' entries fixed.
 
-    Indexing the full tensors per batch avoids materialising a client's partition.
+    The analysis tools' loop (one model, no client rule): `local_step` with the anchor freeze.
     """
     model.train()
-    device = next(model.parameters()).device
-    total_loss = torch.zeros((), device=device)
-    correct = torch.zeros((), device=device, dtype=torch.int64)
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    buffers = {n: b for n, b in model.named_buffers()}
+    anchors = {n: params[n].clone() for n in masks or {}}
+    masks = {n: m.to(params[n].device) for n, m in (masks or {}).items()}
+    after = (lambda p: freeze(p, anchors, masks)) if masks else None
+    state = optimizer_state(spec, params)
+    total_loss = torch.zeros((), device=next(iter(params.values())).device)
+    correct = torch.zeros((), dtype=torch.int64, device=total_loss.device)
     steps = seen = 0
     for batch in batches:
         batch = batch.to(x.device)
-        inputs, targets = x[batch].to(device, non_blocking=True), y[batch].to(device, non_blocking=True)
-        optimizer.zero_grad(set_to_none=True)
-        logits = model(inputs)
-        loss = F.cross_entropy(logits, targets)
-        total_loss += loss.detach()
-        correct += (logits.detach().argmax(1) == targets).sum()
-        extra = hooks.loss_term(model, inputs)
-        if extra is not None:
-            loss = loss + extra
-        loss.backward()
-        hooks.after_backward(model)
-        optimizer.step()
-        hooks.after_step(model)
+        inputs, targets = x[batch].to(total_loss.device), y[batch].to(total_loss.device)
+        out = local_step(model, params, buffers, state, inputs, targets, steps + 1, spec, after_step=after)
+        params, state = out.params, out.optimizer_state
+        total_loss += out.loss
+        correct += out.correct
         steps += 1
         seen += len(batch)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(params[name])
     return TrainResult(float(total_loss) / max(steps, 1), int(correct) / max(seen, 1), steps)
 
 
 @torch.no_grad()
 def evaluate(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 256
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    batch_size: int = 256,
+    weights: tuple[Tensors, Tensors] | None = None,
 ) -> tuple[float, float]:
-    """(mean cross-entropy, accuracy in [0, 1]) of `model` on the whole of (x, y)."""
+    """(mean cross-entropy, accuracy in [0, 1]) of `model` on the whole of (x, y).
+
+    `weights`: (parameters, buffers) to evaluate instead of the module's own.
+    """
     model.eval()
     device = next(model.parameters()).device
+    call = model if weights is None else lambda inputs: functional_call(model, weights, (inputs,))
     loss_sum = torch.zeros((), device=device, dtype=torch.float64)
     correct = torch.zeros((), device=device, dtype=torch.int64)
     for start in range(0, len(y), batch_size):
         inputs = x[start : start + batch_size].to(device, non_blocking=True)
         targets = y[start : start + batch_size].to(device, non_blocking=True)
-        logits = model(inputs)
+        logits = call(inputs)
         loss_sum += F.cross_entropy(logits, targets, reduction="sum").double()
         correct += (logits.argmax(1) == targets).sum()
     return float(loss_sum) / len(y), int(correct) / len(y)

@@ -1,61 +1,71 @@
-"""Every algorithm by name, and the one rule by which client and server parts compose.
+"""Every algorithm by name, the one rule by which client and server parts compose, and the
+run config with the algorithms' hyperparameters joined to it.
 
 The composition rule, the same on both sides:
 
 - A client is its client rule (FedAvg's local SGD, or a small subclass: FedProx, SCAFFOLD,
-  FedDyn, MOON) followed, optionally, by an anchor method (FedPFN, FedPNU). Hooks run in
-  that order: the rule's first, the anchors' last, so the anchor restore is the last thing
-  after every optimizer step, and the anchors pack (FedPNU) the reply the rule built.
+  FedDyn, MOON, FedNova) followed, optionally, by an anchor method (FedPFN, FedPNU). Hooks
+  run in that order: the rule's first, the anchors' last, so the anchor freeze is the last
+  thing after every optimizer step, and the anchors pack (FedPNU) the reply the rule built.
 - The server is an inner strategy (Flower's FedAvg, FedAvgM, FedAdam, ... or a user's)
   with the server parts of the same algorithms around it, in the same order: parts add to
-  what is sent in order, read the replies in reverse order (the anchors unpack before the
-  rule's part reads), and adjust the aggregate in order (the rule's correction first, the
-  anchors last). The inner strategy sees trainable parameters only (strategies.composed).
-- Client parts (clients/) and server parts (strategies/) never import each other; they
-  meet in Flower messages (fedpfn.core.protocol). This module is the one place that sees both:
-  an algorithm is its client file (hooks, name, hyperparameters), optionally its server
-  file, and one `Algorithm(...)` line below.
+  what is sent in order, restore and absorb the replies in reverse order (the anchors
+  unpack before the rule's part reads), and adjust the aggregate in order (the rule's
+  correction first, the anchors last). The inner strategy sees trainable parameters only
+  (strategies.composed).
+- A client rule is a file in clients/ (its name, Params, message keys and hooks); its
+  server part, if it has one, a file in strategies/ that reads those declarations; and one
+  `Algorithm(...)` line below. Server algorithms register in strategies/registry.py.
+
+The core settings (fedpfn.core.config) know no algorithm: a config is built here, where
+the algorithms' declared hyperparameters join them (`load_config`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import torch
-from flwr.app import RecordDict
 from flwr.serverapp.strategy import Strategy
 from torch import nn
 
-from clients import ClientPart, FedAvgClient, FedDynClient, FedPFN, FedPNU, FedProxClient, ScaffoldClient
-from clients.base import local_round
-from clients.moon import MoonClient
+from clients import (
+    ClientRule,
+    FedAvgClient,
+    FedDynClient,
+    FedNovaClient,
+    FedPFNClient,
+    FedPNUClient,
+    FedProxClient,
+    MoonClient,
+    ScaffoldClient,
+)
+from fedpfn.core.config import RunConfig, core_fields
 from fedpfn.core.settings import ConfigError, problems as setting_problems
 from strategies import (
     SERVER_RULES,
     AnchorServer,
     ComposedStrategy,
     FedDynServer,
+    FedNovaServer,
     ScaffoldServer,
     ServerContext,
     ServerPart,
     build_inner_strategy,
+    registration_of,
     server_rule,
 )
-
-if TYPE_CHECKING:
-    from pathlib import Path
-
-    from fedpfn.core.cache import ClientData
-    from fedpfn.core.config import RunConfig
+from strategies.registry import USER_RULE
 
 
 @dataclass(frozen=True)
 class Algorithm:
-    """A client part and, if it keeps server state, its server part."""
+    """A client rule and, if it keeps server state or changes the aggregate, its server part."""
 
-    client: type[ClientPart]
+    client: type[ClientRule]
     server: type[ServerPart] | None = None
 
     @property
@@ -73,8 +83,9 @@ CLIENT_RULES = _by_name(
     Algorithm(ScaffoldClient, ScaffoldServer),
     Algorithm(FedDynClient, FedDynServer),
     Algorithm(MoonClient),
+    Algorithm(FedNovaClient, FedNovaServer),
 )
-ANCHOR_METHODS = _by_name(Algorithm(FedPFN, AnchorServer), Algorithm(FedPNU, AnchorServer))
+ANCHOR_METHODS = _by_name(Algorithm(FedPFNClient, AnchorServer), Algorithm(FedPNUClient, AnchorServer))
 
 
 # --- names -----------------------------------------------------------------------------------
@@ -88,8 +99,18 @@ def split_algorithm(algorithm: str) -> tuple[str | None, str]:
     return None, algorithm
 
 
+def anchor_method(cfg: RunConfig) -> str | None:
+    """`fedpfn`, `fedpnu` or None: the run's anchor method."""
+    return split_algorithm(cfg.algorithm)[0]
+
+
 def algorithm_names() -> list[str]:
     return [*CLIENT_RULES, *ANCHOR_METHODS]
+
+
+def compositions() -> list[str]:
+    """Every algorithm a run may name: each client rule, alone and under each anchor method."""
+    return [*CLIENT_RULES] + [f"{a}+{r}" if r != "fedavg" else a for a in ANCHOR_METHODS for r in CLIENT_RULES]
 
 
 def _parts(algorithm: str) -> list[Algorithm]:
@@ -107,8 +128,6 @@ def declared_by(algorithm: str, server: str) -> list[type]:
 
 def hparam_classes() -> list[type]:
     """Every hyperparameter class: of each client rule, anchor method and server rule."""
-    from strategies.registry import USER_RULE
-
     classes = [a.client.Params for a in (*CLIENT_RULES.values(), *ANCHOR_METHODS.values())]
     classes += [rule.Params for rule in (*SERVER_RULES.values(), USER_RULE)]
     return list(dict.fromkeys(classes))
@@ -120,8 +139,8 @@ def hparam_fields() -> dict[str, dataclasses.Field]:
     owner: dict[str, type] = {}
     for cls in hparam_classes():
         for f in dataclasses.fields(cls):
-            if f.name in fields:
-                raise TypeError(f"hyperparameter '{f.name}' is declared by {owner[f.name].__name__} and {cls.__name__}")
+            if f.name in fields or f.name in core_fields():
+                raise TypeError(f"hyperparameter '{f.name}' of {cls.__name__} is declared twice")
             fields[f.name], owner[f.name] = f, cls
     return fields
 
@@ -131,17 +150,55 @@ def resolve_hparams(cfg: RunConfig) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for cls in declared_by(cfg.algorithm, cfg.server):
         values.update(dataclasses.asdict(cfg.params(cls)))
-    anchor, _ = split_algorithm(cfg.algorithm)
+    anchor = anchor_method(cfg)
     if anchor is not None and values.get("anchor_granularity") is None:
         values["anchor_granularity"] = ANCHOR_METHODS[anchor].client.default_granularity  # type: ignore[attr-defined]
     return values
 
 
-# --- checks ----------------------------------------------------------------------------------
+# --- building and checking a config -------------------------------------------------------------
+
+
+def parse_config(values: dict[str, Any]) -> RunConfig:
+    """A config from loosely typed values (keys with '-' or '_'); every problem at once, unchecked otherwise."""
+    cfg, unparsed = RunConfig.parse(values, hparam_fields())
+    if unparsed:  # what did not parse, and what the rest fails
+        raise ConfigError("\n".join(unparsed + problems(cfg)))
+    return cfg
+
+
+def validated(cfg: RunConfig) -> RunConfig:
+    """`cfg` with its algorithms' hyperparameters resolved, or ConfigError listing every problem."""
+    found = problems(cfg)
+    if found:
+        raise ConfigError("\n".join(found))
+    return dataclasses.replace(cfg, hparams=resolve_hparams(cfg))
+
+
+def load_config(values: dict[str, Any]) -> RunConfig:
+    """A checked config from loosely typed values: what every entry point builds."""
+    return validated(parse_config(values))
+
+
+def config_from_json(text: str) -> RunConfig:
+    """The config a train message carries (already checked where the run started)."""
+    return parse_config(json.loads(text))
+
+
+def for_algorithm(cfg: RunConfig, algorithm: str) -> RunConfig:
+    """The same settings for another algorithm, keeping only the hyperparameters it uses."""
+    names = {f.name for cls in declared_by(algorithm, cfg.server) for f in dataclasses.fields(cls)}
+    kept = {k: v for k, v in cfg.hparams.items() if k in names}
+    return dataclasses.replace(cfg, algorithm=algorithm, hparams=kept)
 
 
 def problems(cfg: RunConfig) -> list[str]:
-    """What the algorithms say about a config: names, optimizer, their hyperparameters."""
+    """Every reason `cfg` cannot run: its core settings' and what the algorithms say."""
+    return cfg.problems() + _algorithm_problems(cfg)
+
+
+def _algorithm_problems(cfg: RunConfig) -> list[str]:
+    """Names, optimizer, the algorithms' hyperparameters."""
     anchor, rule = split_algorithm(cfg.algorithm)
     if rule not in CLIENT_RULES or "+" in rule:
         return [
@@ -157,7 +214,7 @@ def problems(cfg: RunConfig) -> list[str]:
     if cfg.optimizer not in client.optimizers:
         out.append(
             f"optimizer: {rule} is defined for {', '.join(client.optimizers)} only, not '{cfg.optimizer}' "
-            "(its control variates assume SGD steps)"
+            "(its rule assumes SGD steps)"
         )
     for cls in used:
         out += setting_problems(cfg.params(cls))
@@ -179,25 +236,18 @@ def _user_strategy_problems(cfg: RunConfig) -> list[str]:
     return []
 
 
+def flower_run_config() -> dict[str, Any]:
+    """`[tool.flwr.app.config]` as pyproject.toml must declare it: every setting, "" for None."""
+    fields = {**core_fields(), **hparam_fields()}
+    return {name.replace("_", "-"): "" if f.default is None else f.default for name, f in fields.items()}
+
+
 # --- building the two sides -------------------------------------------------------------------
 
 
-def client_parts(cfg: RunConfig) -> list[type[ClientPart]]:
+def client_rules(cfg: RunConfig) -> list[type[ClientRule]]:
+    """The client side of `cfg.algorithm`: its rule, then its anchor method."""
     return [part.client for part in _parts(cfg.algorithm)]
-
-
-def run_client(
-    cfg: RunConfig,
-    partition_id: int,
-    state: RecordDict,
-    device: torch.device,
-    content: RecordDict,
-    *,
-    data: ClientData | None = None,
-    state_root: Path | None = None,
-) -> RecordDict:
-    """One client's round for `cfg.algorithm`: the reply's content (`data`, `state_root`: see local_round)."""
-    return local_round(client_parts(cfg), cfg, partition_id, state, device, content, data=data, state_root=state_root)
 
 
 def build_inner(cfg: RunConfig) -> Strategy:
@@ -207,14 +257,33 @@ def build_inner(cfg: RunConfig) -> Strategy:
 def build_strategy(cfg: RunConfig, model: nn.Module) -> ComposedStrategy:
     """The server algorithm with the server parts of the client rule and the anchors."""
     parts = [
-        part.server(ServerContext(cfg=cfg, model=model, params=cfg.params(part.client.Params)))
+        part.server(ServerContext(cfg=cfg, model=model, params=cfg.params(part.client.Params), client=part.client))
         for part in _parts(cfg.algorithm)
         if part.server is not None
     ]
     names = [name for name, _ in model.named_parameters()]
-    return ComposedStrategy(build_inner(cfg), parts, names)
+    inner = build_inner(cfg)
+    registration = registration_of(inner)
+    state = registration.state if registration is not None else None
+    return ComposedStrategy(inner, parts, names, state_attributes=state)
+
+
+def mean_based(cfg: RunConfig) -> bool:
+    """Whether the run's server algorithm aggregates by the example-weighted mean alone."""
+    return server_rule(cfg.server).mean_based
 
 
 def state_keys(cfg: RunConfig) -> tuple[str, ...]:
     """The records the algorithm's clients keep across rounds (checked on resume)."""
-    return tuple(key for cls in client_parts(cfg) for key in cls.state_keys)
+    return tuple(key for cls in client_rules(cfg) for key in cls.state_keys)
+
+
+def _toml_value(value: Any) -> str:
+    return json.dumps(value) if not isinstance(value, bool) else str(value).lower()
+
+
+if __name__ == "__main__":  # python -m fedpfn.runtime.algorithms: print pyproject's table
+    print("[tool.flwr.app.config]")
+    for key, value in flower_run_config().items():
+        print(f"{key} = {_toml_value(value)}")
+    sys.exit(0)

@@ -18,16 +18,17 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from fedpfn.runtime import env, nodedata, provenance
+from clients import local_round
 from fedpfn.core import protocol
-from fedpfn.runtime.algorithms import run_client
 from fedpfn.core.config import PLACEMENT, TRACKERS, RunConfig
+from fedpfn.core.seeding import Stream, numpy_rng
+from fedpfn.core.training import pick_device
+from fedpfn.runtime import env, nodedata
+from fedpfn.runtime.algorithms import client_rules, config_from_json, load_config, parse_config
+from fedpfn.runtime.lifecycle import RunPlan, claimed, plan, serve, tracking
 from fedpfn.runtime.resources import client_wants_gpu
 from fedpfn.runtime.runfolder import RunFolder
-from fedpfn.core.seeding import Stream, numpy_rng
-from fedpfn.runtime.server import ServerLoop, resume_point
-from fedpfn.runtime.tracking import Tracking, check_available, tracked_run
-from fedpfn.core.training import pick_device
+from fedpfn.runtime.tracking import Tracking, check_available
 
 env.flower_defaults()
 
@@ -38,7 +39,7 @@ class SimulatedFailure(RuntimeError):
 
 @lru_cache(maxsize=8)
 def _config(config_json: str) -> RunConfig:
-    return RunConfig.from_json(config_json)
+    return config_from_json(config_json)
 
 
 def fails_this_round(cfg: RunConfig, server_round: int, partition_id: int) -> bool:
@@ -84,7 +85,9 @@ def train(msg: Message, context: Context) -> Message:
     device = pick_device(want_gpu=client_wants_gpu(cfg.client_gpus))
     data = nodedata.for_node(cfg, partition_id, context.node_config)  # deployed: the node's own copy
     state_root = nodedata.state_root(cfg, context.node_config)
-    content = run_client(cfg, partition_id, context.state, device, msg.content, data=data, state_root=state_root)
+    content = local_round(
+        client_rules(cfg), cfg, partition_id, context.state, device, msg.content, data=data, state_root=state_root
+    )
     return Message(content=content, reply_to=msg)
 
 
@@ -98,15 +101,13 @@ def query(msg: Message, context: Context) -> Message:
     return Message(content=RecordDict({protocol.NODE: node}), reply_to=msg)
 
 
-def make_server_app(
-    cfg: RunConfig, folder: RunFolder, checkpoint: dict[str, Any] | None, tracker: Tracking | None = None
-) -> ServerApp:
-    """A ServerApp for a config and folder checked by the caller (the simulation path)."""
+def make_server_app(run: RunPlan, tracker: Tracking | None = None) -> ServerApp:
+    """A ServerApp for a run checked and claimed by the caller (run_sim.py's engines)."""
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        ServerLoop(grid, cfg, folder, checkpoint).run(tracker)
+        serve(grid, run, tracker)
 
     return app
 
@@ -119,34 +120,32 @@ def deployed_main(grid: Grid, context: Context) -> None:
     """`flwr run`: settings come from `[tool.flwr.app.config]` and `--run-config`.
 
     An unfinished run of the same settings in `out` is resumed from its checkpoint; a
-    finished one, or one of other settings, is refused unless `overwrite=true`.
+    finished one, or one of other settings, is refused unless `overwrite=true`. Errors are
+    raised, so that Flower shows them as the run's status (`flwr ls`).
     """
-    cfg = RunConfig.from_dict(dict(context.run_config)).validated()
+    cfg = load_config(dict(context.run_config))
     cfg = dataclasses.replace(cfg, out=str(cfg.run_dir.resolve()))  # relative: to the SuperLink's folder
+    run = plan(cfg, resume=resumes_in_place(cfg))
+    check_available(cfg)
+    with claimed(run), tracking(run, "deployment: clients train on the SuperNodes") as tracker:
+        serve(grid, run, tracker)
+
+
+def resumes_in_place(cfg: RunConfig) -> bool:
+    """Whether `flwr run` continues the run in `out`: unfinished, of the same settings, no overwrite."""
     folder = RunFolder(cfg.run_dir)
-    resume = folder.holds_run() and not folder.is_finished() and not cfg.overwrite
-    if resume:
-        stored = RunConfig.from_dict(folder.read_config())
-        differences = cfg.differences(stored, ignore=("out", "overwrite", *PLACEMENT, *TRACKERS))
-        if differences:
-            raise RuntimeError(
-                f"out: '{folder.path}' holds a run of other settings ({'; '.join(differences)}); "
-                "set another out, or overwrite=true in --run-config to replace it"
-            )
-    elif folder.holds_run() and not cfg.overwrite:  # Flower shows this as the run's status (`flwr ls`)
+    if not folder.holds_run() or cfg.overwrite:
+        return False
+    if folder.is_finished():
         raise RuntimeError(
             f"out: '{folder.path}' holds a finished run; set overwrite=true in --run-config to replace it, "
             "or another out"
         )
-    else:
-        folder.check_new_run(cfg.overwrite)
-    checkpoint = resume_point(cfg, folder) if resume else None
-    check_available(cfg)
-    with folder.exclusive():
-        if not resume:
-            folder.start(cfg.to_dict(), overwrite=cfg.overwrite, provenance=provenance.collect())
-        else:
-            folder.write_config(cfg.to_dict(), provenance.for_resume(folder.read_provenance()))
-        compute = "deployment: clients train on the SuperNodes"
-        with tracked_run(cfg, folder, checkpoint, compute, show=True) as tracker:
-            ServerLoop(grid, cfg, folder, checkpoint).run(tracker)
+    stored = parse_config(folder.read_config())
+    differences = cfg.differences(stored, ignore=("out", "overwrite", *PLACEMENT, *TRACKERS))
+    if differences:
+        raise RuntimeError(
+            f"out: '{folder.path}' holds a run of other settings ({'; '.join(differences)}); "
+            "set another out, or overwrite=true in --run-config to replace it"
+        )
+    return True

@@ -4,8 +4,9 @@
 
 Each (algorithm, seed) is an ordinary run folder under the comparison folder, so a long
 comparison can be stopped and started again: a finished sub-run is reused and a killed one
-resumed, but only if its config.json equals the requested settings (`out`, `overwrite` and
-`provenance` aside); anything else is refused, for every sub-run, before any run starts.
+resumed, but only if its config.json equals the requested settings (aside from `out`,
+`overwrite`, `provenance` and where it computes or logs: engine, Ray, trackers); anything else
+is refused, for every sub-run, before any run starts.
 The partition depends only on the seed and the federation settings, never on the algorithm.
 The table and figures are `fedpfn.analysis.report`'s, with the first algorithm as the baseline.
 """
@@ -18,12 +19,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fedpfn.core.config import ConfigError, RunConfig
-from fedpfn.analysis.report import CONFIG, SUMMARY, Report, analyse, markdown, read_run, write_report
+from fedpfn.analysis.render import markdown, write_report
+from fedpfn.analysis.runs import read_run
+from fedpfn.analysis.stats import Report, analyse
+from fedpfn.core.config import PLACEMENT, TRACKERS, ConfigError, RunConfig
+from fedpfn.core.files import CONFIG, PROVENANCE, SUMMARY
+from fedpfn.core.seeding import MAX_SEED
+from fedpfn.runtime.algorithms import for_algorithm, hparam_fields, problems, validated
+from fedpfn.runtime.engines import ENGINES
+from fedpfn.runtime.simulation import simulate
 
 LAST_ROUNDS = 5
-MAX_SEED = 2**32 - 1  # numpy's seed range
-NOT_COMPARED = ("out", "overwrite", "provenance")  # may differ in a reused sub-run
+NOT_COMPARED = ("out", "overwrite", PROVENANCE, *PLACEMENT, *TRACKERS)  # may differ in a reused sub-run
 
 
 def parse_list(text: str, name: str, kind: type = str) -> list:
@@ -64,29 +71,27 @@ def check_algorithms(algorithms: Sequence[str]) -> list[str]:
 def comparison_configs(base: RunConfig, algorithms: list[str], seeds: list[int]) -> list[RunConfig]:
     """One validated config per (algorithm, seed); every problem reported at once."""
     root = base.run_dir
-    problems = [p for a in algorithms for p in dataclasses.replace(base, algorithm=a, hparams={}).problems()
-                if p.startswith("algorithm:")]  # fmt: skip
-    if problems:  # an unknown name first: for_algorithm needs a known one
-        raise ConfigError("\n".join(problems))
+    found = [p for a in algorithms for p in problems(dataclasses.replace(base, algorithm=a, hparams={}))
+             if p.startswith("algorithm:")]  # fmt: skip
+    if found:  # an unknown name first: for_algorithm needs a known one
+        raise ConfigError("\n".join(found))
     configs = []
     for algorithm in algorithms:
         for seed in seeds:
             out = str(root / f"{algorithm}-s{seed}")
-            cfg = dataclasses.replace(base.for_algorithm(algorithm), seed=seed, out=out)
+            cfg = dataclasses.replace(for_algorithm(base, algorithm), seed=seed, out=out)
             try:
-                configs.append(cfg.validated())
+                configs.append(validated(cfg))
             except ConfigError as err:
-                problems += [p for p in str(err).splitlines() if p not in problems]
-    problems += unused_settings(base, configs)
-    if problems:
-        raise ConfigError("\n".join(problems))
+                found += [p for p in str(err).splitlines() if p not in found]
+    found += unused_settings(base, configs)
+    if found:
+        raise ConfigError("\n".join(found))
     return configs
 
 
 def unused_settings(base: RunConfig, configs: Sequence[RunConfig]) -> list[str]:
     """A hyperparameter that no compared algorithm uses would be dropped without a word."""
-    from fedpfn.runtime.algorithms import hparam_fields
-
     used = {key for cfg in configs for key in cfg.hparams}
     defaults = {name: f.default for name, f in hparam_fields().items()}
     algorithms = ", ".join(dict.fromkeys(cfg.algorithm for cfg in configs))
@@ -148,8 +153,6 @@ def plan(configs: Sequence[RunConfig]) -> list[str]:
 
 
 def run_one(cfg: RunConfig, action: str) -> None:
-    from fedpfn.runtime.simulation import simulate
-
     if action == "reuse":
         print(f"{cfg.run_dir}: finished earlier with the same settings, reused", flush=True)
         return
@@ -170,10 +173,8 @@ def compare(base: RunConfig, algorithms: list[str], seeds: list[int], command: s
     Writes comparison.md/.csv/.json, comparison.png and paired_differences.png into the
     comparison folder, with the first algorithm as the baseline.
     """
-    from fedpfn.runtime.simulation import resolve_client_gpus
-
     seeds, algorithms = check_seeds(seeds), check_algorithms(algorithms)
-    base = resolve_client_gpus(base)  # as its sub-runs record it, so a rerun can reuse them
+    base = ENGINES[base.engine].prepare(base)  # placement as its sub-runs record it
     root = base.run_dir
     check_root(root)
     configs = comparison_configs(base, algorithms, seeds)

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from fedpfn.core.cache import ClientData, SplitKey, client_indices, dataset_for, local_positions
-from fedpfn.runtime.runfolder import atomic_write_bytes
+from fedpfn.core.files import atomic_write_bytes
 
 if TYPE_CHECKING:
     from fedpfn.core.config import RunConfig

@@ -22,7 +22,6 @@ import fnmatch
 import hashlib
 import io
 import json
-import math
 import os
 import shutil
 from collections.abc import Iterator
@@ -33,23 +32,23 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedpfn.core.files import (
+    CHECKPOINT,
+    CLIENTS,
+    CONFIG,
+    LOCK,
+    METRICS,
+    OWN_FILES,
+    PROVENANCE,
+    SUMMARY,
+    DamagedFile,
+    atomic_write_bytes,
+    atomic_write_json,
+    json_text,
+    read_jsonl,
+)
 from fedpfn.core.settings import ConfigError
 
-CONFIG = "config.json"
-PROVENANCE = "provenance"  # the key in config.json beside the settings
-METRICS = "metrics.jsonl"
-CLIENTS = "clients.jsonl"
-SUMMARY = "summary.json"
-CHECKPOINT = "checkpoint.npz"
-CLIENT_STATE = "client_state"
-LOG = "run.log"
-LOCK = ".fedpfn.lock"
-# every name the tool writes in a run folder; nothing else is ever replaced or removed
-OWN_FILES = (
-    CONFIG, METRICS, CLIENTS, SUMMARY, CHECKPOINT, CLIENT_STATE, LOG, LOCK,
-    "partition.json", "partition.png", "accuracy.png", "clients.png", "model_round_*.pt",
-    "tensorboard", "wandb", "*.tmp",
-)
 
 
 class RunFolderError(ConfigError):
@@ -58,35 +57,6 @@ class RunFolderError(ConfigError):
 
 def is_own(name: str) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in OWN_FILES)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write then rename, so a reader never sees half a file (even after kill -9)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def strict_json(value: Any) -> Any:
-    """NaN and infinities as null, so every line is JSON that any reader accepts."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: strict_json(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [strict_json(v) for v in value]
-    return value
-
-
-def json_text(value: Any, indent: int | None = None) -> str:
-    return json.dumps(strict_json(value), sort_keys=True, allow_nan=False, indent=indent)
-
-
-def atomic_write_json(path: Path, value: Any) -> None:
-    atomic_write_bytes(path, (json_text(value, indent=2) + "\n").encode())
 
 
 def fingerprint_hash(fingerprint: dict[str, Any]) -> str:
@@ -229,7 +199,7 @@ class RunFolder:
             stale.unlink(missing_ok=True)
 
     def read_config(self) -> dict[str, Any]:
-        """The run's settings, as `RunConfig.from_dict` takes them (provenance left out)."""
+        """The run's settings, as `fedpfn.runtime.algorithms.parse_config` takes them (provenance left out)."""
         return {k: v for k, v in self._config_json().items() if k != PROVENANCE}
 
     def read_provenance(self) -> dict[str, Any]:
@@ -261,21 +231,10 @@ class RunFolder:
         return rows
 
     def _read_lines(self, name: str) -> list[dict[str, Any]]:
-        path = self.path / name
-        if not path.exists():
-            return []
-        # the text after the last newline is a line cut by a kill: that round never finished
-        complete = path.read_text(errors="replace").split("\n")[:-1]
-        rows = []
-        for number, line in enumerate(complete, start=1):
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                row = None
-            if not isinstance(row, dict):
-                raise RunFolderError(f"{path} is damaged at line {number}; the run cannot be resumed or read")
-            rows.append(row)
-        return rows
+        try:
+            return read_jsonl(self.path / name)
+        except DamagedFile as err:
+            raise RunFolderError(f"{err}; the run cannot be resumed or read") from None
 
     def keep_metrics_up_to(self, last_round: int) -> None:
         """Keep rounds 1..`last_round` (what a checkpoint covers), drop later ones."""

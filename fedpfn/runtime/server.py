@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,15 +18,17 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
+from clients.state import ClientStateStore
 from fedpfn.core import protocol
-from fedpfn.runtime.algorithms import build_strategy, state_keys
 from fedpfn.core.cache import dataset_on, initial_model, partition_label_counts, validation_indices
 from fedpfn.core.config import RunConfig
-from fedpfn.runtime.runfolder import CLIENTS, RunFolder, RunFolderError
-from fedpfn.runtime.tracking import Tracking, local_test_summary
+from fedpfn.core.files import CLIENTS
 from fedpfn.core.training import evaluate, pick_device
+from fedpfn.runtime.algorithms import build_strategy, state_keys
+from fedpfn.runtime.runfolder import RunFolder, RunFolderError
+from fedpfn.runtime.tracking import Tracking, local_test_summary
 from fedpfn.runtime.transport import NodeDirectory, send_round
-from strategies import SampledGrid, sample_clients
+from strategies import RoundTotals, SampledGrid, sample_clients
 
 log = logging.getLogger("fedpfn")
 
@@ -131,11 +134,28 @@ def stop_if_a_worker_died(server_round: int, failed: dict[int, str]) -> None:
         )
 
 
-def first_line(reason: str, limit: int = 200) -> str:
+def error_summary(reason: str, limit: int = 200) -> str:
     """The last non-empty line of an error (a traceback's own message), at most `limit` characters."""
     lines = [line.strip() for line in reason.strip().splitlines() if line.strip()]
     text = lines[-1].removesuffix("'>") if lines else "unknown error"  # Flower wraps it as <'...'>
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def report_failures(server_round: int, failed: dict[int, str], missing: list[int]) -> None:
+    """One warning line per failed client (the whole error in the debug log), one for missing nodes."""
+    for partition, reason in sorted(failed.items()):
+        log.warning("round %d: partition %d failed: %s", server_round, partition, error_summary(reason))
+        log.debug("round %d: partition %d failure in full: %s", server_round, partition, reason)
+    if missing:
+        log.warning("round %d: partition(s) %s have no node connected; skipped", server_round, missing)
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    """What a round's training gave: its metrics row so far, and one row per client that replied."""
+
+    record: dict[str, Any]
+    client_rows: list[dict[str, Any]]
 
 
 class ServerLoop:
@@ -162,52 +182,47 @@ class ServerLoop:
 
     # --- one round -----------------------------------------------------------------------
 
-    def train_round(self, server_round: int) -> dict[str, Any]:
+    def train_round(self, server_round: int) -> RoundOutcome:
         cfg = self.cfg
         chosen = sample_clients(cfg.seed, server_round, cfg.num_clients, cfg.clients_per_round)
         nodes = self.nodes.refresh()  # the nodes connected now; new ones are asked their partition
         present = [p for p in chosen if p in nodes]
         missing = [p for p in chosen if p not in nodes]
         sent = self.train_messages(server_round, {p: nodes[p] for p in present}) if present else {}
-        bytes_down = sum(protocol.arrays_bytes(m.content) for m in sent.values())
         replies = send_round(self.grid, sent, self.round_timeout)
         good = [replies.replies[p] for p in sorted(replies.replies)]
         stop_if_a_worker_died(server_round, replies.failed)
-        for partition, reason in sorted(replies.failed.items()):
-            log.warning("round %d: partition %d failed: %s", server_round, partition, first_line(reason))
-            log.debug("round %d: partition %d failure in full: %s", server_round, partition, reason)
-        if missing:
-            log.warning("round %d: partition(s) %s have no node connected; skipped", server_round, missing)
-        bytes_up = sum(protocol.arrays_bytes(r.content) for r in good)
+        report_failures(server_round, replies.failed, missing)
         client_rows = [self._client_row(server_round, r) for r in good]
-        train_loss = float("nan")
         skipped = len(good) < cfg.min_replies
-        if not skipped:
-            arrays, metrics = self.strategy.aggregate_train(server_round, good)
-            if arrays is not None:
-                self.arrays = arrays
-            if metrics is not None:
-                train_loss = float(metrics[protocol.TRAIN_LOSS])
-        else:
+        if skipped:
             log.warning(
                 "round %d skipped: %d successful replies < min_replies %d; global model kept",
-                server_round,
-                len(good),
-                cfg.min_replies,
-            )
-        return {
+                server_round, len(good), cfg.min_replies,
+            )  # fmt: skip
+        record = {
             "num_clients": len(good),
             "num_failures": len(replies.failed) + len(missing),
             "clients": chosen,
             "failed_partitions": sorted(replies.failed),
             "missing_partitions": missing,
-            "train_loss": train_loss,
-            "bytes_down": bytes_down,
-            "bytes_up": bytes_up,
+            "train_loss": float("nan") if skipped else self.aggregate(server_round, good, replies.totals),
+            "bytes_down": sum(protocol.arrays_bytes(m.content) for m in sent.values()),
+            "bytes_up": sum(row["bytes_up"] for row in client_rows),
             "skipped": skipped,
             **self.strategy.round_summary(),
-            "_client_rows": client_rows,
         }
+        return RoundOutcome(record, client_rows)
+
+    def aggregate(self, server_round: int, replies: list[Message], totals: RoundTotals | None) -> float:
+        """The new global model from the round's replies (or the totals the engine computed); its train loss."""
+        if totals is not None:  # the grid gave totals only because the strategy is mean-based
+            arrays, metrics = self.strategy.aggregate_totals(server_round, totals, reply_to=replies[0])
+        else:
+            arrays, metrics = self.strategy.aggregate_train(server_round, replies)
+        if arrays is not None:
+            self.arrays = arrays
+        return float("nan") if metrics is None else float(metrics[protocol.TRAIN_LOSS])
 
     def train_messages(self, server_round: int, nodes: dict[int, int]) -> dict[int, Message]:
         """The strategy's train messages for these partitions' nodes, by partition id."""
@@ -276,8 +291,8 @@ class ServerLoop:
         wait_for_partitions(self.nodes, cfg)
         for server_round in range(self.next_round, cfg.rounds + 1):
             t0 = time.perf_counter()
-            record = self.train_round(server_round)
-            client_rows = record.pop("_client_rows")
+            outcome = self.train_round(server_round)
+            record, client_rows = outcome.record, outcome.client_rows
             evaluated = server_round % cfg.eval_every == 0 or server_round == cfg.rounds
             loss, accuracy = self.evaluate_global() if evaluated else (None, None)
             record = {
@@ -321,8 +336,6 @@ def resume_point(cfg: RunConfig, folder: RunFolder) -> dict[str, Any] | None:
     None means round 1. Refused: a checkpoint of other settings, metrics that do not cover
     it, a stateful client rule whose saved client state is missing.
     """
-    from clients.state import ClientStateStore
-
     checkpoint = folder.load_checkpoint(cfg.fingerprint())
     if checkpoint is None:
         return None

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fedpfn.runtime.progress import Progress, header_lines
-from fedpfn.runtime.runfolder import LOG, RunFolder
+from fedpfn.core.files import LOG
+from fedpfn.runtime.runfolder import RunFolder
 from fedpfn.core.settings import ConfigError
 
 if TYPE_CHECKING:

@@ -25,12 +25,13 @@ import math
 import time
 from collections.abc import Collection, Hashable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from flwr.app import Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
 from fedpfn.core import protocol
+from strategies import RoundTotals
 
 log = logging.getLogger("fedpfn")
 
@@ -46,6 +47,18 @@ class RoundReplies(Generic[K]):
 
     replies: dict[K, Message]  # answered in time, without error
     failed: dict[K, str]  # no usable reply, and why (the node's error, or the deadline)
+    totals: RoundTotals | None = None  # the replies' totals, when the grid computed them (TotalsGrid)
+
+
+@runtime_checkable
+class TotalsGrid(Protocol):
+    """A grid that trains a round in one program may also give the totals of its replies.
+
+    Its replies then carry METRICS and UPLOAD without arrays (protocol.UPLOAD), and the
+    server parts and a mean-based strategy read the totals instead (strategies.totals).
+    """
+
+    def round_totals(self, message_ids: list[str]) -> RoundTotals | None: ...
 
 
 def send_round(grid: Grid, messages: Mapping[K, Message], timeout: float | None) -> RoundReplies[K]:
@@ -80,7 +93,8 @@ def send_round(grid: Grid, messages: Mapping[K, Message], timeout: float | None)
         if pending:
             time.sleep(wait)
     failed.update({key: f"no reply within {timeout:g} s" for key in pending.values()})  # timeout set
-    return RoundReplies(replies=replies, failed=failed)
+    totals = grid.round_totals([mid for mid in ids if mid]) if isinstance(grid, TotalsGrid) else None
+    return RoundReplies(replies=replies, failed=failed, totals=totals)
 
 
 def _poll_delays(deadline: float) -> Iterator[float]:

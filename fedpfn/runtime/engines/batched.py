@@ -1,0 +1,305 @@
+"""The batched engine: a round's clients trained as one program in this process.
+
+The unchanged ServerApp, ServerLoop and strategies run over `BatchedGrid`, an in-process
+implementation of Flower's `Grid`. A round's train messages arrive in one push (the server
+loop pushes the whole round at once); they are decoded once and trained as one cohort
+(clients/program.py) on one device, the GPU when one is visible, else the CPU, and each
+client is answered with the reply the ClientApp would send. With a mean-based server
+algorithm (strategies/registry.py) the replies carry metrics and their upload size only,
+and the round's totals are computed on the device (strategies/totals.py): no client's model
+is serialised. Query messages, and any message that is not training, go through the same
+ClientApp in-process. No Ray is started: start-up is the process, the data and the model.
+
+How a cohort runs (`--engine-mode`): `vmap` stacks the clients and takes each step for all
+of them at once (the GPU, and models without convolutions on the CPU); `threads` trains
+clients side by side, one CPU thread each (convolutions under vmap become grouped
+convolutions, slow on the CPU); `loop` one after another. A round is split into chunks of
+`--engine-chunk` clients (0: as many as the device's free memory holds); a chunk that runs
+out of GPU memory is retried in halves, never lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Iterable
+from functools import cached_property
+
+import numpy as np
+import torch
+from flwr.app import ConfigRecord, Context, Error, Message, MessageType, MetricRecord, RecordDict
+from flwr.app.user_config import UserConfig
+from flwr.common.constant import ErrorCode
+from flwr.serverapp import Grid
+from flwr.supercore.run import Run
+from flwr.supercore.task_identity import TaskIdentity
+
+from clients import ClientJob, Cohort, CohortResult
+from fedpfn.core import protocol
+from fedpfn.core.config import RunConfig
+from fedpfn.core.settings import ConfigError
+from fedpfn.core.training import pick_device
+from fedpfn.runtime.algorithms import client_rules, mean_based
+from fedpfn.runtime.app import SimulatedFailure, client_app, fails_this_round, make_server_app
+from fedpfn.runtime.lifecycle import RunPlan
+from fedpfn.runtime.tracking import Tracking
+from strategies import RoundTotals
+
+log = logging.getLogger("fedpfn")
+
+RUN_ID = 1
+SERVER_NODE = 1  # Flower's SUPERLINK_NODE_ID: the sender of every instruction message
+FIRST_NODE = 2  # node ids are partition ids from here
+CONV_MODELS = ("cnn", "resnet20", "vgg11")  # models whose convolutions are slow under vmap on the CPU
+
+
+# --- placement ------------------------------------------------------------------------------
+
+
+def device_of(cfg: RunConfig) -> torch.device:
+    """The GPU when one is visible and the clients may use it (`client_gpus` not 0), else the CPU."""
+    return pick_device(want_gpu=cfg.client_gpus is None or cfg.client_gpus > 0)
+
+
+def mode_of(cfg: RunConfig, device: torch.device) -> str:
+    """`engine_mode`, with auto resolved: vmap on a GPU or for a model without convolutions."""
+    if cfg.engine_mode != "auto":
+        return cfg.engine_mode
+    return "vmap" if device.type == "cuda" or cfg.model not in CONV_MODELS else "threads"
+
+
+def prepare(cfg: RunConfig) -> RunConfig:
+    """Refuse what this engine cannot do, before anything starts; nothing is resolved into the config."""
+    if cfg.ray_address:
+        raise ConfigError(
+            f"ray_address: '{cfg.ray_address}' needs --engine ray (the batched engine runs in this process)"
+        )
+    if cfg.client_gpus and not torch.cuda.is_available():
+        raise ConfigError(f"client_gpus: {cfg.client_gpus:g} asks for a GPU but none is visible; use --client-gpus 0")
+    return cfg
+
+
+def describe(cfg: RunConfig) -> str:
+    """The header's compute line: the device, how a round runs, and why."""
+    device = device_of(cfg)
+    mode = mode_of(cfg, device)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"the CPU, {os.cpu_count()} cores"
+    how = {
+        "vmap": "all of a round's clients as one vmapped program"
+        + (f", {cfg.engine_chunk} per chunk" if cfg.engine_chunk else ", chunks as large as free memory holds"),
+        "threads": f"clients side by side on {os.cpu_count()} threads, one each",
+        "loop": "one client after another",
+    }[mode]
+    why = " (auto: convolutions under vmap are slow on the CPU)" if cfg.engine_mode == "auto" and mode == "threads" else ""
+    return f"batched engine in this process on {where} ({device.type}): {how}{why}; server evaluates on {pick_device()}"
+
+
+def run(run: RunPlan, tracker: Tracking) -> None:
+    """The rounds over a BatchedGrid, through the same ServerApp as the Ray engine."""
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, RUN_ID, SERVER_NODE
+    grid = BatchedGrid(run.cfg)
+    context = Context(run_id=RUN_ID, node_id=SERVER_NODE, node_config=UserConfig(), state=RecordDict(), run_config=UserConfig())
+    make_server_app(run, tracker)(grid, context)
+
+
+# --- the grid -------------------------------------------------------------------------------
+
+
+class BatchedGrid(Grid):
+    """Flower's Grid in this process: one node per partition, a round's training as one cohort."""
+
+    def __init__(self, cfg: RunConfig) -> None:
+        self.cfg = cfg
+        self.device = device_of(cfg)
+        self.mode = mode_of(cfg, self.device)
+        self.totals_wanted = mean_based(cfg)  # else every reply carries its arrays
+        self._run = Run.create_empty(RUN_ID)
+        self.contexts = {
+            FIRST_NODE + pid: Context(
+                run_id=RUN_ID,
+                node_id=FIRST_NODE + pid,
+                node_config={protocol.PARTITION_ID: pid, protocol.NUM_PARTITIONS: cfg.num_clients},
+                state=RecordDict(),
+                run_config=UserConfig(),
+            )
+            for pid in range(cfg.num_clients)
+        }
+        self._replies: dict[str, Message] = {}
+        self._totals: dict[frozenset[str], RoundTotals] = {}
+
+    # --- Grid -------------------------------------------------------------------------------
+
+    def set_run(self, run: Run) -> None:
+        self._run = run
+
+    @property
+    def run(self) -> Run:
+        return self._run
+
+    def create_message(
+        self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str, ttl: float | None = None
+    ) -> Message:
+        return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return list(self.contexts)
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        """Answer every message at once: training as one cohort, the rest through the ClientApp."""
+        messages = list(messages)
+        for message in messages:
+            message.metadata.__dict__["_message_id"] = str(uuid.uuid4())
+        train = [m for m in messages if m.metadata.message_type == MessageType.TRAIN]
+        for message in messages:
+            if message.metadata.message_type != MessageType.TRAIN:
+                self._answer(message)
+        if train:
+            self._train(train)
+        return [m.metadata.message_id for m in messages]
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return [self._replies.pop(mid) for mid in message_ids if mid in self._replies]
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        return self.pull_messages(self.push_messages(messages))
+
+    def round_totals(self, message_ids: list[str]) -> RoundTotals | None:
+        """The totals of the round these messages trained (once), if the replies carried no arrays."""
+        return self._totals.pop(frozenset(message_ids), None)
+
+    # --- answering ---------------------------------------------------------------------------
+
+    def _answer(self, message: Message) -> None:
+        """A message through the ClientApp, as a node would run it; an exception is its error reply."""
+        try:
+            reply = client_app(message, self.contexts[message.metadata.dst_node_id])
+        except Exception as err:  # noqa: BLE001  (a node reports any failure as an error reply)
+            reply = error_reply(message, err)
+        self._replies[message.metadata.message_id] = reply
+
+    def _train(self, messages: list[Message]) -> None:
+        """The round's train messages: failed ones answered with an error, the rest as one cohort."""
+        trained = []
+        for message in messages:
+            pid = self._partition(message)
+            server_round = int(message.content.config_records[protocol.CONFIG][protocol.SERVER_ROUND])
+            if fails_this_round(self.cfg, server_round, pid):
+                failure = SimulatedFailure(f"client {pid} failed in round {server_round} (simulated)")
+                self._replies[message.metadata.message_id] = error_reply(message, failure)
+            else:
+                trained.append(message)
+        if not trained:
+            return
+        shared = {id(m.content[protocol.ARRAYS]) for m in trained}
+        if len(shared) > 1:  # not one round's messages: each as a cohort of its own, with arrays
+            for message in trained:
+                self._train_cohort([message], totals=False)
+            return
+        self._train_cohort(trained, totals=self.totals_wanted)
+
+    def _train_cohort(self, messages: list[Message], totals: bool) -> None:
+        jobs = [
+            ClientJob(self._partition(m), self.contexts[m.metadata.dst_node_id].state, accepted_round(m))
+            for m in messages
+        ]
+        cohort = Cohort(client_rules(self.cfg), self.cfg, messages[0].content, self.device, jobs)
+        result = cohort.train(self.mode, threads=os.cpu_count() or 1, chunk=self.cfg.engine_chunk or None)
+        if totals:
+            upload = protocol.arrays_bytes(result.reply_content(0))  # every client's arrays have one shape
+            for k, message in enumerate(messages):
+                content = RecordDict({
+                    protocol.METRICS: MetricRecord(result.metrics[k]),
+                    protocol.UPLOAD: ConfigRecord({protocol.UPLOAD_BYTES: upload}),
+                })  # fmt: skip
+                self._replies[message.metadata.message_id] = Message(content, reply_to=message)
+            sent = protocol.to_numpy(messages[0].content[protocol.ARRAYS])
+            self._totals[frozenset(m.metadata.message_id for m in messages)] = CohortTotals(result, sent)
+            return
+        for k, message in enumerate(messages):
+            self._replies[message.metadata.message_id] = Message(result.reply_content(k), reply_to=message)
+
+    def _partition(self, message: Message) -> int:
+        return int(self.contexts[message.metadata.dst_node_id].node_config[protocol.PARTITION_ID])
+
+
+def accepted_round(message: Message) -> int | None:
+    named = message.content.config_records[protocol.CONFIG].get(protocol.ACCEPTED_ROUND)
+    return None if named is None else int(named)
+
+
+def error_reply(message: Message, err: BaseException) -> Message:
+    """The error reply Flower's simulation engine sends when a ClientApp raises."""
+    reason = str(type(err)) + ":<'" + str(err) + "'>"
+    return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=message)
+
+
+# --- the round's totals, where the clients trained ---------------------------------------------
+
+
+class CohortTotals(RoundTotals):
+    """A cohort's totals from its stacked tensors (float64 sums on the device, then numpy)."""
+
+    def __init__(self, result: CohortResult, sent: dict[str, np.ndarray]) -> None:
+        self.result = result
+        self.sent = sent
+        self.weights = [float(m[protocol.NUM_EXAMPLES]) for m in result.metrics]
+
+    @property
+    def replies(self) -> int:
+        return len(self.result.metrics)
+
+    @property
+    def examples(self) -> float:
+        return float(sum(self.weights))
+
+    def _weighted_mean(self, stacks: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+        first = next(iter(stacks.values()), None)
+        if first is None:
+            return {}
+        w = torch.tensor(self.weights, dtype=torch.float64, device=first.device)
+        w = w / w.sum()
+        out = {}
+        for name, stack in stacks.items():
+            mean = torch.tensordot(w, stack.to(torch.float64), dims=1).cpu().numpy()
+            like = self.sent[name]
+            out[name] = (np.rint(mean) if np.issubdtype(like.dtype, np.integer) else mean).astype(like.dtype)
+        return out
+
+    @cached_property
+    def param_mean(self) -> dict[str, np.ndarray]:
+        return self._weighted_mean(self.result.params)
+
+    @cached_property
+    def buffer_mean(self) -> dict[str, np.ndarray]:
+        return self._weighted_mean(self.result.buffers)
+
+    @cached_property
+    def update_sum(self) -> dict[str, np.ndarray]:
+        out = {}
+        for name, stack in self.result.params.items():
+            sent = torch.from_numpy(self.sent[name]).to(stack.device, torch.float64)
+            out[name] = (stack.to(torch.float64) - sent).sum(0).cpu().numpy()
+        return out
+
+    def record_sum(self, key: str, like: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        records = {}
+        for rule in self.result.rules:
+            records.update(rule.reply(self.result.outputs))
+        stacks = records.get(key, {})
+        return {name: stacks[name].to(torch.float64).sum(0).cpu().numpy() for name in like}
+
+    def metric_mean(self, key: str) -> float:
+        return float(self.metrics[key])
+
+    @cached_property
+    def metrics(self) -> dict[str, float]:
+        """As Flower's FedAvg weighs them: Σ value · n_k / Σ n_k, in the replies' order."""
+        total = self.examples
+        out: dict[str, float] = {}
+        for metrics, weight in zip(self.result.metrics, self.weights):
+            for key, value in metrics.items():
+                if key != protocol.NUM_EXAMPLES and isinstance(value, int | float):
+                    out[key] = out.get(key, 0.0) + value * (weight / total)
+        return out
+

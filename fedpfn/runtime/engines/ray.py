@@ -1,0 +1,117 @@
+"""The Ray engine: Flower's simulation engine, one ClientApp call per client on Ray's workers.
+
+Each client reserves `client_cpus` CPUs and `client_gpus` of a GPU, so Ray runs as many at
+once as the machine (or the cluster at `ray_address`) holds. This engine runs every part
+exactly as a deployment would (a message per client, Ray's process isolation), joins a Ray
+cluster, and runs any part without a batched form; the batched engine is faster on one node.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+from typing import Any
+
+import torch
+
+from fedpfn.core.config import RunConfig
+from fedpfn.core.settings import ConfigError
+from fedpfn.runtime import env
+from fedpfn.runtime.app import client_app, make_server_app
+from fedpfn.runtime.flower import run_simulation
+from fedpfn.runtime.lifecycle import RunPlan
+from fedpfn.runtime.resources import gpu_share
+from fedpfn.runtime.tracking import Tracking
+
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+
+
+def prepare(cfg: RunConfig) -> RunConfig:
+    """The placement as config.json records it (the GPU share resolved), checked before Ray starts."""
+    cfg = resolve_client_gpus(cfg)
+    if cfg.ray_address:
+        env.check_ray_address(cfg.ray_address)
+        return cfg
+    cpus = os.cpu_count() or 1
+    if cfg.client_cpus > cpus:
+        raise ConfigError(f"client_cpus: {cfg.client_cpus:g} exceeds this machine's {cpus} CPUs")
+    if cfg.client_gpus and not torch.cuda.is_available():
+        raise ConfigError(f"client_gpus: {cfg.client_gpus:g} asks for a GPU but none is visible; use --client-gpus 0")
+    warn_unused_gpu(cfg)
+    return cfg
+
+
+def resolve_client_gpus(cfg: RunConfig) -> RunConfig:
+    """`client_gpus` left unset ("auto") made a number by fedpfn.runtime.resources' rule; a set value is kept.
+
+    A Ray cluster's GPUs (`ray_address`) are not known before Ray starts, so auto means 0 there.
+    """
+    if cfg.client_gpus is not None:
+        return cfg
+    gpus = 0 if cfg.ray_address else torch.cuda.device_count()
+    share = gpu_share(os.cpu_count() or 1, cfg.client_cpus, cfg.clients_per_round, gpus)
+    return dataclasses.replace(cfg, client_gpus=share)
+
+
+def warn_unused_gpu(cfg: RunConfig) -> None:
+    """One line when the clients leave a visible GPU to the server alone."""
+    gpus = torch.cuda.device_count()
+    if gpus and not cfg.client_gpus:
+        why = "set --client-gpus for the Ray cluster" if cfg.ray_address else "--client-gpus 0"
+        print(
+            f"warning: {gpus} GPU(s) visible, but the clients train on the CPU ({why}); "
+            "only the server's evaluation uses the GPU",
+            file=sys.stderr,
+        )
+
+
+def backend_config(cfg: RunConfig) -> dict[str, Any]:
+    """Ray resources: each client reserves `client_cpus` CPUs and `client_gpus` of a GPU.
+
+    On a running cluster (`ray_address`) Ray counts the cluster's resources itself.
+    """
+    init_args: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
+    if cfg.ray_address:
+        init_args["address"] = cfg.ray_address
+    else:
+        init_args.update(num_cpus=os.cpu_count() or 1, include_dashboard=False)
+        if torch.cuda.is_available():
+            init_args["num_gpus"] = torch.cuda.device_count()
+    return {
+        "client_resources": {"num_cpus": cfg.client_cpus, "num_gpus": resolve_client_gpus(cfg).client_gpus},
+        "init_args": init_args,
+    }
+
+
+def describe(cfg: RunConfig) -> str:
+    """The header's compute line: where Ray runs and how many clients can train at once."""
+    gpus = torch.cuda.device_count()
+    per_client = f"{cfg.client_cpus:g} CPU" + (f" + {cfg.client_gpus:g} GPU" if cfg.client_gpus else "")
+    server = f"server evaluates on {'cuda' if gpus else 'cpu'}"
+    if cfg.ray_address:
+        return f"Ray cluster at {cfg.ray_address}, {per_client} per client; {server}"
+    cpus = os.cpu_count() or 1
+    at_once = int(cpus // cfg.client_cpus)
+    if cfg.client_gpus:
+        at_once = min(at_once, int(gpus // cfg.client_gpus))
+    return (
+        f"Ray on this machine (starting, usually 10-30 s): {cpus} CPUs, {gpus} GPUs; "
+        f"{per_client} per client, "
+        f"up to {min(at_once, cfg.clients_per_round)} clients at a time; {server}"
+    )
+
+
+def run(run: RunPlan, tracker: Tracking) -> None:
+    """The rounds on Flower's simulation engine: one ClientApp per client on Ray's workers."""
+    logging.getLogger("ray").setLevel(logging.ERROR)
+    run_simulation(
+        server_app=make_server_app(run, tracker),
+        client_app=client_app,
+        num_supernodes=run.cfg.num_clients,
+        backend_config=backend_config(run.cfg),
+    )
+
+

@@ -1,0 +1,65 @@
+"""A run's life on the server side, one path for run_sim.py (either engine) and `flwr run`:
+decide start or resume, claim the folder, run the rounds with tracking.
+
+Everything that can be refused is checked before the folder is touched (`plan`); the folder
+is then held by this process alone while its settings are written and its rounds run
+(`claimed`), and `serve` runs the ServerLoop with the terminal, run.log and trackers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from flwr.serverapp import Grid
+
+from fedpfn.core.config import RunConfig
+from fedpfn.runtime import provenance
+from fedpfn.runtime.runfolder import RunFolder
+from fedpfn.runtime.server import ServerLoop, resume_point
+from fedpfn.runtime.tracking import Tracking, tracked_run
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A checked run: its settings, its folder, and the checkpoint it continues from (if any)."""
+
+    cfg: RunConfig
+    folder: RunFolder
+    resume: bool
+    checkpoint: dict[str, Any] | None
+
+
+def plan(cfg: RunConfig, resume: bool) -> RunPlan:
+    """Check the folder for a new run, or find the checkpoint a resumed one continues from."""
+    folder = RunFolder(cfg.run_dir)
+    if not resume:
+        folder.check_new_run(cfg.overwrite)
+    return RunPlan(cfg, folder, resume, resume_point(cfg, folder) if resume else None)
+
+
+@contextmanager
+def claimed(run: RunPlan) -> Iterator[None]:
+    """Hold the folder; a new run writes its config, a resumed one its provenance (and is unfinished again)."""
+    folder, cfg = run.folder, run.cfg
+    with folder.exclusive():
+        if not run.resume:
+            folder.start(cfg.to_dict(), overwrite=cfg.overwrite, provenance=provenance.collect())
+        else:  # `--rounds N` may continue a finished run: it is unfinished again
+            folder.unfinish()
+            folder.write_config(cfg.to_dict(), provenance.for_resume(folder.read_provenance()))
+        yield
+
+
+@contextmanager
+def tracking(run: RunPlan, compute: str, show: bool = True) -> Iterator[Tracking]:
+    """The terminal, run.log and the trackers of the run; `compute` is the header's compute line."""
+    with tracked_run(run.cfg, run.folder, run.checkpoint, compute, show) as tracker:
+        yield tracker
+
+
+def serve(grid: Grid, run: RunPlan, tracker: Tracking | None) -> dict[str, Any]:
+    """The rounds, from the run's checkpoint (or round 1) to its last: the summary."""
+    return ServerLoop(grid, run.cfg, run.folder, run.checkpoint).run(tracker)
