@@ -9,6 +9,7 @@ for byte the same if it held a run.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -262,3 +263,60 @@ def test_truncated_data_file_named_in_the_error(tmp_path):
     assert result.returncode == 2
     assert "train-images-idx3-ubyte.gz" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "r").exists()
+
+
+# --- flags a run would not use, misspellings, KEY=VALUE (issue 23) --------------------------------
+
+UNUSED = [
+    (["--seeds", "0,1"], "seeds: --seeds is for --compare ALGOS"),
+    (["--algorithm", "fedpfn", "--seeds", "0,1"], "seeds: --seeds is for --compare ALGOS"),  # ran FedAvg before
+    (["--compare", "fedavg,fedpfn", "--algorithm", "fedpfn"], "algorithm: --compare names the algorithms it runs"),
+    (["--compare", "fedavg,fedpfn", "--seed", "3"], "seed: --compare runs every seed of --seeds"),
+    (["--compare", "fedavg", "--overwrite"], "overwrite: a comparison reuses or resumes the runs in --out"),
+    (["--compare", "fedavg", "--resume", "x"], "resume: a comparison resumes its unfinished runs itself"),
+    (["--resume", "x", "--out", "y"], "resume: --out cannot be combined with --resume"),
+    (["--resume", "x", "--overwrite"], "resume: --overwrite cannot be combined with --resume"),
+    (["--num_clients", "4"], "unknown flag --num_clients; did you mean --num-clients?"),
+    (["--algo", "fedpfn"], "unknown flag --algo; did you mean --algorithm?"),
+    (["--alhpa", "0.1"], "unknown flag --alhpa; did you mean --alpha?"),
+    (["--rounds"], "--rounds needs a value"),
+    (["--tensorboard=yes"], "--tensorboard takes no value: write --tensorboard or --no-tensorboard"),
+    (["num_client=4"], "unknown setting 'num_client' in num_client=4; did you mean num-clients?"),
+    (["rounds=0"], "rounds: 0 must be at least 1"),
+    (["--rounds", "3", "rounds=4"], "rounds is given twice"),
+    (["+rounds=4"], "'+rounds=4' is neither a flag nor KEY=VALUE"),
+]
+
+
+@pytest.mark.parametrize("args,message", UNUSED, ids=[" ".join(a) for a, _ in UNUSED])
+def test_unused_or_misspelt_flags_are_refused_in_one_line_each(tmp_path, capsys, monkeypatch, args, message):
+    lines = refused(capsys, monkeypatch, *args)
+    assert any(line.startswith(f"error: {message}") for line in lines), lines
+    assert len(lines) <= 2 and not any("usage:" in line for line in lines), lines  # no argparse usage dump
+
+
+def test_key_value_overrides_are_settings_as_flwr_run_spells_them():
+    args = run_sim.parse_args(["rounds=5", "num-clients=4", "algorithm='fedpfn'", "anchor_ratio=0.2", "--alpha", "0.1"])
+    cfg = run_sim.config_from_args(args)
+    assert (cfg.rounds, cfg.num_clients, cfg.algorithm, cfg.alpha) == (5, 4, "fedpfn", 0.1)
+    assert cfg.hparams["anchor_ratio"] == 0.2
+
+
+def test_subprocess_misspelt_flag_is_one_line_exit_2():
+    result = run_cli("--num_clients", "4")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "error: unknown flag --num_clients; did you mean --num-clients? (python run_sim.py --help lists every flag)"
+    ]
+
+
+def test_help_is_grouped_with_what_runs_first():
+    text = run_sim.build_parser().format_help()
+    titles = [line[:-1] for line in text.splitlines() if line and not line[0].isspace() and line.endswith(":")]
+    assert titles[1:] == ["run", "data", "client rule", "anchors", "server", "resources", "tracking"], titles
+    sections = dict(zip(titles, re.split(r"^\S.*:$", text, flags=re.M)[1:]))
+    for title, flags in {"run": ("--algorithm", "--compare", "--out"), "data": ("--alpha", "--dataset"),
+                         "client rule": ("--lr", "--prox-mu"), "anchors": ("--anchor-ratio",),
+                         "server": ("--server ", "--server-lr", "--min-replies"),
+                         "resources": ("--client-gpus",), "tracking": ("--wandb",)}.items():  # fmt: skip
+        assert all(flag in sections[title] for flag in flags), (title, sections[title])
