@@ -10,7 +10,9 @@ setting has one name, one default and one check. Keys may be written with `-` or
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -143,7 +145,10 @@ class RunConfig:
     )
     # run folder
     out: str | None = setting(
-        None, "run folder (default: runs/<algorithm>-<dataset>-<model>-s<seed>)", kind="bookkeeping"
+        None,
+        "run folder (default: runs/<algorithm>[-<server>]-<dataset>-<model>-<8 hex digits of the other "
+        "settings>-s<seed>: different settings never share one)",
+        kind="bookkeeping",
     )
     overwrite: bool = setting(False, "replace the files of an earlier run in --out", kind="bookkeeping")
     checkpoint_every: int = setting(
@@ -159,7 +164,20 @@ class RunConfig:
 
     @property
     def run_dir(self) -> Path:
-        return Path(self.out or f"runs/{self.algorithm}-{self.dataset}-{self.model}-s{self.seed}")
+        """`out`, or runs/<algorithm>[-<server>]-<dataset>-<model>-<settings>-s<seed>.
+
+        <settings> is 8 hex digits of the SHA-256 of every setting that changes what the run
+        computes, the seed aside (placement, tracking and bookkeeping left out): runs of
+        different settings never share a default folder, and one setting's seeds sit side by side.
+        """
+        if self.out:
+            return Path(self.out)
+        ignored = {"seed", *of_kind(RunConfig, "bookkeeping"), *PLACEMENT, *TRACKERS}
+        settings = {key: value for key, value in self.to_dict().items() if key not in ignored}
+        digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
+        server = "" if self.server == "fedavg" else "-" + self.server.rpartition(":")[2]
+        name = re.sub(r"[^A-Za-z0-9.+_-]", "_", f"{self.algorithm}{server}-{self.dataset}-{self.model}")
+        return Path("runs") / f"{name}-{digest}-s{self.seed}"
 
     def lr_at(self, server_round: int) -> float:
         return self.lr * self.lr_decay ** (server_round - 1)
