@@ -1,24 +1,32 @@
 """What the terminal shows of a run, and the same text appended to the run folder's `run.log`.
 
-A header before Ray starts (what runs, where it writes, on what), one line per round with an
-ETA, the warnings of the `fedpfn` logger (client failures, skipped rounds) and a summary.
-`run.log` keeps all of it as plain text, across resumes, so a run folder says what happened.
+A header before any engine starts (what runs, where it writes, on what), a live bar while the
+rounds run (rich.progress: the round, the time spent in it, the run's ETA; on a terminal only),
+one line per round with an ETA, the warnings of the `fedpfn` logger (client failures, skipped
+rounds) and a summary. The terminal gets rich's markup; `run.log` gets the same lines as plain
+text from a logging.FileHandler on the `fedpfn` logger, across resumes, so a run folder says
+what happened.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.progress import Task
 
     from fedpfn.core.config import RunConfig
 
 LOGGER = "fedpfn"
+SHOWN = "fedpfn.progress"  # the header, round lines and summary: what the terminal showed, for run.log
+logging.getLogger(SHOWN).setLevel(logging.INFO)
+logging.getLogger(SHOWN).propagate = False  # its handlers are the run's own: never printed twice
 
 
 def duration(seconds: float) -> str:
@@ -56,9 +64,9 @@ def header_lines(cfg: RunConfig, first_round: int, resources: str) -> list[str]:
 
 
 class Progress:
-    """Header, round lines with an ETA, warnings and summary, on the terminal and in run.log."""
+    """Header, live bar, round lines with an ETA, warnings and summary, on the terminal and in run.log."""
 
-    def __init__(self, total_rounds: int, log_path: Path | None, show: bool = True) -> None:
+    def __init__(self, total_rounds: int, log_path: Path | None, show: bool = True, first_round: int = 1) -> None:
         from rich.console import Console  # imported where a run is watched, not in every client
 
         self.total = total_rounds
@@ -66,21 +74,23 @@ class Progress:
         self.console = Console(highlight=False, quiet=not show)
         self.errors = Console(highlight=False, stderr=True)
         self.seconds: list[float] = []  # the rounds of this process, for the ETA
-        self.handler = _Warnings(self)
-        logging.getLogger(LOGGER).addHandler(self.handler)
+        self.bar = _round_bar(self.console, total_rounds, first_round, show)
+        self.handlers: list[tuple[str, logging.Handler]] = [(LOGGER, _Warnings(self))]
+        if log_path is not None:
+            run_log = RunLog(log_path)
+            self.handlers += [(LOGGER, run_log), (SHOWN, run_log)]
+        for name, handler in self.handlers:
+            logging.getLogger(name).addHandler(handler)
 
-    def say(self, markup: str, console: Console | None = None) -> None:
-        from rich.text import Text
-
-        (console or self.console).print(markup, soft_wrap=True)  # a pipe gets whole lines
-        if self.log_path is not None:
-            with open(self.log_path, "a") as fh:
-                fh.write(Text.from_markup(markup).plain + "\n")
+    def say(self, markup: str) -> None:
+        self.console.print(markup, soft_wrap=True)  # a pipe gets whole lines
+        logging.getLogger(SHOWN).info(markup)
 
     def header(self, lines: list[str]) -> None:
         self.say(f"== {datetime.now().astimezone().isoformat(timespec='seconds')}")
         for line in lines:
             self.say(line)
+        self.bar.start()
 
     def round_done(self, record: dict[str, Any], client_rows: list[dict[str, Any]]) -> None:
         self.seconds.append(record["seconds"])
@@ -92,17 +102,25 @@ class Progress:
         before, after = record.get("local_accuracy_before_mean"), record.get("local_accuracy_after_mean")
         local = f"  local {before:.3f}->{after:.3f}" if before is not None and after is not None else ""
         left = self.total - record["round"]
-        eta = f"  ETA {duration(sum(self.seconds) / len(self.seconds) * left)}" if left else ""
+        eta = duration(sum(self.seconds) / len(self.seconds) * left) if left else ""
         self.say(
             f"round {record['round']:>4}/{self.total}  {split} acc [bold]{shown}[/bold]  "
             f"loss {'   -  ' if loss is None else f'{loss:.4f}'}  train {record['train_loss']:.4f}{local}  "
-            f"clients {record['num_clients']}{failed}{skipped}  {record['seconds']:.1f}s{eta}"
+            f"clients {record['num_clients']}{failed}{skipped}  {record['seconds']:.1f}s"
+            + (f"  ETA {eta}" if eta else "")
         )
+        self.bar.update(self.bar.task_ids[0], completed=record["round"], since=time.monotonic(),
+                        eta=f"ETA {eta}" if eta else "")
 
     def close(self, summary: dict[str, Any] | None = None) -> None:
-        logging.getLogger(LOGGER).removeHandler(self.handler)
-        if summary is None:
-            return
+        self.bar.stop()
+        if summary is not None:
+            self.summary(summary)
+        for name, handler in self.handlers:
+            logging.getLogger(name).removeHandler(handler)
+            handler.close()
+
+    def summary(self, summary: dict[str, Any]) -> None:
         split = "val" if "final_val_accuracy" in summary else "test"
         last = summary["last5_mean_val_accuracy" if split == "val" else "last5_mean_accuracy"]
         self.say(
@@ -118,8 +136,56 @@ class Progress:
         )
 
 
+def _round_bar(console: Console, total: int, first_round: int, show: bool) -> Any:
+    """rich's live bar for the rounds, shown below the round lines on a terminal only."""
+    from rich.progress import BarColumn, MofNCompleteColumn, ProgressColumn, SpinnerColumn, TextColumn
+    from rich.progress import Progress as Bar
+    from rich.text import Text
+
+    class RoundClock(ProgressColumn):
+        """How long the round under way has run: a round of a big model takes minutes."""
+
+        def render(self, task: Task) -> Text:
+            return Text(f"{duration(time.monotonic() - task.fields['since'])} in this round")
+
+    bar = Bar(
+        SpinnerColumn(), TextColumn("round"), MofNCompleteColumn(), BarColumn(), RoundClock(),
+        TextColumn("[dim]{task.fields[eta]}"),
+        console=console, transient=True, refresh_per_second=2, disable=not (show and console.is_terminal),
+    )  # fmt: skip
+    bar.add_task("rounds", total=total, completed=first_round - 1, since=time.monotonic(), eta="")
+    return bar
+
+
+class RunLog(logging.FileHandler):
+    """run.log: the terminal's lines and every warning, as plain text, appended by each process.
+
+    A link planted at its name is refused (OSError), never written through.
+    """
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, mode="a", encoding="utf-8", delay=True)
+        self.setFormatter(_PlainText())
+        self.addFilter(lambda record: record.name == SHOWN or record.levelno >= logging.WARNING)
+
+    def _open(self) -> Any:
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        return os.fdopen(fd, "a", encoding=self.encoding)
+
+
+class _PlainText(logging.Formatter):
+    """A record as run.log keeps it: the terminal's line without its markup, or `warning: ...`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from rich.text import Text
+
+        if record.name == SHOWN:
+            return Text.from_markup(record.getMessage()).plain
+        return f"{record.levelname.lower()}: {super().format(record)}"
+
+
 class _Warnings(logging.Handler):
-    """The `fedpfn` logger's warnings (client failures, skipped rounds) on stderr and in run.log."""
+    """The `fedpfn` logger's warnings (client failures, skipped rounds) on stderr, in yellow."""
 
     def __init__(self, progress: Progress) -> None:
         super().__init__(logging.WARNING)
@@ -130,6 +196,6 @@ class _Warnings(logging.Handler):
 
         try:
             text = Text(f"warning: {self.format(record)}").markup  # the message is not markup
-            self.progress.say(f"[yellow]{text}[/yellow]", self.progress.errors)
+            self.progress.errors.print(f"[yellow]{text}[/yellow]", soft_wrap=True)
         except Exception:  # noqa: BLE001 - logging must never stop the run
             self.handleError(record)
