@@ -1,8 +1,9 @@
 """Time this repo's DirichletPartitioner against flwr-datasets' on 60,000 labels.
 
-Run with an interpreter that has flwr-datasets (kept out of the project venv):
-    python3 -m venv /work/bench-venv && /work/bench-venv/bin/pip install flwr-datasets numpy matplotlib
-    /work/bench-venv/bin/python benchmarks/bench_partition.py
+Run with an interpreter that has flwr-datasets, kept out of the project's venv (nothing else
+needs it); from the checkout, any folder name will do:
+    python3 -m venv .venv-bench && .venv-bench/bin/pip install flwr-datasets numpy matplotlib
+    .venv-bench/bin/python benchmarks/bench_partition.py
 
 What is timed for flwr-datasets: ``DirichletPartitioner._determine_partition_id_to_indices_if_needed()``,
 the step the first ``load_partition`` call runs to assign the indices of *all* partitions.
@@ -97,9 +98,10 @@ def main() -> int:
         )
     except ImportError:
         print(
-            "flwr_datasets is not importable; install it in a separate venv: python3 -m venv /work/bench-venv && "
-            "/work/bench-venv/bin/pip install flwr-datasets numpy matplotlib, then run this script with "
-            "/work/bench-venv/bin/python"
+            "error: flwr_datasets is not importable; install it in a venv of its own, from the checkout: "
+            "python3 -m venv .venv-bench && .venv-bench/bin/pip install flwr-datasets numpy matplotlib; "
+            "then run .venv-bench/bin/python benchmarks/bench_partition.py",
+            file=sys.stderr,
         )
         return 2
 
