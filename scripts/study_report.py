@@ -3,6 +3,10 @@
 
     python scripts/study_report.py [RUNS]      # default RUNS: runs/study (scripts/study.py's)
 
+A page is never replaced by one that reports less: where RUNS lacks the finished runs of a
+section docs/results.md reports (a fresh clone has none), the page is left as it is, the
+script says so and exits 1.
+
 Every table is a `fedpfn.analysis.report` output, printed with the command that made it; the
 conclusions are read off the paired 95 % intervals (an interval that holds 0 is a null
 result, stated as one). Figures and reports go to docs/study/<section>/.
@@ -61,6 +65,7 @@ def wall_hours(result: dict) -> float:
 
 
 CLAIMS = ("higher than", "lower than", "not resolved from")
+GRID_HEADING = "Learning rates, chosen on a validation split"
 
 
 def claim(paired: dict) -> str:
@@ -131,7 +136,7 @@ def section(result: dict, heading: str, intro: str) -> list[str]:
 
 def grid_section(runs: Path) -> list[str]:
     """The learning-rate grid on the validation split: scores, choices and divergences."""
-    lines = ["## Learning rates, chosen on a validation split", "",
+    lines = [f"## {GRID_HEADING}", "",
              "Each algorithm's local learning rate was picked per skew from "
              f"{', '.join(LR_GRID)} by the mean validation accuracy of the last two evaluated rounds "
              "(rounds 12 and 15 of 15; seed 0; 10 % of the training set held out, never the test set). "
@@ -295,8 +300,27 @@ def main() -> int:
         parts += ["## Not yet run", "",
                   "These comparisons' runs are not finished, so this page says nothing about them; "
                   "`python scripts/study.py all` continues the study where it stopped:", "", *pending, ""]
-    (DOCS / "results.md").write_text("\n".join(parts + POINTERS))
-    print(f"wrote {DOCS / 'results.md'}" + (f" ({len(pending)} comparisons pending)" if pending else ""))
+    return write_page("\n".join(parts + POINTERS), runs, len(pending))
+
+
+def write_page(text: str, runs: Path, pending: int) -> int:
+    """Write docs/results.md, unless the page there reports a section this one would lose.
+
+    A page is made from finished runs only; runs that are not here (a fresh clone, another
+    machine, a moved folder) must not turn a page of results into one of pending comparisons.
+    """
+    page = DOCS / "results.md"
+    old = page.read_text() if page.exists() else ""
+    headings = [GRID_HEADING, *(heading for _, _, _, heading, _ in comparisons(runs))]
+    lost = [h for h in headings if f"\n## {h}\n" in old and f"\n## {h}\n" not in text]
+    if lost:
+        more = f" and {len(lost) - 1} more" if len(lost) > 1 else ""
+        print(f"{page} left unchanged: it reports sections whose finished runs are not under {runs} "
+              f"('{lost[0]}'{more}); give the folder of the study's runs: python scripts/study_report.py RUNS",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    page.write_text(text)
+    print(f"wrote {page}" + (f" ({pending} comparisons pending)" if pending else ""))
     return 0
 
 
