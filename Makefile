@@ -11,13 +11,24 @@ export FLWR_DISABLE_UPDATE_CHECK ?= 1
 
 .PHONY: setup data run test test-fast bench
 
-setup: $(VENV)/.installed
+# The README's commands run in the activated venv: say how, after every set-up.
+setup: $(VENV)/.installed $(VENV)/.flower-env
+	@echo "fedpfn is set up in $(VENV) (the project, pytest, tensorboardX, tensorboard and wandb)."
+	@echo "Activate it in each new shell before the README's commands (bash, zsh):"
+	@echo "    . $(VENV)/bin/activate"
 
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: Python 3.11 or newer is needed (flwr 1.42 requires it)"; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	$(BIN)/python -m pip install -e '.[test]'
+	touch $@
+
+# Flower reads its switches from the environment only, so `flwr run` typed in a shell gets this
+# project's from the venv's activate: telemetry and per-run dependency installation off, and a
+# managed local SuperLink on ports of the user's own (fedpfn/runtime/env.py).
+$(VENV)/.flower-env: $(VENV)/.installed fedpfn/runtime/env.py
+	$(BIN)/python -m fedpfn.runtime.env --activate $(BIN)/activate
 	touch $@
 
 # Debian's Fashion-MNIST package: real data without a download at run time.
@@ -33,6 +44,7 @@ data:
 
 run: setup data
 	$(BIN)/python run_sim.py --config configs/fmnist_default.toml --overwrite
+	@echo "To run more (python run_sim.py --help), first: . $(VENV)/bin/activate"
 
 test: setup data
 	$(BIN)/python -m pytest -q
