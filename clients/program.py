@@ -20,9 +20,11 @@ threaded computation); `vmap` differs only by the floating-point order of batche
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from queue import Queue
 from dataclasses import dataclass, field
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
     from fedpfn.core.config import RunConfig
 
 MODES = ("loop", "threads", "vmap")
+log = logging.getLogger("fedpfn")
 Own = list[Tensors]  # one dict of tensors per rule, in the rules' order
 
 
@@ -127,6 +130,7 @@ class Cohort:
     rules: list[ClientRule] = field(init=False)
     clients: list[ClientRound] = field(init=False)
     own: list[Own] = field(init=False)
+    chunk: int | None = field(init=False, default=None)  # the vmap chunk that fitted, once trained
 
     def __post_init__(self) -> None:
         config = self.content.config_records[protocol.CONFIG]
@@ -203,17 +207,21 @@ class Cohort:
     # --- running it ------------------------------------------------------------------------
 
     def train(self, mode: str = "loop", threads: int = 1, chunk: int | None = None) -> CohortResult:
-        """Train every client; `threads` for `threads` mode, `chunk` clients per vmapped program."""
+        """Train every client and keep their state for their next round.
+
+        `threads`: torch threads per client in `loop` (the ClientApp's `client_cpus`), or
+        clients side by side in `threads` (one torch thread each); `chunk`: clients per
+        vmapped program (None: all).
+        """
         if mode not in MODES:
             raise ValueError(f"mode '{mode}' is not one of {', '.join(MODES)}")
         if mode == "vmap":
-            size = chunk or len(self.clients)
-            parts = [self._train_stacked(range(i, min(i + size, len(self.clients)))) for i in range(0, len(self.clients), size)]
-            return self._result(*(_concatenate(part) for part in zip(*parts)))
+            return self._result(*self._train_chunks(chunk or len(self.clients)))
         if mode == "threads" and threads > 1 and len(self.clients) > 1:
             return self._result(*self._train_threads(threads))
-        models = [self.info.model] * len(self.clients)
-        return self._result(*_stack_clients([self._train_one(k, m) for k, m in enumerate(models)]))
+        with torch_threads(threads):
+            done = [self._train_one(k, self.info.model) for k in range(len(self.clients))]
+        return self._result(*_stack_clients(done))
 
     def _train_one(self, k: int, model: nn.Module) -> tuple[Tensors, Tensors, Tensors, _Trace]:
         """Client k alone: (uploaded params, buffers, outputs, trace), unstacked."""
@@ -255,14 +263,34 @@ class Cohort:
             finally:
                 copies.put(model)
 
-        before = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            with ThreadPoolExecutor(copies.qsize()) as pool:
-                done = list(pool.map(train, range(len(self.clients))))
-        finally:
-            torch.set_num_threads(before)
+        with torch_threads(1), ThreadPoolExecutor(copies.qsize()) as pool:
+            done = list(pool.map(train, range(len(self.clients))))
         return _stack_clients(done)
+
+    def _train_chunks(self, size: int) -> tuple[Tensors, Tensors, Tensors, list[_Trace]]:
+        """`_train_stacked` over chunks of `size` clients; a chunk out of GPU memory is retried in halves.
+
+        A chunk starts from its clients' inputs and keeps nothing until every chunk is done
+        (`_result` saves the state), so a retried chunk gives the numbers it would have.
+        """
+        parts, start, count = [], 0, len(self.clients)
+        while start < count:
+            members = range(start, min(start + size, count))
+            try:
+                parts.append(self._train_stacked(members))
+            except torch.cuda.OutOfMemoryError:
+                if size == 1:
+                    raise MemoryError(
+                        f"one client of {self.cfg.model} (batch {self.cfg.batch_size}) does not fit in the free "
+                        f"memory of {self.device}; use a smaller batch size, or --engine ray"
+                    ) from None
+                size = max(1, size // 2)
+                torch.cuda.empty_cache()
+                log.warning("a chunk of %d clients ran out of GPU memory; continuing with chunks of %d", len(members), size)
+                continue
+            start = members.stop
+        self.chunk = size  # what fitted: the engine starts the next round from it
+        return tuple(_concatenate(part) for part in zip(*parts))  # type: ignore[return-value]
 
     def _train_stacked(self, members: range) -> tuple[Tensors, Tensors, Tensors, list[_Trace]]:
         """Clients `members` as one vmapped program (see the module docstring)."""
@@ -375,6 +403,17 @@ def local_round(
     named = config.get(protocol.ACCEPTED_ROUND)  # None in a hand-made message: stateful rules refuse it
     job = ClientJob(partition_id, context_state, None if named is None else int(named), data, state_root)
     return Cohort(rule_classes, cfg, content, device, [job]).train("loop").reply_content(0)
+
+
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """torch's intra-op threads set to `count` while a client trains (float sums depend on it)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, count))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 # --- stacks ----------------------------------------------------------------------------------

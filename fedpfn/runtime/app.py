@@ -127,7 +127,7 @@ def deployed_main(grid: Grid, context: Context) -> None:
     cfg = dataclasses.replace(cfg, out=str(cfg.run_dir.resolve()))  # relative: to the SuperLink's folder
     run = plan(cfg, resume=resumes_in_place(cfg))
     check_available(cfg)
-    with claimed(run), tracking(run, "deployment: clients train on the SuperNodes") as tracker:
+    with claimed(run, "deployment"), tracking(run, "deployment: clients train on the SuperNodes") as tracker:
         serve(grid, run, tracker)
 
 

@@ -41,15 +41,18 @@ def plan(cfg: RunConfig, resume: bool) -> RunPlan:
 
 
 @contextmanager
-def claimed(run: RunPlan) -> Iterator[None]:
-    """Hold the folder; a new run writes its config, a resumed one its provenance (and is unfinished again)."""
+def claimed(run: RunPlan, engine: str) -> Iterator[None]:
+    """Hold the folder; a new run writes its config, a resumed one its provenance (and is
+    unfinished again). `engine` is what trains the clients: batched, ray or deployment."""
     folder, cfg = run.folder, run.cfg
+    first_round = 1 + (int(run.checkpoint["round"]) if run.checkpoint else 0)
     with folder.exclusive():
         if not run.resume:
-            folder.start(cfg.to_dict(), overwrite=cfg.overwrite, provenance=provenance.collect())
+            folder.start(cfg.to_dict(), overwrite=cfg.overwrite, provenance=provenance.collect(engine, first_round))
         else:  # `--rounds N` may continue a finished run: it is unfinished again
             folder.unfinish()
-            folder.write_config(cfg.to_dict(), provenance.for_resume(folder.read_provenance()))
+            previous = folder.read_provenance()
+            folder.write_config(cfg.to_dict(), provenance.for_resume(previous, engine, first_round))
         yield
 
 

@@ -71,10 +71,13 @@ def device() -> dict[str, Any]:
     }
 
 
-def collect(argv: list[str] | None = None) -> dict[str, Any]:
-    """Everything above for this process, stamped with the time it started the run."""
+def collect(engine: str, first_round: int, argv: list[str] | None = None) -> dict[str, Any]:
+    """Everything above for this process, stamped with the time it started, what ran its
+    clients (`engine`: batched, ray or deployment) and the first round it ran."""
     return {
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "engine": engine,
+        "first_round": first_round,
         "command": shlex.join(sys.argv if argv is None else argv),
         "host": socket.gethostname(),
         "git": git_state(),
@@ -84,8 +87,11 @@ def collect(argv: list[str] | None = None) -> dict[str, Any]:
     }
 
 
-def for_resume(previous: dict[str, Any], argv: list[str] | None = None) -> dict[str, Any]:
-    """The first process's provenance, with this one appended to `resumes`."""
+def for_resume(
+    previous: dict[str, Any], engine: str, first_round: int, argv: list[str] | None = None
+) -> dict[str, Any]:
+    """The first process's provenance, with this one appended to `resumes`: a run may be
+    continued on another engine, and each entry says which rounds it ran from."""
     if not previous:
-        return collect(argv)
-    return {**previous, "resumes": [*previous.get("resumes", []), collect(argv)]}
+        return collect(engine, first_round, argv)
+    return {**previous, "resumes": [*previous.get("resumes", []), collect(engine, first_round, argv)]}

@@ -95,7 +95,7 @@ def simulate(cfg: RunConfig, resume: bool = False, show_progress: bool = True) -
     check_runnable(cfg)
     cfg = engine.prepare(cfg)  # config.json records the placement the engine resolved
     run = lifecycle.plan(cfg, resume)
-    with lifecycle.claimed(run), lifecycle.tracking(run, engine.describe(cfg), show_progress) as tracker:
+    with lifecycle.claimed(run, cfg.engine), lifecycle.tracking(run, engine.describe(cfg), show_progress) as tracker:
         with stop_on_signals(run.folder):
             quiet_flower()
             engine.run(run, tracker)

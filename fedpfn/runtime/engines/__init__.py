@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from fedpfn.core.config import ENGINES as ENGINE_NAMES
 from fedpfn.core.config import RunConfig
-from fedpfn.runtime.engines import ray
+from fedpfn.runtime.engines import batched, ray
 from fedpfn.runtime.lifecycle import RunPlan
 from fedpfn.runtime.tracking import Tracking
 
@@ -25,5 +25,11 @@ class Engine:
     run: Callable[[RunPlan, Tracking], None]  # the rounds of a claimed run
 
 
-ENGINES = {engine.name: engine for engine in (Engine("ray", ray.prepare, ray.describe, ray.run),)}
-assert set(ENGINES) <= set(ENGINE_NAMES)
+ENGINES = {
+    engine.name: engine
+    for engine in (
+        Engine("batched", batched.prepare, batched.describe, batched.run),
+        Engine("ray", ray.prepare, ray.describe, ray.run),
+    )
+}
+assert set(ENGINES) == set(ENGINE_NAMES)

@@ -125,6 +125,7 @@ class BatchedGrid(Grid):
             )
             for pid in range(cfg.num_clients)
         }
+        self.chunk = cfg.engine_chunk or None  # None: measured on the first round (vmap on a GPU)
         self._replies: dict[str, Message] = {}
         self._totals: dict[frozenset[str], RoundTotals] = {}
 
@@ -204,7 +205,11 @@ class BatchedGrid(Grid):
             for m in messages
         ]
         cohort = Cohort(client_rules(self.cfg), self.cfg, messages[0].content, self.device, jobs)
-        result = cohort.train(self.mode, threads=os.cpu_count() or 1, chunk=self.cfg.engine_chunk or None)
+        threads = (os.cpu_count() or 1) if self.mode == "threads" else max(1, int(self.cfg.client_cpus))
+        if self.chunk is None and self.mode == "vmap" and self.device.type == "cuda":
+            self.chunk = fitting_chunk(cohort, self.device)
+        result = cohort.train(self.mode, threads=threads, chunk=self.chunk)
+        self.chunk = cohort.chunk or self.chunk  # smaller after running out of memory
         if totals:
             upload = protocol.arrays_bytes(result.reply_content(0))  # every client's arrays have one shape
             for k, message in enumerate(messages):
@@ -223,6 +228,35 @@ class BatchedGrid(Grid):
         return int(self.contexts[message.metadata.dst_node_id].node_config[protocol.PARTITION_ID])
 
 
+STATE_COPIES = 6  # per parameter a client holds: its parameters, gradient, update, optimizer state, inputs, upload
+MEMORY_MARGIN = 0.7  # of the free memory a chunk may plan to use
+
+
+def fitting_chunk(cohort: Cohort, device: torch.device) -> int:
+    """How many clients one vmapped program can hold in the device's free memory.
+
+    One client's activations and gradients are measured on its first batch (the peak of
+    one forward and backward); its tensors are counted as STATE_COPIES of its parameters.
+    """
+    info = cohort.info
+    model, batch = info.model, cohort.clients[0].batches[0]
+    data = cohort.clients[0].data
+    inputs = data.x[batch.to(data.x.device)].to(device, cohort.dtype)
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    params = {n: p.detach().clone().requires_grad_(True) for n, p in info.start.items()}
+    buffers = {n: b.clone() for n, b in info.start_buffers.items()}
+    out = torch.func.functional_call(model, (params, buffers), (inputs,))
+    out.float().sum().backward()
+    peak = torch.cuda.max_memory_allocated(device) - before
+    param_bytes = sum(p.numel() * p.element_size() for p in info.start.values())
+    del params, buffers, out
+    per_client = peak + STATE_COPIES * param_bytes
+    free, _ = torch.cuda.mem_get_info(device)
+    return max(1, int(MEMORY_MARGIN * free / per_client))
+
+
 def accepted_round(message: Message) -> int | None:
     named = message.content.config_records[protocol.CONFIG].get(protocol.ACCEPTED_ROUND)
     return None if named is None else int(named)
@@ -238,12 +272,18 @@ def error_reply(message: Message, err: BaseException) -> Message:
 
 
 class CohortTotals(RoundTotals):
-    """A cohort's totals from its stacked tensors (float64 sums on the device, then numpy)."""
+    """A cohort's totals from its stacked tensors, with the arithmetic `ReplyTotals` uses.
+
+    Sums run over the clients in the replies' order (a cumulative sum, sequential on the
+    CPU), in the dtypes Flower's FedAvg and the server parts use: so on the CPU a round
+    whose clients trained like the ClientApp's (`loop`, `threads`) aggregates to the same
+    bits as through Ray.
+    """
 
     def __init__(self, result: CohortResult, sent: dict[str, np.ndarray]) -> None:
         self.result = result
         self.sent = sent
-        self.weights = [float(m[protocol.NUM_EXAMPLES]) for m in result.metrics]
+        self.weights = np.array([float(m[protocol.NUM_EXAMPLES]) for m in result.metrics])
 
     @property
     def replies(self) -> int:
@@ -251,35 +291,38 @@ class CohortTotals(RoundTotals):
 
     @property
     def examples(self) -> float:
-        return float(sum(self.weights))
+        return float(self.weights.sum())
 
-    def _weighted_mean(self, stacks: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
-        first = next(iter(stacks.values()), None)
-        if first is None:
-            return {}
-        w = torch.tensor(self.weights, dtype=torch.float64, device=first.device)
-        w = w / w.sum()
-        out = {}
-        for name, stack in stacks.items():
-            mean = torch.tensordot(w, stack.to(torch.float64), dims=1).cpu().numpy()
-            like = self.sent[name]
-            out[name] = (np.rint(mean) if np.issubdtype(like.dtype, np.integer) else mean).astype(like.dtype)
-        return out
+    def _factors(self, like: torch.Tensor, dtype: torch.dtype, scale: bool) -> torch.Tensor:
+        """Per-client weights shaped to broadcast over `like`: w_k / Σw (Flower's) or w_k."""
+        values = self.weights / self.weights.sum() if scale else self.weights
+        return torch.tensor(values, dtype=dtype, device=like.device).view(-1, *[1] * (like.dim() - 1))
 
     @cached_property
     def param_mean(self) -> dict[str, np.ndarray]:
-        return self._weighted_mean(self.result.params)
+        """As Flower's FedAvg: Σ x_k · (w_k / Σw) in float32, client after client."""
+        return {
+            name: (stack * self._factors(stack, stack.dtype, scale=True)).cumsum(0)[-1].cpu().numpy()
+            for name, stack in self.result.params.items()
+        }
 
     @cached_property
     def buffer_mean(self) -> dict[str, np.ndarray]:
-        return self._weighted_mean(self.result.buffers)
+        """As `strategies.totals.weighted_mean`: Σ w_k · x_k / Σw in float64, integers rounded."""
+        out = {}
+        for name, stack in self.result.buffers.items():
+            total = (stack.to(torch.float64) * self._factors(stack, torch.float64, scale=False)).cumsum(0)[-1]
+            mean = total.cpu().numpy() / self.weights.sum()
+            like = self.sent[name]
+            out[name] = np.asarray(np.rint(mean) if np.issubdtype(like.dtype, np.integer) else mean).astype(like.dtype)
+        return out
 
     @cached_property
     def update_sum(self) -> dict[str, np.ndarray]:
         out = {}
         for name, stack in self.result.params.items():
             sent = torch.from_numpy(self.sent[name]).to(stack.device, torch.float64)
-            out[name] = (stack.to(torch.float64) - sent).sum(0).cpu().numpy()
+            out[name] = (stack.to(torch.float64) - sent).cumsum(0)[-1].cpu().numpy()
         return out
 
     def record_sum(self, key: str, like: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -287,19 +330,19 @@ class CohortTotals(RoundTotals):
         for rule in self.result.rules:
             records.update(rule.reply(self.result.outputs))
         stacks = records.get(key, {})
-        return {name: stacks[name].to(torch.float64).sum(0).cpu().numpy() for name in like}
+        return {name: stacks[name].to(torch.float64).cumsum(0)[-1].cpu().numpy() for name in like}
 
     def metric_mean(self, key: str) -> float:
         return float(self.metrics[key])
 
     @cached_property
     def metrics(self) -> dict[str, float]:
-        """As Flower's FedAvg weighs them: Σ value · n_k / Σ n_k, in the replies' order."""
-        total = self.examples
+        """As Flower's FedAvg weighs them: Σ value · (n_k / Σn), in the replies' order."""
+        total = float(sum(self.weights.tolist()))
         out: dict[str, float] = {}
-        for metrics, weight in zip(self.result.metrics, self.weights):
+        for metrics, weight in zip(self.result.metrics, self.weights.tolist()):
             for key, value in metrics.items():
                 if key != protocol.NUM_EXAMPLES and isinstance(value, int | float):
-                    out[key] = out.get(key, 0.0) + value * (weight / total)
+                    out[key] = value * (weight / total) if key not in out else out[key] + value * (weight / total)
         return out
 

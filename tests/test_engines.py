@@ -1,0 +1,161 @@
+"""The batched engine equals the ClientApp: per client rule, anchor method, model family and optimizer.
+
+Each case runs three rounds of a real strategy over clients of unequal sizes with ragged last
+batches. Every round, each sampled client trains twice from the same message: through the
+sequential ClientApp path (`clients.local_round`, one client at a time) and as one vmapped
+cohort (`clients.Cohort(...).train("vmap")`, the batched engine's program). Each keeps its
+own client state across rounds (SCAFFOLD's c_i, FedDyn's gradient, MOON's previous model),
+so state that drifted would show. Compared: every reply array (parameters, BatchNorm
+buffers and counters, FedPNU's packed entries), every record a rule adds, every metric but
+the time, and every record of the client state: to 1e-10 relative in float64, and in
+float32 (oneDNN off: under vmap it differs by up to 3e-3 otherwise) 1e-5 for the model and
+metrics and 1e-4 for update records and client state (SCAFFOLD's c_i and FedDyn's gradient
+hold the cancellation x − y, divided by K·lr or scaled by alpha; float64 allows them 1e-9).
+A gap is record by record: max |a − b| over its entries relative to its largest entry. The
+global model of the next round is the strategy's aggregate of the sequential replies.
+
+In float32 a ResNet-20 client of several steps is chaotic under either path: a ReLU input
+at zero goes one way or the other and one channel's gradient changes (measured: 1e-6 after
+two steps, 4e-3 after three, on the same batches), so its float32 cases train one step a
+round (batch larger than every client); float64 covers its multi-step rounds. Even one step
+of its first convolution sums 64 x 784 products per weight, in another order under vmap
+(a grouped convolution): 8e-5 of the weights' scale, so ResNet-20's float32 bounds are 1e-4
+and 1e-2 (measured 8e-5 and 1.2e-3).
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import ArrayRecord, Message, RecordDict
+
+from clients import ClientJob, Cohort, local_round
+from conftest import NodeGrid, tiny_config
+from fedpfn.core import protocol
+from fedpfn.core.cache import initial_model
+from fedpfn.runtime.algorithms import ANCHOR_METHODS, CLIENT_RULES, build_strategy, client_rules
+from fedpfn.runtime.server import train_config, with_accepted_round
+from strategies import sample_clients
+
+OWN_HPARAMS = {"fedprox": {"prox_mu": 0.1}, "feddyn": {"feddyn_alpha": 0.1}}
+ANCHORS = ["", *ANCHOR_METHODS]
+# (model and metrics, update records and state), by dtype and model
+TOLERANCE = {torch.float64: (1e-10, 1e-9), torch.float32: (1e-5, 1e-4)}
+RESNET_FLOAT32 = (1e-4, 1e-2)
+
+
+def optimizers(rule: str) -> list[str]:
+    return [o for o in ("sgd", "adam") if o in CLIENT_RULES[rule].client.optimizers]
+
+
+# the whole matrix on the MLP and the CNN; on ResNet-20 (BatchNorm) every rule, the anchor
+# method and the optimizer cycling (a float64 ResNet-20 round is slow on a 2-core machine)
+FULL = [(r, a, m, o) for m in ("mlp", "cnn") for r in CLIENT_RULES for a in ANCHORS for o in optimizers(r)]
+RESNET = [
+    (rule, ANCHORS[i % len(ANCHORS)], "resnet20", optimizers(rule)[i % len(optimizers(rule))])
+    for i, rule in enumerate(CLIENT_RULES)
+]
+FLOAT32 = [(r, a, m, "sgd") for m in ("mlp", "cnn", "resnet20") for r, a in (("fedavg", "fedpnu"), ("scaffold", "fedpfn"), ("moon", ""))]
+ONE_STEP = {"resnet20": 64}  # float32: the batch size that makes every client's round one step
+
+
+def case_config(rule: str, anchor: str, model: str, optimizer: str, **overrides):
+    """3000 clients of 17-33 images (Dirichlet 1: unequal), batch 10 (ragged, never a last batch
+    of one: BatchNorm over one sample is too ill-conditioned for a float32 comparison), 3 a round."""
+    algorithm = f"{anchor}+{rule}" if anchor and rule != "fedavg" else (anchor or rule)
+    lr = 0.01 if optimizer == "adam" else 0.05
+    values = dict(
+        algorithm=algorithm, model=model, optimizer=optimizer, lr=lr, num_clients=3000, clients_per_round=3,
+        batch_size=10, partition="dirichlet", alpha=1.0, min_partition_size=5, seed=3, **OWN_HPARAMS.get(rule, {}),
+    )  # fmt: skip
+    return tiny_config(**{**values, **overrides})
+
+
+def in_dtype(arrays: dict[str, np.ndarray], dtype: torch.dtype) -> dict[str, np.ndarray]:
+    """Floating arrays in `dtype` (the model the messages carry), integer counters as they are."""
+    target = np.float64 if dtype == torch.float64 else np.float32
+    return {n: a.astype(target) if np.issubdtype(a.dtype, np.floating) else a for n, a in arrays.items()}
+
+
+def record_gap(mine: ArrayRecord, theirs: ArrayRecord, where: str) -> float:
+    """max |a − b| over every entry of a record, relative to its largest |b|: float32 sums of a
+    parameter that starts at zero (a BatchNorm shift) are off by a few ulp of the whole
+    model's scale, which is large relative to that parameter alone."""
+    assert list(mine) == list(theirs), f"{where}: other entries"
+    error = scale = 0.0
+    for name in theirs:
+        a, b = mine[name].numpy(), theirs[name].numpy()
+        assert a.shape == b.shape and a.dtype == b.dtype, f"{where}.{name}: {a.shape} {a.dtype} != {b.shape} {b.dtype}"
+        a, b = a.astype(np.float64), b.astype(np.float64)
+        if a.size:
+            error, scale = max(error, float(np.abs(a - b).max())), max(scale, float(np.abs(b).max()))
+    return error / max(scale, 1e-30)
+
+
+def compare_contents(batched: RecordDict, sequential: RecordDict, where: str) -> tuple[float, float]:
+    """(the model's and the metrics' largest relative gap, the other records'): two replies or two states."""
+    assert set(batched.array_records) == set(sequential.array_records), where
+    model = derived = 0.0
+    for key, record in sequential.array_records.items():
+        gap = record_gap(batched.array_records[key], record, f"{where} {key}")
+        model, derived = (max(model, gap), derived) if key == protocol.ARRAYS else (model, max(derived, gap))
+    for key, record in sequential.metric_records.items():
+        for name, value in record.items():
+            if name != protocol.TRAIN_SECONDS:
+                mine = batched.metric_records[key][name]
+                model = max(model, abs(mine - value) / max(abs(value), 1e-30))
+    return model, derived
+
+
+def three_rounds(rule: str, anchor: str, model: str, optimizer: str, dtype: torch.dtype, tmp: Path) -> tuple[float, float]:
+    """(the largest relative gap of a reply's model and metrics, of its update records and the
+    client state) over three rounds."""
+    extra = {"batch_size": ONE_STEP[model]} if dtype == torch.float32 and model in ONE_STEP else {}
+    sequential_cfg = case_config(rule, anchor, model, optimizer, out=str(tmp / "sequential"), **extra)
+    batched_cfg = case_config(rule, anchor, model, optimizer, out=str(tmp / "batched"), **extra)  # its own client_state/
+    net = initial_model(sequential_cfg)
+    strategy = build_strategy(sequential_cfg, net)
+    arrays = protocol.to_array_record(in_dtype(protocol.to_numpy(ArrayRecord(net.state_dict())), dtype))
+    rules, cpu = client_rules(sequential_cfg), torch.device("cpu")
+    states = {"sequential": {}, "batched": {}}
+    gap = state_gap = 0.0
+    for server_round in (1, 2, 3):
+        chosen = sample_clients(sequential_cfg.seed, server_round, sequential_cfg.num_clients, 3)
+        config = train_config(sequential_cfg, server_round)
+        messages = list(strategy.configure_train(server_round, arrays, config, NodeGrid(chosen)))
+        messages = [with_accepted_round(m, server_round - 1) for m in messages]
+        seq_states = [states["sequential"].setdefault(p, RecordDict()) for p in chosen]
+        bat_states = [states["batched"].setdefault(p, RecordDict()) for p in chosen]
+        replies = [
+            local_round(rules, sequential_cfg, p, s, cpu, m.content) for p, s, m in zip(chosen, seq_states, messages)
+        ]
+        jobs = [ClientJob(p, s, server_round - 1) for p, s in zip(chosen, bat_states)]
+        result = Cohort(rules, batched_cfg, messages[0].content, cpu, jobs).train("vmap")
+        for k, pid in enumerate(chosen):
+            where = f"round {server_round} client {pid}"
+            model, derived = compare_contents(result.reply_content(k), replies[k], where)
+            gap, state_gap = max(gap, model), max(state_gap, derived, *compare_contents(bat_states[k], seq_states[k], where))
+        arrays, _ = strategy.aggregate_train(server_round, [Message(r, reply_to=m) for r, m in zip(replies, messages)])
+    return gap, state_gap
+
+
+def ids(cases: list[tuple[str, ...]]) -> list[str]:
+    return ["-".join(filter(None, case)) for case in cases]
+
+
+@pytest.mark.parametrize("rule,anchor,model,optimizer", FULL + RESNET, ids=ids(FULL + RESNET))
+def test_batched_equals_the_clientapp_in_float64(rule, anchor, model, optimizer, tmp_path):
+    gaps = three_rounds(rule, anchor, model, optimizer, torch.float64, tmp_path)
+    assert all(g < t for g, t in zip(gaps, TOLERANCE[torch.float64])), gaps
+
+
+@pytest.mark.parametrize("rule,anchor,model,optimizer", FLOAT32, ids=ids(FLOAT32))
+def test_batched_equals_the_clientapp_in_float32(rule, anchor, model, optimizer, tmp_path):
+    with torch.backends.mkldnn.flags(enabled=False):
+        gaps = three_rounds(rule, anchor, model, optimizer, torch.float32, tmp_path)
+    bounds = RESNET_FLOAT32 if model == "resnet20" else TOLERANCE[torch.float32]
+    assert all(g < t for g, t in zip(gaps, bounds)), gaps
