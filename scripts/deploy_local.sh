@@ -62,6 +62,7 @@ repo="$(cd "$script_dir/.." && pwd)"
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
 die_usage() { echo "deploy_local.sh: $*" >&2; echo "(see --help)" >&2; exit 2; }
 say() { printf "[deploy %4ss] %s\n" "$SECONDS" "$*"; }
+QUIET_S=20  # a run silent this long gets a line that it is alive
 
 # --- options -----------------------------------------------------------------------------
 nodes=2
@@ -610,13 +611,30 @@ for extra in "${extra_config[@]}"; do run_args+=(--run-config "$extra"); done
 run_args+=(--run-config "$run_config" --stream)
 say "5/5 flwr ${run_args[*]}"
 t0=$SECONDS
-# In the background so that INT/TERM reach the trap at once; the log is shown as it grows.
-launch flwr-run "$logs/run.log" "$op_dir" timeout --signal=TERM "$run_timeout" flwr "${run_args[@]}"
+# In the background so that INT/TERM reach the trap at once; the log is shown as it grows
+# (unbuffered: Python would hold a file's output back in blocks, a minute of silence), and a
+# line says the run is alive when a round keeps it quiet.
+: >"$logs/run.log"  # there before tail opens it
+launch flwr-run "$logs/run.log" "$op_dir" env PYTHONUNBUFFERED=1 timeout --signal=TERM "$run_timeout" flwr "${run_args[@]}"
 run_pid="${pids[-1]}"
 tail -n +1 -f --pid="$run_pid" "$logs/run.log" &
 tail_pid=$!
 pids+=("$tail_pid")
+log_size=0
+quiet_since=$SECONDS
+heartbeat() {  # after QUIET_S s without output: the run is alive, and where the nodes log
+  local size
+  size="$(stat -c %s "$logs/run.log")"
+  if ((size != log_size)); then
+    log_size=$size
+    quiet_since=$SECONDS
+  elif ((SECONDS - quiet_since >= QUIET_S)); then
+    say "    still running, no output for $((SECONDS - quiet_since)) s (the SuperNodes train: $logs/supernode-*.log)"
+    quiet_since=$SECONDS
+  fi
+}
 while alive "$run_pid"; do  # a SuperNode or the SuperLink that dies unplanned stops the run
+  heartbeat
   alive "$superlink_pid" || fail "the SuperLink (PID $superlink_pid) exited during the run"
   for ((i = 0; i < nodes; i++)); do
     [[ "$i" == "$kill_node" && "$kill_state" == killed ]] && continue
