@@ -102,6 +102,20 @@ def test_a_server_app_error_is_the_runs_status_with_fedpfns_reason(link, preset_
     assert (preset_run / "metrics.jsonl").read_bytes() == before
 
 
+@pytest.mark.slow
+def test_forgotten_num_supernodes_is_the_runs_status_at_once_and_no_folder_is_made(link):
+    """Flower's default federation has 2 nodes: refused before Ray's clients answer, out untouched."""
+    config = "num-clients=4 clients-per-round=2 rounds=1 model='mlp' partition='iid' out='forgotten'"
+    done = flwr(link, "run", ".", "--run-config", config, "--stream", timeout=RUN_TIMEOUT)
+    started = [line for line in done.stdout.splitlines() if line.startswith("Successfully started run")]
+    status = run_status(link, int(started[0].split()[-1]))
+    assert status["status"] == "finished:failed"
+    assert "num-clients is 4 but this simulation has 2 SuperNodes" in status["status-details"]
+    assert 'num-supernodes=4' in status["status-details"]
+    assert status["elapsed"] < 60, status  # not after minutes of waiting for the nodes' answers
+    assert not (link.folder / "forgotten").exists()
+
+
 def test_every_preset_is_accepted_by_flower_and_by_run_sim_alike():
     """Flower's own reading of `--run-config FILE` (keys checked against pyproject) and run_sim's."""
     from flwr.common.config import fuse_dicts, parse_config_args
