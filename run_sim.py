@@ -47,8 +47,13 @@ GROUPS = {
 KIND_GROUPS = {"": "client rule", "federation": "data", "placement": "resources", "tracking": "tracking",
                "bookkeeping": "run"}  # fmt: skip
 # the few settings whose kind does not say where a reader looks for them
-GROUP_OF = {"seed": "run", "data_root": "data", "download": "data", "min_replies": "server", "round_timeout": "server"}
-OWN_FLAGS = ("config", "resume", "compare", "seeds")  # run_sim.py's, not settings
+GROUP_OF = {
+    "seed": "run",
+    "data_root": "data",
+    "download": "data",
+    "min_replies": "server",
+    "round_timeout": "server",
+}
 KEY_VALUE = re.compile(r"([A-Za-z][A-Za-z0-9_-]*)=(.*)", re.DOTALL)
 
 
@@ -61,7 +66,9 @@ class Parser(argparse.ArgumentParser):
         if missing:
             message = f"{missing[1]} needs a value"
         elif switch:
-            message = f"--{switch[1]} takes no value: write --{switch[1]} or --no-{switch[1]} (or {switch[1]}=true)"
+            message = (
+                f"--{switch[1]} takes no value: write --{switch[1]} or --no-{switch[1]} (or {switch[1]}=true)"
+            )
         raise ConfigError(f"{message} ({HELP_HINT})")
 
 
@@ -100,12 +107,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--algorithm", help=f"client algorithm: {', '.join(algorithm_names())}, "
                      "or fedpfn+RULE / fedpnu+RULE (default: fedavg)")  # fmt: skip
     groups["server"].add_argument(
-        "--server", help=f"server algorithm: {', '.join(SERVER_RULES)}, or package.module:Class (default: fedavg)"
+        "--server",
+        help=f"server algorithm: {', '.join(SERVER_RULES)}, or package.module:Class (default: fedavg)",
     )
     flagged = {f.name: group_of(f) for f in dataclasses.fields(RunConfig) if f.metadata.get("flag", True)}
     for name, group in groups.items():
         mine = {key for key, where in flagged.items() if where == name} - {"algorithm", "server"}
-        add_flags(group, RunConfig, skip=[f.name for f in dataclasses.fields(RunConfig) if f.name not in mine])
+        add_flags(
+            group, RunConfig, skip=[f.name for f in dataclasses.fields(RunConfig) if f.name not in mine]
+        )
     for name, classes in hparam_groups().items():
         for cls in classes:
             add_flags(groups[name], cls)
@@ -125,7 +135,9 @@ def suggestion(word: str, choices: Iterable[str]) -> str:
 
 def flag_names(parser: argparse.ArgumentParser) -> dict[str, str]:
     """Every value-taking dest of `parser` by the name a KEY=VALUE spells it with (dashes)."""
-    return {a.dest.replace("_", "-"): a.dest for a in parser._actions if a.option_strings and a.dest != "help"}
+    return {
+        a.dest.replace("_", "-"): a.dest for a in parser._actions if a.option_strings and a.dest != "help"
+    }
 
 
 def read_overrides(tokens: list[str], names: dict[str, str]) -> tuple[dict[str, str], list[str]]:

@@ -90,7 +90,9 @@ def check_ray_address(address: str, timeout: float = RAY_CONNECT_SECONDS) -> Non
     """Refuse an address no Ray cluster answers at, within `timeout` seconds, before Ray starts."""
     if address == "auto":
         if not Path("/tmp/ray/ray_current_cluster").exists() and not os.environ.get("RAY_ADDRESS"):
-            raise ConfigError("ray_address: 'auto' found no running Ray cluster on this machine; start one with `ray start --head`")
+            raise ConfigError(
+                "ray_address: 'auto' found no running Ray cluster on this machine; start one with `ray start --head`"
+            )
         return
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():

@@ -66,7 +66,9 @@ def header_lines(cfg: RunConfig, first_round: int, resources: str) -> list[str]:
 class Progress:
     """Header, live bar, round lines with an ETA, warnings and summary, on the terminal and in run.log."""
 
-    def __init__(self, total_rounds: int, log_path: Path | None, show: bool = True, first_round: int = 1) -> None:
+    def __init__(
+        self, total_rounds: int, log_path: Path | None, show: bool = True, first_round: int = 1
+    ) -> None:
         from rich.console import Console  # imported where a run is watched, not in every client
 
         self.total = total_rounds
@@ -109,8 +111,12 @@ class Progress:
             f"clients {record['num_clients']}{failed}{skipped}  {record['seconds']:.1f}s"
             + (f"  ETA {eta}" if eta else "")
         )
-        self.bar.update(self.bar.task_ids[0], completed=record["round"], since=time.monotonic(),
-                        eta=f"ETA {eta}" if eta else "")
+        self.bar.update(
+            self.bar.task_ids[0],
+            completed=record["round"],
+            since=time.monotonic(),
+            eta=f"ETA {eta}" if eta else "",
+        )
 
     def close(self, summary: dict[str, Any] | None = None) -> None:
         self.bar.stop()
