@@ -50,9 +50,12 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def train_client(cfg: RunConfig, state: State, server_round: int, pid: int, device: torch.device) -> State:
+def train_client(
+    cfg: RunConfig, state: State, server_round: int, pid: int, device: torch.device, mask: State | None = None
+) -> State:
     """One client's local round from the global `state`: a textbook PyTorch loop (module,
-    loss.backward(), torch.optim) over the client's batches in the simulator's order."""
+    loss.backward(), torch.optim) over the client's batches in the simulator's order; with
+    `mask` (FedPFN's work) the masked entries are put back to `state`'s after every step."""
     from fedpfn.core.cache import client_indices, dataset_on, model_skeleton
     from fedpfn.core.seeding import Stream, torch_generator
     from fedpfn.core.training import minibatches
@@ -67,11 +70,15 @@ def train_client(cfg: RunConfig, state: State, server_round: int, pid: int, devi
     else:
         optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     order = torch_generator(cfg.seed, Stream.DATA_ORDER, server_round, pid)
+    anchored = [(p, mask[n].to(device), state[n]) for n, p in model.named_parameters() if mask and n in mask]
     for batch in minibatches(client_indices(cfg)[pid], cfg.batch_size, cfg.local_epochs, order):
         batch = batch.to(data.train_x.device)
         optimizer.zero_grad(set_to_none=True)
         torch.nn.functional.cross_entropy(model(data.train_x[batch]), data.train_y[batch]).backward()
         optimizer.step()
+        with torch.no_grad():
+            for param, is_anchor, anchor in anchored:
+                param.copy_(torch.where(is_anchor, anchor, param))
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
@@ -82,9 +89,16 @@ def fedavg(results: list[tuple[int, State]]) -> State:
     return {k: (sum(n * s[k].double() for n, s in results) / total).to(first[k].dtype) for k in first}
 
 
-def plain_fedavg(cfg: RunConfig, device: torch.device, threads: int | None = None) -> list[PlainRound]:
-    """`cfg.rounds` FedAvg rounds as a bare loop on `device`; one PlainRound per round."""
+def plain_fedavg(
+    cfg: RunConfig, device: torch.device, threads: int | None = None, anchors: float = 0.0
+) -> list[PlainRound]:
+    """`cfg.rounds` FedAvg rounds as a bare loop on `device`; one PlainRound per round.
+
+    `anchors`: FedPFN's work, a weight-level mask of this ratio drawn each round (0: FedAvg).
+    """
+    from fedpfn.core.anchors import draw_mask
     from fedpfn.core.cache import client_indices, dataset_on, initial_model
+    from fedpfn.core.seeding import Stream, seed_for
     from fedpfn.core.training import evaluate
     from strategies import sample_clients
 
@@ -97,9 +111,11 @@ def plain_fedavg(cfg: RunConfig, device: torch.device, threads: int | None = Non
             start = time.perf_counter()
             seconds: dict[int, float] = {}
             results = []
+            seed = seed_for(cfg.seed, Stream.MASK, server_round)
+            mask = draw_mask(global_model, anchors, seed, "weight") if anchors else None
             for pid in sample_clients(cfg.seed, server_round, cfg.num_clients, cfg.clients_per_round):
                 began = time.perf_counter()
-                results.append((len(parts[pid]), train_client(cfg, state, server_round, pid, device)))
+                results.append((len(parts[pid]), train_client(cfg, state, server_round, pid, device, mask)))
                 _sync(device)
                 seconds[pid] = time.perf_counter() - began
             state = fedavg(results)

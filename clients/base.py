@@ -13,7 +13,8 @@ under `torch.func.vmap` (clients/program.py runs both):
     after_step(params)     after every optimizer step (the anchor freeze)
     finish(trained, own)   after the last step: tensors to keep or send (SCAFFOLD's c_i)
     upload(trained, own)   the parameters the reply carries (FedNova's normalised update)
-    keep / reply / metrics on the host: state saved, records and metrics added to the reply
+    reply(outputs)         the records every reply carries, from the stacked outputs
+    keep / metrics         on the host, per client: state saved, metrics added to the reply
 
 `own` is this client's `inputs`, everything else on `self` is shared by the round's clients.
 """
@@ -123,8 +124,8 @@ class ClientRule:
     def keep(self, client: ClientRound, sent: Arrays, outputs: Arrays) -> None:
         """Save this client's state for its next round (`sent`: the model its reply carries)."""
 
-    def reply(self, outputs: Arrays) -> dict[str, Arrays]:
-        """Records added to this client's reply, by record name."""
+    def reply(self, outputs: Tensors) -> dict[str, Tensors]:
+        """Records added to every client's reply, by record name, from the stacked `finish` outputs."""
         return {}
 
     def metrics(self, outputs: Arrays) -> dict[str, float]:

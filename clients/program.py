@@ -20,6 +20,7 @@ threaded computation); `vmap` differs only by the floating-point order of batche
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import time
 from collections import defaultdict
@@ -73,15 +74,18 @@ class ClientJob:
 
 @dataclass
 class CohortResult:
-    """The cohort after training: stacked tensors (client first) and per-client figures."""
+    """The cohort after training, as plain tensors (client first) and per-client figures.
+
+    Nothing in it refers back to the rules, so a cohort trained elsewhere (a Ray actor) comes
+    back whole, and results of parts of a round concatenate (`merge`).
+    """
 
     partition_ids: list[int]
     entries: list[str]  # the model's state_dict names, in order
     params: Tensors  # the uploaded parameters (after the rules' `upload`), stacked
     buffers: Tensors  # stacked
-    outputs: Tensors  # the rules' `finish` outputs, stacked
+    records: dict[str, Tensors]  # the rules' reply records (SCAFFOLD's delta), stacked
     metrics: list[dict[str, float | int]]  # per client, as its reply's METRICS
-    rules: list[ClientRule]
     upload_mask: Arrays | None  # entries every reply leaves out (FedPNU)
 
     def client_arrays(self, k: int) -> Arrays:
@@ -89,21 +93,36 @@ class CohortResult:
         merged = {**self.params, **self.buffers}
         return {name: merged[name][k].detach().cpu().numpy() for name in self.entries}
 
-    def client_outputs(self, k: int) -> Arrays:
-        return {name: value[k].detach().cpu().numpy() for name, value in self.outputs.items()}
-
     def reply_content(self, k: int) -> RecordDict:
         """Client k's reply, exactly as the ClientApp sends it."""
         merged = {**self.params, **self.buffers}
         state_dict = {name: merged[name][k].detach().cpu() for name in self.entries}
         content = RecordDict({protocol.ARRAYS: ArrayRecord(state_dict), protocol.METRICS: MetricRecord(self.metrics[k])})
-        outputs = self.client_outputs(k)
-        for rule in self.rules:
-            for key, arrays in rule.reply(outputs).items():
-                content[key] = protocol.to_array_record(arrays)
+        for key, stacks in self.records.items():
+            content[key] = protocol.to_array_record({n: v[k].detach().cpu().numpy() for n, v in stacks.items()})
         if self.upload_mask is not None:
             pack_reply(content, self.upload_mask)
         return content
+
+    def to(self, device: torch.device) -> CohortResult:
+        move = lambda stacks: {n: v.to(device) for n, v in stacks.items()}  # noqa: E731
+        records = {key: move(stacks) for key, stacks in self.records.items()}
+        return dataclasses.replace(self, params=move(self.params), buffers=move(self.buffers), records=records)
+
+    @classmethod
+    def merge(cls, parts: Sequence[CohortResult]) -> CohortResult:
+        """Parts of one round (in client order) as one result."""
+        cat = lambda stacks: {n: torch.cat([s[n] for s in stacks]) for n in stacks[0]}  # noqa: E731
+        first = parts[0]
+        return cls(
+            partition_ids=[pid for part in parts for pid in part.partition_ids],
+            entries=first.entries,
+            params=cat([part.params for part in parts]),
+            buffers=cat([part.buffers for part in parts]),
+            records={key: cat([part.records[key] for part in parts]) for key in first.records},
+            metrics=[m for part in parts for m in part.metrics],
+            upload_mask=first.upload_mask,
+        )
 
 
 @dataclass
@@ -355,19 +374,21 @@ class Cohort:
 
     def _result(self, params: Tensors, buffers: Tensors, outputs: Tensors, traces: list[_Trace]) -> CohortResult:
         """Metrics per client, and each client's state kept for its next round."""
+        records: dict[str, Tensors] = {}
+        for rule in self.rules:
+            records.update(rule.reply(outputs))
         result = CohortResult(
             partition_ids=[c.partition_id for c in self.clients],
             entries=self.entries,
             params=params,
             buffers=buffers,
-            outputs=outputs,
+            records=records,
             metrics=[],
-            rules=self.rules,
             upload_mask=next((m for m in (r.upload_mask() for r in self.rules) if m is not None), None),
         )
         stateful = [rule for rule in self.rules if rule.state_keys]
         for k, (client, trace) in enumerate(zip(self.clients, traces)):
-            outputs_k = result.client_outputs(k)
+            outputs_k = {name: value[k].detach().cpu().numpy() for name, value in outputs.items()}
             metrics: dict[str, float | int] = {
                 protocol.TRAIN_LOSS: float(trace.loss) / max(client.steps, 1),
                 protocol.TRAIN_ACCURACY: int(trace.correct) / max(trace.seen, 1),

@@ -75,5 +75,5 @@ class ScaffoldClient(ClientRule):
     def keep(self, client: ClientRound, sent: Arrays, outputs: Arrays) -> None:
         client.state.save(CLIENT_C, to_array_record(unprefixed(CLIENT_C, outputs)), self.info.server_round)
 
-    def reply(self, outputs: Arrays) -> dict[str, Arrays]:
+    def reply(self, outputs: Tensors) -> dict[str, Tensors]:
         return {SCAFFOLD_DELTA: unprefixed(SCAFFOLD_DELTA, outputs)}

@@ -26,6 +26,7 @@ and 1e-2 (measured 8e-5 and 1.2e-3).
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import numpy as np
@@ -37,8 +38,10 @@ from clients import ClientJob, Cohort, local_round
 from conftest import NodeGrid, tiny_config
 from fedpfn.core import protocol
 from fedpfn.core.cache import initial_model
+from fedpfn.core.files import CLIENTS, CONFIG, METRICS, read_jsonl
 from fedpfn.runtime.algorithms import ANCHOR_METHODS, CLIENT_RULES, build_strategy, client_rules
 from fedpfn.runtime.server import train_config, with_accepted_round
+from fedpfn.runtime.simulation import simulate
 from strategies import sample_clients
 
 OWN_HPARAMS = {"fedprox": {"prox_mu": 0.1}, "feddyn": {"feddyn_alpha": 0.1}}
@@ -159,3 +162,83 @@ def test_batched_equals_the_clientapp_in_float32(rule, anchor, model, optimizer,
         gaps = three_rounds(rule, anchor, model, optimizer, torch.float32, tmp_path)
     bounds = RESNET_FLOAT32 if model == "resnet20" else TOLERANCE[torch.float32]
     assert all(g < t for g, t in zip(gaps, bounds)), gaps
+
+
+# --- whole runs ---------------------------------------------------------------------------------
+
+TIMING = ("seconds", "train_seconds")  # what differs between any two runs
+
+
+def rows(folder: Path, name: str) -> list[dict]:
+    return [{k: v for k, v in row.items() if k not in TIMING} for row in read_jsonl(folder / name)]
+
+
+def test_a_batched_run_equals_a_ray_run(tmp_path):
+    """SCAFFOLD under FedPFN with seeded failures, min-replies, a local test split and evaluation
+    every 2 rounds: metrics.jsonl and clients.jsonl of the batched engine (`threads`: each client
+    trained as the ClientApp trains it) equal the Ray engine's, bit for bit, and so does the model."""
+    common = dict(
+        algorithm="fedpfn+scaffold", num_clients=6, clients_per_round=3, rounds=3, simulate_failures=0.25,
+        min_replies=2, local_test_fraction=0.1, eval_every=2, batch_size=200,
+    )  # fmt: skip
+    runs = {}
+    for engine, extra in (("ray", {}), ("batched", {"engine_mode": "threads"})):
+        runs[engine] = tmp_path / engine
+        simulate(tiny_config(engine=engine, out=str(runs[engine]), **extra, **common), show_progress=False)
+    metrics = rows(runs["batched"], METRICS)
+    assert metrics == rows(runs["ray"], METRICS)
+    assert any(row["failed_partitions"] for row in metrics), "the failures were not exercised"
+    assert rows(runs["batched"], CLIENTS) == rows(runs["ray"], CLIENTS)
+    final = [torch.load(runs[e] / "model_round_3.pt", weights_only=True) for e in ("batched", "ray")]
+    assert all(torch.equal(final[0][name], final[1][name]) for name in final[1])
+    engines = [json.loads((runs[e] / CONFIG).read_text())["provenance"]["engine"] for e in ("batched", "ray")]
+    assert engines == ["batched", "ray"]
+
+
+def cohort_round(cfg, dtype: torch.dtype, chunk: int | None) -> list[RecordDict]:
+    """Round 1 of `cfg` as one vmapped cohort in chunks of `chunk`: the replies, then the client states."""
+    net = initial_model(cfg)
+    strategy = build_strategy(cfg, net)
+    arrays = protocol.to_array_record(in_dtype(protocol.to_numpy(ArrayRecord(net.state_dict())), dtype))
+    chosen = sample_clients(cfg.seed, 1, cfg.num_clients, cfg.clients_per_round)
+    (message, *_) = strategy.configure_train(1, arrays, train_config(cfg, 1), NodeGrid(chosen))
+    states = [RecordDict() for _ in chosen]
+    jobs = [ClientJob(p, s, 0) for p, s in zip(chosen, states)]
+    result = Cohort(client_rules(cfg), cfg, with_accepted_round(message, 0).content, torch.device("cpu"), jobs).train(
+        "vmap", chunk=chunk
+    )
+    return [result.reply_content(k) for k in range(len(chosen))] + states
+
+
+def test_chunked_rounds_and_a_chunk_out_of_memory_give_the_numbers_of_one_program(tmp_path, monkeypatch):
+    """SCAFFOLD under FedPNU on ResNet-20 (BatchNorm, client state, packed replies), 4 clients:
+    one program, chunks of 1 and 3, and chunks that run out of memory above 1 client (retried
+    in halves) give the same replies and client states."""
+    def config(name: str):
+        return case_config("scaffold", "fedpnu", "resnet20", "sgd", clients_per_round=4, out=str(tmp_path / name))
+
+    whole = cohort_round(config("whole"), torch.float64, None)
+    real_train = Cohort._train_stacked
+
+    def out_of_memory_above_one(self, members):
+        if len(members) > 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real_train(self, members)
+
+    for name, chunk in (("ones", 1), ("threes", 3)):
+        gaps = [compare_contents(a, b, name) for a, b in zip(cohort_round(config(name), torch.float64, chunk), whole)]
+        assert max(max(g) for g in gaps) < 1e-12, (name, gaps)
+    monkeypatch.setattr(Cohort, "_train_stacked", out_of_memory_above_one)
+    halved = cohort_round(config("halved"), torch.float64, None)
+    assert max(max(compare_contents(a, b, "halved")) for a, b in zip(halved, whole)) < 1e-12
+
+
+def test_a_round_split_over_two_ray_actors_equals_one_program(tmp_path):
+    """--engine-workers 2 on the CPU: SCAFFOLD's clients (state kept in the actors, then in
+    the run folder) trained in two Ray actors give the run of one in-process cohort, bit for bit."""
+    common = dict(algorithm="scaffold", num_clients=6, clients_per_round=4, rounds=2, batch_size=200, engine="batched")
+    here, actors = tmp_path / "here", tmp_path / "actors"
+    simulate(tiny_config(out=str(here), **common), show_progress=False)
+    simulate(tiny_config(out=str(actors), engine_workers=2, **common), show_progress=False)
+    assert rows(actors, METRICS) == rows(here, METRICS)
+    assert rows(actors, CLIENTS) == rows(here, CLIENTS)

@@ -154,6 +154,23 @@ def ray_actors(session: int) -> list[int]:
     return found
 
 
+def test_a_batched_run_killed_mid_run_resumes_on_ray_to_the_same_numbers(reference, tmp_path):
+    """kill -9 of the batched engine (each client trained as the ClientApp trains it), then
+    `--resume --engine ray`: the reference's numbers, and the provenance says who ran what."""
+    out = tmp_path / "batched"
+    proc = start(resumable_config(out, engine="batched", engine_mode="threads"))
+    wait_for_round(proc, out / "metrics.jsonl", 2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    result = resume(out, "--engine", "ray")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert stable(out) == stable(reference)
+    provenance = json.loads((out / "config.json").read_text())["provenance"]
+    (resumed,) = provenance["resumes"]
+    assert provenance["engine"] == "batched" and provenance["first_round"] == 1
+    assert resumed["engine"] == "ray" and 2 <= resumed["first_round"] <= 4
+
+
 def test_a_dead_simulation_worker_stops_the_run_and_it_resumes_to_the_same_numbers(reference, tmp_path):
     out = tmp_path / "worker"
     proc = start(resumable_config(out))

@@ -127,6 +127,14 @@ class RunConfig:
         at_least(0),
         kind="placement",
     )
+    engine_workers: int | None = setting(
+        None,
+        "Ray actors the batched engine spreads a round's clients over, each running the batched program "
+        "on a GPU of its own (default: one per GPU when this machine has several, or with --ray-address "
+        "one per GPU of the cluster; else none: this process)",
+        at_least(1),
+        kind="placement",
+    )
     client_cpus: float = setting(1.0, "CPUs per simulated client (Ray)", above(0), kind="placement")
     client_gpus: float | None = setting(
         None,

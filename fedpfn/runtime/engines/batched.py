@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import cached_property
 
 import numpy as np
@@ -40,6 +40,7 @@ from fedpfn.core import protocol
 from fedpfn.core.config import RunConfig
 from fedpfn.core.settings import ConfigError
 from fedpfn.core.training import pick_device
+from fedpfn.runtime import env
 from fedpfn.runtime.algorithms import client_rules, mean_based
 from fedpfn.runtime.app import SimulatedFailure, client_app, fails_this_round, make_server_app
 from fedpfn.runtime.lifecycle import RunPlan
@@ -72,16 +73,19 @@ def mode_of(cfg: RunConfig, device: torch.device) -> str:
 def prepare(cfg: RunConfig) -> RunConfig:
     """Refuse what this engine cannot do, before anything starts; nothing is resolved into the config."""
     if cfg.ray_address:
-        raise ConfigError(
-            f"ray_address: '{cfg.ray_address}' needs --engine ray (the batched engine runs in this process)"
-        )
-    if cfg.client_gpus and not torch.cuda.is_available():
+        env.check_ray_address(cfg.ray_address)
+    elif cfg.client_gpus and not torch.cuda.is_available():
         raise ConfigError(f"client_gpus: {cfg.client_gpus:g} asks for a GPU but none is visible; use --client-gpus 0")
     return cfg
 
 
 def describe(cfg: RunConfig) -> str:
     """The header's compute line: the device, how a round runs, and why."""
+    workers = workers_of(cfg)
+    if cfg.ray_address or workers:
+        where = f"the Ray cluster at {cfg.ray_address}" if cfg.ray_address else "Ray on this machine"
+        count = f"{workers} actors" if workers else "one actor per GPU"
+        return f"batched engine on {where}: a round's clients split over {count}, each running the batched program"
     device = device_of(cfg)
     mode = mode_of(cfg, device)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"the CPU, {os.cpu_count()} cores"
@@ -98,9 +102,111 @@ def describe(cfg: RunConfig) -> str:
 def run(run: RunPlan, tracker: Tracking) -> None:
     """The rounds over a BatchedGrid, through the same ServerApp as the Ray engine."""
     TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, RUN_ID, SERVER_NODE
-    grid = BatchedGrid(run.cfg)
+    workers = workers_of(run.cfg)
+    if workers is None and run.cfg.ray_address:
+        workers = start_ray(run.cfg)
+    elif workers is not None:
+        start_ray(run.cfg)
+    runner: Runner = CohortRunner(run.cfg) if workers is None else RayRunner(run.cfg, workers)
+    grid = BatchedGrid(run.cfg, runner)
     context = Context(run_id=RUN_ID, node_id=SERVER_NODE, node_config=UserConfig(), state=RecordDict(), run_config=UserConfig())
     make_server_app(run, tracker)(grid, context)
+
+
+# --- running a cohort: here, or on Ray actors -------------------------------------------------
+
+Runner = Callable[[RecordDict, list[ClientJob]], CohortResult]
+
+
+class CohortRunner:
+    """Trains a round's cohort on this process's device, with the chunk size that fits it."""
+
+    def __init__(self, cfg: RunConfig, threads: int | None = None) -> None:
+        self.cfg = cfg
+        self.device = device_of(cfg)
+        self.mode = mode_of(cfg, self.device)
+        cores = threads or os.cpu_count() or 1  # `threads`: clients side by side; `loop`: the ClientApp's
+        self.threads = cores if self.mode == "threads" else max(1, int(cfg.client_cpus))
+        self.chunk = cfg.engine_chunk or None  # None: measured on the first round (vmap on a GPU)
+
+    def __call__(self, content: RecordDict, jobs: list[ClientJob]) -> CohortResult:
+        cohort = Cohort(client_rules(self.cfg), self.cfg, content, self.device, jobs)
+        if self.chunk is None and self.mode == "vmap" and self.device.type == "cuda":
+            self.chunk = fitting_chunk(cohort, self.device)
+        result = cohort.train(self.mode, threads=self.threads, chunk=self.chunk)
+        self.chunk = cohort.chunk or self.chunk  # smaller after running out of memory
+        return result
+
+
+class CohortWorker:
+    """A Ray actor holding a CohortRunner on the GPU (or CPUs) Ray gave it."""
+
+    def __init__(self, cfg_json: str, cpus: int) -> None:
+        from fedpfn.runtime.algorithms import config_from_json
+
+        self.runner = CohortRunner(config_from_json(cfg_json), threads=cpus)
+
+    def train(self, content: RecordDict, jobs: list[ClientJob]) -> tuple[CohortResult, list[RecordDict]]:
+        """The cohort's result on the CPU, and the clients' context states as training left them."""
+        result = self.runner(content, jobs)
+        return result.to(torch.device("cpu")), [job.context_state for job in jobs]
+
+
+class RayRunner:
+    """A round's cohort split over Ray actors, one per GPU, each running the batched program.
+
+    The clients go to the actors in contiguous blocks, so the parts concatenate in order;
+    their client state comes back with them (and is on disk in the run folder, which every
+    Ray node must therefore see).
+    """
+
+    def __init__(self, cfg: RunConfig, workers: int) -> None:
+        import ray
+
+        gpus = 1 if torch.cuda.is_available() or cfg.ray_address else 0
+        cpus = max(1, (os.cpu_count() or 1) // workers) if not cfg.ray_address else 1
+        actor = ray.remote(num_cpus=cpus, num_gpus=gpus)(CohortWorker)
+        self.actors = [actor.remote(cfg.to_json(), cpus) for _ in range(workers)]
+
+    def __call__(self, content: RecordDict, jobs: list[ClientJob]) -> CohortResult:
+        import ray
+
+        blocks = [list(block) for block in np.array_split(np.arange(len(jobs)), len(self.actors)) if len(block)]
+        calls = [actor.train.remote(content, [jobs[i] for i in block]) for actor, block in zip(self.actors, blocks)]
+        parts = ray.get(calls)
+        for block, (_, states) in zip(blocks, parts):
+            for i, state in zip(block, states):
+                replace_records(jobs[i].context_state, state)
+        return CohortResult.merge([result for result, _ in parts])
+
+
+def replace_records(target: RecordDict, source: RecordDict) -> None:
+    """`target` holding exactly `source`'s records (a context's state, back from an actor)."""
+    for key in list(target):
+        del target[key]
+    for key, record in source.items():
+        target[key] = record
+
+
+def start_ray(cfg: RunConfig) -> int:
+    """Ray started here (or joined at `ray_address`); the GPUs it holds (at least 1: one actor)."""
+    import ray
+
+    from fedpfn.runtime.engines.ray import backend_config
+
+    logging.getLogger("ray").setLevel(logging.ERROR)
+    ray.init(**backend_config(cfg)["init_args"])
+    return max(1, int(ray.cluster_resources().get("GPU", 0)))
+
+
+def workers_of(cfg: RunConfig) -> int | None:
+    """Ray actors to spread a round over: set, or one per GPU of a cluster or of a multi-GPU machine."""
+    if cfg.engine_workers is not None:
+        return cfg.engine_workers
+    if cfg.ray_address:
+        return None  # known once Ray has joined the cluster: see start_ray
+    gpus = torch.cuda.device_count()
+    return gpus if gpus > 1 else None
 
 
 # --- the grid -------------------------------------------------------------------------------
@@ -109,10 +215,9 @@ def run(run: RunPlan, tracker: Tracking) -> None:
 class BatchedGrid(Grid):
     """Flower's Grid in this process: one node per partition, a round's training as one cohort."""
 
-    def __init__(self, cfg: RunConfig) -> None:
+    def __init__(self, cfg: RunConfig, runner: Runner) -> None:
         self.cfg = cfg
-        self.device = device_of(cfg)
-        self.mode = mode_of(cfg, self.device)
+        self.runner = runner
         self.totals_wanted = mean_based(cfg)  # else every reply carries its arrays
         self._run = Run.create_empty(RUN_ID)
         self.contexts = {
@@ -125,7 +230,6 @@ class BatchedGrid(Grid):
             )
             for pid in range(cfg.num_clients)
         }
-        self.chunk = cfg.engine_chunk or None  # None: measured on the first round (vmap on a GPU)
         self._replies: dict[str, Message] = {}
         self._totals: dict[frozenset[str], RoundTotals] = {}
 
@@ -180,9 +284,10 @@ class BatchedGrid(Grid):
         self._replies[message.metadata.message_id] = reply
 
     def _train(self, messages: list[Message]) -> None:
-        """The round's train messages: failed ones answered with an error, the rest as one cohort."""
+        """The round's train messages: failed ones answered with an error, the rest as one cohort,
+        in partition order (the order the server loop reads replies in, so totals sum alike)."""
         trained = []
-        for message in messages:
+        for message in sorted(messages, key=self._partition):
             pid = self._partition(message)
             server_round = int(message.content.config_records[protocol.CONFIG][protocol.SERVER_ROUND])
             if fails_this_round(self.cfg, server_round, pid):
@@ -197,19 +302,17 @@ class BatchedGrid(Grid):
             for message in trained:
                 self._train_cohort([message], totals=False)
             return
-        self._train_cohort(trained, totals=self.totals_wanted)
+        totals = self._train_cohort(trained, totals=self.totals_wanted)
+        if totals is not None:  # asked for by the ids of the round's messages, failed ones included
+            self._totals[frozenset(m.metadata.message_id for m in messages)] = totals
 
-    def _train_cohort(self, messages: list[Message], totals: bool) -> None:
+    def _train_cohort(self, messages: list[Message], totals: bool) -> RoundTotals | None:
+        """Train `messages`' clients as one cohort and answer them; their totals if `totals`."""
         jobs = [
             ClientJob(self._partition(m), self.contexts[m.metadata.dst_node_id].state, accepted_round(m))
             for m in messages
         ]
-        cohort = Cohort(client_rules(self.cfg), self.cfg, messages[0].content, self.device, jobs)
-        threads = (os.cpu_count() or 1) if self.mode == "threads" else max(1, int(self.cfg.client_cpus))
-        if self.chunk is None and self.mode == "vmap" and self.device.type == "cuda":
-            self.chunk = fitting_chunk(cohort, self.device)
-        result = cohort.train(self.mode, threads=threads, chunk=self.chunk)
-        self.chunk = cohort.chunk or self.chunk  # smaller after running out of memory
+        result = self.runner(messages[0].content, jobs)
         if totals:
             upload = protocol.arrays_bytes(result.reply_content(0))  # every client's arrays have one shape
             for k, message in enumerate(messages):
@@ -218,11 +321,10 @@ class BatchedGrid(Grid):
                     protocol.UPLOAD: ConfigRecord({protocol.UPLOAD_BYTES: upload}),
                 })  # fmt: skip
                 self._replies[message.metadata.message_id] = Message(content, reply_to=message)
-            sent = protocol.to_numpy(messages[0].content[protocol.ARRAYS])
-            self._totals[frozenset(m.metadata.message_id for m in messages)] = CohortTotals(result, sent)
-            return
+            return CohortTotals(result, protocol.to_numpy(messages[0].content[protocol.ARRAYS]))
         for k, message in enumerate(messages):
             self._replies[message.metadata.message_id] = Message(result.reply_content(k), reply_to=message)
+        return None
 
     def _partition(self, message: Message) -> int:
         return int(self.contexts[message.metadata.dst_node_id].node_config[protocol.PARTITION_ID])
@@ -263,21 +365,32 @@ def accepted_round(message: Message) -> int | None:
 
 
 def error_reply(message: Message, err: BaseException) -> Message:
-    """The error reply Flower's simulation engine sends when a ClientApp raises."""
-    reason = str(type(err)) + ":<'" + str(err) + "'>"
+    """The error reply of a ClientApp that raised (Flower's code for it, the exception as its reason)."""
+    reason = f"{type(err).__name__}: {err}"
     return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=message)
 
 
 # --- the round's totals, where the clients trained ---------------------------------------------
 
 
+def client_sum(terms: torch.Tensor) -> torch.Tensor:
+    """Σ over the first (client) dimension: one reduction on a GPU; on the CPU one addition per
+    client in order, in the terms' dtype, as the server sums replies (a reduction, or torch's
+    cumsum, which accumulates float32 in float64, gives other bits)."""
+    if terms.device.type != "cpu":
+        return terms.sum(0)
+    total = terms[0].clone()
+    for term in terms[1:]:
+        total += term
+    return total
+
+
 class CohortTotals(RoundTotals):
     """A cohort's totals from its stacked tensors, with the arithmetic `ReplyTotals` uses.
 
-    Sums run over the clients in the replies' order (a cumulative sum, sequential on the
-    CPU), in the dtypes Flower's FedAvg and the server parts use: so on the CPU a round
-    whose clients trained like the ClientApp's (`loop`, `threads`) aggregates to the same
-    bits as through Ray.
+    Sums run in the dtypes Flower's FedAvg and the server parts use; on the CPU client after
+    client in the replies' order (`client_sum`), so a round whose clients trained like the
+    ClientApp's (`loop`, `threads`) aggregates to the same bits as through Ray.
     """
 
     def __init__(self, result: CohortResult, sent: dict[str, np.ndarray]) -> None:
@@ -302,7 +415,7 @@ class CohortTotals(RoundTotals):
     def param_mean(self) -> dict[str, np.ndarray]:
         """As Flower's FedAvg: Σ x_k · (w_k / Σw) in float32, client after client."""
         return {
-            name: (stack * self._factors(stack, stack.dtype, scale=True)).cumsum(0)[-1].cpu().numpy()
+            name: client_sum(stack * self._factors(stack, stack.dtype, scale=True)).cpu().numpy()
             for name, stack in self.result.params.items()
         }
 
@@ -311,7 +424,7 @@ class CohortTotals(RoundTotals):
         """As `strategies.totals.weighted_mean`: Σ w_k · x_k / Σw in float64, integers rounded."""
         out = {}
         for name, stack in self.result.buffers.items():
-            total = (stack.to(torch.float64) * self._factors(stack, torch.float64, scale=False)).cumsum(0)[-1]
+            total = client_sum(stack.to(torch.float64) * self._factors(stack, torch.float64, scale=False))
             mean = total.cpu().numpy() / self.weights.sum()
             like = self.sent[name]
             out[name] = np.asarray(np.rint(mean) if np.issubdtype(like.dtype, np.integer) else mean).astype(like.dtype)
@@ -322,15 +435,12 @@ class CohortTotals(RoundTotals):
         out = {}
         for name, stack in self.result.params.items():
             sent = torch.from_numpy(self.sent[name]).to(stack.device, torch.float64)
-            out[name] = (stack.to(torch.float64) - sent).cumsum(0)[-1].cpu().numpy()
+            out[name] = client_sum(stack.to(torch.float64) - sent).cpu().numpy()
         return out
 
     def record_sum(self, key: str, like: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        records = {}
-        for rule in self.result.rules:
-            records.update(rule.reply(self.result.outputs))
-        stacks = records.get(key, {})
-        return {name: stacks[name].to(torch.float64).cumsum(0)[-1].cpu().numpy() for name in like}
+        stacks = self.result.records.get(key, {})
+        return {name: client_sum(stacks[name].to(torch.float64)).cpu().numpy() for name in like}
 
     def metric_mean(self, key: str) -> float:
         return float(self.metrics[key])

@@ -31,6 +31,7 @@ os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 
 def prepare(cfg: RunConfig) -> RunConfig:
     """The placement as config.json records it (the GPU share resolved), checked before Ray starts."""
+    refuse_batched_settings(cfg)
     cfg = resolve_client_gpus(cfg)
     if cfg.ray_address:
         env.check_ray_address(cfg.ray_address)
@@ -42,6 +43,14 @@ def prepare(cfg: RunConfig) -> RunConfig:
         raise ConfigError(f"client_gpus: {cfg.client_gpus:g} asks for a GPU but none is visible; use --client-gpus 0")
     warn_unused_gpu(cfg)
     return cfg
+
+
+def refuse_batched_settings(cfg: RunConfig) -> None:
+    """The batched engine's settings mean nothing here: set, they are refused, not ignored."""
+    used = {"engine_mode": cfg.engine_mode != "auto", "engine_chunk": cfg.engine_chunk != 0, "engine_workers": cfg.engine_workers is not None}
+    named = [name for name, set_here in used.items() if set_here]
+    if named:
+        raise ConfigError(f"{', '.join(named)}: a setting of --engine batched; the Ray engine runs one ClientApp per client")
 
 
 def resolve_client_gpus(cfg: RunConfig) -> RunConfig:
