@@ -22,6 +22,12 @@ def snapshot(path) -> dict[str, bytes]:
     return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 
 
+def row(number: int, **extra) -> dict:
+    """A metrics row with the keys a resume reads back, as the server loop writes them."""
+    return {"round": number, "clients": [0, 1], "failed_partitions": [], "missing_partitions": [],
+            "skipped": False, "num_failures": 0, "bytes_up": 10, "bytes_down": 10, **extra}
+
+
 def started(tmp_path, name="run") -> RunFolder:
     folder = RunFolder(tmp_path / name)
     with folder.exclusive():
@@ -100,23 +106,23 @@ def test_metrics_are_strict_json(tmp_path):
 
 def test_a_line_cut_by_a_kill_is_dropped_other_damage_refused(tmp_path):
     folder = started(tmp_path)
-    folder.append_metrics({"round": 1})
-    folder.append_metrics({"round": 2})
+    folder.append_metrics(row(1))
+    folder.append_metrics(row(2))
     with open(folder.path / METRICS, "a") as fh:
         fh.write('{"round": 3, "test_acc')  # cut mid-write: round 3 never finished
     assert [r["round"] for r in folder.read_metrics()] == [1, 2]
-    text = (folder.path / METRICS).read_text().replace('{"round": 1}', "{garbage")
+    text = (folder.path / METRICS).read_text().replace('{"bytes_down"', "{garbage", 1)
     (folder.path / METRICS).write_text(text)
     with pytest.raises(RunFolderError, match="damaged at line 1"):
         folder.read_metrics()
-    (folder.path / METRICS).write_text('{"round": 1}\n{"round": 1}\n')
+    (folder.path / METRICS).write_text(json_text(row(1)) + "\n" + json_text(row(1)) + "\n")
     with pytest.raises(RunFolderError, match="line 2 holds round 1, expected 2"):
         folder.read_metrics()
 
 
 def test_keep_metrics_refuses_a_checkpoint_the_metrics_do_not_cover(tmp_path):
     folder = started(tmp_path)
-    folder.append_metrics({"round": 1})
+    folder.append_metrics(row(1))
     with pytest.raises(RunFolderError, match="holds rounds 1..1 but the checkpoint covers 1..3"):
         folder.keep_metrics_up_to(3)
     folder.keep_metrics_up_to(0)
@@ -127,6 +133,7 @@ def test_checkpoint_round_trip_keeps_dtypes_and_0d_arrays(tmp_path):
     folder = started(tmp_path)
     tree = {
         "round": 3,
+        "elapsed_seconds": 1.5,
         "model": {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "count": np.array(7, dtype=np.int64)},
         "strategy": {"inner": {"attributes": {"momentum_vector": [np.ones(2)], "lr": 0.1, "note": None}}},
     }
