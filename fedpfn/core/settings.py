@@ -12,6 +12,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
+import re
+import stat
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -98,29 +101,71 @@ def _kind(f: dataclasses.Field) -> tuple[str, bool, bool]:
     return text, optional, False
 
 
+class PresetText(str):
+    """A string as a preset file wrote it (quoted): text, never a number or a switch.
+
+    A command line gives every value as text, so "5" must read as 5 there; in a TOML preset
+    `rounds = "5"` is text the author quoted, and taking it as a number would hide a typo
+    such as `lr = "0.1 "`. read_toml marks its strings so, and the mark survives the merge
+    with the flags.
+    """
+
+
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")
+_FLOAT_TEXT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+INT_LIMIT = 2**63 - 1  # what every consumer (numpy, torch, Ray, JSON readers) can hold
+
+
+def _number_text(value: str, pattern: re.Pattern[str]) -> str:
+    """ASCII digits only (int("٣") would read 3), no underscores (int("1_0") would read 10)."""
+    text = value.strip()
+    if isinstance(value, PresetText) or not pattern.fullmatch(text):
+        raise ValueError
+    return text
+
+
+def _int(value: Any) -> int:
+    """An int from text of ASCII digits, an int, or a whole float; at most INT_LIMIT in size."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise TypeError
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError
+    number = int(_number_text(value, _INT_TEXT) if isinstance(value, str) else value)
+    if abs(number) > INT_LIMIT:
+        raise OverflowError
+    return number
+
+
+def _float(value: Any) -> float:
+    """A finite float from text in ASCII, an int or a float."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise TypeError
+    number = float(_number_text(value, _FLOAT_TEXT) if isinstance(value, str) else value)
+    if not math.isfinite(number):
+        raise ValueError
+    return number
+
+
+def _bool(value: Any) -> bool:
+    """A bool, or (not from a preset) text such as true/no/1."""
+    if isinstance(value, bool):
+        return value
+    text = value.strip().lower() if isinstance(value, str) and not isinstance(value, PresetText) else None
+    if text not in ("true", "false", "1", "0", "yes", "no"):
+        raise ValueError
+    return text in ("true", "1", "yes")
+
+
 def _scalar(kind: str, value: Any) -> Any:
     if kind == "bool":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.lower() in ("true", "1", "yes")
-        raise ValueError
+        return _bool(value)
     if kind == "int":
-        if isinstance(value, bool) or isinstance(value, float) and not value.is_integer():
-            raise ValueError
-        if not isinstance(value, int | float | str):
-            raise ValueError
-        return int(value)
+        return _int(value)
     if kind == "float":
-        if isinstance(value, bool) or not isinstance(value, int | float | str):
-            raise ValueError
-        number = float(value)
-        if not math.isfinite(number):
-            raise ValueError
-        return number
+        return _float(value)
     if not isinstance(value, str):
-        raise ValueError
-    return value
+        raise TypeError
+    return str(value)
 
 
 def coerce(f: dataclasses.Field, value: Any) -> Any:
@@ -132,15 +177,27 @@ def coerce(f: dataclasses.Field, value: Any) -> Any:
         raise ConfigError(f"{f.name}: a value is required")
     try:
         if is_tuple:
+            if isinstance(value, PresetText) and kind != "str":
+                raise ValueError  # a preset gives a list as a TOML array
             items = value.split(",") if isinstance(value, str) else value
             if not isinstance(items, list | tuple):
-                raise ValueError
+                raise TypeError
             return tuple(_scalar(kind, item.strip() if isinstance(item, str) else item) for item in items)
         return _scalar(kind, value)
-    except (TypeError, ValueError, OverflowError):
-        what = {"int": "an integer", "float": "a finite number", "bool": "true or false"}.get(kind, "text")
-        shown = value if isinstance(value, str) else repr(value)
-        raise ConfigError(f"{f.name}: '{shown}' is not {'a list of ' if is_tuple else ''}{what}") from None
+    except OverflowError:
+        raise ConfigError(f"{f.name}: {value} is out of range (at most {INT_LIMIT} in size)") from None
+    except (TypeError, ValueError):
+        raise ConfigError(_type_problem(f.name, kind, is_tuple, value)) from None
+
+
+def _type_problem(name: str, kind: str, is_tuple: bool, value: Any) -> str:
+    what = {"int": "an integer", "float": "a finite number", "bool": "true or false"}.get(kind, "text")
+    shown = value if isinstance(value, str) else repr(value)
+    line = f"{name}: '{shown}' is not {'a list of ' if is_tuple else ''}{what}"
+    if isinstance(value, PresetText) and kind != "str":
+        unquoted = f"[{value}]" if is_tuple else value
+        line += f" (the preset quotes it: write {name} = {unquoted} without quotes)"
+    return line
 
 
 def field_map(cls: type) -> dict[str, dataclasses.Field]:
@@ -194,25 +251,68 @@ def problems(obj: Any) -> list[str]:
     return out
 
 
-def read_toml(path: str | Path, table: str = "run") -> dict[str, Any]:
-    """A preset's settings: top-level keys, or all of them in one `[table]`."""
-    path = Path(path)
+MAX_PRESET_BYTES = 1 << 20  # a preset is a page of settings, never megabytes
+
+
+def _preset_text(path: Path) -> str:
+    """The text of a preset: a regular file (not a FIFO or /dev/zero), at most MAX_PRESET_BYTES, UTF-8."""
     if path.is_dir():
         raise ConfigError(f"config: '{path}' is a directory; give a TOML file")
     try:
-        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+        with open(path, "rb", buffering=0, opener=lambda p, flags: os.open(p, flags | os.O_NONBLOCK)) as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise ConfigError(f"config: '{path}' is not a regular file; give a TOML file")
+            data = fh.read(MAX_PRESET_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(f"config: file '{path}' does not exist") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"config: '{path}' is not UTF-8 text") from None
     except OSError as err:
         raise ConfigError(f"config: cannot read '{path}' ({err.strerror})") from None
+    if len(data) > MAX_PRESET_BYTES:
+        raise ConfigError(
+            f"config: '{path}' is larger than {MAX_PRESET_BYTES} bytes; a preset is a page of settings"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"config: '{path}' is not UTF-8 text") from None
+
+
+def _marked(value: Any) -> Any:
+    """TOML strings as PresetText, inside lists too."""
+    if isinstance(value, str):
+        return PresetText(value)
+    if isinstance(value, list):
+        return [_marked(v) for v in value]
+    return value
+
+
+def _one_spelling(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """Keys with underscores; a setting written twice (`num-clients` and `num_clients`) is refused."""
+    settings: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
+    for key, value in data.items():
+        name = key.replace("-", "_")
+        if name in spelled:
+            raise ConfigError(
+                f"config: '{path}' sets {name} twice ('{spelled[name]}' and '{key}'); keep one of them"
+            )
+        spelled[name] = key
+        settings[name] = _marked(value)
+    return settings
+
+
+def read_toml(path: str | Path, table: str = "run") -> dict[str, Any]:
+    """A preset's settings: top-level keys, or all of them in one `[table]`; keys with underscores."""
+    path = Path(path)
+    text = _preset_text(path)
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"config: '{path}' is not valid TOML ({err})") from None
     except RecursionError:
         raise ConfigError(f"config: '{path}' is nested too deeply to be a preset") from None
     if table not in data:
-        return data
+        return _one_spelling(data, path)
     others = sorted(k for k in data if k != table)
     if not isinstance(data[table], dict):
         raise ConfigError(f"config: '{table}' in '{path}' must be a table ([{table}]), not a value")
@@ -221,7 +321,7 @@ def read_toml(path: str | Path, table: str = "run") -> dict[str, Any]:
             f"config: '{path}' has a [{table}] table and top-level keys ({', '.join(others)}); "
             f"put every setting in [{table}] or none"
         )
-    return dict(data[table])
+    return _one_spelling(data[table], path)
 
 
 # --- command line ------------------------------------------------------------------------
