@@ -17,10 +17,12 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedAvg, FedAvgM, FedYogi, Strategy
 
+from fedpfn.core.files import enclosing_run_folder, module_locations
 from fedpfn.core.settings import ConfigError, above, between, setting
 
 # Sampling happens before the strategy sees the grid (strategies.sampling), so the inner
@@ -129,10 +131,26 @@ def server_rule(server: str) -> ServerRule:
 
 
 def load_strategy_class(path: str) -> type[Strategy]:
-    """`package.module:Class` -> the class; a module in the current folder is found too."""
+    """`package.module:Class` -> the class; a module in the current folder is found too.
+
+    Code inside a run (or comparison) folder is never imported: such a folder holds what a
+    run wrote, or what someone who could write there put in it, and a `server` named in an
+    edited config.json must not run it. Where the module would come from is found first,
+    without running anything; a current folder inside a run folder is not searched.
+    """
     module_name, _, class_name = path.partition(":")
-    if os.getcwd() not in sys.path:
+    if os.getcwd() not in sys.path and enclosing_run_folder(Path(os.getcwd())) is None:
         sys.path.append(os.getcwd())
+    try:
+        locations = module_locations(module_name)
+    except (ImportError, ValueError):
+        locations = []  # the import below says what is wrong with the name
+    inside = next((folder for folder in map(enclosing_run_folder, locations) if folder is not None), None)
+    if inside is not None:
+        raise ConfigError(
+            f"server: module '{module_name}' lies in the run folder '{inside}'; fedpfn never imports code "
+            "from a run folder: put the strategy in a package of your own"
+        )
     try:
         module = importlib.import_module(module_name)
     except Exception as err:  # noqa: BLE001  (a user module may raise anything on import)
