@@ -4,7 +4,8 @@ Everything that can be refused is checked before an engine starts and before the
 is touched: settings, data files, the partition, the server strategy, resources, the folder and
 (on resume) the checkpoint, metrics and client state. A run folder is marked finished
 (`summary.json`) only by a run that reached its last round. SIGINT and SIGTERM stop a run
-within seconds, leaving the folder resumable from its last checkpoint.
+within seconds at any moment (start-up included), leaving the folder resumable from its
+last checkpoint, and the processes the run started (Ray's) stop with it, even after kill -9.
 """
 
 from __future__ import annotations
@@ -15,17 +16,17 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from types import FrameType
 from typing import Any
 
-from fedpfn.core.cache import client_indices, dataset_for
-from fedpfn.core.config import PLACEMENT, TRACKERS, ConfigError, RunConfig
+from fedpfn.core.cache import client_indices, dataset_for, initial_model
+from fedpfn.core.config import NOT_IN_FINGERPRINT, PLACEMENT, TRACKERS, ConfigError, RunConfig
 from fedpfn.core.data import DataError, find_data_problem
-from fedpfn.core.files import LOG
+from fedpfn.core.files import CHECKPOINT, LOCK, LOG, append_text, stop_writing
 from fedpfn.core.models import build_model
-from fedpfn.runtime import env, lifecycle
+from fedpfn.runtime import env, lifecycle, reaper
 from fedpfn.runtime.algorithms import parse_config, validated
 from fedpfn.runtime.engines import ENGINES
 from fedpfn.runtime.runfolder import RunFolder
@@ -33,9 +34,13 @@ from fedpfn.runtime.tracking import check_available
 from partitions import PartitionError
 
 env.flower_defaults()
+# Ray's core worker installs a native SIGTERM handler that prints a stack dump (absl's failure
+# signal handler) before passing the signal on; a stop is not a crash, so it stays out.
+os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
 
 log = logging.getLogger("fedpfn")
-STOP_GRACE_SECONDS = 8.0  # after a signal, Ray gets this long to shut down
+STOP_GRACE_SECONDS = 8.0  # after a signal, the process is gone within this long, whatever it was doing
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def check_runnable(cfg: RunConfig) -> None:
@@ -52,35 +57,111 @@ def check_runnable(cfg: RunConfig) -> None:
         raise ConfigError(str(err)) from None
 
 
-@contextmanager
-def stop_on_signals(folder: RunFolder) -> Iterator[None]:
-    """SIGINT/SIGTERM: one line, Ray shut down, exit 130/143, the folder left resumable.
+class SignalStop:
+    """SIGINT and SIGTERM end a run the same way at any moment: one line (with the resume
+    command once the folder is claimed), exit 130 or 143 at once, and the run's processes
+    (Ray's) stopped by the watcher that sees this one go (fedpfn.runtime.reaper).
 
-    Checkpoints are written atomically at round ends, so stopping at any moment loses at
-    most the rounds since the last one; a watchdog makes sure the process ends in seconds.
+    Two things stood in the way. Ray's `ray.init` installs its own SIGTERM handler (a
+    `sys.exit` that ended in Ray's abort, exit 134), so while a run is held no library may
+    replace the handlers (`signal.signal` refuses for these two signals). And a Python
+    handler runs only when the main thread returns to Python, which it may not do for long
+    inside Ray's start: the signal also wakes a thread through `signal.set_wakeup_fd`,
+    which stops the process whatever the main thread is doing. Whichever comes first stops
+    it; a watchdog ends the process after STOP_GRACE_SECONDS in any case.
     """
 
-    def stop(signum: int, frame: FrameType | None) -> None:
-        code = 128 + signum
-        line = folder.stop_message()
-        print(f"\n{line}", file=sys.stderr)
-        with suppress(OSError), open(folder.path / LOG, "a") as fh:
-            fh.write(line + "\n")
-        threading.Timer(STOP_GRACE_SECONDS, os._exit, args=(code,)).start()
-        (folder.path / ".fedpfn.lock").unlink(missing_ok=True)
-        try:
-            ray = sys.modules.get("ray")  # only an engine that started Ray has it to shut down
-            if ray is not None:
-                ray.shutdown()
-        finally:
-            os._exit(code)
+    def __init__(self, folder: RunFolder) -> None:
+        self.folder = folder
+        self.stopping = threading.Lock()
 
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    def stop(self, signum: int) -> None:
+        """Record nothing more, say where the run stopped, exit; once, from any thread."""
+        if not self.stopping.acquire(blocking=False):
+            threading.Event().wait()  # another thread is ending the process
+        code = 128 + signum
+        threading.Timer(STOP_GRACE_SECONDS, os._exit, args=(code,)).start()
+        stop_writing()  # the round in flight is not recorded: its workers are about to go
+        self.report()
+        os._exit(code)  # before Ray's processes go: its core worker would exit 1 on seeing its raylet die
+
+    def report(self) -> None:
+        """The run's last line, on the terminal and, once this process holds the folder, in run.log."""
+        held = self.folder.held_here()
+        if held:
+            line = self.folder.stop_message()
+        else:
+            line = f"stopped before the run started; nothing was written to {self.folder.path}"
+        with suppress(OSError, ValueError):
+            print(f"\n{line}", file=sys.stderr, flush=True)
+        logging.disable(logging.CRITICAL)  # the line above is the last one: no failures of stopped workers
+        if held:
+            with suppress(OSError):
+                append_text(self.folder.path / LOG, line + "\n")
+            (self.folder.path / LOCK).unlink(missing_ok=True)
+
+    def handler(self, signum: int, frame: FrameType | None) -> None:
+        self.stop(signum)
+
+    def listen(self, read_fd: int) -> None:
+        """The wakeup fd's bytes are signal numbers; the pipe closes when the run ends."""
+        while data := os.read(read_fd, 64):
+            for signum in data:
+                if signum in STOP_SIGNALS:
+                    self.stop(signum)
+
+
+@contextmanager
+def _handlers_kept(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    """`handler` for SIGINT and SIGTERM, which nothing else may replace until the block ends."""
+    original = signal.signal
+
+    def guarded(signalnum: int, new: Any) -> Any:
+        if signalnum in STOP_SIGNALS:
+            return handler  # refused quietly: Ray's ray.init asks for SIGTERM
+        return original(signalnum, new)
+
+    previous = {sig: original(sig, handler) for sig in STOP_SIGNALS}
+    signal.signal = guarded
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        signal.signal = original
+        for sig, old in previous.items():
+            original(sig, old)
+
+
+@contextmanager
+def _woken_on_signals(listen: Callable[[int], None]) -> Iterator[None]:
+    """A thread running `listen(fd)`, whose fd receives each signal's number as it arrives."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    listener = threading.Thread(target=listen, args=(read_fd,), name="fedpfn-signals", daemon=True)
+    listener.start()
+    previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(write_fd)
+        listener.join()
+        os.close(read_fd)
+
+
+@contextmanager
+def stop_on_signals(folder: RunFolder) -> Iterator[None]:
+    """SIGINT/SIGTERM anywhere in the block (start-up included): see SignalStop. The run's
+    processes are also stopped if this one is killed (kill -9): fedpfn.runtime.reaper."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may handle signals (a caller's own thread: theirs to handle)
+        return
+    stop = SignalStop(folder)
+    watcher = reaper.start_watcher(keep=reaper.descendants([os.getpid()]))  # processes older than the run
+    try:
+        with _handlers_kept(stop.handler), _woken_on_signals(stop.listen):
+            yield
+    finally:
+        reaper.stop_watcher(watcher)
 
 
 def quiet_flower() -> None:
@@ -92,11 +173,12 @@ def simulate(cfg: RunConfig, resume: bool = False, show_progress: bool = True) -
     """Run (or resume) one simulation on the config's engine and return its summary."""
     engine = ENGINES[cfg.engine]
     cfg = dataclasses.replace(cfg, out=str(cfg.run_dir.resolve()))  # workers find it from any folder
-    check_runnable(cfg)
-    cfg = engine.prepare(cfg)  # config.json records the placement the engine resolved
-    run = lifecycle.plan(cfg, resume)
-    with lifecycle.claimed(run, cfg.engine), lifecycle.tracking(run, engine.describe(cfg), show_progress) as tracker:
-        with stop_on_signals(run.folder):
+    with stop_on_signals(RunFolder(cfg.run_dir)):
+        check_runnable(cfg)
+        cfg = engine.prepare(cfg)  # config.json records the placement the engine resolved
+        run = lifecycle.plan(cfg, resume)
+        claimed = lifecycle.claimed(run, cfg.engine)
+        with claimed, lifecycle.tracking(run, engine.describe(cfg), show_progress) as tracker:
             quiet_flower()
             engine.run(run, tracker)
     if not run.folder.is_finished():
@@ -110,12 +192,13 @@ def resume_config(run_dir: str, overrides: dict[str, Any]) -> RunConfig:
     move it: `--ray-address`, `--client-cpus`, `--client-gpus`).
 
     Any other flag that differs from the run's value is refused: a resumed run keeps its
-    settings, so its numbers stay those of one uninterrupted run.
+    settings, so its numbers stay those of one uninterrupted run. config.json is compared
+    with its checkpoint before anything it names (a `server` module:Class) is imported.
     """
-    folder = RunFolder(run_dir)
-    if not folder.holds_run():
-        raise ConfigError(f"resume: '{run_dir}' holds no run (no config.json)")
-    stored = parse_config(folder.read_config())
+    folder = resumable_folder(run_dir)
+    raw = folder.read_config()
+    folder.check_belongs({k: v for k, v in raw.items() if k not in NOT_IN_FINGERPRINT})  # before any import
+    stored = parse_config(raw)
     requested = parse_config({**stored.to_dict(), **overrides})
     conflicts = requested.differences(stored, ignore=("out", "rounds", "overwrite", *PLACEMENT, *TRACKERS))
     if conflicts:
@@ -135,4 +218,40 @@ def resume_config(run_dir: str, overrides: dict[str, Any]) -> RunConfig:
     cfg = dataclasses.replace(
         stored, rounds=requested.rounds, out=str(folder.path), overwrite=False, **switched
     )
-    return validated(cfg)
+    cfg = validated(cfg)
+    check_checkpoint_model(folder, cfg)
+    return cfg
+
+
+def resumable_folder(run_dir: str) -> RunFolder:
+    """The folder `--resume` names, if it holds a run whose files can be read without following a link."""
+    if not str(run_dir).strip():
+        raise ConfigError("resume: no folder given; pass --resume DIR with the run folder to continue")
+    folder = RunFolder(run_dir)
+    folder.check_path()
+    if not folder.holds_run():
+        raise ConfigError(f"resume: '{run_dir}' holds no run (no config.json)")
+    folder.check_links()
+    return folder
+
+
+def check_checkpoint_model(folder: RunFolder, cfg: RunConfig) -> None:
+    """The checkpoint's model has the names, shapes and dtypes of the run's model, checked here
+    rather than inside the engine after the folder was claimed."""
+    checkpoint = folder.load_checkpoint(cfg.fingerprint())
+    if checkpoint is None:
+        return
+    try:
+        model = initial_model(cfg)
+    except (DataError, PartitionError, ValueError):
+        return  # the data is missing: check_runnable says so, before anything starts
+    state = model.state_dict()
+    expected = {k: (tuple(v.shape), str(v.dtype).removeprefix("torch.")) for k, v in state.items()}
+    found = {k: (tuple(v.shape), str(v.dtype)) for k, v in checkpoint["model"].items()}
+    wrong = sorted(k for k in set(expected) | set(found) if expected.get(k) != found.get(k))
+    if wrong:
+        name = wrong[0]
+        raise ConfigError(
+            f"resume: {folder.path / CHECKPOINT} is damaged: its model entry '{name}' is "
+            f"{found.get(name, 'missing')}, the run's model has {expected.get(name, 'no such entry')}"
+        )
