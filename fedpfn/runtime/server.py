@@ -287,7 +287,8 @@ class ServerLoop:
         """Rounds `next_round`..`rounds`; `tracker` hears of each round, then of the summary."""
         cfg = self.cfg
         started = time.perf_counter()
-        self.start_or_resume()
+        with self.folder.writing():
+            self.start_or_resume()
         wait_for_partitions(self.nodes, cfg)
         for server_round in range(self.next_round, cfg.rounds + 1):
             t0 = time.perf_counter()
@@ -303,16 +304,18 @@ class ServerLoop:
                 **(local_test_summary(client_rows) if cfg.local_test_fraction else {}),
                 "seconds": time.perf_counter() - t0,
             }
-            for row in client_rows:
-                self.folder.append_metrics(row, name=CLIENTS)
-            self.folder.append_metrics(record)
+            with self.folder.writing():  # the round's rows and its checkpoint, or none of them
+                for row in client_rows:
+                    self.folder.append_metrics(row, name=CLIENTS)
+                self.folder.append_metrics(record)
+                due = cfg.checkpoint_every and server_round % cfg.checkpoint_every == 0
+                if due or server_round == cfg.rounds:
+                    self.checkpoint(server_round, self.elapsed_before + time.perf_counter() - started)
             self.accepted.update(accepted_rounds([record]))
             if tracker is not None:
                 tracker.round_done(record, client_rows)
-            due = cfg.checkpoint_every and server_round % cfg.checkpoint_every == 0
-            if due or server_round == cfg.rounds:
-                self.checkpoint(server_round, self.elapsed_before + time.perf_counter() - started)
-        summary = self.finish(self.elapsed_before + time.perf_counter() - started)
+        with self.folder.writing():
+            summary = self.finish(self.elapsed_before + time.perf_counter() - started)
         if tracker is not None:
             tracker.close(summary)
         return summary
