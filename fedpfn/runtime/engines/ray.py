@@ -33,6 +33,7 @@ def prepare(cfg: RunConfig) -> RunConfig:
     """The placement as config.json records it (the GPU share resolved), checked before Ray starts."""
     refuse_batched_settings(cfg)
     cfg = resolve_client_gpus(cfg)
+    check_ray_precision(cfg)
     if cfg.ray_address:
         env.check_ray_address(cfg.ray_address)
         return cfg
@@ -43,6 +44,20 @@ def prepare(cfg: RunConfig) -> RunConfig:
         raise ConfigError(f"client_gpus: {cfg.client_gpus:g} asks for a GPU but none is visible; use --client-gpus 0")
     warn_unused_gpu(cfg)
     return cfg
+
+
+RAY_RESOURCE_UNIT = 1e-4  # Ray counts resources in steps of 0.0001: a smaller share is 0 to it
+
+
+def check_ray_precision(cfg: RunConfig) -> None:
+    """A share Ray would refuse once started (its workers then hang): refused here, in one line."""
+    for name in ("client_cpus", "client_gpus"):
+        value = getattr(cfg, name)
+        if value and int(value / RAY_RESOURCE_UNIT) == 0:
+            raise ConfigError(
+                f"{name}: {value:g} is below Ray's smallest share of a resource ({RAY_RESOURCE_UNIT:g}); "
+                f"give 0 or at least {RAY_RESOURCE_UNIT:g}"
+            )
 
 
 def refuse_batched_settings(cfg: RunConfig) -> None:
