@@ -5,12 +5,15 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from fedpfn.analysis.plots import PairedSeries, plot_comparison, plot_paired
 from fedpfn.analysis.runs import display_value
 from fedpfn.analysis.stats import METRICS_COMPARED, Paired, Report
+from fedpfn.core.files import OUTPUTS_MANIFEST, DamagedFile, OwnOutputs, read_json
+from fedpfn.core.settings import ConfigError
 
 STD_TEXT = "std over seeds, n-1"
 CI_TEXT = "95 % CI, Student's t with n-1 df"
@@ -151,21 +154,51 @@ def paired_panels(report: Report) -> dict[str, list[PairedSeries]]:
     return panels
 
 
+def written_by_report(path: Path) -> bool:
+    """A file this module wrote before it kept a manifest, known by its content: the JSON's
+    conventions, the Markdown's header line, the CSV's first column; a figure beside them."""
+    try:
+        if path.suffix == ".json":
+            return {"conventions", "arms", "paired"} <= set(read_json(path))
+        text = path.read_bytes()[:4096]
+        if path.suffix == ".md":
+            return f"mean ± {STD_TEXT}".encode() in text
+        if path.suffix == ".csv":
+            return text.startswith(b"arm,")
+        siblings = [p for p in path.parent.glob("*.json") if p.name != OUTPUTS_MANIFEST]
+        return path.suffix == ".png" and text.startswith(b"\x89PNG") and any(map(written_by_report, siblings))
+    except (OSError, DamagedFile, TypeError):
+        return False
+
+
+def report_names(report: Report, name: str) -> list[str]:
+    """The files `write_report` writes, in the order it returns them."""
+    names = [f"{name}.md", f"{name}.csv", f"{name}.json", f"{name}.png"]
+    return names + (["paired_differences.png"] if report.paired else [])
+
+
 def write_report(report: Report, out: Path, name: str = "report") -> list[Path]:
     """NAME.md, NAME.csv, NAME.json, NAME.png (curves) and paired_differences.png in `out`.
 
-    These files are derived from the run folders alone, so an earlier report is replaced.
+    These files are derived from the run folders alone, so an earlier report is replaced;
+    a user's file under one of these names, or a link, is refused (ConfigError) before
+    anything is written, and nothing else in `out` is touched (fedpfn.core.files.OwnOutputs).
+    The files are made in a private folder first, then moved in one by one, atomically.
     """
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{name}.md", out / f"{name}.csv", out / f"{name}.json", out / f"{name}.png"]
-    paths[0].write_text(markdown(report))
-    write_csv(report, paths[1])
-    paths[2].write_text(json.dumps(report_json(report), indent=2) + "\n")
-    plot_comparison(report.curves, paths[3], title=report.title)
-    if report.paired:
-        paths.append(out / "paired_differences.png")
-        title = f"{report.title}\ndifference from {report.baseline} on the same seed"
-        plot_paired(paired_panels(report), report.baseline, paths[-1], title=title)
-    return paths
-
-
+    outputs = OwnOutputs(out, "fedpfn's report", legacy=written_by_report)
+    names = report_names(report, name)
+    try:
+        outputs.check(names)
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="fedpfn-report-") as staging:
+            made = [Path(staging) / n for n in names]
+            made[0].write_text(markdown(report))
+            write_csv(report, made[1])
+            made[2].write_text(json.dumps(report_json(report), indent=2) + "\n")
+            plot_comparison(report.curves, made[3], title=report.title)
+            if report.paired:
+                title = f"{report.title}\ndifference from {report.baseline} on the same seed"
+                plot_paired(paired_panels(report), report.baseline, made[4], title=title)
+            return [outputs.write(path.name, path.read_bytes()) for path in made]
+    except DamagedFile as err:
+        raise ConfigError(str(err)) from None
