@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -29,6 +30,7 @@ from torch import nn
 
 from fedpfn.core.anchors import GRANULARITIES, anchored_fraction
 from fedpfn.core.data import DATASETS, DataError, find_data_problem, load_dataset
+from fedpfn.core.files import atomic_write_bytes
 from fedpfn.analysis.fusion import (
     SPLITS,
     Draw,
@@ -394,18 +396,15 @@ def plot_title(cfg: LmcConfig) -> str:
 
 
 def write_outputs(out: Path, result: Mapping[str, Any], title: str) -> None:
-    """Write lmc.json and lmc.png beside temporary names, then move them in: earlier files
-    are replaced whole or not at all, and nothing else in `out` is touched."""
+    """Write lmc.json and the figure (drawn in a private folder first, then moved in); each file
+    is replaced whole, never written through a link, and nothing else in `out` is touched."""
     out.mkdir(parents=True, exist_ok=True)
-    staged = {name: out / f".{name}.tmp" for name in OUTPUT_FILES}
-    try:
-        staged["lmc.json"].write_text(json.dumps(result, indent=1) + "\n")
-        plot_curves(result, staged["lmc.png"], title)
-        for name, tmp in staged.items():
-            os.replace(tmp, out / name)
-    finally:
-        for tmp in staged.values():
-            tmp.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(prefix="fedpfn-lmc-") as staging:
+        plot_curves(result, Path(staging) / "lmc.png", title)
+        atomic_write_bytes(out / "lmc.json", (json.dumps(result, indent=1) + "\n").encode())
+        for figure in sorted(Path(staging).iterdir()):
+            if figure.name in OUTPUT_FILES:  # what the command says it writes, nothing more
+                atomic_write_bytes(out / figure.name, figure.read_bytes())
 
 
 # --------------------------------------------------------------------------- command line

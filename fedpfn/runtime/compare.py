@@ -23,7 +23,7 @@ from fedpfn.analysis.render import markdown, write_report
 from fedpfn.analysis.runs import read_run
 from fedpfn.analysis.stats import Report, analyse
 from fedpfn.core.config import PLACEMENT, TRACKERS, ConfigError, RunConfig
-from fedpfn.core.files import CONFIG, PROVENANCE, SUMMARY
+from fedpfn.core.files import COMPARISON_CONFIG, CONFIG, PROVENANCE, SUMMARY, DamagedFile, OwnOutputs, read_json
 from fedpfn.core.seeding import MAX_SEED
 from fedpfn.runtime.algorithms import for_algorithm, hparam_fields, problems, validated
 from fedpfn.runtime.engines import ENGINES
@@ -167,6 +167,25 @@ def check_root(root: Path) -> None:
         raise ConfigError(f"out: '{root}' holds a single run, not a comparison; use another --out")
 
 
+def written_by_compare(path: Path) -> bool:
+    """A comparison_config.json written before the tool kept a manifest, known by its keys."""
+    try:
+        return set(read_json(path)) == {"base", "algorithms", "seeds", "command"}
+    except (OSError, DamagedFile, TypeError):
+        return False
+
+
+def write_request(root: Path, request: dict[str, Any]) -> None:
+    """comparison_config.json: replaced only if the tool wrote it (a user's file of that name is refused)."""
+    outputs = OwnOutputs(root, "run_sim.py --compare", legacy=written_by_compare)
+    try:
+        outputs.check([COMPARISON_CONFIG])
+        root.mkdir(parents=True, exist_ok=True)
+        outputs.write(COMPARISON_CONFIG, (json.dumps(request, indent=2) + "\n").encode())
+    except DamagedFile as err:
+        raise ConfigError(str(err)) from None
+
+
 def compare(base: RunConfig, algorithms: list[str], seeds: list[int], command: str) -> Report:
     """Run (or reuse) every algorithm on every seed, then print and write the report.
 
@@ -179,9 +198,8 @@ def compare(base: RunConfig, algorithms: list[str], seeds: list[int], command: s
     check_root(root)
     configs = comparison_configs(base, algorithms, seeds)
     actions = plan(configs)
-    root.mkdir(parents=True, exist_ok=True)
     request = {"base": base.to_dict(), "algorithms": algorithms, "seeds": seeds, "command": command}
-    (root / "comparison_config.json").write_text(json.dumps(request, indent=2) + "\n")
+    write_request(root, request)
     for cfg, action in zip(configs, actions):
         run_one(cfg, action)
     runs = [read_run(cfg.run_dir.resolve()) for cfg in configs]
