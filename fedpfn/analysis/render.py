@@ -177,6 +177,19 @@ def report_names(report: Report, name: str) -> list[str]:
     return names + (["paired_differences.png"] if report.paired else [])
 
 
+def draw_report(report: Report, folder: Path, name: str) -> list[Path]:
+    """Every file of the report in `folder`: `report_names` in order, then the figures' other formats."""
+    made = [folder / n for n in report_names(report, name)]
+    made[0].write_text(markdown(report))
+    write_csv(report, made[1])
+    made[2].write_text(json.dumps(report_json(report), indent=2) + "\n")
+    plot_comparison(report.curves, made[3], title=report.title)
+    if report.paired:
+        title = f"{report.title}\ndifference from {report.baseline} on the same seed"
+        plot_paired(paired_panels(report), report.baseline, made[4], title=title)
+    return made + sorted(set(folder.iterdir()) - set(made))
+
+
 def write_report(report: Report, out: Path, name: str = "report") -> list[Path]:
     """NAME.md, NAME.csv, NAME.json, NAME.png (curves) and paired_differences.png in `out`.
 
@@ -186,19 +199,12 @@ def write_report(report: Report, out: Path, name: str = "report") -> list[Path]:
     The files are made in a private folder first, then moved in one by one, atomically.
     """
     outputs = OwnOutputs(out, "fedpfn's report", legacy=written_by_report)
-    names = report_names(report, name)
     try:
-        outputs.check(names)
-        out.mkdir(parents=True, exist_ok=True)
+        outputs.check(report_names(report, name))  # before anything is drawn
         with tempfile.TemporaryDirectory(prefix="fedpfn-report-") as staging:
-            made = [Path(staging) / n for n in names]
-            made[0].write_text(markdown(report))
-            write_csv(report, made[1])
-            made[2].write_text(json.dumps(report_json(report), indent=2) + "\n")
-            plot_comparison(report.curves, made[3], title=report.title)
-            if report.paired:
-                title = f"{report.title}\ndifference from {report.baseline} on the same seed"
-                plot_paired(paired_panels(report), report.baseline, made[4], title=title)
+            made = draw_report(report, Path(staging), name)
+            outputs.check([path.name for path in made])  # the figures' other formats too
+            out.mkdir(parents=True, exist_ok=True)
             return [outputs.write(path.name, path.read_bytes()) for path in made]
     except DamagedFile as err:
         raise ConfigError(str(err)) from None
