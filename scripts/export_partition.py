@@ -21,7 +21,7 @@ normalised, N x C x H x W), train_y.npy (int64), read memory-mapped by the Clien
 from __future__ import annotations
 
 import argparse
-import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,26 +31,46 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from flwr.common.config import parse_config_args  # noqa: E402  (flwr run's own K=V parser)
 
 from fedpfn.core.config import ConfigError, RunConfig  # noqa: E402
-from fedpfn.runtime.algorithms import load_config  # noqa: E402
 from fedpfn.core.data import DataError  # noqa: E402
-from fedpfn.runtime.nodedata import PartitionDataError, write_partition  # noqa: E402
+from fedpfn.core.files import MAX_JSON_BYTES, PROVENANCE, DamagedFile, read_json  # noqa: E402
 from fedpfn.core.settings import read_toml  # noqa: E402
+from fedpfn.runtime.algorithms import load_config  # noqa: E402
+from fedpfn.runtime.nodedata import PartitionDataError, write_partition  # noqa: E402
+
+PAIR = re.compile(r"(\S+?)=('[^']*'|\"[^\"]*\"|\S+)")  # flwr run's KEY=VALUE, as parse_config_args reads it
+
+
+def config_values(config: Path) -> dict[str, Any]:
+    """A run's config.json (its provenance left out: where it ran, not what) or a preset TOML file."""
+    if config.suffix != ".json":
+        return read_toml(config)
+    try:
+        values = read_json(config, MAX_JSON_BYTES)
+    except (OSError, DamagedFile) as err:
+        raise ConfigError(f"--config: cannot read '{config}' as JSON ({err})") from None
+    if not isinstance(values, dict):
+        raise ConfigError(f"--config: '{config}' is not a run's config.json (not a JSON object)")
+    values.pop(PROVENANCE, None)
+    return values
+
+
+def pair_values(pairs: list[str]) -> dict[str, Any]:
+    """flwr-style K=V pairs; a word that is not K=V is refused (flwr's parser would drop it)."""
+    for text in pairs:
+        stray = PAIR.sub("", text).split()
+        if stray and not (len(pairs) == 1 and text.endswith(".toml")):
+            raise ConfigError(f"--run-config: '{stray[0]}' is not KEY=VALUE (e.g. 'num-clients=10 seed=1')")
+    try:
+        return parse_config_args(pairs)
+    except Exception as err:  # noqa: BLE001  (click's exception for a malformed pair, OSError for a file)
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ConfigError(f"--run-config: {first}") from None
 
 
 def run_config(config: Path | None, pairs: list[str]) -> RunConfig:
     """The run's settings: a run's config.json or a preset (TOML), then flwr-style K=V pairs."""
-    values: dict[str, Any] = {}
-    if config is not None and config.suffix == ".json":
-        try:
-            values = json.loads(config.read_text())
-        except (OSError, ValueError) as err:
-            raise ConfigError(f"--config: cannot read '{config}' as JSON ({err})") from None
-    elif config is not None:
-        values = read_toml(config)
-    try:
-        values.update(parse_config_args(pairs))
-    except Exception as err:  # click's exception for a malformed pair
-        raise ConfigError(f"--run-config: {err}") from None
+    values = config_values(config) if config is not None else {}
+    values.update(pair_values(pairs))
     return load_config(values)
 
 
@@ -75,16 +95,14 @@ def main() -> None:
         missing = [i for i, _ in args.to if not 0 <= i < cfg.num_clients]
         if missing:  # before anything is written
             raise ConfigError(f"partition {missing[0]} does not exist: num-clients is {cfg.num_clients}")
-    except (ConfigError, DataError) as err:
-        print(f"export_partition.py: {err}", file=sys.stderr)
-        sys.exit(2)  # bad input, like run_sim.py
-    try:
         for partition_id, folder in args.to:
             meta = write_partition(cfg, partition_id, folder)
             print(f"partition {partition_id}: {meta['num_examples']} examples -> {folder}")
-    except (DataError, PartitionDataError, OSError) as err:
-        print(f"export_partition.py: {err}", file=sys.stderr)
-        sys.exit(1)
+    except (ConfigError, DataError, PartitionDataError, OSError) as err:
+        for line in str(err).splitlines() or [type(err).__name__]:
+            print(f"export_partition.py: {line}", file=sys.stderr)
+        sys.exit(2 if isinstance(err, ConfigError) else 1)  # bad input exits 2, like run_sim.py
+
 
 if __name__ == "__main__":
     main()

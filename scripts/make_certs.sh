@@ -55,8 +55,8 @@ done
 [[ "$days" =~ ^[0-9]+$ ]] || die "--days must be a whole number, got '$days'"
 command -v openssl >/dev/null || die "openssl is not installed (apt-get install openssl)"
 
+umask 077  # before anything is created: the folder (700) and every key (600) are the owner's alone
 mkdir -p "$out"
-umask 077
 
 need() {  # need FILE...: true if one of the files is missing, or --force
   [[ $force -eq 1 ]] && return 0
@@ -69,8 +69,14 @@ need() {  # need FILE...: true if one of the files is missing, or --force
 if [[ $force -eq 0 && -s "$out/ca.crt" && ! -s "$out/ca.key" ]] && need server.key server.pem; then
   die "$out/ca.key was removed, so no server certificate can be signed with this CA; pass --force for a new CA (and copy the new ca.crt to every SuperNode)"
 fi
+new_key() {  # new_key FILE: a fresh EC private key, mode 600 even where an old one was 644 (openssl keeps a mode)
+  rm -f "$1"
+  openssl ecparam -name secp384r1 -genkey -noout -out "$1" 2>/dev/null
+  chmod 600 "$1"
+}
+
 if need ca.crt; then
-  openssl ecparam -name secp384r1 -genkey -noout -out "$out/ca.key" 2>/dev/null
+  new_key "$out/ca.key"
   openssl req -x509 -new -key "$out/ca.key" -sha256 -days "$days" \
     -subj "/O=fedpfn development/CN=fedpfn development CA" \
     -addext "basicConstraints=critical,CA:TRUE" \
@@ -83,7 +89,7 @@ fi
 
 # --- SuperLink server certificate ----------------------------------------------------------
 if [[ $force_server -eq 1 ]] || need server.key server.pem; then
-  openssl ecparam -name secp384r1 -genkey -noout -out "$out/server.key" 2>/dev/null
+  new_key "$out/server.key"
   cat >"$out/server.ext" <<EXT
 basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
@@ -113,7 +119,7 @@ make_node_key() {
     # No ssh-keygen: make the EC key with openssl, then write it in OpenSSH format with
     # Python's cryptography (a Flower dependency, so it is where Flower is).
     local py="${PYTHON:-python3}"
-    openssl ecparam -name secp384r1 -genkey -noout -out "$key.pem" 2>/dev/null
+    new_key "$key.pem"
     "$py" - "$key.pem" "$key" "$name" <<'PY'
 import sys
 from cryptography.hazmat.primitives import serialization as s
