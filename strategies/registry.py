@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -190,8 +191,12 @@ def accepted_keywords(cls: type) -> tuple[list[str], bool]:
     return names, True
 
 
-def build_user_strategy(path: str, args: str | None) -> Strategy:
-    """Construct the user's class with `args`; a wrong keyword is named with the accepted ones."""
+def build_user_strategy(path: str, args: str | None, per_round: int | None = None) -> Strategy:
+    """Construct the user's class with `args`; a wrong keyword is named with the accepted ones.
+
+    With `per_round` (the replies a round aggregates), a robust aggregator that would have too
+    few of them to mean anything (Krum's n >= 2f + 3) is warned about on the `fedpfn` logger.
+    """
     cls = load_strategy_class(path)
     kwargs = _user_kwargs(args)
     accepted, takes_any = accepted_keywords(cls)
@@ -206,6 +211,13 @@ def build_user_strategy(path: str, args: str | None) -> Strategy:
     for key, value in TAKE_ALL.items():  # a class that takes no such arguments
         if hasattr(strategy, key):
             setattr(strategy, key, value)
+    malicious = getattr(strategy, "num_malicious_nodes", 0)
+    if per_round is not None and malicious and per_round < 2 * malicious + 3:
+        logging.getLogger("fedpfn").warning(
+            "server: %s with num_malicious_nodes=%d needs at least %d replies a round (n >= 2f + 3) to tell "
+            "a bad update from a good one; with %d clients a round its choice means nothing",
+            path, malicious, 2 * malicious + 3, per_round,
+        )  # fmt: skip
     return strategy
 
 

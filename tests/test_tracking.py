@@ -155,13 +155,43 @@ def test_tensorboard_events_read_back_with_tensorboards_reader(tracked):
         assert after[row["round"]] == pytest.approx(row["local_accuracy_after"])
 
 
-@pytest.mark.skipif(not HAS_WANDB, reason="wandb is not installed (pip install 'fedpfn[tracking]')")
+def test_tensorboard_hparams_hold_the_runs_settings_beside_its_final_accuracy(tracked):
+    """The HPARAMS tab compares runs by what they computed: settings in, placement and folder out."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
+
+    (session,) = [path for path in (tracked["run"] / "tensorboard").iterdir() if path.is_dir()]
+    events = EventAccumulator(str(session))
+    events.Reload()
+    start = HParamsPluginData.FromString(events.PluginTagToContent("hparams")["_hparams_/session_start_info"])
+    hparams = {k: getattr(v, v.WhichOneof("kind")) for k, v in start.session_start_info.hparams.items()}
+    cfg = tracked["cfg"]
+    assert hparams["algorithm"] == cfg.algorithm and hparams["clients_per_round"] == cfg.clients_per_round
+    assert hparams["simulate_failures"] == pytest.approx(cfg.simulate_failures) and hparams["eval_every"] == 2
+    assert not {"out", "client_cpus", "tensorboard", "checkpoint_every"} & set(hparams)
+    summary = json.loads((tracked["run"] / "summary.json").read_text())
+    (final,) = events.Scalars("final/final_test_accuracy")
+    assert final.value == pytest.approx(summary["final_test_accuracy"])
+
+
+@pytest.mark.skipif(not HAS_WANDB, reason="wandb is not installed (pip install -e '.[tracking]')")
 def test_wandb_offline_writes_its_run_under_the_folder(tracked):
     files = list((tracked["run"] / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(files) == 1
     data = files[0].read_bytes()
-    for key in (b"test/accuracy", b"train/loss", b"client_train_loss/", b"local_test/accuracy_after_mean"):
+    for key in (b"test/accuracy", b"train/loss", b"client_train_loss/", b"local_test/accuracy_after_mean",
+                b"seed 0"):  # fmt: skip
         assert key in data, key
+
+
+def test_wandb_groups_a_comparisons_runs_and_one_settings_seeds(tmp_path):
+    from fedpfn.runtime.tracking import wandb_group
+
+    (tmp_path / "cmp").mkdir()
+    (tmp_path / "cmp" / "comparison_config.json").write_text("{}")
+    cfg = tiny_config(seed=3)
+    assert wandb_group(cfg, RunFolder(tmp_path / "cmp" / "fedpfn-s3")) == "cmp"
+    assert wandb_group(cfg, RunFolder(tmp_path / "fedavg-fmnist-mlp-0a1b2c3d-s3")) == "fedavg-fmnist-mlp-0a1b2c3d"
 
 
 def test_missing_tracking_packages_refused_before_anything(tmp_path, monkeypatch):
@@ -171,8 +201,8 @@ def test_missing_tracking_packages_refused_before_anything(tmp_path, monkeypatch
     with pytest.raises(ConfigError) as err:
         simulate(tiny_config(tensorboard=True, wandb=True, out=str(out)), show_progress=False)
     assert str(err.value).splitlines() == [
-        "--tensorboard needs the tensorboardX (or tensorboard) package: pip install 'fedpfn[tracking]'",
-        "--wandb needs the wandb package: pip install 'fedpfn[tracking]'",
+        "--tensorboard needs the tensorboardX (or tensorboard) package: pip install -e '.[tracking]'",
+        "--wandb needs the wandb package: pip install -e '.[tracking]'",
     ]
     assert not out.exists()
 

@@ -2,9 +2,11 @@
 
 The server loop calls one `Tracking` object: `round_done(record, client_rows)` after every
 round and `close(summary)` at the end. Each sink turns the same round into its own form;
-TensorBoard and W&B get the same scalar names (`scalars`). Neither package is a dependency
-of the default install (`pip install 'fedpfn[tracking]'`): they are imported only when asked
-for, and a missing one is refused before Ray starts.
+TensorBoard and W&B get the same scalar names (`scalars`), and both the run's settings:
+TensorBoard as hparams (with the final accuracy), W&B as its config, with runs grouped by
+comparison (or by setting, over seeds). Neither package is a dependency of the default
+install (`pip install -e '.[tracking]'`): they are imported only when asked for, and a
+missing one is refused before any engine starts.
 """
 
 from __future__ import annotations
@@ -17,19 +19,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
+from fedpfn.core.config import PLACEMENT, TRACKERS, RunConfig
+from fedpfn.core.files import COMPARISON_CONFIG, LOG
+from fedpfn.core.settings import ConfigError, of_kind
 from fedpfn.runtime.progress import Progress, header_lines
-from fedpfn.core.files import LOG
 from fedpfn.runtime.runfolder import RunFolder
-from fedpfn.core.settings import ConfigError
-
-if TYPE_CHECKING:
-    from fedpfn.core.config import RunConfig
 
 log = logging.getLogger("fedpfn")
 
-INSTALL = "pip install 'fedpfn[tracking]'"
+INSTALL = "pip install -e '.[tracking]'"
 TENSORBOARD_WRITERS = ("tensorboardX", "torch.utils.tensorboard")  # the first importable one writes
 WORST_FRACTION = 0.1  # `_worst10`: the mean of the lowest 10 % of clients (at least one)
 LOCAL_KEYS = ("local_accuracy_before", "local_accuracy_after")  # clients.jsonl columns
@@ -99,13 +99,28 @@ def scalars(record: dict[str, Any], client_rows: list[dict[str, Any]]) -> dict[s
 # --- sinks ---------------------------------------------------------------------------------
 
 
-class TensorBoardSink:
-    """Event files under RUN/tensorboard; a resumed run purges the steps it repeats."""
+def run_settings(cfg: RunConfig) -> dict[str, bool | int | float | str]:
+    """What the run computes, as TensorBoard's hparams take it: every setting but where it ran
+    and where it wrote; a list as text, none as 'none'."""
+    ignored = {*of_kind(RunConfig, "bookkeeping"), *PLACEMENT, *TRACKERS}
+    return {key: _hparam(value) for key, value in cfg.to_dict().items() if key not in ignored}
 
-    def __init__(self, path: Path, first_round: int) -> None:
+
+def _hparam(value: Any) -> bool | int | float | str:
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return "none" if value is None else value
+
+
+class TensorBoardSink:
+    """Event files under RUN/tensorboard; a resumed run purges the steps it repeats. At the end,
+    the run's settings as hparams beside its final accuracy (the HPARAMS tab compares runs)."""
+
+    def __init__(self, path: Path, first_round: int, settings: dict[str, Any]) -> None:
         module = next(m for m in map(_import, TENSORBOARD_WRITERS) if m is not None)
         purge = {"purge_step": first_round} if first_round > 1 else {}
         self.writer = module.SummaryWriter(log_dir=str(path), **purge)
+        self.settings = settings
 
     def round_done(self, record: dict[str, Any], client_rows: list[dict[str, Any]]) -> None:
         for tag, value in scalars(record, client_rows).items():
@@ -113,7 +128,23 @@ class TensorBoardSink:
         self.writer.flush()  # a killed run keeps every round it finished
 
     def close(self, summary: dict[str, Any] | None = None) -> None:
+        if summary is not None:
+            finals = (
+                "final_test_accuracy",
+                "last5_mean_accuracy",
+                "final_val_accuracy",
+                "last5_mean_val_accuracy",
+            )
+            metrics = {f"final/{key}": float(summary[key]) for key in finals if summary.get(key) is not None}
+            self.writer.add_hparams(self.settings, metrics)
         self.writer.close()
+
+
+def wandb_group(cfg: RunConfig, folder: RunFolder) -> str:
+    """A comparison's runs share its folder's name; a lone run's seeds share its name without -s<seed>."""
+    if (folder.path.parent / COMPARISON_CONFIG).is_file():
+        return folder.path.parent.name
+    return folder.path.name.removesuffix(f"-s{cfg.seed}")
 
 
 class WandbSink:
@@ -128,6 +159,9 @@ class WandbSink:
             self.run = wandb.init(
                 project=os.environ.get("WANDB_PROJECT", "fedpfn"),
                 name=folder.path.name,
+                group=wandb_group(cfg, folder),
+                job_type=cfg.algorithm,
+                tags=[f"seed {cfg.seed}"],
                 id=run_id,
                 resume="allow",
                 dir=str(folder.path),
@@ -173,6 +207,14 @@ class Tracking:
                 log.warning("%s could not be closed: %s", type(sink).__name__, err)
 
 
+def warn_meaningless(cfg: RunConfig) -> None:
+    """Warn, below the header (terminal and run.log), where a setting leaves the result meaningless."""
+    from strategies.registry import build_user_strategy
+
+    if ":" in cfg.server:  # a robust aggregator with too few replies a round (Krum)
+        build_user_strategy(cfg.server, cfg.hparams.get("server_args"), per_round=cfg.clients_per_round)
+
+
 @contextmanager
 def tracked_run(
     cfg: RunConfig, folder: RunFolder, checkpoint: dict[str, Any] | None, compute: str, show: bool
@@ -183,12 +225,13 @@ def tracked_run(
     (run.log is written all the same).
     """
     first_round = 1 + (int(checkpoint["round"]) if checkpoint else 0)
-    progress = Progress(cfg.rounds, folder.path / LOG, show)
+    progress = Progress(cfg.rounds, folder.path / LOG, show, first_round)
     progress.header(header_lines(cfg, first_round, compute))
     tracker = Tracking([progress])
     try:
+        warn_meaningless(cfg)
         if cfg.tensorboard:
-            tracker.sinks.append(TensorBoardSink(folder.path / "tensorboard", first_round))
+            tracker.sinks.append(TensorBoardSink(folder.path / "tensorboard", first_round, run_settings(cfg)))
         if cfg.wandb:
             tracker.sinks.append(WandbSink(cfg, folder))
         yield tracker
