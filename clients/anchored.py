@@ -7,6 +7,11 @@ back after every optimizer step. FedPNU (partial neuron update) also leaves the 
 entries out of every array of its reply (`partial_upload`), since the server knows them
 already; strategies/anchored.py reads this module's declarations to send the seed and to
 unpack the replies.
+
+`anchor_masks = client` is the study's control: each client draws a mask of its own (from
+the round's seed and its partition id), so the same fraction of weights is frozen during
+local training but no entry is shared between clients. It tells "shared anchors align
+clients" apart from "freezing some weights regularises".
 """
 
 from __future__ import annotations
@@ -18,15 +23,17 @@ import numpy as np
 from flwr.app import RecordDict
 from torch import nn
 
-from clients.base import Arrays, ClientRule, RoundInfo
+from clients.base import Arrays, ClientRound, ClientRule, RoundInfo, prefixed, unprefixed
 from fedpfn.core.anchors import GRANULARITIES, AnchorMask, as_numpy, draw_mask
 from fedpfn.core.protocol import CONFIG, to_array_record, to_numpy
+from fedpfn.core.seeding import Stream, seed_for
 from fedpfn.core.settings import between, one_of, setting
 from fedpfn.core.training import Tensors, freeze
 
 ANCHOR_SEED = "anchor-seed"  # CONFIG entry, server -> client: the seed of the round's mask
 SCHEDULES = ("round", "fixed")
 SERVER_STEPS = ("keep", "reset")
+MASKS = ("shared", "client")
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,12 @@ class AnchorParams:
         "round schedule under a server optimizer: keep its own step on anchored entries, "
         "or reset them to their anchor values",
         one_of(SERVER_STEPS),
+    )
+    anchor_masks: str = setting(
+        "shared",
+        "shared: every client of a round anchors the same entries (TNA-PFN); client: each its own "
+        "(the control: as much freezing, nothing shared; fedpfn only)",
+        one_of(MASKS),
     )
 
 
@@ -98,13 +111,24 @@ class FedPFNClient(ClientRule):
 
     def __init__(self, info: RoundInfo) -> None:
         super().__init__(info)
-        seed = int(info.content.config_records[CONFIG][ANCHOR_SEED])
-        self.mask = round_mask(info.model, self.params, seed)
-        self.on_device = {name: m.to(info.start[name].device) for name, m in self.mask.items()}
-        info.frozen.update(self.on_device)
+        self.seed = int(info.content.config_records[CONFIG][ANCHOR_SEED])
+        self.shared = self.params.anchor_masks == "shared"
+        if self.shared:
+            self.mask = round_mask(info.model, self.params, self.seed)
+            self.on_device = {name: m.to(info.start[name].device) for name, m in self.mask.items()}
+
+    def inputs(self, client: ClientRound) -> Tensors:
+        if self.shared:
+            return {}
+        seed = seed_for(self.info.cfg.seed, Stream.CLIENT_MASK, self.seed, client.partition_id)
+        mask = round_mask(self.info.model, self.params, seed)
+        return prefixed("mask", {name: m.to(self.info.start[name].device) for name, m in mask.items()})
+
+    def frozen(self, own: Tensors) -> Tensors:
+        return self.on_device if self.shared else unprefixed("mask", own)
 
     def after_step(self, params: Tensors, own: Tensors) -> Tensors:
-        return freeze(params, self.info.start, self.on_device)
+        return freeze(params, self.info.start, self.frozen(own))
 
     def upload_mask(self) -> Arrays | None:
         return as_numpy(self.mask) if self.partial_upload else None
@@ -116,3 +140,9 @@ class FedPNUClient(FedPFNClient):
     name = "fedpnu"
     default_granularity = "neuron"
     partial_upload = True
+
+    @classmethod
+    def problems(cls, params: AnchorParams) -> list[str]:
+        if params.anchor_masks == "client":
+            return ["anchor_masks: 'client' is for fedpfn: FedPNU's replies leave out entries the server must know"]
+        return []

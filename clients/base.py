@@ -11,6 +11,7 @@ under `torch.func.vmap` (clients/program.py runs both):
     loss_term(view, own)   added to every step's cross-entropy (FedProx, FedDyn, MOON)
     correct(grads, ...)    changes every step's gradient (SCAFFOLD)
     after_step(params)     after every optimizer step (the anchor freeze)
+    frozen(own)            the entries that do not train (the anchors), for the other rules
     finish(trained, own)   after the last step: tensors to keep or send (SCAFFOLD's c_i)
     upload(trained, own)   the parameters the reply carries (FedNova's normalised update)
     reply(outputs)         the records every reply carries, from the stacked outputs
@@ -21,7 +22,7 @@ under `torch.func.vmap` (clients/program.py runs both):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -55,9 +56,6 @@ class RoundInfo:
     start: Tensors  # the parameters as received
     start_buffers: Tensors  # the buffers as received
     content: RecordDict  # the message: server parts' records and config entries
-    # entries that do not train this round (an anchor method fills it); a rule that keeps
-    # per-entry statistics leaves them unchanged there
-    frozen: Tensors = field(default_factory=dict)
 
 
 @dataclass
@@ -80,6 +78,9 @@ class Trained:
 
     params: Tensors
     buffers: Tensors
+    # entries that did not train this round (the anchor method's `frozen`); a rule that
+    # keeps per-entry statistics leaves them unchanged there
+    frozen: Tensors
 
 
 class ClientRule:
@@ -93,6 +94,11 @@ class ClientRule:
     def __init__(self, info: RoundInfo) -> None:
         self.info = info
         self.params: Any = info.cfg.params(self.Params)
+
+    @classmethod
+    def problems(cls, params: Any) -> list[str]:
+        """Why these hyperparameters make no sense for this part (checked with the config), one line each."""
+        return []
 
     # --- per client, on the host ------------------------------------------------------------
 
@@ -113,6 +119,10 @@ class ClientRule:
 
     def finish(self, trained: Trained, own: Tensors) -> Tensors:
         """Tensors this client keeps or sends, by name (`keep` and `reply` read them)."""
+        return {}
+
+    def frozen(self, own: Tensors) -> Tensors:
+        """The entries this part keeps from training this round (bool masks by parameter name)."""
         return {}
 
     def upload(self, params: Tensors, own: Tensors) -> Tensors:

@@ -215,7 +215,10 @@ class Cohort:
 
     def _finish(self, params: Tensors, buffers: Tensors, own: Own) -> tuple[Tensors, Tensors]:
         """(the rules' outputs, the uploaded parameters) of one client after its last step."""
-        trained = Trained(params, buffers)
+        frozen: Tensors = {}
+        for rule, mine in zip(self.rules, own):
+            frozen.update(rule.frozen(mine))
+        trained = Trained(params, buffers, frozen)
         outputs: Tensors = {}
         for rule, mine in zip(self.rules, own):
             outputs.update(rule.finish(trained, mine))

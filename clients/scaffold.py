@@ -16,7 +16,7 @@ when beta = 0); with K itself the control variates come out ~10x too large and t
 diverges within three rounds (measured: MLP on Fashion-MNIST, accuracy 0.66 -> 0.20 -> 0.10).
 Adam's steps have no such equivalent, so SCAFFOLD is defined for SGD only.
 
-An entry that did not train this round (`RoundInfo.frozen`) keeps its c_i (Δc_i = 0
+An entry that did not train this round (`Trained.frozen`: the anchors) keeps its c_i (Δc_i = 0
 there): the literal rule would set c_i − c, shrinking the server's c on every such entry.
 """
 
@@ -61,7 +61,7 @@ class ScaffoldClient(ClientRule):
         return {name: g.add(correction[name]) for name, g in grads.items()}
 
     def finish(self, trained: Trained, own: Tensors) -> Tensors:
-        start, frozen, c_local = self.info.start, self.info.frozen, unprefixed("c_local", own)
+        start, frozen, c_local = self.info.start, trained.frozen, unprefixed("c_local", own)
         new_local, delta = {}, {}
         for name, y in trained.params.items():
             c_i = c_local[name]

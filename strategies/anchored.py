@@ -12,6 +12,8 @@ value up to rounding. What the new global model holds there:
   FedAvg that is the anchor value, bit for bit.
 - schedule `round`, `anchor_server_step = reset`: the anchor values, cancelling the server
   algorithm's step there (its moments still count it): kept to measure the difference.
+- `anchor_masks = client` (the control): no entry is anchored by every client, so the
+  aggregate is left as the inner strategy made it.
 """
 
 from __future__ import annotations
@@ -61,7 +63,9 @@ class AnchorServer(ServerPart):
                 content[key] = to_array_record(unpack(to_numpy(record), mask, reference))
 
     def adjust(self, server_round: int, params: Arrays, sent: Arrays, totals: RoundTotals) -> Arrays:
-        mask = self.mask_for(server_round)
+        mask = self.mask_for(server_round)  # also the round's anchored fraction, for every mask kind
+        if self.params.anchor_masks == "client":
+            return params
         reset = self.params.anchor_schedule == "fixed" or self.params.anchor_server_step == "reset"
         plain = {} if reset else totals.param_mean
         out = dict(params)

@@ -121,6 +121,14 @@ class ComposedStrategy(Strategy):
         merged = {name: params[name] if name in params else totals.buffer_mean[name] for name in self.sent}
         return to_array_record(merged), metrics
 
+    def client_models(self, server_round: int, replies: list[Message]) -> list[Arrays]:
+        """Each reply's whole model as the client trained it (FedPNU's packed entries restored),
+        the replies left as they are."""
+        copies = [RecordDict({ARRAYS: reply.content[ARRAYS]}) for reply in replies]
+        for part in reversed(self.parts):
+            part.restore(server_round, copies, self.sent)
+        return [to_numpy(content[ARRAYS]) for content in copies]
+
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:

@@ -393,3 +393,35 @@ def test_fednova_server_rescales_the_averaged_step_by_tau_eff():
     for n in params(cfg):
         d = sum(pi * (x[n].astype(np.float64) - s[n]) for pi, s in zip(p, sent))
         np.testing.assert_allclose(new[n].numpy(), x[n] - tau_eff * d, rtol=1e-5, atol=1e-6)
+
+
+# --- per-client anchor masks (the study's control) ----------------------------------------------
+
+
+def test_client_masks_freeze_a_mask_of_each_clients_own():
+    """anchor_masks=client: each client keeps its own anchored entries bit for bit, the masks of two
+    clients differ, and SCAFFOLD keeps c_i exactly where its client was frozen."""
+    from clients.anchored import FedPFNClient
+
+    cfg = cfg_for("fedpfn+scaffold", anchor_masks="client")
+    x, names = start(cfg), params(cfg)
+    c = {SERVER_C: to_array_record(random_like(x, names, 0.01, seed=3))}
+    frozen = {}
+    for pid in (0, 1):
+        y, reply, _ = fit(client_rules(cfg), cfg, message(cfg, x, 1, **c), pid=pid)
+        delta = to_numpy(reply.array_records[DELTA])
+        moved = {n: y[n] != x[n] for n in names}
+        kept = {n: ~moved[n] for n in names}
+        assert all(not delta[n][kept[n]].any() for n in names)  # c_i kept where nothing trained
+        frozen[pid] = kept
+        share = sum(int(k.sum()) for k in kept.values()) / sum(k.size for k in kept.values())
+        assert 0.38 < share < 0.45, share  # rho = 0.4 frozen (and a few entries that did not move)
+    assert any(not np.array_equal(frozen[0][n], frozen[1][n]) for n in names)
+    assert FedPFNClient.problems(cfg.params(AnchorParams)) == []
+
+
+def test_client_masks_are_refused_for_fedpnu():
+    from fedpfn.core.config import ConfigError
+
+    with pytest.raises(ConfigError, match="anchor_masks: 'client' is for fedpfn"):
+        cfg_for("fedpnu", anchor_masks="client")

@@ -242,3 +242,10 @@ def test_a_round_split_over_two_ray_actors_equals_one_program(tmp_path):
     simulate(tiny_config(out=str(actors), engine_workers=2, **common), show_progress=False)
     assert rows(actors, METRICS) == rows(here, METRICS)
     assert rows(actors, CLIENTS) == rows(here, CLIENTS)
+
+
+def test_client_masks_in_a_cohort_equal_the_clientapp(tmp_path, monkeypatch):
+    """Each client's own anchors (and SCAFFOLD reading them) as one vmapped program, in float64."""
+    monkeypatch.setitem(OWN_HPARAMS, "scaffold", {"anchor_masks": "client"})
+    gaps = three_rounds("scaffold", "fedpfn", "cnn", "sgd", torch.float64, tmp_path)
+    assert all(g < t for g, t in zip(gaps, TOLERANCE[torch.float64])), gaps

@@ -101,6 +101,19 @@ class RunConfig:
         between(0, 0.5),
         kind="federation",
     )
+    alignment_every: int = setting(
+        0,
+        "every K rounds measure how aligned the round's client models are: loss and accuracy barriers "
+        "of pairs and the fusion gap (mean client accuracy minus their average's); 0: never",
+        at_least(0),
+        kind="bookkeeping",
+    )
+    alignment_clients: int = setting(
+        3, "client models an alignment measurement compares (every pair of them)", at_least(2), kind="bookkeeping"
+    )
+    alignment_samples: int = setting(
+        2000, "evaluation samples an alignment measurement uses", at_least(1), kind="bookkeeping"
+    )
     tensorboard: bool = setting(False, "write TensorBoard event files under <out>/tensorboard", kind="tracking")
     wandb: bool = setting(
         False, "log to Weights & Biases (WANDB_MODE=offline: files under <out>/wandb)", kind="tracking"

@@ -41,7 +41,10 @@ RUN_CONFIG = "run-config"
 # the last round whose reply from this client the server aggregated (0: none): a client's
 # state (SCAFFOLD's c_i, FedDyn's gradient) continues from that round's, as the server's does
 ACCEPTED_ROUND = "accepted-round"
-UPLOAD_BYTES = "bytes"
+# the server needs every client's arrays this round (it measures their alignment): an engine
+# that could answer with totals (UPLOAD) sends the arrays instead
+FULL_REPLY = "full-reply"
+UPLOAD_BYTES = "bytes"  # UPLOAD's key
 
 # METRICS keys (and NODE's: the node config keys Flower's simulation sets on every node)
 NUM_EXAMPLES = "num-examples"

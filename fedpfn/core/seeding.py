@@ -35,6 +35,8 @@ class Stream(IntEnum):
     FAILURES = 7  # (round, partition) simulated client failures
     LOCAL_SPLIT = 8  # (partition) a client's local test samples
     ANALYSIS = 9  # (setting, model) the LMC analysis
+    CLIENT_MASK = 10  # (round's anchor seed, partition) a client's own anchors (anchor_masks=client)
+    ALIGNMENT = 11  # (round) which client models an alignment measurement interpolates
 
 
 def sequence(run_seed: int, stream: Stream, *keys: int) -> np.random.SeedSequence:

@@ -218,6 +218,8 @@ def _algorithm_problems(cfg: RunConfig) -> list[str]:
         )
     for cls in used:
         out += setting_problems(cfg.params(cls))
+    for part in _parts(cfg.algorithm):
+        out += part.client.problems(cfg.params(part.client.Params))
     used_names = {f.name for cls in used for f in dataclasses.fields(cls)}
     fields = hparam_fields()
     for name, value in cfg.hparams.items():

@@ -24,6 +24,7 @@ from fedpfn.core.cache import dataset_on, initial_model, partition_label_counts,
 from fedpfn.core.config import RunConfig
 from fedpfn.core.files import CLIENTS
 from fedpfn.core.training import evaluate, pick_device
+from fedpfn.runtime import alignment
 from fedpfn.runtime.algorithms import build_strategy, state_keys
 from fedpfn.runtime.runfolder import RunFolder, RunFolderError
 from fedpfn.runtime.tracking import Tracking, local_test_summary
@@ -172,6 +173,9 @@ class ServerLoop:
         self.round_timeout = cfg.round_timeout or None  # 0: wait for every reply
         self.nodes = NodeDirectory(grid, cfg.num_clients, query_timeout=self.round_timeout)
         self.eval_name, self.eval_x, self.eval_y = evaluation_set(cfg, self.device)
+        self.alignment = (
+            alignment.AlignmentProbe(cfg, self.device, self.eval_x, self.eval_y) if cfg.alignment_every else None
+        )
         self.arrays = ArrayRecord(self.model.state_dict())
         self.next_round = 1
         self.resumed_from = 0
@@ -194,6 +198,7 @@ class ServerLoop:
         stop_if_a_worker_died(server_round, replies.failed)
         report_failures(server_round, replies.failed, missing)
         client_rows = [self._client_row(server_round, r) for r in good]
+        measured = self.measure_alignment(server_round, good)
         skipped = len(good) < cfg.min_replies
         if skipped:
             log.warning(
@@ -211,8 +216,15 @@ class ServerLoop:
             "bytes_up": sum(row["bytes_up"] for row in client_rows),
             "skipped": skipped,
             **self.strategy.round_summary(),
+            **measured,
         }
         return RoundOutcome(record, client_rows)
+
+    def measure_alignment(self, server_round: int, replies: list[Message]) -> dict[str, Any]:
+        """The `align_*` figures of the round's client models when a measurement is due (and two replied)."""
+        if self.alignment is None or not alignment.due(self.cfg, server_round) or len(replies) < 2:
+            return {}
+        return self.alignment.measure(self.strategy.client_models(server_round, replies))
 
     def aggregate(self, server_round: int, replies: list[Message], totals: RoundTotals | None) -> float:
         """The new global model from the round's replies (or the totals the engine computed); its train loss."""
@@ -228,6 +240,8 @@ class ServerLoop:
         """The strategy's train messages for these partitions' nodes, by partition id."""
         view = SampledGrid(self.grid, list(nodes.values()))
         config = train_config(self.cfg, server_round)
+        if alignment.due(self.cfg, server_round):
+            config[protocol.FULL_REPLY] = True
         partition_of = {node: partition for partition, node in nodes.items()}
         messages = self.strategy.configure_train(server_round, self.arrays, config, view)
         by_partition = {partition_of[m.metadata.dst_node_id]: m for m in messages}

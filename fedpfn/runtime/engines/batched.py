@@ -302,7 +302,8 @@ class BatchedGrid(Grid):
             for message in trained:
                 self._train_cohort([message], totals=False)
             return
-        totals = self._train_cohort(trained, totals=self.totals_wanted)
+        full = bool(trained[0].content.config_records[protocol.CONFIG].get(protocol.FULL_REPLY, False))
+        totals = self._train_cohort(trained, totals=self.totals_wanted and not full)
         if totals is not None:  # asked for by the ids of the round's messages, failed ones included
             self._totals[frozenset(m.metadata.message_id for m in messages)] = totals
 
