@@ -12,9 +12,14 @@ import math
 from pathlib import Path
 from typing import Any
 
+import matplotlib.pyplot as plt
 import pytest
 
+from fedpfn.analysis.plots import bytes_figure
+from fedpfn.analysis.render import TRAFFIC_KEYS, markdown, report_json
 from fedpfn.analysis.report import main
+from fedpfn.analysis.runs import load_runs
+from fedpfn.analysis.stats import TRAFFIC, Report, analyse
 
 T_975_3DF = 3.182446305284263  # Student's t, 0.975 quantile, 3 degrees of freedom (printed tables: 3.182)
 
@@ -26,20 +31,34 @@ SETTING: dict[str, Any] = {
 }  # fmt: skip
 
 
-def write_run(folder: Path, accuracies: list[float | None], finished: bool = True, **settings: Any) -> Path:
-    """A run folder whose test accuracy at round r is accuracies[r-1] (None: not evaluated)."""
+def write_run(
+    folder: Path,
+    accuracies: list[float | None],
+    finished: bool = True,
+    up: int = 2_000_000,
+    down: int = 2_000_000,
+    **settings: Any,
+) -> Path:
+    """A run folder whose test accuracy at round r is accuracies[r-1] (None: not evaluated), sending
+    `up` bytes up and `down` bytes down every round."""
     folder.mkdir(parents=True)
     config = {**SETTING, **settings, "rounds": len(accuracies), "out": str(folder)}
     (folder / "config.json").write_text(json.dumps(config))
     rows = [
         {"round": r, "test_accuracy": acc, "test_loss": None if acc is None else 1 - acc, "train_loss": 1 / r,
-         "bytes_up": 2_000_000, "bytes_down": 2_000_000, "num_clients": 10, "num_failures": 0}
+         "bytes_up": up, "bytes_down": down, "num_clients": 10, "num_failures": 0}
         for r, acc in enumerate(accuracies, 1)
     ]  # fmt: skip
     (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     if finished:
         (folder / "summary.json").write_text("{}")
     return folder
+
+
+def t_tail_3df(t: float) -> float:
+    """P(T > t) for Student's t with 3 degrees of freedom, in closed form (t > 0)."""
+    x = t / math.sqrt(3)
+    return 0.5 - (math.atan(x) + x / (1 + x * x)) / math.pi
 
 
 def run_report(capsys, *args: str) -> tuple[int, str, str]:
@@ -65,6 +84,7 @@ def study(tmp_path: Path) -> Path:
 
 
 def test_paired_interval_matches_a_hand_computation(study: Path, capsys) -> None:
+    """scipy's interval and p (ttest_rel) against Student's t worked by hand from a printed quantile."""
     code, out, err = run_report(capsys, study, "--last-k", "3", "--target", "0.8")
     assert code == 0, err
     report = json.loads((study / "report.json").read_text())
@@ -76,13 +96,15 @@ def test_paired_interval_matches_a_hand_computation(study: Path, capsys) -> None
     assert final["diffs"] == pytest.approx(diffs)
     assert final["mean"] == pytest.approx(mean)
     assert final["std"] == pytest.approx(std)
-    assert final["t_quantile"] == pytest.approx(T_975_3DF, abs=1e-9)
     assert (final["low"], final["high"]) == pytest.approx((mean - half, mean + half))
+    t = mean / (std / math.sqrt(4))  # 1.852: p = 2 P(T_3 > t), T_3's tail in closed form
+    assert final["p_value"] == pytest.approx(2 * t_tail_3df(t))
     assert final["wins"] == 3 and final["ties"] == 0
     # the last-3 window is (0.5 + 0.6 + final) / 3, so its differences are a third of the finals'
     window = next(p for p in report["paired"] if p["label"] == "fedpfn" and p["metric"] == "lastk")
     assert window["mean"] == pytest.approx(mean / 3) and window["wins"] == 3
-    assert f"{100 * mean:+.2f} | [{100 * (mean - half):+.2f}, {100 * (mean + half):+.2f}] | 3 of 4" in out
+    interval = f"[{100 * (mean - half):+.2f}, {100 * (mean + half):+.2f}]"
+    assert f"| fedpfn | final round | {100 * mean:+.2f} | {interval} | 0.161 | 0.161 | 3 of 4 |" in out
 
 
 def test_arm_statistics_use_the_sample_std_and_say_so(study: Path, capsys) -> None:
@@ -97,11 +119,20 @@ def test_arm_statistics_use_the_sample_std_and_say_so(study: Path, capsys) -> No
     # 80 % is reached at round 6 only: by fedavg seeds 0, 1 (0.80, 0.85) and fedpfn seeds 0, 1 (0.82, 0.84)
     assert rows["fedavg"]["reached_target"] == "2" and float(rows["fedavg"]["rounds_to_target_mean"]) == 6
     assert rows["fedpfn"]["reached_target"] == "2"
+    # the cell says over how many seeds its mean is taken: never readable as an all-seed mean
+    assert "| 6.0 (2 of 4 seeds) |" in out and "seeds that reached it" in out
     assert float(rows["fedavg"]["mb_up_total"]) == pytest.approx(12.0)
     assert float(rows["fedavg"]["mb_up_per_round"]) == pytest.approx(2.0)
     assert "std over seeds, n-1" in out and "Student's t" in out
     assert "last 3 of 6 rounds" in out
-    for name in ("report.md", "report.csv", "report.json", "report.png", "paired_differences.png"):
+    for name in (
+        "report.md",
+        "report.csv",
+        "report.json",
+        "report.png",
+        "paired_differences.png",
+        "report_bytes.png",
+    ):
         assert (study / name).stat().st_size > 0, name
 
 
@@ -235,3 +266,102 @@ def test_the_results_pages_in_short_claims_only_what_each_interval_supports(stud
     five = page.in_short([("Heading", result)], seeds=5)  # 4 seeds: left out of a 5-seed conclusion
     assert all(f"- {claim} the baseline: none." in five for claim in page.CLAIMS)
     assert page.in_short([]) == []
+
+
+def analysed(folder: Path, **kwargs: Any) -> Report:
+    """The report's numbers for the runs below `folder`, without writing its files."""
+    return analyse(load_runs([folder]), **kwargs)
+
+
+def test_holm_adjusts_the_arms_of_one_metric_together(tmp_path: Path) -> None:
+    """Three arms against fedavg on 4 seeds; fedpnu's p (0.03) is under 0.05 alone, not after Holm."""
+    base = [0.50, 0.60, 0.55, 0.45]
+    diffs = {
+        "fedpfn": [0.10, 0.11, 0.12, 0.13],
+        "fedpnu": [0.02, 0.03, 0.01, 0.04],
+        "fedprox": [0.02, -0.01, 0.03, 0.04],
+    }
+    for seed, acc in enumerate(base):
+        write_run(tmp_path / f"fedavg-s{seed}", [acc], seed=seed)
+        for algorithm, d in diffs.items():
+            write_run(tmp_path / f"{algorithm}-s{seed}", [acc + d[seed]], seed=seed, algorithm=algorithm)
+    report = analysed(tmp_path, k=1)
+    window = {p.label: p for p in report.paired if p.metric == "lastk"}
+    p = {label: window[label].p_value for label in diffs}
+    assert p["fedpfn"] < p["fedpnu"] < p["fedprox"]  # Holm by hand: times 3, 2, 1, kept non-decreasing
+    assert window["fedpfn"].p_holm == pytest.approx(3 * p["fedpfn"])
+    assert window["fedpnu"].p_holm == pytest.approx(2 * p["fedpnu"])
+    assert window["fedprox"].p_holm == pytest.approx(p["fedprox"])
+    assert p["fedpnu"] < 0.05 < window["fedpnu"].p_holm
+    text = markdown(report).splitlines()
+    rows = {label: next(line for line in text if line.startswith(f"| {label} | mean of")) for label in diffs}
+    assert rows["fedpfn"].endswith("| higher |")
+    assert rows["fedpnu"].endswith(
+        f"| not resolved after Holm; detectable at 80 % power: ±{100 * window['fedpnu'].mde:.2f} points |"
+    )
+    assert rows["fedprox"].endswith(
+        f"| not resolved; detectable at 80 % power: ±{100 * window['fedprox'].mde:.2f} points |"
+    )
+
+
+@pytest.fixture
+def uploads(tmp_path: Path) -> Path:
+    """Evaluated at rounds 2 and 4 of 4, 2 MB down a round; up a round: fedavg 2 MB, fedpnu 1.5 MB,
+    fedprox 0.1 MB. fedpnu ends lower than fedavg at equal rounds, higher at equal upload."""
+    for seed in range(3):
+        write_run(tmp_path / f"fedavg-s{seed}", [None, 0.4, None, 0.8 + seed / 100], seed=seed, eval_every=2)
+        write_run(tmp_path / f"fedpnu-s{seed}", [None, 0.5, None, 0.7 - seed / 50], seed=seed, eval_every=2,
+                  up=1_500_000, algorithm="fedpnu")  # fmt: skip
+        write_run(tmp_path / f"fedprox-s{seed}", [None, 0.3, None, 0.35], seed=seed, eval_every=2, up=100_000,
+                  algorithm="fedprox")  # fmt: skip
+    return tmp_path
+
+
+def test_arms_are_compared_at_equal_bytes(uploads: Path) -> None:
+    """fedpnu has sent 6 MB up after round 4, fedavg after round 3: fedavg's accuracy there lies
+    halfway between its rounds 2 (4 MB) and 4 (8 MB), 0.6 + seed / 200."""
+    report = analysed(uploads)
+    up = {a.label: a for a in report.at_bytes if a.traffic == "up"}
+    pnu = up["fedpnu"]
+    assert (
+        pnu.budget_mb == 6.0 and pnu.arm_round == {0: 4, 1: 4, 2: 4} and pnu.base_round == {0: 3, 1: 3, 2: 3}
+    )
+    assert pnu.base_acc == pytest.approx({s: 0.6 + s / 200 for s in range(3)})
+    assert pnu.paired is not None and pnu.paired.diffs == pytest.approx([0.1, 0.075, 0.05])
+    assert pnu.paired.low > 0  # higher at equal upload ...
+    final = next(p for p in report.paired if p.label == "fedpnu" and p.metric == "final")
+    assert final.high < 0  # ... lower at equal rounds
+    # fedprox's 0.4 MB come before fedavg's first evaluation (round 2, 4 MB): no test, and none counted by Holm
+    assert (
+        up["fedprox"].paired is None and up["fedprox"].budget_mb == 0.4 and up["fedprox"].base_acc[0] is None
+    )
+    assert pnu.paired.p_holm == pnu.paired.p_value
+    # up + down: fedpnu 3.5 MB a round (14 MB), fedavg 4 MB: 14 MB lies 3/4 from its 8 MB to its 16 MB
+    both = next(a for a in report.at_bytes if a.traffic == "up_down" and a.label == "fedpnu")
+    assert both.budget_mb == 14.0 and both.paired is not None
+    assert both.paired.diffs == pytest.approx([0.0, -0.0275, -0.055])
+    text = markdown(report)
+    assert "### At equal upload\n" in text and "### At equal upload + download\n" in text
+    assert f"| fedpnu | 6.00 | 4.0 / 3.0 | 68.00 / 60.50 | {100 * pnu.paired.mean:+.2f} |" in text
+    assert "| fedprox | 0.40 | 4.0 / 1.0 | n/a |" in text
+    assert "no test: a seed spends the budget before its first evaluated round" in text
+    result = report_json(report)["at_equal_bytes"]
+    assert {(a["label"], a["traffic"]) for a in result} == {
+        (arm, t) for arm in ("fedpnu", "fedprox") for t in TRAFFIC
+    }
+    assert next(a for a in result if a["label"] == "fedpnu")["paired"]["p_holm"] == pnu.paired.p_holm
+
+
+def test_the_bytes_figure_puts_each_arm_at_the_megabytes_it_sent(uploads: Path) -> None:
+    report = analysed(uploads)
+    fig = bytes_figure(report.curves, TRAFFIC_KEYS)
+    up, both = fig.axes
+    lines = {line.get_label(): line for line in up.get_lines()}
+    assert list(lines["FedPNU"].get_xdata()) == pytest.approx([3.0, 6.0])  # evaluated rounds 2 and 4
+    assert list(lines["FedAvg"].get_xdata()) == pytest.approx([4.0, 8.0])
+    assert list(lines["FedAvg"].get_ydata()) == pytest.approx([40.0, 81.0])  # mean over seeds, in %
+    assert list({ln.get_label(): ln for ln in both.get_lines()}["FedPNU"].get_xdata()) == pytest.approx(
+        [7.0, 14.0]
+    )
+    assert "upload + download" in both.get_xlabel()
+    plt.close(fig)

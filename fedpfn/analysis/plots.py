@@ -390,3 +390,55 @@ def plot_paired(
     panels: Mapping[str, Sequence[PairedSeries]], baseline: str, path: Path, title: str = ""
 ) -> list[Path]:
     return save(paired_figure(panels, baseline, title), path)
+
+
+# --- against the bytes sent ------------------------------------------------------------------------
+
+
+def cumulative_bytes(rows: Rows, keys: Sequence[str]) -> np.ndarray:
+    """Bytes of `keys` (bytes_up, bytes_down) sent in rounds 1..r, for each round r (rows in round order)."""
+    return np.cumsum([sum(row.get(key) or 0 for key in keys) for row in rows], dtype=np.int64)
+
+
+def _bytes_panel(
+    ax: Axes, curves: Mapping[str, Sequence[Rows]], keys: Sequence[str], styles: Mapping[str, dict]
+) -> None:
+    """Each arm's mean accuracy (%) over seeds, with its ± 1 std band, at the mean MB (10^6 bytes)
+    its seeds had sent by each round that every seed evaluated."""
+    for label, runs in curves.items():
+        rounds, acc = seed_matrix(runs)
+        if not len(rounds):
+            continue
+        mb = np.mean([cumulative_bytes(rows, keys)[rounds - 1] for rows in runs], axis=0) / 1e6
+        mean, std = mean_band(100 * acc)
+        ax.plot(
+            mb, mean, label=display_name(label), marker="." if len(rounds) < 30 else None, **styles[label]
+        )
+        if std is not None:
+            ax.fill_between(mb, mean - std, mean + std, color=styles[label]["color"], alpha=0.15, lw=0)
+    ax.set_xlim(left=0)
+    ax.set_ylabel("test accuracy (%)")
+
+
+@styled
+def bytes_figure(
+    curves: Mapping[str, Sequence[Rows]], traffic: Mapping[str, Sequence[str]], title: str = ""
+) -> Figure:
+    """The comparison figure's curves against the bytes sent instead of the round: one panel per
+    kind of traffic (`traffic`: its name -> the metrics.jsonl keys summed), arms as there."""
+    styles = arm_styles(list(curves))
+    fig, axes = new_figure(len(traffic), 1.2 + 1.9 * len(traffic))
+    for ax, (name, keys) in zip(axes, traffic.items()):
+        _bytes_panel(ax, curves, keys, styles)
+        ax.set_xlabel(f"MB sent, cumulative ({name})")
+    seeds = max((len(runs) for runs in curves.values()), default=0)
+    band = Patch(color="0.6", alpha=0.3, label=BAND_TEXT if seeds > 1 else "no band: 1 seed")
+    legend_below(fig, axes[0].get_legend_handles_labels()[0] + [band])
+    fig.suptitle(wrapped(title or "accuracy against the bytes sent"))
+    return fig
+
+
+def plot_bytes(
+    curves: Mapping[str, Sequence[Rows]], traffic: Mapping[str, Sequence[str]], path: Path, title: str = ""
+) -> list[Path]:
+    return save(bytes_figure(curves, traffic, title), path)

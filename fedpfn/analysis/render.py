@@ -9,14 +9,19 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from fedpfn.analysis.plots import PairedSeries, plot_comparison, plot_paired
+import numpy as np
+
+from fedpfn.analysis.plots import PairedSeries, plot_bytes, plot_comparison, plot_paired
 from fedpfn.analysis.runs import display_value
-from fedpfn.analysis.stats import METRICS_COMPARED, Paired, Report
+from fedpfn.analysis.stats import ALPHA, POWER, TRAFFIC, AtBytes, Paired, Report
 from fedpfn.core.files import OUTPUTS_MANIFEST, DamagedFile, OwnOutputs, read_json
 from fedpfn.core.settings import ConfigError
 
 STD_TEXT = "std over seeds, n-1"
 CI_TEXT = "95 % CI, Student's t with n-1 df"
+TRAFFIC_TEXT = {"up": "upload", "up_down": "upload + download"}
+TRAFFIC_KEYS = {TRAFFIC_TEXT[traffic]: keys for traffic, keys in TRAFFIC.items()}  # the bytes figure's panels
+COMPARISON_HEAD = "mean difference, points | 95 % CI | p | p Holm | seeds where the arm wins | verdict"
 
 
 def _pct(mean: float, std: float | None) -> str:
@@ -27,7 +32,22 @@ def _points(value: float) -> str:
     return f"{100 * value:+.2f}"
 
 
+def _p(value: float | None) -> str:
+    return "n/a" if value is None else "< 0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'s' if number != 1 else ''}"
+
+
+def _of_seeds(count: int, seeds: int) -> str:
+    return f"{count} of {_count(seeds, 'seed')}"
+
+
 def metric_name(report: Report, metric: str) -> str:
+    """'mean of last 5 of 30 rounds', 'final round', 'at equal upload'."""
+    if metric.startswith("equal_"):
+        return f"at equal {TRAFFIC_TEXT[metric.removeprefix('equal_')]}"
     return f"mean of {report.window}" if metric == "lastk" else "final round"
 
 
@@ -40,68 +60,145 @@ def header_lines(report: Report) -> list[str]:
         f"## {report.title}",
         "",
         *([f"Command: `{report.command}`", ""] if report.command else []),
-        f"Seeds: {', '.join(map(str, report.seeds))}, one run per arm and seed; a seed fixes the partition "
-        "and the client sampling, so arms are compared seed by seed.",
-        f"Test accuracy in %, mean ± {STD_TEXT}. "
-        "Upload: MB (10^6 bytes) sent by the clients, mean over seeds.",
+        (
+            f"Seeds: {', '.join(map(str, report.seeds))}, one run per arm and seed; a seed fixes the partition "
+            "and the client sampling, so arms are compared seed by seed."
+        ),
+        (
+            f"Test accuracy in %, mean ± {STD_TEXT}. "
+            "Traffic: MB (10^6 bytes) uploaded by the clients, and downloaded by them, mean over seeds."
+        ),
         f"Arms differ in: {', '.join(differ)}.",
         "",
     ]
 
 
+def reach_text(row: dict[str, Any]) -> str:
+    """'25.0 (2 of 5 seeds)': a mean over the seeds that reached the target, and how many did."""
+    first, seeds = row["rounds_to_target_mean"], _of_seeds(row["reached_target"], row["seeds"])
+    return f"not reached ({seeds})" if first is None else f"{first:.1f} ({seeds})"
+
+
 def arm_table(report: Report) -> list[str]:
-    target = f"{100 * report.target:g} %"
     lines = [
-        f"| arm | seeds | final accuracy, % (mean ± {STD_TEXT}) | {report.window}, % (mean ± {STD_TEXT}) "
-        f"| rounds to {target} (mean over the seeds that reached it) | seeds that reached {target} "
-        "| MB up per round | MB up in total |",
+        (
+            f"| arm | seeds | final accuracy, % (mean ± {STD_TEXT}) | {report.window}, % (mean ± {STD_TEXT}) "
+            f"| rounds to {100 * report.target:g} %: mean over the seeds that reached it (how many of all) "
+            "| MB up per round | MB up in total | MB up + down in total |"
+        ),
         "|---|---|---|---|---|---|---|---|",
     ]
     for row in (arm.row() for arm in report.arms):
-        first = row["rounds_to_target_mean"]
-        reach = "not reached" if first is None else f"{first:.1f}"
         lines.append(
             f"| {row['arm']} | {row['seeds']} | {_pct(row['final_acc_mean'], row['final_acc_std'])} "
-            f"| {_pct(row['lastk_acc_mean'], row['lastk_acc_std'])} | {reach} "
-            f"| {row['reached_target']} of {row['seeds']} "
-            f"| {row['mb_up_per_round']:.3f} | {row['mb_up_total']:.2f} |"
+            f"| {_pct(row['lastk_acc_mean'], row['lastk_acc_std'])} | {reach_text(row)} "
+            f"| {row['mb_up_per_round']:.3f} | {row['mb_up_total']:.2f} | {row['mb_up_down_total']:.2f} |"
         )
     return lines
 
 
-def _paired_cells(p: Paired) -> str:
-    ci = f"[{_points(p.low)}, {_points(p.high)}]" if p.low is not None else "n/a (1 seed)"
+def verdict(p: Paired) -> str:
+    """What the comparison supports after Holm's adjustment; beside every 'not resolved', the
+    difference these seeds could have detected (the minimum detectable effect)."""
+    if p.p_value is None or p.p_holm is None or p.mde is None:
+        return "no test: 1 seed" if p.std is None else "no test: every seed differs by the same amount"
+    if p.p_holm < ALPHA:
+        return "higher" if p.mean > 0 else "lower"
+    after = " after Holm" if p.p_value < ALPHA else ""
+    return f"not resolved{after}; detectable at {100 * POWER:g} % power: ±{100 * p.mde:.2f} points"
+
+
+def comparison_cells(p: Paired) -> str:
+    """The cells of COMPARISON_HEAD for one comparison."""
+    ci = (
+        f"[{_points(p.low)}, {_points(p.high)}]"
+        if p.low is not None and p.high is not None
+        else "n/a (1 seed)"
+    )
     ties = f" ({p.ties} tied)" if p.ties else ""
-    return f"{_points(p.mean)} | {ci} | {p.wins} of {len(p.diffs)}{ties}"
+    wins = f"{p.wins} of {len(p.diffs)}{ties}"
+    return f"{_points(p.mean)} | {ci} | {_p(p.p_value)} | {_p(p.p_holm)} | {wins} | {verdict(p)}"
+
+
+def comparison_text(baseline: str) -> str:
+    return (
+        f"Arm − {baseline} on the same seed, in accuracy points: the mean over seeds, its 95 % confidence "
+        "interval (Student's t, n-1 df) and the two-sided p of the same paired test (scipy.stats.ttest_rel). "
+        "p Holm is p adjusted with Holm's step-down method across the arms compared on the same accuracy in "
+        f"this report; a difference is resolved when p Holm < {ALPHA:.2f}. Beside every 'not resolved' stands "
+        "the minimum detectable effect: the true mean difference that these seeds, with the observed std of "
+        f"the differences, would detect with {100 * POWER:g} % power at p < {ALPHA:.2f} (paired t test, "
+        "noncentral t)."
+    )
 
 
 def paired_table(report: Report) -> list[str]:
-    """One row per arm: for each compared accuracy, mean difference, interval and wins."""
+    """One row per arm and compared accuracy (at equal rounds): the difference and its test."""
     if not report.paired:
         return ["", "One arm only: no paired differences."]
-    head = " | ".join(
-        f"{metric_name(report, m)}: mean difference, points | {CI_TEXT} | seeds where the arm wins"
-        for m in METRICS_COMPARED
-    )
     lines = [
         "",
-        f"### Paired differences against {report.baseline}",
+        f"### Paired differences against {report.baseline} at equal rounds",
         "",
-        f"Arm − {report.baseline} on the same seed, in accuracy points; the mean over seeds with its "
-        f"{CI_TEXT} (interval = mean ± t quantile × std (n-1) / √n).",
+        comparison_text(report.baseline),
         "",
-        f"| arm | {head} |",
-        "|---|" + "---|---|---|" * len(METRICS_COMPARED),
+        f"| arm | accuracy | {COMPARISON_HEAD} |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    labels = list(dict.fromkeys(p.label for p in report.paired))
-    for label in labels:
-        cells = " | ".join(_paired_cells(p) for p in report.paired if p.label == label)
-        lines.append(f"| {label} | {cells} |")
+    for p in report.paired:
+        lines.append(f"| {p.label} | {metric_name(report, p.metric)} | {comparison_cells(p)} |")
     return lines
 
 
+def _mean(values: dict[int, Any]) -> float:
+    return float(np.mean(list(values.values())))
+
+
+def bytes_row(a: AtBytes) -> str:
+    """One arm at equal bytes: the budget, when each side spent it, the accuracies there and the test."""
+    spent = f"{_mean(a.arm_round):.1f} / {_mean(a.base_round):.1f}"
+    if a.paired is None:
+        why = "no test: a seed spends the budget before its first evaluated round"
+        return f"| {a.label} | {a.budget_mb:.2f} | {spent} | n/a | {'n/a | ' * 5}{why} |"
+    accuracy = f"{100 * _mean(a.arm_acc):.2f} / {100 * _mean(a.base_acc):.2f}"
+    return f"| {a.label} | {a.budget_mb:.2f} | {spent} | {accuracy} | {comparison_cells(a.paired)} |"
+
+
+def bytes_table(report: Report, traffic: str) -> list[str]:
+    """Each arm against the baseline at the same bytes of `traffic` (stats.AtBytes)."""
+    found = [a for a in report.at_bytes if a.traffic == traffic]
+    if not found:
+        return []
+    what, base = TRAFFIC_TEXT[traffic], report.baseline
+    return [
+        "",
+        f"### At equal {what}",
+        "",
+        (
+            f"Each arm against {base} at the same {what}: the budget is the least total that any run of the "
+            "two sent, so every seed of both reaches it; each seed's test accuracy at the budget is "
+            "interpolated linearly between its evaluated rounds on a bytes axis, then paired by seed and "
+            f"tested as above (Holm across this table's {_count(len(found), 'comparison')})."
+        ),
+        "",
+        (
+            f"| arm | budget, MB | round by which it is spent: arm / {base} (mean over seeds) "
+            f"| accuracy at the budget, %: arm / {base} (mean over seeds) | {COMPARISON_HEAD} |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|",
+        *map(bytes_row, found),
+    ]
+
+
 def markdown(report: Report) -> str:
-    return "\n".join(header_lines(report) + arm_table(report) + paired_table(report)) + "\n"
+    tables = (
+        arm_table(report) + paired_table(report) + [line for t in TRAFFIC for line in bytes_table(report, t)]
+    )
+    return "\n".join(header_lines(report) + tables) + "\n"
+
+
+def comparison_json(p: Paired | None) -> dict[str, Any] | None:
+    return None if p is None else {**dataclasses.asdict(p), "verdict": verdict(p)}
 
 
 def report_json(report: Report) -> dict[str, Any]:
@@ -110,7 +207,7 @@ def report_json(report: Report) -> dict[str, Any]:
     for arm in report.arms:
         runs = [
             {"seed": s, "path": arm.paths[s], "final_acc": arm.final[s], "lastk_acc": arm.lastk[s],
-             "rounds_to_target": arm.reach[s], "mb_up_total": arm.mb_up[s]}
+             "rounds_to_target": arm.reach[s], "mb_up_total": arm.mb_up[s], "mb_up_down_total": arm.mb_up_down[s]}
             for s in arm.seeds
         ]  # fmt: skip
         arms.append({**arm.row(), "runs": runs})
@@ -123,16 +220,30 @@ def report_json(report: Report) -> dict[str, Any]:
         "last_k": report.last_k,
         "window": report.window,
         "target": report.target,
-        "conventions": {
-            "accuracy": "test accuracy as a fraction of 1",
-            "std": "sample standard deviation over seeds (n-1)",
-            "interval": f"{CI_TEXT}, of the mean per-seed difference arm - baseline",
-            "mb": "10^6 bytes uploaded by the clients",
-        },
+        "conventions": CONVENTIONS,
         "arms": arms,
-        "paired": [dataclasses.asdict(p) for p in report.paired],
+        "paired": [comparison_json(p) for p in report.paired],
+        "at_equal_bytes": [
+            {**dataclasses.asdict(a), "paired": comparison_json(a.paired)} for a in report.at_bytes
+        ],
         "differences": report.differences,
     }
+
+
+CONVENTIONS = {
+    "accuracy": "test accuracy as a fraction of 1",
+    "std": "sample standard deviation over seeds (n-1)",
+    "interval": f"{CI_TEXT}, of the mean per-seed difference arm - baseline (scipy.stats.ttest_rel)",
+    "p_value": "two-sided p of the paired t test; null where it is undefined (1 seed, or no spread)",
+    "p_holm": "p adjusted with Holm's step-down method across the report's comparisons of the same metric",
+    "mde": f"the true mean difference detected with {POWER:g} power at two-sided p < {ALPHA:.2f}, given the "
+    "seeds and the observed std of the differences (noncentral t)",
+    "verdict": f"higher / lower when p_holm < {ALPHA:.2f}, else 'not resolved' with the mde",
+    "rounds_to_target_mean": "mean over the reached_target seeds that reached the target, not over all seeds",
+    "mb": "10^6 bytes; up: sent by the clients, up_down: sent by and to them",
+    "at_equal_bytes": "each arm against the baseline at the least total (of `traffic`) any run of the two "
+    "sent; accuracy at that budget interpolated linearly between evaluated rounds, paired by seed",
+}
 
 
 def write_csv(report: Report, path: Path) -> None:
@@ -145,9 +256,10 @@ def write_csv(report: Report, path: Path) -> None:
 
 
 def paired_panels(report: Report) -> dict[str, list[PairedSeries]]:
-    """The paired differences as the figure draws them, in accuracy points."""
+    """The paired differences as the figure draws them, in accuracy points: at equal rounds, and at equal upload."""
     panels: dict[str, list[PairedSeries]] = {}
-    for p in report.paired:
+    at_upload = [a.paired for a in report.at_bytes if a.traffic == "up" and a.paired is not None]
+    for p in [*report.paired, *at_upload]:
         scaled = [None if v is None else 100 * v for v in (p.low, p.high)]
         series = PairedSeries(p.label, [100 * d for d in p.diffs], 100 * p.mean, *scaled)
         panels.setdefault(metric_name(report, p.metric), []).append(series)
@@ -174,7 +286,7 @@ def written_by_report(path: Path) -> bool:
 def report_names(report: Report, name: str) -> list[str]:
     """The files `write_report` writes, in the order it returns them."""
     names = [f"{name}.md", f"{name}.csv", f"{name}.json", f"{name}.png"]
-    return names + (["paired_differences.png"] if report.paired else [])
+    return names + (["paired_differences.png"] if report.paired else []) + [f"{name}_bytes.png"]
 
 
 def draw_report(report: Report, folder: Path, name: str) -> list[Path]:
@@ -187,6 +299,7 @@ def draw_report(report: Report, folder: Path, name: str) -> list[Path]:
     if report.paired:
         title = f"{report.title}\ndifference from {report.baseline} on the same seed"
         plot_paired(paired_panels(report), report.baseline, made[4], title=title)
+    plot_bytes(report.curves, TRAFFIC_KEYS, made[-1], title=report.title)
     return made + sorted(set(folder.iterdir()) - set(made))
 
 

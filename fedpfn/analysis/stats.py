@@ -1,31 +1,48 @@
-"""The numbers a comparison reports: per-arm statistics over seeds and paired differences.
+"""The numbers a comparison reports: per-arm statistics over seeds and paired comparisons.
 
-Standard deviations are sample standard deviations over seeds (n-1); the mean of the
-per-seed differences arm − baseline gets a 95 % confidence interval from Student's t with
-n-1 degrees of freedom.
+Standard deviations are sample standard deviations over seeds (n-1). A comparison is an arm
+against the baseline on the same seeds (a seed fixes the partition and the client sampling):
+the per-seed differences arm − baseline and scipy's paired Student's t test on them
+(`scipy.stats.ttest_rel`, n-1 degrees of freedom), which gives the 95 % confidence interval of
+the mean difference and the two-sided p-value. The comparisons of one metric in one report
+(every arm against the baseline) are one family: their p-values are Holm-adjusted (`holm`).
+Beside each stands the minimum detectable effect at 80 % power (`mde`), so that an interval
+holding 0 says how large a difference these seeds could have shown.
+
+Arms are compared at equal rounds (the mean of the last k evaluated rounds, the primary
+metric, and the final round) and at equal bytes (`at_equal_bytes`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats
+from scipy import optimize, stats
 
-from fedpfn.analysis.plots import accuracy_points, setting_text
+from fedpfn.analysis.plots import accuracy_points, cumulative_bytes, setting_text
 from fedpfn.analysis.runs import Arm, Run, comparable_arms, is_setting_key, seeds_text, varying_keys
 from fedpfn.core.settings import ConfigError
 
 CONFIDENCE = 0.95
-METRICS_COMPARED = ("lastk", "final")  # ArmStats fields compared seed by seed
+ALPHA = 1 - CONFIDENCE  # two-sided test level, matching the interval
+POWER = 0.8  # for the minimum detectable effect
+PRIMARY = "lastk"  # the metric a study's decision rule reads
+METRICS_COMPARED = (PRIMARY, "final")  # ArmStats fields compared seed by seed
+TRAFFIC = {"up": ("bytes_up",), "up_down": ("bytes_up", "bytes_down")}  # metrics.jsonl keys summed
 
 
 @dataclass
 class Paired:
-    """Arm minus baseline on the same seed, for one metric."""
+    """Arm minus baseline on the same seed, for one metric, with its paired t test.
+
+    `p_value`, `low`/`high` and `mde` are None where Student's t is undefined: one seed, or
+    (p and mde) every seed differing by the same amount, whose interval has zero width.
+    `p_holm` is set by `adjust`, across the report's comparisons of the same metric.
+    """
 
     label: str
     metric: str
@@ -35,9 +52,11 @@ class Paired:
     std: float | None
     low: float | None
     high: float | None
-    t_quantile: float | None
+    p_value: float | None
+    mde: float | None
     wins: int
     ties: int
+    p_holm: float | None = None
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
@@ -65,23 +84,142 @@ def rounds_to_target(rows: Sequence[dict[str, Any]], target: float) -> int | Non
     return next((r for r, acc in accuracy_points(rows) if acc >= target), None)
 
 
+# --- the paired test, its multiplicity and its power ------------------------------------------
+
+
+def mde(n: int, std: float | None, alpha: float = ALPHA, power: float = POWER) -> float | None:
+    """The smallest true mean difference that a two-sided paired t test at `alpha` over n seeds
+    detects with probability `power`, if the differences' std is `std` (the observed one).
+
+    Exact, by the noncentral t: with δ the true mean difference, the statistic follows
+    nct(n-1, δ√n/std) and the power is P(T > c) + P(T < -c), c the t quantile 1 - alpha/2
+    (the lower tail as P(T' > c) with T' ~ nct(n-1, -δ√n/std), which scipy computes stably).
+    The noncentrality is found by brentq and scaled back to a difference. None for one seed
+    or no spread.
+    """
+    if n < 2 or not std:
+        return None
+    df = n - 1
+    crit = stats.t.ppf(1 - alpha / 2, df)
+
+    def shortfall(nc: float) -> float:
+        return float(stats.nct.sf(crit, df, nc) + stats.nct.sf(crit, df, -nc)) - power
+
+    high = crit + 4.0
+    while shortfall(high) < 0:  # at most a few doublings: the power rises to 1 with the noncentrality
+        high *= 2
+    return float(optimize.brentq(shortfall, 0.0, high) * std / math.sqrt(n))
+
+
+def holm(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment: the i-th smallest of the m p-values (i from 0) times m - i,
+    kept non-decreasing in that order and capped at 1. A family's members without a test
+    (None) stay None and do not count in m."""
+    ranked = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    adjusted: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(ranked):
+        running = max(running, min(1.0, (len(ranked) - rank) * p))
+        adjusted[i] = running
+    return adjusted
+
+
+def adjust(comparisons: Iterable[Paired]) -> None:
+    """Set each comparison's `p_holm`, Holm-adjusting the comparisons of each metric together."""
+    families: dict[str, list[Paired]] = {}
+    for p in comparisons:
+        families.setdefault(p.metric, []).append(p)
+    for family in families.values():
+        for p, adjusted in zip(family, holm([q.p_value for q in family])):
+            p.p_holm = adjusted
+
+
 def paired(label: str, metric: str, arm: dict[int, float], base: dict[int, float]) -> Paired:
-    """Per-seed difference arm - baseline, its mean and a Student's t interval (n-1 df)."""
+    """Per-seed difference arm - baseline, its mean, and scipy's paired t test (n-1 df)."""
     seeds = sorted(arm)
-    diffs = [arm[s] - base[s] for s in seeds]
+    ours, theirs = (np.array([values[s] for s in seeds], dtype=float) for values in (arm, base))
+    diffs = ours - theirs
     mean, std = mean_std(diffs)
-    low = high = quantile = None
-    if std is not None:
-        quantile = float(stats.t.ppf(0.5 + CONFIDENCE / 2, len(diffs) - 1))
-        half = quantile * std / math.sqrt(len(diffs))
-        low, high = mean - half, mean + half
-    wins, ties = sum(d > 0 for d in diffs), sum(d == 0 for d in diffs)
-    return Paired(label, metric, seeds, diffs, mean, std, low, high, quantile, wins, ties)
+    low = high = p_value = None
+    if std:  # two seeds or more, with spread
+        test = stats.ttest_rel(ours, theirs)
+        low, high = (float(v) for v in test.confidence_interval(CONFIDENCE))
+        p_value = float(test.pvalue)
+    elif std == 0:
+        low = high = mean  # every seed differs by the same amount: an interval of zero width
+    wins, ties = int((diffs > 0).sum()), int((diffs == 0).sum())
+    return Paired(
+        label, metric, seeds, diffs.tolist(), mean, std, low, high, p_value, mde(len(seeds), std), wins, ties
+    )
+
+
+# --- at equal bytes ---------------------------------------------------------------------------
+
+
+def spent(rows: Sequence[dict[str, Any]], traffic: str) -> np.ndarray:
+    """Bytes of `traffic` sent in rounds 1..r, for each round r (a run's rows are its rounds in order)."""
+    return cumulative_bytes(rows, TRAFFIC[traffic])
+
+
+def accuracy_at(budget: int, rows: Sequence[dict[str, Any]], sent: np.ndarray) -> float | None:
+    """Test accuracy at `budget` bytes sent, linear between the evaluated rounds on either side;
+    None before the first evaluated round. Where evaluated rounds sent the same total (rounds
+    that sent nothing), the latest counts: the last model that budget pays for."""
+    points = accuracy_points(rows)
+    xs = sent[[r - 1 for r, _ in points]]
+    ys = np.array([acc for _, acc in points])
+    if budget < xs[0]:
+        return None
+    latest = np.r_[xs[1:] != xs[:-1], True]
+    return float(np.interp(budget, xs[latest], ys[latest]))
+
+
+@dataclass
+class AtBytes:
+    """An arm and the baseline compared at the same traffic budget.
+
+    The budget is the least total that any run of either arm sent (bytes of `traffic`:
+    upload, or upload + download), so every seed of both reaches it. Per seed: the first
+    round by which each has sent the budget, and its accuracy at the budget (`accuracy_at`);
+    `paired` compares those accuracies seed by seed, None when a seed reaches the budget
+    before its first evaluated round.
+    """
+
+    label: str
+    traffic: str
+    budget_mb: float
+    arm_round: dict[int, int]
+    base_round: dict[int, int]
+    arm_acc: dict[int, float | None]
+    base_acc: dict[int, float | None]
+    paired: Paired | None
+
+
+def at_budget(arm: Arm, traffic: str, budget: int) -> tuple[dict[int, int], dict[int, float | None]]:
+    """Per seed: the first round by which the arm has sent `budget` bytes, and its accuracy there."""
+    sent = {run.seed: spent(run.rows, traffic) for run in arm.runs}
+    rounds = {seed: int(np.searchsorted(sent[seed], budget)) + 1 for seed in sent}
+    return rounds, {run.seed: accuracy_at(budget, run.rows, sent[run.seed]) for run in arm.runs}
+
+
+def at_equal_bytes(arm: Arm, base: Arm, traffic: str) -> AtBytes | None:
+    """`arm` against `base` at the least total either sent; None if the runs recorded no bytes."""
+    budget = min(int(spent(run.rows, traffic)[-1]) for run in (*arm.runs, *base.runs))
+    if budget <= 0:
+        return None
+    arm_round, arm_acc = at_budget(arm, traffic, budget)
+    base_round, base_acc = at_budget(base, traffic, budget)
+    every_seed = None not in (*arm_acc.values(), *base_acc.values())
+    compared = paired(arm.label, f"equal_{traffic}", arm_acc, base_acc) if every_seed else None
+    return AtBytes(arm.label, traffic, budget / 1e6, arm_round, base_round, arm_acc, base_acc, compared)
+
+
+# --- per arm, and the report ------------------------------------------------------------------
 
 
 @dataclass
 class ArmStats:
-    """One arm's per-seed numbers (accuracy as a fraction of 1, upload in MB = 10^6 bytes)."""
+    """One arm's per-seed numbers (accuracy as a fraction of 1, traffic in MB = 10^6 bytes)."""
 
     label: str
     paths: dict[int, str]
@@ -89,6 +227,7 @@ class ArmStats:
     lastk: dict[int, float]
     reach: dict[int, int | None]
     mb_up: dict[int, float]
+    mb_up_down: dict[int, float]
     rounds: int
 
     @property
@@ -96,7 +235,10 @@ class ArmStats:
         return sorted(self.final)
 
     def row(self) -> dict[str, Any]:
-        """The arm's summary over seeds: what the table shows, as plain numbers."""
+        """The arm's summary over seeds: what the table shows, as plain numbers.
+
+        `rounds_to_target_mean` is the mean over the `reached_target` seeds that reached the
+        target only, never over all seeds."""
         final_mean, final_std = mean_std(list(self.final.values()))
         window_mean, window_std = mean_std(list(self.lastk.values()))
         reached = [r for r in self.reach.values() if r is not None]
@@ -112,6 +254,7 @@ class ArmStats:
             "reached_target": len(reached),
             "mb_up_per_round": mb_total / self.rounds,
             "mb_up_total": mb_total,
+            "mb_up_down_total": float(np.mean(list(self.mb_up_down.values()))),
         }
 
 
@@ -123,14 +266,18 @@ def arm_stats(arm: Arm, k: int, target: float) -> ArmStats:
         final={run.seed: accuracy_points(run.rows)[-1][1] for run in runs},
         lastk={run.seed: float(np.mean([acc for _, acc in last_k(run.rows, k)])) for run in runs},
         reach={run.seed: rounds_to_target(run.rows, target) for run in runs},
-        mb_up={run.seed: sum(r.get("bytes_up") or 0 for r in run.rows) / 1e6 for run in runs},
+        mb_up={run.seed: int(spent(run.rows, "up")[-1]) / 1e6 for run in runs},
+        mb_up_down={run.seed: int(spent(run.rows, "up_down")[-1]) / 1e6 for run in runs},
         rounds=len(runs[0].rows),
     )
 
 
+TESTED = ("mean", "low", "high", "p_value", "p_holm", "mde", "wins")  # a comparison's CSV columns
+
+
 @dataclass
 class Report:
-    """Everything a comparison shows: per-arm statistics and paired differences to the baseline."""
+    """Everything a comparison shows: per-arm statistics and comparisons with the baseline."""
 
     title: str
     setting: dict[str, Any]
@@ -141,6 +288,7 @@ class Report:
     command: str
     arms: list[ArmStats]
     paired: list[Paired]
+    at_bytes: list[AtBytes]
     differences: dict[str, dict[str, Any]]
     curves: dict[str, list[list[dict[str, Any]]]]
 
@@ -149,13 +297,17 @@ class Report:
         return self.arms[0].seeds
 
     def rows(self) -> list[dict[str, Any]]:
-        """One CSV row per arm: its summary, then its paired difference to the baseline."""
+        """One CSV row per arm: its summary, then its comparisons with the baseline."""
         rows = []
         for arm in self.arms:
             row = {**arm.row(), "lastk_window": self.window}
             for p in self.paired:
                 if p.label == arm.label:
-                    row |= {f"{p.metric}_diff_{k}": getattr(p, k) for k in ("mean", "low", "high", "wins")}
+                    row |= {f"{p.metric}_diff_{k}": getattr(p, k) for k in TESTED}
+            for a in self.at_bytes:
+                if a.label == arm.label:
+                    row[f"equal_{a.traffic}_budget_mb"] = a.budget_mb
+                    row |= {f"equal_{a.traffic}_diff_{k}": a.paired and getattr(a.paired, k) for k in TESTED}
             rows.append(row)
         return rows
 
@@ -176,6 +328,21 @@ def arm_differences(arms: Sequence[Arm]) -> dict[str, dict[str, Any]]:
     return {k: {arm.label: config[k] for arm, config in zip(arms, configs) if k in config} for k in keys}
 
 
+def comparisons(arms: Sequence[Arm], stats_: Sequence[ArmStats]) -> tuple[list[Paired], list[AtBytes]]:
+    """Every arm against the first (the baseline): at equal rounds per metric, then at equal
+    bytes per traffic; each metric's p-values Holm-adjusted together."""
+    base = stats_[0]
+    at_rounds = [
+        paired(s.label, metric, getattr(s, metric), getattr(base, metric))
+        for s in stats_[1:]
+        for metric in METRICS_COMPARED
+    ]
+    found = (at_equal_bytes(arm, arms[0], traffic) for traffic in TRAFFIC for arm in arms[1:])
+    at_bytes = [a for a in found if a is not None]
+    adjust([*at_rounds, *(a.paired for a in at_bytes if a.paired is not None)])
+    return at_rounds, at_bytes
+
+
 def analyse(
     runs: Sequence[Run], baseline: str | None = None, k: int = 5, target: float = 0.8, command: str = ""
 ) -> Report:
@@ -184,12 +351,7 @@ def analyse(
     base_label = choose_baseline(arms, baseline)
     arms.sort(key=lambda arm: arm.label != base_label)  # baseline first, the rest as found
     stats_ = [arm_stats(arm, k, target) for arm in arms]
-    base = stats_[0]
-    paired_ = [
-        paired(s.label, metric, getattr(s, metric), getattr(base, metric))
-        for s in stats_[1:]
-        for metric in METRICS_COMPARED
-    ]
+    at_rounds, at_bytes = comparisons(arms, stats_)
     setting = {key: value for key, value in arms[0].runs[0].config.items() if is_setting_key(key)}
     return Report(
         title=f"{setting_text(setting)} · {setting.get('rounds')} rounds · {seeds_text(arms[0].seeds)}",
@@ -200,9 +362,8 @@ def analyse(
         target=target,
         command=command,
         arms=stats_,
-        paired=paired_,
+        paired=at_rounds,
+        at_bytes=at_bytes,
         differences=arm_differences(arms),
         curves={arm.label: [run.rows for run in arm.runs] for arm in arms},
     )
-
-
