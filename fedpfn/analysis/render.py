@@ -127,8 +127,8 @@ def comparison_text(baseline: str) -> str:
         "p Holm is p adjusted with Holm's step-down method across the arms compared on the same accuracy in "
         f"this report; a difference is resolved when p Holm < {ALPHA:.2f}. Beside every 'not resolved' stands "
         "the minimum detectable effect: the true mean difference that these seeds, with the observed std of "
-        f"the differences, would detect with {100 * POWER:g} % power at p < {ALPHA:.2f} (paired t test, "
-        "noncentral t)."
+        f"the differences, would detect with {100 * POWER:g} % power at p < {ALPHA:.2f} before Holm's "
+        "adjustment (paired t test, noncentral t)."
     )
 
 

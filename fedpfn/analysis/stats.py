@@ -90,6 +90,8 @@ def rounds_to_target(rows: Sequence[dict[str, Any]], target: float) -> int | Non
 def mde(n: int, std: float | None, alpha: float = ALPHA, power: float = POWER) -> float | None:
     """The smallest true mean difference that a two-sided paired t test at `alpha` over n seeds
     detects with probability `power`, if the differences' std is `std` (the observed one).
+    `alpha` is one comparison's level, before Holm's adjustment: under Holm the detectable
+    difference is larger still.
 
     Exact, by the noncentral t: with δ the true mean difference, the statistic follows
     nct(n-1, δ√n/std) and the power is P(T > c) + P(T < -c), c the t quantile 1 - alpha/2
