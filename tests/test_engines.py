@@ -249,3 +249,9 @@ def test_client_masks_in_a_cohort_equal_the_clientapp(tmp_path, monkeypatch):
     monkeypatch.setitem(OWN_HPARAMS, "scaffold", {"anchor_masks": "client"})
     gaps = three_rounds("scaffold", "fedpfn", "cnn", "sgd", torch.float64, tmp_path)
     assert all(g < t for g, t in zip(gaps, TOLERANCE[torch.float64])), gaps
+
+
+def test_moon_with_its_projection_head_in_a_cohort_equals_the_clientapp(tmp_path, monkeypatch):
+    monkeypatch.setitem(OWN_HPARAMS, "moon", {"projection_head": 64})
+    gaps = three_rounds("moon", "fedpfn", "cnn", "sgd", torch.float64, tmp_path)
+    assert all(g < t for g, t in zip(gaps, TOLERANCE[torch.float64])), gaps

@@ -74,3 +74,12 @@ def test_other_models_take_any_image_size(name: str) -> None:
 
 def test_every_model_name_has_a_builder() -> None:
     assert tuple(models._BUILDERS) == MODELS
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "resnet20"])
+def test_a_projection_head_is_what_the_classifier_reads_and_what_moon_contrasts(name):
+    model = build_model(name, (1, 28, 28), 10, projection_head=256)
+    logits, features = model(torch.zeros(3, 1, 28, 28), with_features=True)
+    assert logits.shape == (3, 10) and features.shape == (3, 256)
+    assert model.classifier.in_features == 256 and not hasattr(model.base, "classifier")
+    assert {"head.0.weight", "head.2.weight"} <= {n for n, _ in model.named_parameters()}

@@ -140,12 +140,12 @@ def initial_model(cfg: RunConfig) -> nn.Module:
     data = dataset_for(cfg)
     with torch.random.fork_rng(devices=[]):  # seeded here, without touching the caller's RNG
         torch.manual_seed(seed_for(cfg.seed, Stream.INIT))
-        return build_model(cfg.model, data.input_shape, data.num_classes)
+        return build_model(cfg.model, data.input_shape, data.num_classes, cfg.projection_head)
 
 
 @lru_cache(maxsize=8)
-def _skeleton(model: str, input_shape: tuple[int, int, int], num_classes: int, device: str) -> nn.Module:
-    return build_model(model, input_shape, num_classes).to(device)
+def _skeleton(model: str, input_shape: tuple[int, int, int], num_classes: int, head: int, device: str) -> nn.Module:
+    return build_model(model, input_shape, num_classes, head).to(device)
 
 
 def model_skeleton(cfg: RunConfig, device: torch.device, data: ClientData | None = None) -> nn.Module:
@@ -155,7 +155,7 @@ def model_skeleton(cfg: RunConfig, device: torch.device, data: ClientData | None
     loads the dataset.
     """
     shapes = data if data is not None else dataset_for(cfg)
-    return _skeleton(cfg.model, shapes.input_shape, shapes.num_classes, str(device))
+    return _skeleton(cfg.model, shapes.input_shape, shapes.num_classes, cfg.projection_head, str(device))
 
 
 @dataclass(frozen=True, eq=False)

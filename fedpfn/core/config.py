@@ -53,6 +53,12 @@ class RunConfig:
     server: str = setting("fedavg", "server algorithm by name, or package.module:StrategyClass")
     dataset: str = setting("fmnist", f"one of {', '.join(DATASETS)}", one_of(DATASETS), kind="federation")
     model: str = setting("cnn", f"one of {', '.join(MODELS)}", one_of(MODELS), kind="federation")
+    projection_head: int = setting(
+        0,
+        "a projection head of this width between the model's representation and its classifier "
+        "(MOON's paper: 256); 0: none",
+        at_least(0),
+    )
     data_root: str | None = setting(
         None, "folder holding the dataset files (default: Debian's for fmnist)", kind="bookkeeping"
     )

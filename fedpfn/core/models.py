@@ -18,8 +18,14 @@ from torch import nn
 MODELS = ("mlp", "cnn", "resnet20", "vgg11")  # each has a class in _BUILDERS at the end
 
 
-def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int) -> ZooModel:
-    """Build ``name`` (one of MODELS) for C x H x W inputs and ``num_classes`` outputs."""
+def build_model(
+    name: str, input_shape: tuple[int, int, int], num_classes: int, projection_head: int = 0
+) -> ZooModel:
+    """Build ``name`` (one of MODELS) for C x H x W inputs and ``num_classes`` outputs.
+
+    ``projection_head`` > 0 puts MOON's projection head (a 2-layer MLP to that width) between
+    the model's representation and its classifier (``WithProjectionHead``).
+    """
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
     if len(input_shape) != 3 or any(int(d) < 1 for d in input_shape):
@@ -32,7 +38,8 @@ def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int) 
             f"the cnn needs images of at least {CNN_MIN_SIDE} x {CNN_MIN_SIDE} pixels (three unpadded 3 x 3 "
             f"convolutions and two 2 x 2 pools), got {shape[1]} x {shape[2]}; use mlp, resnet20 or vgg11"
         )
-    return _BUILDERS[name](shape, num_classes)
+    model = _BUILDERS[name](shape, num_classes)
+    return WithProjectionHead(model, projection_head, num_classes) if projection_head else model
 
 
 class ZooModel(nn.Module, ABC):
@@ -175,6 +182,26 @@ class VGG11(ZooModel):
 
     def represent(self, x: torch.Tensor) -> torch.Tensor:
         return self.features(x)
+
+
+class WithProjectionHead(ZooModel):
+    """A model's representation, a projection head (Linear, ReLU, Linear to `width`), a classifier.
+
+    MOON (Li, He and Song, CVPR 2021; its authors' code and Flower Baselines' MOON) contrasts
+    the projection head's output, which is also what the output layer reads; the paper's
+    width is 256. The base model's own classifier is left out.
+    """
+
+    def __init__(self, base: ZooModel, width: int, num_classes: int) -> None:
+        super().__init__()
+        self.base = base
+        features = base.classifier.in_features
+        del base.classifier
+        self.head = nn.Sequential(nn.Linear(features, features), nn.ReLU(), nn.Linear(features, width))
+        self.classifier = nn.Linear(width, num_classes)
+
+    def represent(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.base.represent(x))
 
 
 _BUILDERS: dict[str, type[ZooModel]] = {"mlp": MLP, "cnn": CNN, "resnet20": ResNet20, "vgg11": VGG11}

@@ -51,7 +51,7 @@ def check_runnable(cfg: RunConfig) -> None:
         raise ConfigError(problem)
     try:
         data = dataset_for(cfg)
-        build_model(cfg.model, data.input_shape, data.num_classes)  # refuses images too small
+        build_model(cfg.model, data.input_shape, data.num_classes, cfg.projection_head)  # refuses images too small
         client_indices(cfg)
     except (DataError, PartitionError, ValueError) as err:
         raise ConfigError(str(err)) from None
