@@ -42,6 +42,7 @@ from fedpfn.analysis.fusion import (
     bn_batches,
     has_batchnorm,
     initial_model,
+    mean_std,
     over_seeds,
     paired_difference,
     sample_pool,
@@ -356,38 +357,76 @@ def band_note(result: Mapping[str, Any]) -> str:
     return f"line: mean over {over}; band: ± 1 std (n − 1)" if curves > 1 else f"one curve ({over}), no band"
 
 
-def plot_curves(result: Mapping[str, Any], path: Path, title: str) -> None:
-    """Mean interpolation curves (± 1 std band), every setting on the same axes, legend below the plots."""
-    import matplotlib
+def plot_curves(result: Mapping[str, Any], path: Path, title: str) -> list[Path]:
+    """The LMC figure as `path` (PNG) and a PDF beside it, one column wide (fedpfn.analysis.plots).
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Top: test accuracy along the straight line between two models, mean over seeds x pairs
+    (± 1 std), each setting's barrier marked where its mean curve falls furthest below the
+    line joining its ends. Below: each anchored setting minus plain, pair by pair on the same
+    seed (the same initialisation and shards), so the seed-to-seed spread cancels.
+    """
+    # matplotlib is imported here only: the LMC command's checks run without it
+    from fedpfn.analysis.plots import OKABE_ITO, legend_below, new_figure, save, styled, wrapped
 
-    fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(12, 5), layout="constrained")
-    for name, entry in result["settings"].items():
-        c = entry["summary"]["curve"]
-        style = {"linestyle": "--", "color": "black"} if name == "plain" else {}
-        for ax, what, scale in ((acc_ax, "acc", 100), (loss_ax, "loss", 1)):
-            mean = [v * scale for v in c[f"{what}_mean"]]
-            std = [v * scale for v in c[f"{what}_std"]]
-            (line,) = ax.plot(c["alpha"], mean, marker=".", label=name if ax is acc_ax else None, **style)
-            ax.fill_between(
-                c["alpha"],
-                [m - s for m, s in zip(mean, std)],
-                [m + s for m, s in zip(mean, std)],
-                color=line.get_color(),
-                alpha=0.15,
-                linewidth=0,
-            )
-    x_label = "a   (model (1 − a) w_A + a w_B)"
-    acc_ax.set(xlabel=x_label, ylabel="test accuracy (%)", title="accuracy")
-    loss_ax.set(xlabel=x_label, ylabel="test cross-entropy", title="loss")
-    for ax in (acc_ax, loss_ax):
-        ax.grid(alpha=0.3)
-    fig.suptitle(f"{title}\n{band_note(result)}")
-    fig.legend(loc="outside lower center", ncols=len(result["settings"]))
-    fig.savefig(path, dpi=120, format="png")
-    plt.close(fig)
+    @styled
+    def figure() -> Any:
+        anchored = [name for name in result["settings"] if name != "plain"]
+        fig, axes = new_figure(2 if anchored else 1, 4.6 if anchored else 3.0, sharex=True)
+        colors = dict(zip(result["settings"], OKABE_ITO))
+        for name, entry in result["settings"].items():
+            _path_panel(axes[0], entry["summary"]["curve"], _setting_label(name, entry), colors[name])
+        axes[0].set_ylabel("test accuracy (%)")
+        for name in anchored:
+            _difference_panel(axes[1], result, name, colors[name])
+        axes[-1].set_xlabel("position on the line: 0 = model A, 1 = model B")
+        legend_below(fig, [handle for ax in axes for handle in ax.get_legend_handles_labels()[0]])
+        cfg = result["config"]
+        details = f"lr {cfg['lr']}, {cfg['granularity']}-level anchors; {band_note(result)}"
+        fig.suptitle(wrapped(f"{title}\n{details}"))
+        return fig
+
+    return save(figure(), path)
+
+
+def _setting_label(name: str, entry: Mapping[str, Any]) -> str:
+    return "plain (no anchors)" if name == "plain" else f"anchored, ρ={entry['anchor_ratio']:g}"
+
+
+def _path_panel(ax: Any, curve: Mapping[str, Any], label: str, color: str) -> None:
+    """One setting's mean accuracy (%) along the path, its band, and its barrier marked."""
+    alphas = curve["alpha"]
+    mean = [100 * v for v in curve["acc_mean"]]
+    std = [100 * v for v in curve["acc_std"]]
+    ax.plot(alphas, mean, marker=".", color=color, label=label)
+    ax.fill_between(alphas, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
+                    color=color, alpha=0.15, linewidth=0)  # fmt: skip
+    line = [(1 - a) * mean[0] + a * mean[-1] for a in alphas]
+    ax.plot(alphas, line, color=color, linestyle=":", linewidth=0.8)
+    worst = max(range(len(alphas)), key=lambda i: line[i] - mean[i])
+    gap = line[worst] - mean[worst]
+    if gap > 0:
+        ax.annotate("", xy=(alphas[worst], mean[worst]), xytext=(alphas[worst], line[worst]),
+                    arrowprops={"arrowstyle": "<->", "color": color, "linewidth": 0.8})  # fmt: skip
+        ax.annotate(f"barrier {gap:.1f} pp", (alphas[worst], (mean[worst] + line[worst]) / 2), xytext=(4, 0),
+                    textcoords="offset points", color=color, va="center")  # fmt: skip
+
+
+def _difference_panel(ax: Any, result: Mapping[str, Any], name: str, color: str) -> None:
+    """`name` minus plain in accuracy points along the path, per (seed, pair), mean ± 1 std."""
+    plain = {s["seed"]: s["pairs"] for s in result["settings"]["plain"]["seeds"]}
+    diffs = [
+        [100 * (a - b) for a, b in zip(pair["acc"], base["acc"])]
+        for seed in result["settings"][name]["seeds"]
+        for pair, base in zip(seed["pairs"], plain[seed["seed"]])
+    ]
+    alphas = result["settings"][name]["seeds"][0]["pairs"][0]["alpha"]
+    stats = [mean_std(column) for column in zip(*diffs)]
+    mean, std = [s["mean"] for s in stats], [s["std"] for s in stats]
+    ax.plot(alphas, mean, marker=".", color=color, label=f"{_setting_label(name, result['settings'][name])} − plain")
+    ax.fill_between(alphas, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
+                    color=color, alpha=0.15, linewidth=0)  # fmt: skip
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_ylabel("anchored − plain (pp)")
 
 
 def plot_title(cfg: LmcConfig) -> str:
