@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from fedpfn.runtime.engines import ENGINES
 from fedpfn.runtime.simulation import simulate
 
 LAST_ROUNDS = 5
+MIN_SEEDS = 3  # fewer: the paired intervals are zero-width or huge (1 degree of freedom)
 NOT_COMPARED = ("out", "overwrite", PROVENANCE, *PLACEMENT, *TRACKERS)  # may differ in a reused sub-run
 
 
@@ -57,6 +59,18 @@ def check_seeds(seeds: Sequence[Any]) -> list[int]:
     if not seeds:
         raise ConfigError(f"seeds: none given; {accepted}")
     return list(seeds)
+
+
+def seeds_warning(seeds: Sequence[int]) -> str | None:
+    """Why paired intervals over so few seeds mean little (Student's t with n-1 df), or None from 3 on."""
+    if len(seeds) >= MIN_SEEDS:
+        return None
+    if len(seeds) == 1:
+        return "1 seed: the comparison has no spread and no intervals; give --seeds with 3 or more (0,1,2)"
+    return (
+        "2 seeds: each 95 % interval has 1 degree of freedom (t = 12.7), so it is either very wide or, "
+        "where both seeds differ by the same amount, of zero width; give --seeds with 3 or more (0,1,2)"
+    )
 
 
 def check_algorithms(algorithms: Sequence[str]) -> list[str]:
@@ -193,6 +207,8 @@ def compare(base: RunConfig, algorithms: list[str], seeds: list[int], command: s
     comparison folder, with the first algorithm as the baseline.
     """
     seeds, algorithms = check_seeds(seeds), check_algorithms(algorithms)
+    if (warning := seeds_warning(seeds)) is not None:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     base = ENGINES[base.engine].prepare(base)  # placement as its sub-runs record it
     root = base.run_dir
     check_root(root)
