@@ -491,7 +491,7 @@ def test_a_checkpoint_of_another_model_shape_or_dtype_is_refused(tmp_path, capsy
         fingerprint = tiny_config(out=str(folder.path)).fingerprint()
         folder.save_checkpoint(fingerprint, {**tree, "model": {**model, name: wrong}})
         lines = refused(capsys, monkeypatch, "--resume", str(folder.path))
-        assert any(f"its model entry '{name}' is ({wrong.shape}, '{wrong.dtype}')" in line for line in lines), lines
+        assert any(f"its entry '{name}' is ({wrong.shape}, '{wrong.dtype}')" in line for line in lines), lines
 
 
 def test_an_array_claiming_more_than_its_file_holds_is_never_allocated(tmp_path, capsys, monkeypatch):

@@ -269,6 +269,7 @@ def core_fields() -> dict[str, dataclasses.Field]:
 
 
 PLACEMENT = of_kind(RunConfig, "placement")  # where a run computes: a resume may move it
+BATCHED_SETTINGS = ("engine_mode", "engine_chunk", "engine_workers")  # the batched engine's alone
 TRACKERS = of_kind(RunConfig, "tracking")  # where its numbers are also logged: a resume may switch them
 # settings that may change between a run and its continuation (`--resume DIR --rounds N`)
 # or that only say where and how it runs, never what it computes

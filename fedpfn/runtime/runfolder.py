@@ -331,6 +331,20 @@ class RunFolder:
             why = "it is a symbolic link" if err.errno == errno.ELOOP else err.strerror
             raise RunFolderError(f"out: cannot take {self.path / LOCK} ({why})") from None
 
+    def remove_stale_lock(self) -> None:
+        """The lock file, if no process holds its lock (one left by a stop that came between
+        creating the file and locking it); a held one, this process's included, is kept."""
+        try:
+            fd = os.open(self.path / LOCK, os.O_WRONLY | os.O_NOFOLLOW)
+        except OSError:
+            return
+        with os.fdopen(fd, "w") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return
+            (self.path / LOCK).unlink(missing_ok=True)
+
     @contextmanager
     def exclusive(self) -> Iterator[None]:
         """Hold the folder for one process: two runs writing one folder corrupt both."""

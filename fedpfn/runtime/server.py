@@ -22,7 +22,7 @@ from clients.state import ClientStateStore
 from fedpfn.core import protocol
 from fedpfn.core.cache import dataset_on, initial_model, partition_label_counts, validation_indices
 from fedpfn.core.config import RunConfig
-from fedpfn.core.files import CLIENTS
+from fedpfn.core.files import CHECKPOINT, CLIENTS
 from fedpfn.core.training import evaluate, pick_device
 from fedpfn.runtime import alignment
 from fedpfn.runtime.algorithms import build_strategy, state_keys
@@ -350,12 +350,16 @@ class ServerLoop:
 def resume_point(cfg: RunConfig, folder: RunFolder) -> dict[str, Any] | None:
     """The checkpoint a run in `folder` continues from, checked without writing anything.
 
-    None means round 1. Refused: a checkpoint of other settings, metrics that do not cover
-    it, a stateful client rule whose saved client state is missing.
+    None means round 1. Refused: a checkpoint of other settings, or whose model is not the
+    run's (names, shapes, dtypes), metrics that do not cover it, a stateful client rule whose
+    saved client state is missing or not shaped like the model. Every resume (run_sim.py,
+    `--compare`, `flwr run`) comes through here, before anything is claimed or started.
     """
     checkpoint = folder.load_checkpoint(cfg.fingerprint())
     if checkpoint is None:
         return None
+    model = {name: value.numpy() for name, value in initial_model(cfg).state_dict().items()}
+    check_shaped_like(checkpoint["model"], model, f"{folder.path / CHECKPOINT}'s model", whole=True)
     last = int(checkpoint["round"])
     rows = folder.read_metrics()
     if len(rows) < last:
@@ -366,12 +370,28 @@ def resume_point(cfg: RunConfig, folder: RunFolder) -> dict[str, Any] | None:
     accepted_by_partition = sorted(accepted_rounds(rows[:last]).items())
     for key in state_keys(cfg):
         for pid, accepted in accepted_by_partition:
-            if ClientStateStore(folder.path, pid).load(key, accepted) is None:
+            saved = ClientStateStore(folder.path, pid).load(key, accepted)
+            if saved is None:
                 raise RunFolderError(
                     f"{folder.path}/client_state lacks client {pid}'s '{key}' from rounds <= {accepted}; "
                     "the run cannot be resumed with the same numbers"
                 )
+            check_shaped_like(protocol.to_numpy(saved), model, f"client {pid}'s saved '{key}'")
     return checkpoint
+
+
+def check_shaped_like(arrays: dict[str, Any], model: dict[str, np.ndarray], what: str, whole: bool = False) -> None:
+    """Every array named like a model entry, of its shape and dtype (`whole`: every entry there)."""
+    expected = {k: (v.shape, str(v.dtype)) for k, v in model.items()}
+    found = {k: (np.shape(v), str(np.asarray(v).dtype)) for k, v in arrays.items()}
+    names = set(found) | (set(expected) if whole else set())
+    wrong = sorted(k for k in names if expected.get(k) != found.get(k))
+    if wrong:
+        name = wrong[0]
+        raise RunFolderError(
+            f"{what} is damaged: its entry '{name}' is {found.get(name, 'missing')}, the run's model has "
+            f"{expected.get(name, 'no such entry')}; the run cannot be resumed"
+        )
 
 
 def evaluation_set(cfg: RunConfig, device: torch.device) -> tuple[str, torch.Tensor, torch.Tensor]:

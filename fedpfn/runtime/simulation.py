@@ -21,10 +21,10 @@ from contextlib import contextmanager, suppress
 from types import FrameType
 from typing import Any
 
-from fedpfn.core.cache import client_indices, dataset_for, initial_model
-from fedpfn.core.config import NOT_IN_FINGERPRINT, PLACEMENT, TRACKERS, ConfigError, RunConfig
+from fedpfn.core.cache import client_indices, dataset_for
+from fedpfn.core.config import BATCHED_SETTINGS, NOT_IN_FINGERPRINT, PLACEMENT, TRACKERS, ConfigError, RunConfig
 from fedpfn.core.data import DataError, find_data_problem
-from fedpfn.core.files import CHECKPOINT, LOCK, LOG, append_text, stop_writing
+from fedpfn.core.files import LOCK, LOG, append_text, stop_writing
 from fedpfn.core.models import build_model
 from fedpfn.runtime import env, lifecycle, reaper
 from fedpfn.runtime.algorithms import parse_config, validated
@@ -99,6 +99,8 @@ class SignalStop:
             with suppress(OSError):
                 append_text(self.folder.path / LOG, line + "\n")
             (self.folder.path / LOCK).unlink(missing_ok=True)
+        else:  # the stop may have come between the lock file's creation and its lock
+            self.folder.remove_stale_lock()
 
     def handler(self, signum: int, frame: FrameType | None) -> None:
         self.stop(signum)
@@ -215,12 +217,13 @@ def resume_config(run_dir: str, overrides: dict[str, Any]) -> RunConfig:
             )
         folder.check_usable()
     switched = {name: getattr(requested, name) for name in (*PLACEMENT, *TRACKERS)}  # may change on resume
+    if requested.engine != stored.engine:  # the other engine's settings stay behind, unless given now
+        defaults = RunConfig()
+        switched |= {name: getattr(defaults, name) for name in BATCHED_SETTINGS if name not in overrides}
     cfg = dataclasses.replace(
         stored, rounds=requested.rounds, out=str(folder.path), overwrite=False, **switched
     )
-    cfg = validated(cfg)
-    check_checkpoint_model(folder, cfg)
-    return cfg
+    return validated(cfg)
 
 
 def resumable_folder(run_dir: str) -> RunFolder:
@@ -235,23 +238,3 @@ def resumable_folder(run_dir: str) -> RunFolder:
     return folder
 
 
-def check_checkpoint_model(folder: RunFolder, cfg: RunConfig) -> None:
-    """The checkpoint's model has the names, shapes and dtypes of the run's model, checked here
-    rather than inside the engine after the folder was claimed."""
-    checkpoint = folder.load_checkpoint(cfg.fingerprint())
-    if checkpoint is None:
-        return
-    try:
-        model = initial_model(cfg)
-    except (DataError, PartitionError, ValueError):
-        return  # the data is missing: check_runnable says so, before anything starts
-    state = model.state_dict()
-    expected = {k: (tuple(v.shape), str(v.dtype).removeprefix("torch.")) for k, v in state.items()}
-    found = {k: (tuple(v.shape), str(v.dtype)) for k, v in checkpoint["model"].items()}
-    wrong = sorted(k for k in set(expected) | set(found) if expected.get(k) != found.get(k))
-    if wrong:
-        name = wrong[0]
-        raise ConfigError(
-            f"resume: {folder.path / CHECKPOINT} is damaged: its model entry '{name}' is "
-            f"{found.get(name, 'missing')}, the run's model has {expected.get(name, 'no such entry')}"
-        )

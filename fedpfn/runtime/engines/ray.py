@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from fedpfn.core.config import RunConfig
+from fedpfn.core.config import BATCHED_SETTINGS, RunConfig
 from fedpfn.core.settings import ConfigError
 from fedpfn.runtime import env
 from fedpfn.runtime.app import client_app, make_server_app
@@ -62,8 +62,8 @@ def check_ray_precision(cfg: RunConfig) -> None:
 
 def refuse_batched_settings(cfg: RunConfig) -> None:
     """The batched engine's settings mean nothing here: set, they are refused, not ignored."""
-    used = {"engine_mode": cfg.engine_mode != "auto", "engine_chunk": cfg.engine_chunk != 0, "engine_workers": cfg.engine_workers is not None}
-    named = [name for name, set_here in used.items() if set_here]
+    defaults = RunConfig()
+    named = [name for name in BATCHED_SETTINGS if getattr(cfg, name) != getattr(defaults, name)]
     if named:
         raise ConfigError(f"{', '.join(named)}: a setting of --engine batched; the Ray engine runs one ClientApp per client")
 
