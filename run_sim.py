@@ -30,6 +30,7 @@ env.flower_defaults()  # before Flower is imported: its telemetry reads the swit
 from fedpfn.core.config import ConfigError, RunConfig  # noqa: E402
 from fedpfn.core.settings import add_flags, read_toml  # noqa: E402
 from fedpfn.runtime.algorithms import parse_config, validated  # noqa: E402
+from fedpfn.runtime.runfolder import RunWriteError  # noqa: E402
 from fedpfn.runtime.server import WorkerLost  # noqa: E402
 
 USAGE = "python run_sim.py [--config FILE] [--FLAG VALUE ...] [KEY=VALUE ...]"
@@ -209,10 +210,11 @@ def config_from_args(args: dict[str, Any]) -> RunConfig:
     return parse_config(values)
 
 
-def fail(message: str) -> int:
+def fail(message: str, code: int = 2) -> int:
+    """One `error:` line per problem; exit 2 for input refused, 1 for a run that failed."""
     for line in message.splitlines():
         print(f"error: {line}", file=sys.stderr)
-    return 2
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,8 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from fedpfn.runtime.simulation import resume_config, simulate
 
-        cfg = resume_config(resume_dir, args) if resume_dir else validated(config_from_args(args))
-        simulate(cfg, resume=resume_dir is not None)  # prints a header, the rounds and a summary
+        resuming = resume_dir is not None
+        cfg = resume_config(resume_dir, args) if resuming else validated(config_from_args(args))
+        simulate(cfg, resume=resuming)  # prints a header, the rounds and a summary
+    except RunWriteError as err:  # the run folder could not be written mid-run: a fault, not bad input
+        return fail(str(err), code=1)  # its message names the file and the resume command
     except ConfigError as err:
         return fail(str(err))
     except WorkerLost as err:

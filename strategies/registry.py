@@ -203,7 +203,13 @@ def build_user_strategy(path: str, args: str | None, per_round: int | None = Non
     unknown = sorted(set(kwargs) - set(accepted)) if not takes_any else []
     if unknown:
         raise ConfigError(f"server_args: {path} takes no argument {', '.join(unknown)}; it accepts {', '.join(accepted)}")
-    kwargs = {**{k: v for k, v in TAKE_ALL.items() if k in accepted and k not in kwargs}, **kwargs}
+    sampling = sorted(set(kwargs) & set(TAKE_ALL))
+    if sampling:  # they would be overwritten below: refused, not ignored
+        raise ConfigError(
+            f"server_args: {', '.join(sampling)} is fedpfn's to set (clients_per_round samples the round's "
+            "clients; the server evaluates the global model itself); leave it out"
+        )
+    kwargs = {**{k: v for k, v in TAKE_ALL.items() if k in accepted}, **kwargs}
     try:
         strategy = cls(**kwargs)
     except Exception as err:  # noqa: BLE001  (the user's constructor may raise anything)

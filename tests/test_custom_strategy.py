@@ -139,3 +139,10 @@ def test_krum_picks_one_clients_parameters_through_the_composed_strategy():
     result = to_numpy(arrays)
     picked = [r for r in recorder.seen[0] if all(np.array_equal(r["arrays"][n], result[n]) for n in result)]
     assert len(picked) == 1  # Krum returns one reply's parameters unchanged
+
+
+def test_server_args_that_fedpfn_sets_itself_are_refused_not_overwritten(capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    code = run_sim.main(["--server", "flwr.serverapp.strategy:FedMedian", "--server-args", '{"fraction_train": 0.5}'])
+    err = capsys.readouterr().err
+    assert code == 2 and "server_args: fraction_train is fedpfn's to set" in err and err.count("\n") == 1

@@ -414,7 +414,7 @@ def test_cli_end_to_end_on_a_small_fmnist_subset(tmp_path: Path, capsys) -> None
         f"seed 0         plain: loss barrier {plain['loss_barrier']:.3f}, acc barrier {acc_barrier:.2f} pp"
         in printed
     )
-    assert sorted(p.name for p in out.iterdir()) == ["lmc.json", "lmc.png"]  # no temporary files left
+    assert sorted(p.name for p in out.iterdir()) == ["lmc.json", "lmc.pdf", "lmc.png"]  # no temporary files left
 
 
 @needs_fmnist
@@ -424,7 +424,7 @@ def test_overwrite_replaces_only_the_tools_files(tmp_path: Path, capsys) -> None
     assert lmc.main([*_small_fmnist_argv(tmp_path, seeds="3"), "--overwrite"]) == 0
     assert json.loads((tmp_path / "lmc.json").read_text())["config"]["seeds"] == [3]
     assert (tmp_path / "notes.txt").read_text() == "mine"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["lmc.json", "lmc.png", "notes.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lmc.json", "lmc.pdf", "lmc.png", "notes.txt"]
 
 
 def test_band_note_states_the_std_and_the_count() -> None:

@@ -68,7 +68,7 @@ from fedpfn.core.settings import (
 from fedpfn.core.training import pick_device
 
 DEVICES = ("auto", "cpu", "cuda")
-OUTPUT_FILES = ("lmc.json", "lmc.png")  # all the tool writes into --out; nothing else is touched
+OUTPUT_FILES = ("lmc.json", "lmc.png", "lmc.pdf")  # all the tool writes into --out; nothing else is touched
 
 
 def _distinct_seeds(seeds: tuple[int, ...]) -> str | None:

@@ -227,8 +227,8 @@ class RunConfig:
             out.append(
                 f"min_replies: {self.min_replies} must be at most clients_per_round ({self.clients_per_round})"
             )
-        if self.data_root is not None and not Path(self.data_root).expanduser().is_dir():
-            out.append(f"data_root: '{self.data_root}' is not a directory")
+        if self.data_root is not None and not Path(self.data_root).expanduser().is_dir() and not self.download:
+            out.append(f"data_root: '{self.data_root}' is not a directory (with --download it is made)")
         return out
 
     def fingerprint(self) -> dict[str, Any]:

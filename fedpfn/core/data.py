@@ -29,6 +29,15 @@ DATASETS = ("fmnist", "mnist", "cifar10", "cifar100", "svhn")
 DEBIAN_FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 
 _NUM_CLASSES = {"fmnist": 10, "mnist": 10, "cifar10": 10, "cifar100": 100, "svhn": 10}
+_DIGITS = tuple(str(d) for d in range(10))
+# what each label means, for figures (CIFAR-100's hundred are left to their numbers)
+CLASS_NAMES: dict[str, tuple[str, ...] | None] = {
+    "fmnist": ("T-shirt", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Boot"),
+    "mnist": _DIGITS,
+    "cifar10": ("plane", "car", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"),
+    "cifar100": None,
+    "svhn": _DIGITS,
+}
 _TITLES = {
     "fmnist": "Fashion-MNIST",
     "mnist": "MNIST",

@@ -22,6 +22,7 @@ from clients.state import ClientStateStore
 from fedpfn.core import protocol
 from fedpfn.core.cache import dataset_on, initial_model, partition_label_counts, validation_indices
 from fedpfn.core.config import RunConfig
+from fedpfn.core.data import CLASS_NAMES
 from fedpfn.core.files import CHECKPOINT, CLIENTS
 from fedpfn.core.training import evaluate, pick_device
 from fedpfn.runtime import alignment
@@ -265,7 +266,8 @@ class ServerLoop:
 
         counts = partition_label_counts(self.cfg)
         write_partition_json(self.folder.path / "partition.json", counts)
-        plot_partition(self.folder.path / "partition.png", counts)
+        title = f"{self.cfg.num_clients} clients, {split_text(self.cfg)} · seed {self.cfg.seed}"
+        plot_partition(self.folder.path / "partition.png", counts, CLASS_NAMES[self.cfg.dataset], title)
 
     # --- checkpoints ---------------------------------------------------------------------
 
@@ -340,7 +342,7 @@ class ServerLoop:
         self.model.load_state_dict(self.arrays.to_torch_state_dict())
         self.folder.save_model(self.cfg.rounds, self.model.state_dict())
         rows = self.folder.read_metrics()
-        plot_run(rows, self.folder.path / "accuracy.png", title=setting_title(self.cfg))
+        plot_run(rows, self.folder.path / "accuracy.png", title=setting_title(self.cfg), config=self.cfg.to_dict())
         summary = summarise_rows(rows, self.eval_name)
         summary.update(algorithm=self.cfg.algorithm, server=self.cfg.server, wall_seconds=wall_seconds)
         self.folder.write_summary(summary)
@@ -425,11 +427,14 @@ def summarise_rows(rows: list[dict[str, Any]], split: str = "test") -> dict[str,
     return summary
 
 
+def split_text(cfg: RunConfig) -> str:
+    return f"Dirichlet α={cfg.alpha:g}" if cfg.partition == "dirichlet" else cfg.partition
+
+
 def setting_title(cfg: RunConfig) -> str:
     """The run's setting in one line, for figure titles."""
     server = "" if cfg.server == "fedavg" else f" + {cfg.server}"
-    split = f"Dirichlet {cfg.alpha:g}" if cfg.partition == "dirichlet" else cfg.partition
     return (
         f"{cfg.algorithm}{server} · {cfg.dataset} {cfg.model} · {cfg.num_clients} clients "
-        f"({cfg.clients_per_round}/round), {split} · seed {cfg.seed}"
+        f"({cfg.clients_per_round}/round), {split_text(cfg)} · seed {cfg.seed}"
     )
