@@ -12,7 +12,8 @@ of the weights. The global model is evaluated in the last round only, so steady 
 time training and aggregation.
 
 Each engine runs as `run_sim.py` in a process of its own, from launch: `launch -> round 1`
-is the wall time until round 1's metrics row is written (start-up, data, model, round 1);
+is the wall time until round 1's metrics row is written (start-up, data, model, round 1),
+`start-up` the part of it before round 1 began (round 1's own seconds taken off);
 `updates/s` is clients a round over the median round time of rounds 2..n. The plain loop
 (benchmarks/plain.py: a textbook torch.optim loop, one client after another, FedAvg by
 examples) runs in this process after its first round, same clients and batches. Memory:
@@ -73,6 +74,7 @@ class Case:
 class Measured:
     engine: str
     to_round_1: float  # launch -> round 1's row written (nan for the in-process plain loop)
+    start_up: float  # of which before round 1 began: process, imports, data, model, Ray
     updates_per_second: float
     rss_mib: float
     gpu_mib: float
@@ -97,7 +99,8 @@ def engine_run(case: Case, engine: str, rounds: int, out: Path) -> Measured:
     seconds = median(row["seconds"] for row in rows[1:])
     peak = tree.peak()
     gpu = max(smi.total, default=float("nan")) - (smi.total[0] if smi.total else 0)
-    return Measured(engine, first, case.per_round / seconds, mib(peak.rss) if peak else float("nan"), gpu)
+    start_up = first - rows[0]["seconds"]
+    return Measured(engine, first, start_up, case.per_round / seconds, mib(peak.rss) if peak else float("nan"), gpu)
 
 
 def plain_run(case: Case, rounds: int, device: torch.device) -> Measured:
@@ -110,7 +113,8 @@ def plain_run(case: Case, rounds: int, device: torch.device) -> Measured:
     seconds = median(r.seconds - r.evaluate for r in timed[1:])  # the engines evaluate only the last round
     peak = tree.peak()
     gpu = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else float("nan")
-    return Measured("plain", float("nan"), case.per_round / seconds, mib(peak.rss) if peak else float("nan"), mib(gpu))
+    nan = float("nan")
+    return Measured("plain", nan, nan, case.per_round / seconds, mib(peak.rss) if peak else nan, mib(gpu))
 
 
 def default_plan(cuda: bool) -> dict[str, str]:
@@ -160,14 +164,14 @@ def print_case(case: Case, found: dict[str, Measured]) -> None:
     base = found.get("plain")
     ray = found.get("ray")
     rows = [
-        [m.engine, f"{m.to_round_1:.1f}", f"{m.updates_per_second:.2f}",
+        [m.engine, f"{m.to_round_1:.1f}", f"{m.start_up:.1f}", f"{m.updates_per_second:.2f}",
          ratio(m.updates_per_second, base.updates_per_second if base else float("nan"), 2),
          ratio(m.updates_per_second, ray.updates_per_second if ray else float("nan"), 2),
          f"{m.rss_mib:.0f}", "-" if m.gpu_mib != m.gpu_mib else f"{m.gpu_mib:.0f}"]
         for m in found.values()
     ]  # fmt: skip
     print(f"\n{case.model}, {case.algorithm}, {case.per_round} clients a round ({case.num_clients} in all):")
-    headers = ["engine", "launch -> round 1 s", "updates/s", "x plain", "x ray", "peak RSS MiB", "GPU MiB"]
+    headers = ["engine", "launch -> round 1 s", "start-up s", "updates/s", "x plain", "x ray", "peak RSS MiB", "GPU MiB"]
     print(table(headers, rows), flush=True)
 
 

@@ -3,12 +3,12 @@
 
     python scripts/reference_metrics.py OUT_DIR            # run every reference config
     python scripts/reference_metrics.py OUT_DIR --compare OTHER_DIR
-    python scripts/reference_metrics.py OUT_DIR --compare RAY_DIR --run-args "--engine batched --engine-mode threads"
+    python scripts/reference_metrics.py OUT_DIR --compare RAY_DIR --engine batched --run-args "--engine-mode threads"
 
-Each config runs through the real command line (Ray simulation) on a tiny setting (the MLP,
-and one run each of the CNN and ResNet-20);
-the per-round test accuracy and loss are printed with full precision, and `--compare`
-reports which runs differ from an earlier set, round by round.
+Each config runs through the real command line (by default on the Ray engine) on a tiny
+setting (the MLP, and one run each of the CNN and ResNet-20); the per-round test accuracy
+and loss are printed with full precision, and `--compare` reports which runs differ from an
+earlier set, round by round.
 """
 
 from __future__ import annotations
@@ -45,12 +45,12 @@ REFERENCES = {
 }
 
 
-def run_all(out: Path, run_args: list[str]) -> None:
+def run_all(out: Path, engine: str, run_args: list[str]) -> None:
     for name, extra in REFERENCES.items():
         folder = out / name
         if (folder / SUMMARY).exists():
             continue
-        cmd = [sys.executable, str(ROOT / "run_sim.py"), *COMMON, *extra, *run_args, "--out", str(folder)]
+        cmd = [sys.executable, str(ROOT / "run_sim.py"), *COMMON, *extra, "--engine", engine, *run_args, "--out", str(folder)]
         subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
 
 
@@ -66,9 +66,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--compare", type=Path, help="an earlier OUT_DIR to compare with")
-    parser.add_argument("--run-args", default="", help="more run_sim.py flags for every run (e.g. an engine)")
+    parser.add_argument("--engine", default="ray", choices=("ray", "batched"), help="the engine (default: ray)")
+    parser.add_argument("--run-args", default="", help="more run_sim.py flags for every run")
     args = parser.parse_args()
-    run_all(args.out, shlex.split(args.run_args))
+    run_all(args.out, args.engine, shlex.split(args.run_args))
     now = curves(args.out)
     for name, rows in now.items():
         print(f"{name:>16}: " + "  ".join(f"{acc:.4f}/{loss:.17g}" for acc, loss in rows))

@@ -347,7 +347,9 @@ def test_ray_simulation_runs_feddyn_under_fedadam(tmp_path):
     """FedDyn's client and server state through Ray (fedpfn+scaffold: tests/test_simulation.py)."""
     from fedpfn.runtime.simulation import simulate
 
-    cfg = tiny_config(algorithm="feddyn", server="fedadam", server_lr=0.003, batch_size=BATCH, out=str(tmp_path / "run"))
+    cfg = tiny_config(
+        algorithm="feddyn", server="fedadam", server_lr=0.003, batch_size=BATCH, out=str(tmp_path / "run"), engine="ray"
+    )
     summary = simulate(cfg, show_progress=False)
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rows] == [1, 2]

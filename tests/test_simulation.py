@@ -38,7 +38,7 @@ def stable(run_dir: Path) -> list[dict]:
 
 def resumable_config(out: Path, **overrides):
     """SCAFFOLD under FedPFN with FedAdam: client state, server state and anchors at once."""
-    values = dict(algorithm="fedpfn+scaffold", server="fedadam", server_lr=0.003, rounds=4, out=str(out))
+    values = dict(algorithm="fedpfn+scaffold", server="fedadam", server_lr=0.003, rounds=4, out=str(out), engine="ray")
     values.update(overrides)
     return tiny_config(**values)
 

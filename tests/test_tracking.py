@@ -217,7 +217,7 @@ def test_terminal_header_rounds_with_eta_and_summary(tracked):
     first_round = lines.index(rounds[0])
     header = "\n".join(lines[:first_round])
     for part in ("fedavg on server fedavg", "fmnist mlp", "4, 3 a round, iid", "1..3", str(tracked["run"]),
-                 "Ray on this machine", "tensorboard"):  # fmt: skip
+                 "batched engine in this process", "tensorboard"):  # fmt: skip
         assert part in header, part
     assert all("ETA" in line for line in rounds[:-1]) and "ETA" not in rounds[-1]
     assert "test acc    -" in rounds[0] and "local " in rounds[0]

@@ -126,7 +126,7 @@ class RunConfig:
     )
     # resources and faults
     engine: str = setting(
-        "ray",
+        "batched",
         "where clients train: batched (a round's clients as one program in this process, on its GPU or "
         "CPU) or ray (Flower's simulation engine, one ClientApp call per client; clusters)",
         one_of(ENGINES),

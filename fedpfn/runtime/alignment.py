@@ -24,7 +24,7 @@ from fedpfn.core.config import RunConfig
 from fedpfn.core.seeding import Stream, torch_generator
 
 POINTS = 5  # points on each line between two models, both ends included
-BN_BATCHES, BN_BATCH_SIZE = 10, 100  # training batches that BatchNorm statistics are recomputed on
+BN_BATCHES, BN_BATCH_SIZE = 5, 100  # training batches that BatchNorm statistics are recomputed on
 PREFIX = "align_"
 
 

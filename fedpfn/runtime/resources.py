@@ -31,6 +31,13 @@ def gpu_share(cpus: int, client_cpus: float, clients_per_round: int, gpus_visibl
     return math.floor(share * RAY_RESOLUTION) / RAY_RESOLUTION
 
 
+def cpus_problem(client_cpus: float, cpus: int) -> str | None:
+    """Why a client cannot have `client_cpus` of this machine's `cpus` (either engine), or None."""
+    if client_cpus > cpus:
+        return f"client_cpus: {client_cpus:g} exceeds this machine's {cpus} CPUs"
+    return None
+
+
 def client_wants_gpu(client_gpus: float | None) -> bool:
     """A client trains on a visible GPU unless told 0; None ("auto", as `flwr run` leaves it)
     means whatever the federation's `client-resources-num-gpus` made visible to it."""

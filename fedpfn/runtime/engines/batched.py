@@ -44,6 +44,7 @@ from fedpfn.runtime import env
 from fedpfn.runtime.algorithms import client_rules, mean_based
 from fedpfn.runtime.app import SimulatedFailure, client_app, fails_this_round, make_server_app
 from fedpfn.runtime.lifecycle import RunPlan
+from fedpfn.runtime.resources import cpus_problem
 from fedpfn.runtime.tracking import Tracking
 from strategies import RoundTotals
 
@@ -74,7 +75,10 @@ def prepare(cfg: RunConfig) -> RunConfig:
     """Refuse what this engine cannot do, before anything starts; nothing is resolved into the config."""
     if cfg.ray_address:
         env.check_ray_address(cfg.ray_address)
-    elif cfg.client_gpus and not torch.cuda.is_available():
+        return cfg
+    if problem := cpus_problem(cfg.client_cpus, os.cpu_count() or 1):  # loop mode's threads per client
+        raise ConfigError(problem)
+    if cfg.client_gpus and not torch.cuda.is_available():
         raise ConfigError(f"client_gpus: {cfg.client_gpus:g} asks for a GPU but none is visible; use --client-gpus 0")
     return cfg
 

@@ -22,7 +22,7 @@ from fedpfn.runtime import env
 from fedpfn.runtime.app import client_app, make_server_app
 from fedpfn.runtime.flower import run_simulation
 from fedpfn.runtime.lifecycle import RunPlan
-from fedpfn.runtime.resources import gpu_share
+from fedpfn.runtime.resources import cpus_problem, gpu_share
 from fedpfn.runtime.tracking import Tracking
 
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
@@ -37,9 +37,8 @@ def prepare(cfg: RunConfig) -> RunConfig:
     if cfg.ray_address:
         env.check_ray_address(cfg.ray_address)
         return cfg
-    cpus = os.cpu_count() or 1
-    if cfg.client_cpus > cpus:
-        raise ConfigError(f"client_cpus: {cfg.client_cpus:g} exceeds this machine's {cpus} CPUs")
+    if problem := cpus_problem(cfg.client_cpus, os.cpu_count() or 1):
+        raise ConfigError(problem)
     if cfg.client_gpus and not torch.cuda.is_available():
         raise ConfigError(f"client_gpus: {cfg.client_gpus:g} asks for a GPU but none is visible; use --client-gpus 0")
     warn_unused_gpu(cfg)
