@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The study behind docs/results.md: does training-time alignment help federated learning here?
+"""The study behind docs/results_earlier.md: does training-time alignment help federated learning here?
 
     python scripts/study.py all            # every phase, then the report (restartable)
     python scripts/study.py grid           # one phase: grid, main, schedule, servers, ratios, anchors

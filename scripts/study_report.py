@@ -1,10 +1,10 @@
 #!/usr/bin/env python
-"""docs/results.md from the study's run folders, through `python -m fedpfn.analysis.report` only.
+"""docs/results_earlier.md from the study's run folders, through `python -m fedpfn.analysis.report` only.
 
     python scripts/study_report.py [RUNS]      # default RUNS: runs/study (scripts/study.py's)
 
 A page is never replaced by one that reports less: where RUNS lacks the finished runs of a
-section docs/results.md reports (a fresh clone has none), the page is left as it is, the
+section docs/results_earlier.md reports (a fresh clone has none), the page is left as it is, the
 script says so and exits 1.
 
 Every table is a `fedpfn.analysis.report` output, printed with the command that made it; the
@@ -304,12 +304,12 @@ def main() -> int:
 
 
 def write_page(text: str, runs: Path, pending: int) -> int:
-    """Write docs/results.md, unless the page there reports a section this one would lose.
+    """Write docs/results_earlier.md, unless the page there reports a section this one would lose.
 
     A page is made from finished runs only; runs that are not here (a fresh clone, another
     machine, a moved folder) must not turn a page of results into one of pending comparisons.
     """
-    page = DOCS / "results.md"
+    page = DOCS / "results_earlier.md"
     old = page.read_text() if page.exists() else ""
     headings = [GRID_HEADING, *(heading for _, _, _, heading, _ in comparisons(runs))]
     lost = [h for h in headings if f"\n## {h}\n" in old and f"\n## {h}\n" not in text]

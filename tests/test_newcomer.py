@@ -254,7 +254,7 @@ def check(copy: Path, command: str, monkeypatch) -> None:
             case ["python", "scripts/study_report.py"]:
                 done = shell(copy, ".venv/bin/python scripts/study_report.py")
                 assert done.returncode == 1 and "left unchanged" in done.stderr, done.stderr
-                assert (copy / "docs/results.md").read_bytes() == (ROOT / "docs/results.md").read_bytes()
+                assert (copy / "docs/results_earlier.md").read_bytes() == (ROOT / "docs/results_earlier.md").read_bytes()
             case ["python", "scripts/study.py", "--help"]:
                 done = shell(copy, ".venv/bin/python scripts/study.py --help")
                 assert done.returncode == 0 and "all" in done.stdout
@@ -286,9 +286,9 @@ def test_every_readme_command_runs_as_written(checkout, monkeypatch):
 
 def test_study_report_writes_a_page_that_loses_nothing(checkout):
     """Where the page reports no finished section, the pending page replaces it (the script still writes)."""
-    page = checkout / "docs" / "results.md"
+    page = checkout / "docs" / "results_earlier.md"
     page.write_text("# an earlier page with no results\n")
     done = shell(checkout, ".venv/bin/python scripts/study_report.py")
     assert done.returncode == 0 and "comparisons pending" in done.stdout
     assert "## Not yet run" in page.read_text()
-    shutil.copy2(ROOT / "docs" / "results.md", page)
+    shutil.copy2(ROOT / "docs" / "results_earlier.md", page)
