@@ -266,6 +266,8 @@ def test_the_results_pages_in_short_claims_only_what_each_interval_supports(stud
     five = page.in_short([("Heading", result)], seeds=5)  # 4 seeds: left out of a 5-seed conclusion
     assert all(f"- {claim} the baseline: none." in five for claim in page.CLAIMS)
     assert page.in_short([]) == []
+    twice = page.in_short([("Heading", result), ("Sweep", result)], seeds=4)  # the same runs in two sections
+    assert f"- not resolved from the baseline: fedpfn in *Heading* and *Sweep* as fedpfn ({100 * last['mean']:+.2f})." in twice
 
 
 def analysed(folder: Path, **kwargs: Any) -> Report:
