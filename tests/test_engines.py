@@ -25,7 +25,6 @@ and 1e-2 (measured 8e-5 and 1.2e-3).
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 
