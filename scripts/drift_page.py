@@ -1,67 +1,89 @@
-"""docs/results.md's results, from the drift study's finished runs (scripts/drift_study.py page).
+#!/usr/bin/env python
+"""docs/results.md's results, from the drift study's finished runs.
+
+    python scripts/drift_page.py [--model mlp]      # or: python scripts/drift_study.py page
 
 The page keeps its pre-registration (everything above `## Results`) and replaces what follows
 with: the answers to the pre-registered questions, the primary family Holm-adjusted across
-the page, the alignment family, the learning-rate grid, and per skew the tables of
-`python -m fedpfn.analysis.report` (each with its command; figures in docs/study/drift-*/).
-Nothing is written unless every main run is finished: a page reports finished runs only.
+its four comparisons, the alignment family across its eight, the learning-rate grid, and per
+skew the tables of `python -m fedpfn.analysis.report` (each with its command; figures under
+docs/study/drift-*/). Nothing is written unless every main run is finished: a page reports
+finished runs only.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+from drift_study import ALPHAS, ARMS, LR_GRID, ROOT, SEEDS, Study
 
-from drift_study import ALPHAS, ARMS, LR_GRID, ROOT, SEEDS
 from fedpfn.analysis.render import verdict
 from fedpfn.analysis.stats import Paired, adjust, paired
-from fedpfn.core.files import METRICS, SUMMARY, read_jsonl
-
-if TYPE_CHECKING:
-    from drift_study import Study
+from fedpfn.core.files import CONFIG, METRICS, SUMMARY, read_jsonl
 
 PAGE = ROOT / "docs" / "results.md"
+FIGURES = ROOT / "docs" / "study"
 RESULTS = "## Results"
 NAMES = {
     "fedavg": "FedAvg", "fedpfn": "FedPFN", "fedpfn-fixed": "FedPFN fixed", "fedpfn-client": "control (client masks)",
     "fedpnu-weight": "FedPNU weight", "fedpnu-neuron": "FedPNU neuron",
 }  # fmt: skip
 ALIGNMENT = ("align_loss_barrier", "align_fusion_gap")
+REPORTS = {  # name -> (its arms, the first the baseline; its heading)
+    "all": (list(ARMS), "every arm against FedAvg"),
+    "control": (["fedpfn-client", "fedpfn"], "FedPFN against the control"),
+    "schedule": (["fedpfn", "fedpfn-fixed"], "`fixed` against `round`"),
+}
+Row = tuple[str, dict[str, Any]]  # a comparison's name and its numbers with its verdict
 
 
-def report(study: Study, alpha: str, arms: list[str], name: str) -> dict[str, Any]:
-    """fedpfn.analysis.report over `arms`' main runs at `alpha` (the first arm the baseline)."""
-    out = ROOT / "docs" / "study" / f"drift-{study.model}-a{alpha}-{name}"
-    folders = [str(study.main_run(alpha, arm, 0).parent.relative_to(ROOT)) for arm in arms]
-    cmd = [sys.executable, "-m", "fedpfn.analysis.report", *folders, "--last-k", "10", "--out", str(out.relative_to(ROOT))]
+def shown(path: Path) -> str:
+    """A path as the page's commands give it: relative to the checkout when it lies inside."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def report(study: Study, alpha: str, name: str, figures: Path) -> dict[str, Any]:
+    """fedpfn.analysis.report over one REPORTS entry's main runs at `alpha`."""
+    out = figures / f"drift-{study.model}-a{alpha}-{name}"
+    folders = [shown(study.main_run(alpha, arm, 0).parent) for arm in REPORTS[name][0]]
+    cmd = [sys.executable, "-m", "fedpfn.analysis.report", *folders, "--last-k", "10", "--out", shown(out)]
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     result = json.loads((out / "report.json").read_text())
-    result["markdown"] = (out / "report.md").read_text()
-    result["shell"] = "python -m fedpfn.analysis.report " + " ".join(cmd[3:])
+    result["markdown"] = (out / "report.md").read_text()  # its second line: the command that made it
     return result
 
 
-def lastk_comparison(result: dict[str, Any], arm_index: int) -> dict[str, Any]:
-    """The report's last-k comparison of its `arm_index`-th arm against its baseline."""
-    label = result["arms"][arm_index]["arm"]
-    return next(p for p in result["paired"] if p["label"] == label and p["metric"] == "lastk")
+def lastk_comparison(result: dict[str, Any], arm: str, name: str) -> Paired:
+    """The report's last-10-rounds comparison of `arm` (a REPORTS entry's arm) against its baseline."""
+    label = result["arms"][REPORTS[name][0].index(arm)]["arm"]
+    found = next(p for p in result["paired"] if p["label"] == label and p["metric"] == "lastk")
+    return Paired(**{k: v for k, v in found.items() if k in Paired.__dataclass_fields__})
 
 
 def alignment_means(study: Study, alpha: str, arm: str, key: str) -> dict[int, float]:
     """Seed -> the run's mean of `key` over its alignment measurements."""
     out = {}
     for seed in SEEDS:
-        values = [r[key] for r in read_jsonl(study.main_run(alpha, arm, seed) / METRICS) if r.get(key) is not None]
+        run = study.main_run(alpha, arm, seed)
+        values = [r[key] for r in read_jsonl(run / METRICS) if r.get(key) is not None]
+        if not values:
+            raise SystemExit(f"drift_page: {run} has no {key} measurement; was it run with --alignment-every?")
         out[seed] = float(np.mean(values))
     return out
 
 
-def alignment_family(study: Study) -> list[Paired]:
+def with_verdict(name: str, comparison: Paired) -> Row:
+    scale, unit = (1.0, "nats") if "loss_barrier" in name else (100.0, "points")
+    return name, {**comparison.__dict__, "verdict": verdict(comparison, scale, unit)}
+
+
+def alignment_family(study: Study) -> list[Row]:
     """FedPFN − FedAvg and FedPFN − control of each alignment figure at each skew, Holm-adjusted together."""
     family = []
     for alpha in ALPHAS:
@@ -71,25 +93,29 @@ def alignment_family(study: Study) -> list[Paired]:
                 label = f"α={alpha} {key.removeprefix('align_')}: FedPFN − {NAMES[base]}"
                 family.append(paired(label, "alignment", ours, alignment_means(study, alpha, base, key)))
     adjust(family)
-    return family
+    return [with_verdict(p.label, p) for p in family]
 
 
-def primary_family(reports: dict[str, dict[str, dict]]) -> list[tuple[str, dict[str, Any]]]:
+def primary_family(reports: dict[str, dict[str, dict]]) -> list[Row]:
     """FedPFN − FedAvg and FedPFN − control at both skews, their p Holm-adjusted across the four."""
-    rows = []
+    family = {}
     for alpha in ALPHAS:
-        rows.append((f"α={alpha}: FedPFN − FedAvg", lastk_comparison(reports[alpha]["all"], list(ARMS).index("fedpfn"))))
-        rows.append((f"α={alpha}: FedPFN − control", lastk_comparison(reports[alpha]["control"], 1)))
-    comparisons = [Paired(**{k: v for k, v in c.items() if k in Paired.__dataclass_fields__}) for _, c in rows]
-    adjust(c for c in comparisons)
-    return [(name, {**c.__dict__, "verdict": verdict(c)}) for (name, _), c in zip(rows, comparisons)]
+        family[f"α={alpha}: FedPFN − FedAvg"] = lastk_comparison(reports[alpha]["all"], "fedpfn", "all")
+        family[f"α={alpha}: FedPFN − control"] = lastk_comparison(reports[alpha]["control"], "fedpfn", "control")
+    adjust(family.values())
+    return [with_verdict(name, comparison) for name, comparison in family.items()]
 
 
-def answers(primary: list[tuple[str, dict[str, Any]]], alignment: list[tuple[str, dict[str, Any]]]) -> list[str]:
+def unit_of(name: str) -> float:
+    """Accuracy figures in points; a loss barrier (nats) as it is."""
+    return 1.0 if "loss_barrier" in name else 100.0
+
+
+def answers(primary: list[Row], alignment: list[Row]) -> list[str]:
     """The pre-registered questions, each answered by its comparisons' verdicts (nothing else)."""
 
-    def said(rows: list[tuple[str, dict[str, Any]]], needle: str) -> str:
-        return "; ".join(f"{name}: {c['verdict']} ({unit_of(name) * c['mean']:+.2f})" for name, c in rows if needle in name)
+    def said(rows: list[Row], needle: str) -> str:
+        return "; ".join(f"{name}: {c['verdict']} ({unit_of(name) * c['mean']:+.3f})" for name, c in rows if needle in name)
 
     return [
         f"1. FedPFN against FedAvg — {said(primary, 'FedAvg')}.",
@@ -99,12 +125,7 @@ def answers(primary: list[tuple[str, dict[str, Any]]], alignment: list[tuple[str
     ]
 
 
-def unit_of(name: str) -> float:
-    """Accuracy figures in points; a loss barrier (nats) as it is."""
-    return 1.0 if "loss_barrier" in name else 100.0
-
-
-def family_table(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
+def family_table(rows: list[Row]) -> list[str]:
     lines = ["| comparison | mean difference (points; barrier: nats) | 95 % CI | p | p (Holm) | seeds higher | verdict |",
              "|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, c in rows:
@@ -129,22 +150,17 @@ def unfinished(study: Study) -> list[Path]:
     return [run for a in ALPHAS for arm in ARMS for s in SEEDS if not ((run := study.main_run(a, arm, s)) / SUMMARY).exists()]
 
 
-def write_page(study: Study) -> None:
-    missing = unfinished(study)
-    if missing:
-        raise SystemExit(f"drift_page: {len(missing)} main runs are not finished (first: {missing[0]}); the page is left as it is")
-    reports = {
-        alpha: {"all": report(study, alpha, list(ARMS), "all"), "control": report(study, alpha, ["fedpfn-client", "fedpfn"], "control")}
-        for alpha in ALPHAS
-    }  # fmt: skip
-    primary = primary_family(reports)
-    alignment = [(p.label, {**p.__dict__, "verdict": verdict(p)}) for p in alignment_family(study)]
-    head = PAGE.read_text().split(RESULTS)[0]
-    body = [RESULTS, "", f"The {study.model.upper()} version (100 clients, 10 a round, 5 local epochs, {study.rounds} rounds, "
-            "5 seeds), made by `python scripts/drift_study.py all` and written by `python scripts/drift_study.py page`.", "",
+def results(study: Study, figures: Path) -> list[str]:
+    """The page below RESULTS, from the finished runs."""
+    reports = {alpha: {name: report(study, alpha, name, figures) for name in REPORTS} for alpha in ALPHAS}
+    primary, alignment = primary_family(reports), alignment_family(study)
+    rounds = json.loads((study.main_run(ALPHAS[0], "fedavg", SEEDS[0]) / CONFIG).read_text())["rounds"]
+    body = [RESULTS, "", f"The {study.model.upper()} version (100 clients, 10 a round, 5 local epochs, {rounds} rounds, "
+            f"5 seeds), made by `python scripts/drift_study.py all --model {study.model}` and written by "
+            f"`python scripts/drift_page.py --model {study.model}`.", "",
             "### Answers", "", *answers(primary, alignment), "",
-            "A verdict is what the Holm-adjusted interval supports; 'not resolved' gives the difference these five "
-            "seeds could have detected (80 % power, before Holm).", "",
+            "A verdict is what the Holm-adjusted p supports; 'not resolved' gives the difference these five "
+            "seeds could have detected (80 % power, before Holm). Differences in accuracy points, barriers in nats.", "",
             "### Primary family: accuracy over the last 10 rounds (Holm across the four)", "", *family_table(primary), "",
             "### Alignment: mean over the run's measurements (Holm across the eight)", "",
             "Loss barrier in nats and fusion gap in accuracy points; lower is better aligned.", "",
@@ -152,6 +168,28 @@ def write_page(study: Study) -> None:
             *grid_lines(study), ""]  # fmt: skip
     for alpha in ALPHAS:
         for name, result in reports[alpha].items():
-            body += [f"### α = {alpha}: {'every arm against FedAvg' if name == 'all' else 'FedPFN against the control'}", "",
-                     f"`{result['shell']}`", "", result["markdown"].split("\n", 1)[1], ""]  # fmt: skip
-    PAGE.write_text(head + "\n".join(body))
+            body += [f"### α = {alpha}: {REPORTS[name][1]}", "", result["markdown"].split("\n", 1)[1].strip(), ""]
+    return body
+
+
+def write_page(study: Study, page: Path = PAGE, figures: Path = FIGURES) -> None:
+    """Replace `page`'s results with the finished runs' (its pre-registration stays as written)."""
+    missing = unfinished(study)
+    if missing:
+        raise SystemExit(f"drift_page: {len(missing)} main runs are not finished (first: {missing[0]}); {page} is left as it is")
+    head = page.read_text()
+    if RESULTS not in head:
+        raise SystemExit(f"drift_page: {page} has no '{RESULTS}' heading below its pre-registration; nothing written")
+    page.write_text(head.split(RESULTS)[0] + "\n".join(results(study, figures)))
+    print(f"wrote {page}")
+
+
+def cli() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="mlp", help="the study's model: mlp (this machine's version) or cnn")
+    write_page(Study(parser.parse_args().model))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

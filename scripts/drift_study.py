@@ -2,7 +2,7 @@
 """The study behind docs/results.md: does shared anchoring help where clients drift, and does it
 keep their models aligned?
 
-    python scripts/drift_study.py all      # the learning-rate grid, the main runs, then the page
+    python scripts/drift_study.py all      # the learning-rate grid, the main runs, then the page (drift_page.py)
     python scripts/drift_study.py grid     # one stage: grid, main or page
     python scripts/drift_study.py all --model cnn --rounds 200 --grid-rounds 50   # the full design (a GPU)
 
@@ -43,6 +43,7 @@ SEEDS = (0, 1, 2, 3, 4)
 LR_GRID = ("0.01", "0.02", "0.05", "0.1")
 SCORED_ROUNDS = 10  # the grid scores a learning rate on the last 10 evaluated rounds
 CHANCE = 0.2  # a grid run whose score is below this collapsed (chance is 0.1)
+ROUNDS, GRID_ROUNDS = 100, 30  # this machine's version; the design: 200 and 50 (a GPU)
 
 
 def run_once(out: Path, flags: list[str]) -> Path:
@@ -60,7 +61,7 @@ def run_once(out: Path, flags: list[str]) -> Path:
 class Study:
     """The design at one model and length: where its runs live and which learning rates won."""
 
-    def __init__(self, model: str, rounds: int, grid_rounds: int) -> None:
+    def __init__(self, model: str, rounds: int = ROUNDS, grid_rounds: int = GRID_ROUNDS) -> None:
         self.model, self.rounds, self.grid_rounds = model, rounds, grid_rounds
         self.runs = ROOT / "runs" / "drift" / model
 
@@ -109,18 +110,16 @@ def cli() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("stage", choices=("grid", "main", "page", "all"))
     parser.add_argument("--model", default="mlp", help="mlp (the 2-core machine's version) or cnn (the full design)")
-    parser.add_argument("--rounds", type=int, default=100, help="rounds of a main run (the design: 200)")
-    parser.add_argument("--grid-rounds", type=int, default=30, help="rounds of a grid run")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds of a main run (the design: 200)")
+    parser.add_argument("--grid-rounds", type=int, default=GRID_ROUNDS, help="rounds of a grid run")
     args = parser.parse_args()
     study = Study(args.model, args.rounds, args.grid_rounds)
     if args.stage in ("grid", "all"):
         study.grid()
     if args.stage in ("main", "all"):
         study.main()
-    if args.stage in ("page", "all"):
-        from drift_page import write_page
-
-        write_page(study)
+    if args.stage in ("page", "all"):  # drift_page.py imports this file: run it, do not import it
+        subprocess.run([PYTHON, str(ROOT / "scripts" / "drift_page.py"), "--model", args.model], cwd=ROOT, check=True)
     print(json.dumps({"runs": str(study.runs)}))
     return 0
 

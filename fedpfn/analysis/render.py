@@ -97,15 +97,18 @@ def arm_table(report: Report) -> list[str]:
     return lines
 
 
-def verdict(p: Paired) -> str:
+def verdict(p: Paired, scale: float = 100.0, unit: str = "points") -> str:
     """What the comparison supports after Holm's adjustment; beside every 'not resolved', the
-    difference these seeds could have detected (the minimum detectable effect)."""
+    difference these seeds could have detected (the minimum detectable effect), as `scale` × the
+    difference in `unit` (accuracy: 100 × a fraction, in points)."""
     if p.p_value is None or p.p_holm is None or p.mde is None:
         return "no test: 1 seed" if p.std is None else "no test: every seed differs by the same amount"
     if p.p_holm < ALPHA:
         return "higher" if p.mean > 0 else "lower"
     after = " after Holm" if p.p_value < ALPHA else ""
-    return f"not resolved{after}; detectable at {100 * POWER:g} % power: ±{100 * p.mde:.2f} points"
+    detectable = scale * p.mde
+    shown = f"{detectable:.2f}" if detectable >= 0.1 else f"{detectable:.2g}"  # a barrier's hundredths of a nat
+    return f"not resolved{after}; detectable at {100 * POWER:g} % power: ±{shown} {unit}"
 
 
 def comparison_cells(p: Paired) -> str:
