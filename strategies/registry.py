@@ -79,6 +79,11 @@ def _lr(key: str, params: ServerOptParams) -> dict[str, float]:
     return {} if params.server_lr is None else {key: params.server_lr}
 
 
+def _adaptive(params: ServerOptParams) -> dict[str, float]:
+    """FedAdam's and FedYogi's arguments: momentum is their beta_1, the learning rate their eta."""
+    return {"beta_1": params.server_momentum, **_lr("eta", params)}
+
+
 def _registry(*rules: ServerRule) -> dict[str, ServerRule]:
     return {rule.name: rule for rule in rules}
 
@@ -94,22 +99,8 @@ SERVER_RULES = _registry(
         state=("momentum_vector",),
         mean_based=True,
     ),
-    ServerRule(
-        "fedadam",
-        ServerOptParams,
-        FedAdam,
-        lambda p: {"beta_1": p.server_momentum, **_lr("eta", p)},
-        state=FEDOPT_STATE,
-        mean_based=True,
-    ),
-    ServerRule(
-        "fedyogi",
-        ServerOptParams,
-        FedYogi,
-        lambda p: {"beta_1": p.server_momentum, **_lr("eta", p)},
-        state=FEDOPT_STATE,
-        mean_based=True,
-    ),
+    ServerRule("fedadam", ServerOptParams, FedAdam, _adaptive, state=FEDOPT_STATE, mean_based=True),
+    ServerRule("fedyogi", ServerOptParams, FedYogi, _adaptive, state=FEDOPT_STATE, mean_based=True),
     ServerRule("fedadagrad", ServerOptParams, FedAdagrad, lambda p: _lr("eta", p), state=FEDOPT_STATE, mean_based=True),
 )
 USER_RULE = ServerRule("module:Class", UserStrategyParams, None)

@@ -405,12 +405,16 @@ class RunFolder:
                 path.unlink()
 
     def _config_json(self) -> dict[str, Any]:
+        return self._json_object(CONFIG, "; the run cannot be read")
+
+    def _json_object(self, name: str, consequence: str = "") -> dict[str, Any]:
+        """The run folder's JSON object `name`; damage is a RunFolderError, never a bare traceback."""
         try:
-            value = read_json(self.path / CONFIG)
+            value = read_json(self.path / name)
         except (OSError, DamagedFile) as err:
-            raise RunFolderError(f"{self.path / CONFIG} is damaged ({err}); the run cannot be read") from None
+            raise RunFolderError(f"{self.path / name} is damaged ({err}){consequence}") from None
         if not isinstance(value, dict):
-            raise RunFolderError(f"{self.path / CONFIG} is damaged (not a JSON object)")
+            raise RunFolderError(f"{self.path / name} is damaged (not a JSON object)")
         return value
 
     def remove_temporary(self) -> None:
@@ -576,13 +580,7 @@ class RunFolder:
         atomic_write_json(self.path / SUMMARY, summary)
 
     def read_summary(self) -> dict[str, Any]:
-        try:
-            value = read_json(self.path / SUMMARY)
-        except (OSError, DamagedFile) as err:
-            raise RunFolderError(f"{self.path / SUMMARY} is damaged ({err})") from None
-        if not isinstance(value, dict):
-            raise RunFolderError(f"{self.path / SUMMARY} is damaged (not a JSON object)")
-        return value
+        return self._json_object(SUMMARY)
 
     def checkpoint_round(self) -> int:
         """The round the checkpoint holds (0 without one, or with a damaged one); reads only its index."""
