@@ -94,11 +94,12 @@ def _open_new(path: Path) -> int:
 _WRITING = threading.RLock()  # held by every write below; a stopping process takes it for good
 
 
-def stop_writing(timeout: float = 2.0) -> None:
+def stop_writing(timeout: float = 2.0) -> bool:
     """From now on this process writes nothing through this module: the write in flight
     finishes, later ones wait until the process exits. A stop signal calls this before it
-    stops the run's workers, whose failures would otherwise be recorded as a round."""
-    _WRITING.acquire(timeout=timeout)
+    stops the run's workers, whose failures would otherwise be recorded as a round.
+    False: a write did not finish within `timeout`, and this thread may not write either."""
+    return _WRITING.acquire(timeout=timeout)
 
 
 @contextmanager

@@ -78,15 +78,18 @@ class SignalStop:
     def stop(self, signum: int) -> None:
         """Record nothing more, say where the run stopped, exit; once, from any thread."""
         if not self.stopping.acquire(blocking=False):
-            threading.Event().wait()  # another thread is ending the process
+            # Another thread is ending the process. Return rather than wait: this may be the main
+            # thread's handler, interrupting a write that the other thread waits for (stop_writing).
+            return
         code = 128 + signum
         threading.Timer(STOP_GRACE_SECONDS, os._exit, args=(code,)).start()
-        stop_writing()  # the round in flight is not recorded: its workers are about to go
-        self.report()
+        may_write = stop_writing()  # the round in flight is not recorded: its workers are about to go
+        self.report(may_write)
         os._exit(code)  # before Ray's processes go: its core worker would exit 1 on seeing its raylet die
 
-    def report(self) -> None:
-        """The run's last line, on the terminal and, once this process holds the folder, in run.log."""
+    def report(self, may_write: bool) -> None:
+        """The run's last line, on the terminal and, once this process holds the folder and no
+        write is stuck, in run.log; the lock file goes in any case."""
         held = self.folder.held_here()
         if held:
             line = self.folder.stop_message()
@@ -96,8 +99,9 @@ class SignalStop:
             print(f"\n{line}", file=sys.stderr, flush=True)
         logging.disable(logging.CRITICAL)  # the line above is the last one: no failures of stopped workers
         if held:
-            with suppress(OSError):
-                append_text(self.folder.path / LOG, line + "\n")
+            if may_write:
+                with suppress(OSError):
+                    append_text(self.folder.path / LOG, line + "\n")
             (self.folder.path / LOCK).unlink(missing_ok=True)
         else:  # the stop may have come between the lock file's creation and its lock
             self.folder.remove_stale_lock()
