@@ -14,6 +14,7 @@ finished runs only.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import subprocess
 import sys
@@ -125,6 +126,43 @@ def answers(primary: list[Row], alignment: list[Row]) -> list[str]:
     ]
 
 
+def measurements(study: Study, key: str) -> list[float]:
+    """Every value of `key` in every main run (all arms, skews and seeds)."""
+    runs = [study.main_run(alpha, arm, seed) for alpha in ALPHAS for arm in ARMS for seed in SEEDS]
+    return [r[key] for run in runs for r in read_jsonl(run / METRICS) if r.get(key) is not None]
+
+
+def same_curves(study: Study) -> list[tuple[str, str]]:
+    """Arm pairs whose test accuracy is equal in every round of every seed at every skew."""
+
+    def curve(alpha: str, arm: str, seed: int) -> list[Any]:
+        return [r.get("test_accuracy") for r in read_jsonl(study.main_run(alpha, arm, seed) / METRICS)]
+
+    return [(a, b) for a, b in itertools.combinations(ARMS, 2)
+            if all(curve(alpha, a, s) == curve(alpha, b, s) for alpha in ALPHAS for s in SEEDS)]  # fmt: skip
+
+
+def observations(study: Study) -> list[str]:
+    """What the runs show that the pre-registration did not foresee, computed, never typed in."""
+    lines = []
+    for key in ALIGNMENT:
+        values = measurements(study, key)
+        if values and all(v == 0 for v in values):
+            lines.append(f"- The {key.removeprefix('align_').replace('_', ' ')} was 0 in all {len(values)} measurements, "
+                         "in every arm at both skews: no point on the line between two client models lay above the "
+                         "straight line between their end points, so this figure cannot tell arms apart here.")  # fmt: skip
+    acc = measurements(study, "align_acc_barrier")
+    if acc:
+        lines.append(f"- The accuracy barrier (measured, not pre-registered) averaged {100 * np.mean(acc):.2f} points "
+                     f"over its {len(acc)} measurements (largest {100 * max(acc):.2f}).")  # fmt: skip
+    for a, b in same_curves(study):
+        why = (" Under FedAvg this is expected: the anchored weights FedPNU does not upload are filled with the "
+               "global values, which is what FedPFN's frozen anchors average to; the two differ in upload only."
+               if {a, b} == {"fedpfn", "fedpnu-weight"} else "")  # fmt: skip
+        lines.append(f"- {NAMES[a]} and {NAMES[b]} gave the same test accuracy in every round of every seed.{why}")
+    return lines or ["- None."]
+
+
 def family_table(rows: list[Row]) -> list[str]:
     lines = ["| comparison | mean difference (points; barrier: nats) | 95 % CI | p | p (Holm) | seeds higher | verdict |",
              "|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -159,6 +197,7 @@ def results(study: Study, figures: Path) -> list[str]:
             f"5 seeds), made by `python scripts/drift_study.py all --model {study.model}` and written by "
             f"`python scripts/drift_page.py --model {study.model}`.", "",
             "### Answers", "", *answers(primary, alignment), "",
+            "### Observations (computed from the runs, not pre-registered)", "", *observations(study), "",
             "A verdict is what the Holm-adjusted p supports; 'not resolved' gives the difference these five "
             "seeds could have detected (80 % power, before Holm). Differences in accuracy points, barriers in nats.", "",
             "### Primary family: accuracy over the last 10 rounds (Holm across the four)", "", *family_table(primary), "",

@@ -102,3 +102,24 @@ def test_no_page_while_a_run_is_unfinished(study: Study, tmp_path: Path) -> None
     with pytest.raises(SystemExit, match="1 main runs are not finished"):
         drift_page.write_page(study, page, tmp_path / "figures")
     assert page.read_text() == "## Results\n\nNot yet run.\n"
+
+
+def test_observations_name_a_figure_that_never_moved_and_arms_that_never_differed(study: Study) -> None:
+    assert drift_page.observations(study) == ["- None."]  # the planted runs: every arm its own curve and barrier
+    for alpha in ALPHAS:
+        for seed in SEEDS:
+            for arm in ARMS:
+                metrics = study.main_run(alpha, arm, seed) / "metrics.jsonl"
+                rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+                for row in rows:
+                    if "align_loss_barrier" in row:
+                        row |= {"align_loss_barrier": 0.0, "align_acc_barrier": 0.01}
+                metrics.write_text("".join(json.dumps(row) + "\n" for row in rows))
+            pfn = study.main_run(alpha, "fedpfn", seed) / "metrics.jsonl"
+            (study.main_run(alpha, "fedpnu-weight", seed) / "metrics.jsonl").write_text(pfn.read_text())
+    said = drift_page.observations(study)
+    measured = 2 * len(ARMS) * len(SEEDS) * (ROUNDS // 10)
+    assert said[0].startswith(f"- The loss barrier was 0 in all {measured} measurements")
+    assert said[1].startswith(f"- The accuracy barrier (measured, not pre-registered) averaged 1.00 points over its {measured}")
+    assert said[2].startswith("- FedPFN and FedPNU weight gave the same test accuracy in every round of every seed. Under FedAvg")
+    assert len(said) == 3

@@ -258,6 +258,13 @@ def check(copy: Path, command: str, monkeypatch) -> None:
             case ["python", "scripts/study.py", "--help"]:
                 done = shell(copy, ".venv/bin/python scripts/study.py --help")
                 assert done.returncode == 0 and "all" in done.stdout
+            case ["python", "scripts/drift_study.py", stage, "--model", model]:
+                done = shell(copy, ".venv/bin/python scripts/drift_study.py --help")  # the runs take hours
+                assert done.returncode == 0 and stage in done.stdout and model in done.stdout, done.stdout
+            case ["python", "scripts/drift_page.py", "--model", model]:
+                done = shell(copy, f".venv/bin/python scripts/drift_page.py --model {model}")
+                assert done.returncode == 1 and "main runs are not finished" in done.stderr, done.stderr
+                assert (copy / "docs/results.md").read_bytes() == (ROOT / "docs/results.md").read_bytes()
             case ["flwr", "run", ".", *args]:
                 check_flwr_run(copy, [".", *args])
             case ["flwr", "ls"]:
