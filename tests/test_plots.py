@@ -135,7 +135,7 @@ def test_paired_panels_share_one_x_range_and_flag_intervals_of_zero_width(arms: 
     fig = paired_figure({"mean of last 5 of 20 rounds": series, "final round": wide}, "fedavg", TITLE)
     assert_paper_column(fig)
     for ax in fig.axes:
-        assert [t.get_text() for t in ax.get_yticklabels()] == [
+        assert [t.get_text().replace("\n", " ") for t in ax.get_yticklabels()] == [
             display_name(n) for n in ALGORITHMS[1 : arms + 1]
         ]
     assert len({ax.get_xlim() for ax in fig.axes}) == 1  # one shared range
@@ -149,6 +149,17 @@ def test_paired_panels_share_one_x_range_and_flag_intervals_of_zero_width(arms: 
     assert "FedAvg" in fig.axes[-1].get_xlabel()
     texts = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
     assert "95 % CI (Student's t)" in texts
+    plt.close(fig)
+
+
+def test_long_arm_names_leave_the_curves_most_of_the_column() -> None:
+    """Six arms named by three settings each (the drift study's) once squeezed the curves to a sliver."""
+    labels = [f"fedpfn anchor_masks={m} anchor_schedule={s} anchor_granularity=neuron" for m in ("shared", "client")
+              for s in ("round", "fixed", "never")]  # fmt: skip
+    fig = comparison_figure({label: [rows(seed) for seed in range(3)] for label in labels}, TITLE)
+    fig.canvas.draw()
+    assert fig.axes[0].get_position().width > 0.5
+    assert all(max(map(len, t.get_text().splitlines())) <= 24 for t in fig.axes[1].get_yticklabels())
     plt.close(fig)
 
 

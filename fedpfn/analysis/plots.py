@@ -58,7 +58,7 @@ NAMES = {
     "fedyogi": "FedYogi", "fedadagrad": "FedAdagrad",
 }  # fmt: skip
 SYMBOLS = {"anchor_ratio": "ρ", "alpha": "α", "prox_mu": "μ", "feddyn_alpha": "α_dyn", "moon_mu": "μ_moon"}
-WORDS = {"anchor_schedule": "anchors", "anchor_granularity": "anchor level", "anchor_server_step": "anchor step",
+WORDS = {"anchor_schedule": "anchors", "anchor_masks": "masks", "anchor_granularity": "anchor level", "anchor_server_step": "anchor step",
          "server_lr": "server lr", "server_momentum": "server momentum", "local_epochs": "epochs"}  # fmt: skip
 
 
@@ -90,6 +90,11 @@ def display_name(label: str) -> str:
         value = algorithm_name(value) if key == "server" else value
         parts.append(f"{SYMBOLS[key]} = {value}" if key in SYMBOLS else f"{WORDS.get(key, key)} {value}")
     return algorithm_name(head) + (f" ({', '.join(parts)})" if parts else "")
+
+
+def tick_name(label: str, width: int = 24) -> str:
+    """An arm's name on a panel's y axis, in lines short enough to leave the panel its width."""
+    return textwrap.fill(display_name(label), width)
 
 
 def setting_text(config: Mapping[str, Any]) -> str:
@@ -287,7 +292,7 @@ def _final_panel(ax: Axes, curves: Mapping[str, Sequence[Rows]], styles: Mapping
         ax.scatter(finals, np.full(len(finals), y), color=color, s=8, alpha=0.6, zorder=2)
         std = finals.std(ddof=1) if len(finals) > 1 else 0.0
         ax.errorbar(finals.mean(), y, xerr=std, fmt="D", color=color, markersize=3.5, capsize=2, zorder=3)
-    ax.set_yticks(range(len(labels)), [display_name(label) for label in labels])
+    ax.set_yticks(range(len(labels)), [tick_name(label) for label in labels])
     for tick, label in zip(ax.get_yticklabels(), labels):
         tick.set_color(styles[label]["color"])
     ax.set_ylim(len(labels) - 0.5, -0.5)
@@ -347,7 +352,7 @@ def _paired_panel(ax: Axes, series: Sequence[PairedSeries], metric: str, colors:
         if flag:
             _flag(ax, s.mean, y, flag)
     ax.axvline(0, color="black", lw=0.8)
-    ax.set_yticks(range(len(series)), [display_name(s.label) for s in series])
+    ax.set_yticks(range(len(series)), [tick_name(s.label) for s in series])
     ax.set_ylim(len(series) - 0.5, -0.5)
     ax.set_title(metric)
     ax.grid(axis="y", visible=False)
