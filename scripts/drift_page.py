@@ -67,20 +67,25 @@ def lastk_comparison(result: dict[str, Any], arm: str, name: str) -> Paired:
     return Paired(**{k: v for k, v in found.items() if k in Paired.__dataclass_fields__})
 
 
+def values(run: Path, key: str) -> list[Any]:
+    """`key` in every metrics row of `run` that has it (alignment: every 10th round)."""
+    return [r[key] for r in read_jsonl(run / METRICS) if r.get(key) is not None]
+
+
 def alignment_means(study: Study, alpha: str, arm: str, key: str) -> dict[int, float]:
     """Seed -> the run's mean of `key` over its alignment measurements."""
     out = {}
     for seed in SEEDS:
         run = study.main_run(alpha, arm, seed)
-        values = [r[key] for r in read_jsonl(run / METRICS) if r.get(key) is not None]
-        if not values:
+        measured = values(run, key)
+        if not measured:
             raise SystemExit(f"drift_page: {run} has no {key} measurement; was it run with --alignment-every?")
-        out[seed] = float(np.mean(values))
+        out[seed] = float(np.mean(measured))
     return out
 
 
 def with_verdict(name: str, comparison: Paired) -> Row:
-    scale, unit = (1.0, "nats") if "loss_barrier" in name else (100.0, "points")
+    scale, unit = scale_of(name)
     return name, {**comparison.__dict__, "verdict": verdict(comparison, scale, unit)}
 
 
@@ -107,16 +112,16 @@ def primary_family(reports: dict[str, dict[str, dict]]) -> list[Row]:
     return [with_verdict(name, comparison) for name, comparison in family.items()]
 
 
-def unit_of(name: str) -> float:
-    """Accuracy figures in points; a loss barrier (nats) as it is."""
-    return 1.0 if "loss_barrier" in name else 100.0
+def scale_of(name: str) -> tuple[float, str]:
+    """Accuracy figures in points (100 × a fraction); a loss barrier as it is, in nats."""
+    return (1.0, "nats") if "loss_barrier" in name else (100.0, "points")
 
 
 def answers(primary: list[Row], alignment: list[Row]) -> list[str]:
     """The pre-registered questions, each answered by its comparisons' verdicts (nothing else)."""
 
     def said(rows: list[Row], needle: str) -> str:
-        return "; ".join(f"{name}: {c['verdict']} ({unit_of(name) * c['mean']:+.3f})" for name, c in rows if needle in name)
+        return "; ".join(f"{name}: {c['verdict']} ({scale_of(name)[0] * c['mean']:+.3f})" for name, c in rows if needle in name)
 
     return [
         f"1. FedPFN against FedAvg — {said(primary, 'FedAvg')}.",
@@ -129,17 +134,14 @@ def answers(primary: list[Row], alignment: list[Row]) -> list[str]:
 def measurements(study: Study, key: str) -> list[float]:
     """Every value of `key` in every main run (all arms, skews and seeds)."""
     runs = [study.main_run(alpha, arm, seed) for alpha in ALPHAS for arm in ARMS for seed in SEEDS]
-    return [r[key] for run in runs for r in read_jsonl(run / METRICS) if r.get(key) is not None]
+    return [value for run in runs for value in values(run, key)]
 
 
 def same_curves(study: Study) -> list[tuple[str, str]]:
     """Arm pairs whose test accuracy is equal in every round of every seed at every skew."""
-
-    def curve(alpha: str, arm: str, seed: int) -> list[Any]:
-        return [r.get("test_accuracy") for r in read_jsonl(study.main_run(alpha, arm, seed) / METRICS)]
-
-    return [(a, b) for a, b in itertools.combinations(ARMS, 2)
-            if all(curve(alpha, a, s) == curve(alpha, b, s) for alpha in ALPHAS for s in SEEDS)]  # fmt: skip
+    curves = {arm: [values(study.main_run(alpha, arm, s), "test_accuracy") for alpha in ALPHAS for s in SEEDS]
+              for arm in ARMS}  # fmt: skip
+    return [(a, b) for a, b in itertools.combinations(ARMS, 2) if curves[a] == curves[b]]
 
 
 def observations(study: Study) -> list[str]:
@@ -167,7 +169,7 @@ def family_table(rows: list[Row]) -> list[str]:
     lines = ["| comparison | mean difference (points; barrier: nats) | 95 % CI | p | p (Holm) | seeds higher | verdict |",
              "|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, c in rows:
-        unit = unit_of(name)
+        unit = scale_of(name)[0]
         ci = "n/a" if c["low"] is None else f"[{unit * c['low']:+.3f}, {unit * c['high']:+.3f}]"
         p = "n/a" if c["p_value"] is None else f"{c['p_value']:.4f}"
         holm = "n/a" if c["p_holm"] is None else f"{c['p_holm']:.4f}"
