@@ -19,12 +19,17 @@ MODELS = ("mlp", "cnn", "resnet20", "vgg11")  # each has a class in _BUILDERS at
 
 
 def build_model(
-    name: str, input_shape: tuple[int, int, int], num_classes: int, projection_head: int = 0
+    name: str,
+    input_shape: tuple[int, int, int],
+    num_classes: int,
+    projection_head: int = 0,
+    width: int = 0,
 ) -> ZooModel:
     """Build ``name`` (one of MODELS) for C x H x W inputs and ``num_classes`` outputs.
 
     ``projection_head`` > 0 puts MOON's projection head (a 2-layer MLP to that width) between
-    the model's representation and its classifier (``WithProjectionHead``).
+    the model's representation and its classifier (``WithProjectionHead``). ``width`` > 0 sets
+    the MLP's hidden width (the alignment analysis varies it); 0 keeps each model's own.
     """
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
@@ -38,7 +43,9 @@ def build_model(
             f"the cnn needs images of at least {CNN_MIN_SIDE} x {CNN_MIN_SIDE} pixels (three unpadded 3 x 3 "
             f"convolutions and two 2 x 2 pools), got {shape[1]} x {shape[2]}; use mlp, resnet20 or vgg11"
         )
-    model = _BUILDERS[name](shape, num_classes)
+    if width and name != "mlp":
+        raise ValueError(f"width={width}: only the mlp takes a hidden width; leave it 0 for {name}")
+    model = MLP(shape, num_classes, width) if width else _BUILDERS[name](shape, num_classes)
     return WithProjectionHead(model, projection_head, num_classes) if projection_head else model
 
 
@@ -58,18 +65,18 @@ class ZooModel(nn.Module, ABC):
 
 
 class MLP(ZooModel):
-    """Two hidden layers of 200 ReLU units."""
+    """Two hidden layers of `width` ReLU units (200 by default)."""
 
-    def __init__(self, input_shape: tuple[int, int, int], num_classes: int) -> None:
+    def __init__(self, input_shape: tuple[int, int, int], num_classes: int, width: int = 200) -> None:
         super().__init__()
         self.features = nn.Sequential(
             nn.Flatten(),
-            nn.Linear(math.prod(input_shape), 200),
+            nn.Linear(math.prod(input_shape), width),
             nn.ReLU(),
-            nn.Linear(200, 200),
+            nn.Linear(width, width),
             nn.ReLU(),
         )
-        self.classifier = nn.Linear(200, num_classes)
+        self.classifier = nn.Linear(width, num_classes)
 
     def represent(self, x: torch.Tensor) -> torch.Tensor:
         return self.features(x)
