@@ -16,10 +16,11 @@ import matplotlib.pyplot as plt
 import pytest
 
 from fedpfn.analysis.plots import bytes_figure
-from fedpfn.analysis.render import TRAFFIC_KEYS, markdown, report_json
+from fedpfn.analysis.render import TRAFFIC_KEYS, markdown, report_json, rewrite_tables
 from fedpfn.analysis.report import main
 from fedpfn.analysis.runs import load_runs
 from fedpfn.analysis.stats import TRAFFIC, Report, analyse
+from fedpfn.core.settings import ConfigError
 
 T_975_3DF = 3.182446305284263  # Student's t, 0.975 quantile, 3 degrees of freedom (printed tables: 3.182)
 
@@ -298,12 +299,36 @@ def test_holm_adjusts_the_arms_of_one_metric_together(tmp_path: Path) -> None:
     text = markdown(report).splitlines()
     rows = {label: next(line for line in text if line.startswith(f"| {label} | mean of")) for label in diffs}
     assert rows["fedpfn"].endswith("| higher |")
-    assert rows["fedpnu"].endswith(
-        f"| not resolved after Holm; detectable at 80 % power: ±{100 * window['fedpnu'].mde:.2f} points |"
+    pnu, prox = window["fedpnu"], window["fedprox"]
+    assert 0 < pnu.low and prox.low < 0 < prox.high
+    low, high = math.sqrt(3 / 9.348), math.sqrt(3 / 0.2158)  # printed chi-square tables, 3 df: 97.5 % and 2.5 %
+
+    def mde_text(p: Any) -> str:
+        return (f"detectable at 80 % power: ±{100 * p.mde:.2f} points "
+                f"(±{100 * low * p.mde:.2f} to ±{100 * high * p.mde:.2f} over the std's 95 % interval) |")  # fmt: skip
+
+    assert rows["fedpnu"].endswith(  # its interval holds no 0, yet Holm's p is above 0.05
+        f"| not resolved after Holm; the 95 % CI excludes differences below +{100 * pnu.low:.2f} and above "
+        f"+{100 * pnu.high:.2f} points; {mde_text(pnu)}"
     )
     assert rows["fedprox"].endswith(
-        f"| not resolved; detectable at 80 % power: ±{100 * window['fedprox'].mde:.2f} points |"
+        f"| not resolved; the 95 % CI excludes gains above +{100 * prox.high:.2f} and losses below "
+        f"{100 * prox.low:+.2f} points; {mde_text(prox)}"
     )
+
+
+def test_a_reports_tables_are_made_again_from_its_json_alone(uploads: Path, tmp_path: Path, capsys) -> None:
+    """Where the runs are gone, `rewrite_tables` gives the report's Markdown and JSON from its JSON,
+    byte for byte as from the runs, and leaves its figures as they were drawn."""
+    out = tmp_path / "report"
+    code, _, err = run_report(capsys, uploads, "--out", out)
+    assert code == 0, err
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    assert rewrite_tables(out) == before["report.md"].decode()
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+    (out / "report.md").write_text("a user's notes")  # not the report's own any more: refused, nothing written
+    with pytest.raises(ConfigError, match="was not written by fedpfn's report"):
+        rewrite_tables(out)
 
 
 @pytest.fixture

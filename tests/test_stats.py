@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fedpfn.analysis.render import verdict
-from fedpfn.analysis.stats import accuracy_at, holm, mde, paired, spent
+from fedpfn.analysis.stats import Paired, accuracy_at, holm, mde, paired, sign_test, spent, std_factors
 
 T_975_4DF = 2.7764451051977934  # Student's t, 0.975 quantile, 4 degrees of freedom (printed tables: 2.776)
 
@@ -38,6 +38,48 @@ def test_the_mde_is_detected_four_times_in_five_in_simulation() -> None:
     diffs = np.random.default_rng(0).normal(mde(n, std), std, size=(40_000, n))
     t = diffs.mean(axis=1) / (diffs.std(axis=1, ddof=1) / math.sqrt(n))
     assert np.mean(np.abs(t) > T_975_4DF) == pytest.approx(0.80, abs=0.01)
+
+
+def test_the_std_of_five_seeds_is_known_within_a_factor_of_0_6_to_2_9() -> None:
+    """Printed chi-square tables, 4 df: 0.484 (2.5 %) and 11.143 (97.5 %); and in simulation the
+    interval [s x low, s x high] holds the true std in 95 % of 5-value samples."""
+    low, high = std_factors(5)
+    assert (low, high) == pytest.approx((math.sqrt(4 / 11.143), math.sqrt(4 / 0.4844)), rel=1e-3)
+    assert (round(low, 2), round(high, 2)) == (0.6, 2.87)
+    s = np.random.default_rng(1).normal(0.0, 1.0, size=(20_000, 5)).std(axis=1, ddof=1)
+    assert np.mean((s * low <= 1.0) & (1.0 <= s * high)) == pytest.approx(0.95, abs=0.01)
+    assert std_factors(1) is None and std_factors(50)[1] < 1.3  # more seeds: a tighter std
+
+
+def test_the_sign_test_is_exact_and_ignores_ties() -> None:
+    assert sign_test([0.1, 0.2, 0.01, 0.3, 0.02]) == pytest.approx(0.0625)  # 5 of 5: 2 x 1/32
+    assert sign_test([-0.1, -0.2, -0.01, -0.3, -0.02]) == pytest.approx(0.0625)
+    assert sign_test([0.1, 0.2, -0.01, 0.3, 0.02]) == pytest.approx(0.375)  # 4 of 5: 2 x 6/32
+    assert sign_test([0.1, 0.0, -0.1]) == pytest.approx(1.0) and sign_test([0.0, 0.0]) is None
+
+
+def not_resolved(low: float, high: float, p: float, holm_p: float, mde_: float) -> Paired:
+    mean = (low + high) / 2
+    return Paired("fedpfn", "lastk", [0, 1, 2, 3, 4], [mean] * 5, mean, 0.01, low, high, p, mde_, 3, 0, holm_p)
+
+
+def test_a_difference_not_resolved_says_what_its_interval_excludes() -> None:
+    """The interval is the statement; the MDE beside it is ranged over the std's 95 % interval."""
+    both = not_resolved(-0.0026, 0.0024, 0.9, 0.9, 0.0034)
+    assert verdict(both) == (
+        "not resolved; the 95 % CI excludes gains above +0.24 and losses below -0.26 points; "
+        "detectable at 80 % power: ±0.34 points (±0.20 to ±0.98 over the std's 95 % interval)"
+    )
+    below = not_resolved(-0.0051, -0.0006, 0.024, 0.094, 0.003)  # under 0.05 alone, not after Holm
+    assert verdict(below).startswith(
+        "not resolved after Holm; the 95 % CI excludes differences below -0.51 and above -0.06 points;"
+    )
+    barrier = not_resolved(-0.012, 0.03, 0.4, 0.8, 0.02)  # a loss barrier, in nats
+    assert verdict(barrier, 1.0, "nats").startswith(
+        "not resolved; the 95 % CI excludes differences above +0.03 and below -0.012 nats; "
+        "detectable at 80 % power: ±0.02 nats (±0.012 to ±0.057"
+    )
+    assert verdict(not_resolved(0.001, 0.002, 0.001, 0.003, 0.001)) == "higher"
 
 
 def test_no_test_where_it_is_undefined() -> None:

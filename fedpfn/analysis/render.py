@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import tempfile
 from pathlib import Path
@@ -13,7 +14,7 @@ import numpy as np
 
 from fedpfn.analysis.plots import PairedSeries, plot_bytes, plot_comparison, plot_paired
 from fedpfn.analysis.runs import display_value
-from fedpfn.analysis.stats import ALPHA, POWER, TRAFFIC, AtBytes, Paired, Report
+from fedpfn.analysis.stats import ALPHA, POWER, TRAFFIC, ArmStats, AtBytes, Paired, Report, std_factors
 from fedpfn.core.files import OUTPUTS_MANIFEST, DamagedFile, OwnOutputs, read_json
 from fedpfn.core.settings import ConfigError
 
@@ -97,18 +98,39 @@ def arm_table(report: Report) -> list[str]:
     return lines
 
 
+def _size(value: float, signed: bool = False) -> str:
+    """Hundredths, or two significant digits below 0.1 (a barrier's hundredths of a nat)."""
+    sign = "+" if signed else ""
+    return f"{value:{sign}.2f}" if abs(value) >= 0.1 else f"{value:{sign}.2g}"
+
+
+def excluded(p: Paired, scale: float = 100.0, unit: str = "points") -> str:
+    """What the 95 % interval rules out: the statement of a difference that is not resolved
+    (accuracy as gains and losses; other figures, such as a barrier, as differences)."""
+    low, high = _size(scale * p.low, signed=True), _size(scale * p.high, signed=True)
+    if p.low < 0 < p.high:
+        above, below = ("gains", "losses") if unit == "points" else ("differences", "")
+        return f"the 95 % CI excludes {above} above {high} and {below + ' ' if below else ''}below {low} {unit}"
+    return f"the 95 % CI excludes differences below {low} and above {high} {unit}"
+
+
 def verdict(p: Paired, scale: float = 100.0, unit: str = "points") -> str:
-    """What the comparison supports after Holm's adjustment; beside every 'not resolved', the
-    difference these seeds could have detected (the minimum detectable effect), as `scale` × the
-    difference in `unit` (accuracy: 100 × a fraction, in points)."""
-    if p.p_value is None or p.p_holm is None or p.mde is None:
+    """What the comparison supports after Holm's adjustment. A 'not resolved' says what its 95 %
+    interval excludes, then the difference these seeds could have detected (the minimum
+    detectable effect) with its range over the std's 95 % interval (`std_factors`), as `scale` ×
+    the difference in `unit` (accuracy: 100 × a fraction, in points)."""
+    if p.p_value is None or p.p_holm is None or p.mde is None or p.low is None or p.high is None:
         return "no test: 1 seed" if p.std is None else "no test: every seed differs by the same amount"
     if p.p_holm < ALPHA:
         return "higher" if p.mean > 0 else "lower"
     after = " after Holm" if p.p_value < ALPHA else ""
-    detectable = scale * p.mde
-    shown = f"{detectable:.2f}" if detectable >= 0.1 else f"{detectable:.2g}"  # a barrier's hundredths of a nat
-    return f"not resolved{after}; detectable at {100 * POWER:g} % power: ±{shown} {unit}"
+    factors = std_factors(len(p.seeds))
+    assert factors is not None  # an mde has 2 seeds or more
+    low, high = (_size(scale * p.mde * f) for f in factors)
+    return (
+        f"not resolved{after}; {excluded(p, scale, unit)}; detectable at {100 * POWER:g} % power: "
+        f"±{_size(scale * p.mde)} {unit} (±{low} to ±{high} over the std's 95 % interval)"
+    )
 
 
 def comparison_cells(p: Paired) -> str:
@@ -128,10 +150,12 @@ def comparison_text(baseline: str) -> str:
         f"Arm − {baseline} on the same seed, in accuracy points: the mean over seeds, its 95 % confidence "
         "interval (Student's t, n-1 df) and the two-sided p of the same paired test (scipy.stats.ttest_rel). "
         "p Holm is p adjusted with Holm's step-down method across the arms compared on the same accuracy in "
-        f"this report; a difference is resolved when p Holm < {ALPHA:.2f}. Beside every 'not resolved' stands "
-        "the minimum detectable effect: the true mean difference that these seeds, with the observed std of "
-        f"the differences, would detect with {100 * POWER:g} % power at p < {ALPHA:.2f} before Holm's "
-        "adjustment (paired t test, noncentral t)."
+        f"this report; a difference is resolved when p Holm < {ALPHA:.2f}. A 'not resolved' says what its "
+        "95 % interval excludes, then the minimum detectable effect: the true mean difference that these "
+        f"seeds, with the observed std of the differences, would detect with {100 * POWER:g} % power at "
+        f"p < {ALPHA:.2f} before Holm's adjustment (paired t test, noncentral t); the range beside it is the "
+        "MDE over the 95 % chi-square interval of that std (n-1 df), which from a few seeds is wide: the "
+        "interval is the statement."
     )
 
 
@@ -241,7 +265,8 @@ CONVENTIONS = {
     "p_holm": "p adjusted with Holm's step-down method across the report's comparisons of the same metric",
     "mde": f"the true mean difference detected with {POWER:g} power at two-sided p < {ALPHA:.2f}, given the "
     "seeds and the observed std of the differences (noncentral t)",
-    "verdict": f"higher / lower when p_holm < {ALPHA:.2f}, else 'not resolved' with the mde",
+    "verdict": f"higher / lower when p_holm < {ALPHA:.2f}, else 'not resolved' with what the interval "
+    "excludes and the mde, ranged over the std's 95 % chi-square interval (n-1 df)",
     "rounds_to_target_mean": "mean over the reached_target seeds that reached the target, not over all seeds",
     "mb": "10^6 bytes; up: sent by the clients, up_down: sent by and to them",
     "at_equal_bytes": "each arm against the baseline at the least total (of `traffic`) any run of the two "
@@ -249,13 +274,62 @@ CONVENTIONS = {
 }
 
 
-def write_csv(report: Report, path: Path) -> None:
+def _paired(value: dict[str, Any] | None) -> Paired | None:
+    fields = Paired.__dataclass_fields__
+    return None if value is None else Paired(**{k: v for k, v in value.items() if k in fields})
+
+
+def _by_seed(values: dict[str, Any]) -> dict[int, Any]:
+    return {int(seed): value for seed, value in values.items()}  # JSON's keys are strings
+
+
+def report_from_json(data: dict[str, Any]) -> Report:
+    """The Report behind `report_json`'s output, its curves left out: the tables again, from the
+    JSON alone, where the runs are gone (the verdicts recomputed from the stored numbers)."""
+    rounds = data["setting"]["rounds"]
+    arms = [
+        ArmStats(arm["arm"], *({r["seed"]: r[k] for r in arm["runs"]} for k in ARM_RUN_KEYS), rounds)
+        for arm in data["arms"]
+    ]
+    at_bytes = [
+        AtBytes(a["label"], a["traffic"], a["budget_mb"], *(_by_seed(a[k]) for k in AT_BYTES_SEEDS),
+                _paired(a["paired"]))
+        for a in data["at_equal_bytes"]
+    ]  # fmt: skip
+    paired = [p for p in map(_paired, data["paired"]) if p is not None]
+    fixed = {k: data[k] for k in ("title", "setting", "baseline", "last_k", "window", "target", "command")}
+    return Report(
+        **fixed, arms=arms, paired=paired, at_bytes=at_bytes, differences=data["differences"], curves={}
+    )
+
+
+ARM_RUN_KEYS = ("path", "final_acc", "lastk_acc", "rounds_to_target", "mb_up_total", "mb_up_down_total")
+AT_BYTES_SEEDS = ("arm_round", "base_round", "arm_acc", "base_acc")
+
+
+def rewrite_tables(out: Path, name: str = "report") -> str:
+    """NAME.md, NAME.csv and NAME.json in `out` again from its NAME.json, the figures left as drawn
+    (they show no verdict); the Markdown written. For reports whose runs are not on this machine."""
+    report = report_from_json(read_json(out / f"{name}.json"))
+    outputs = OwnOutputs(out, "fedpfn's report", legacy=written_by_report)
+    try:
+        outputs.check([f"{name}.{suffix}" for suffix in ("md", "csv", "json")])
+        outputs.write(f"{name}.csv", csv_text(report).encode())
+        outputs.write(f"{name}.json", (json.dumps(report_json(report), indent=2) + "\n").encode())
+        text = markdown(report)
+        outputs.write(f"{name}.md", text.encode())
+    except DamagedFile as err:
+        raise ConfigError(str(err)) from None
+    return text
+
+
+def csv_text(report: Report) -> str:
     rows = report.rows()
-    fields = list(dict.fromkeys(key for row in rows for key in row))
-    with open(path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=list(dict.fromkeys(key for row in rows for key in row)))
+    writer.writeheader()
+    writer.writerows(rows)
+    return text.getvalue()
 
 
 def paired_panels(report: Report) -> dict[str, list[PairedSeries]]:
@@ -296,7 +370,7 @@ def draw_report(report: Report, folder: Path, name: str) -> list[Path]:
     """Every file of the report in `folder`: `report_names` in order, then the figures' other formats."""
     made = [folder / n for n in report_names(report, name)]
     made[0].write_text(markdown(report))
-    write_csv(report, made[1])
+    made[1].write_bytes(csv_text(report).encode())
     made[2].write_text(json.dumps(report_json(report), indent=2) + "\n")
     plot_comparison(report.curves, made[3], title=report.title)
     if report.paired:

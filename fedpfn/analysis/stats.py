@@ -7,7 +7,10 @@ the per-seed differences arm − baseline and scipy's paired Student's t test on
 the mean difference and the two-sided p-value. The comparisons of one metric in one report
 (every arm against the baseline) are one family: their p-values are Holm-adjusted (`holm`).
 Beside each stands the minimum detectable effect at 80 % power (`mde`), so that an interval
-holding 0 says how large a difference these seeds could have shown.
+holding 0 says how large a difference these seeds could have shown; from a few seeds the std
+behind it is itself uncertain (`std_factors`: ×0.60 to ×2.87 for 5 seeds), so the interval is
+the statement of what was excluded and the MDE a rough guide. `sign_test` is the exact
+two-sided sign test on the same differences, which assumes nothing about their distribution.
 
 Arms are compared at equal rounds (the mean of the last k evaluated rounds, the primary
 metric, and the final round) and at equal bytes (`at_equal_bytes`).
@@ -111,6 +114,25 @@ def mde(n: int, std: float | None, alpha: float = ALPHA, power: float = POWER) -
     while shortfall(high) < 0:  # at most a few doublings: the power rises to 1 with the noncentrality
         high *= 2
     return float(optimize.brentq(shortfall, 0.0, high) * std / math.sqrt(n))
+
+
+def std_factors(n: int, confidence: float = CONFIDENCE) -> tuple[float, float] | None:
+    """The `confidence` interval of the true std as multiples of one observed from n values
+    (chi-square with n-1 df, normal differences): the MDE, proportional to the std, scales by
+    the same factors. None below 2 values."""
+    if n < 2:
+        return None
+    df, tail = n - 1, (1 - confidence) / 2
+    return math.sqrt(df / stats.chi2.ppf(1 - tail, df)), math.sqrt(df / stats.chi2.ppf(tail, df))
+
+
+def sign_test(diffs: Sequence[float]) -> float | None:
+    """Exact two-sided sign test (scipy.stats.binomtest at 1/2) on the non-zero differences:
+    with 5 seeds its smallest p is 0.0625, however large the difference. None when all are 0."""
+    signs = [d for d in diffs if d != 0]
+    if not signs:
+        return None
+    return float(stats.binomtest(sum(d > 0 for d in signs), len(signs), 0.5).pvalue)
 
 
 def holm(p_values: Sequence[float | None]) -> list[float | None]:
