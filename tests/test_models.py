@@ -66,7 +66,7 @@ def test_cnn_refuses_images_smaller_than_it_can_take() -> None:
             build_model("cnn", shape, 10)
 
 
-@pytest.mark.parametrize("name", [m for m in MODELS if m != "cnn"])
+@pytest.mark.parametrize("name", [m for m in MODELS if m not in ("cnn", "vit_tiny28")])
 def test_other_models_take_any_image_size(name: str) -> None:
     model = build_model(name, (1, 1, 1), 10).train()
     assert model(torch.zeros(2, 1, 1, 1)).shape == (2, 10)
@@ -83,3 +83,37 @@ def test_a_projection_head_is_what_the_classifier_reads_and_what_moon_contrasts(
     assert logits.shape == (3, 10) and features.shape == (3, 256)
     assert model.classifier.in_features == 256 and not hasattr(model.base, "classifier")
     assert {"head.0.weight", "head.2.weight"} <= {n for n, _ in model.named_parameters()}
+
+
+# --- vision transformers (timm) ---------------------------------------------------------------
+
+
+def test_the_small_vit_trains_a_step_and_keeps_its_anchors_exact() -> None:
+    """LayerNorms, the class token and the position embedding are parameters: anchored like any other."""
+    from fedpfn.core.anchors import draw_mask
+    from fedpfn.core.training import OptimizerSpec, train_local
+
+    torch.manual_seed(0)
+    model = build_model("vit_tiny28", (1, 28, 28), 10)
+    assert isinstance(model.classifier, nn.Linear) and model.represent(torch.zeros(2, 1, 28, 28)).shape == (2, 48)
+    start = {n: p.detach().clone() for n, p in model.named_parameters()}
+    mask = draw_mask(model, 0.4, seed=1)
+    assert {"net.cls_token", "net.pos_embed", "net.blocks.0.norm1.weight", "classifier.weight"} <= set(mask)
+    x, y = torch.randn(16, 1, 28, 28), torch.arange(16) % 10
+    spec = OptimizerSpec("adam", 1e-2, weight_decay=0.1)
+    train_local(model, x, y, iter([torch.arange(8), torch.arange(8, 16)]), spec, mask)
+    for name, p in model.named_parameters():
+        assert torch.equal(p.detach()[mask[name]], start[name][mask[name]]), name
+        assert not torch.equal(p.detach(), start[name]), f"{name} did not train"
+
+
+def test_a_timm_vit_name_builds_without_weights_and_others_are_refused() -> None:
+    model = build_model("timm:vit_tiny_patch16_224", (3, 32, 32), 7)
+    assert model.classifier.out_features == 7 and model.net.pos_embed.shape == (1, 5, 192)  # 2 x 2 patches + cls
+    assert model(torch.zeros(1, 3, 32, 32)).shape == (1, 7)
+    for name, reason in (("timm:resnet18", "not one of timm's VisionTransformer"), ("timm:nope", "timm has no model")):
+        assert reason in models.model_problem(name)
+        with pytest.raises(ValueError, match=reason):
+            build_model(name, (3, 32, 32), 10)
+    with pytest.raises(ValueError, match="vit_tiny28 needs images of at least 4 x 4"):
+        build_model("vit_tiny28", (1, 3, 3), 10)

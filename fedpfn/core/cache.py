@@ -7,6 +7,7 @@ per-client state lives in Flower's `context.state`.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -16,6 +17,7 @@ import torch
 from torch import nn
 
 from fedpfn.core.data import DatasetSplits, load_dataset
+from fedpfn.core.init_file import load_start
 from fedpfn.core.models import build_model
 from fedpfn.core.seeding import Stream, numpy_rng, seed_for
 from partitions import label_counts, partition_labels
@@ -136,11 +138,24 @@ def partition_label_counts(cfg: RunConfig):
 
 
 def initial_model(cfg: RunConfig) -> nn.Module:
-    """The global model before round 1, a function of the seed only."""
+    """The global model before round 1: seeded, then loaded from `cfg.init` where given.
+
+    A start file's mismatches raise InitError (a ValueError, one line each); a classifier left
+    to the seed (another class count) is logged once per process.
+    """
     data = dataset_for(cfg)
     with torch.random.fork_rng(devices=[]):  # seeded here, without touching the caller's RNG
         torch.manual_seed(seed_for(cfg.seed, Stream.INIT))
-        return build_model(cfg.model, data.input_shape, data.num_classes, cfg.projection_head)
+        model = build_model(cfg.model, data.input_shape, data.num_classes, cfg.projection_head)
+    if cfg.init:
+        for note in load_start(model, cfg.init):
+            _say_once(note)
+    return model
+
+
+@lru_cache(maxsize=16)
+def _say_once(note: str) -> None:
+    logging.getLogger("fedpfn").warning(note)
 
 
 @lru_cache(maxsize=8)

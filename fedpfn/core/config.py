@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fedpfn.core.data import DATASETS
-from fedpfn.core.models import MODELS
+from fedpfn.core.init_file import init_file_problem
+from fedpfn.core.models import MODELS, TIMM_PREFIX, model_problem
 from fedpfn.core.seeding import MAX_SEED
 from fedpfn.core.settings import (
     ConfigError,
@@ -52,7 +53,16 @@ class RunConfig:
     )
     server: str = setting("fedavg", "server algorithm by name, or package.module:StrategyClass")
     dataset: str = setting("fmnist", f"one of {', '.join(DATASETS)}", one_of(DATASETS), kind="federation")
-    model: str = setting("cnn", f"one of {', '.join(MODELS)}", one_of(MODELS), kind="federation")
+    model: str = setting(
+        "cnn", f"one of {', '.join(MODELS)}, or {TIMM_PREFIX}NAME (a timm vision transformer)", model_problem,
+        kind="federation",
+    )
+    init: str | None = setting(
+        None,
+        "start from this state dict instead of the seeded initialisation: .safetensors, or a tensors-only "
+        ".pt/.pth; a classifier of another class count is initialised from the seed",
+        init_file_problem,
+    )
     projection_head: int = setting(
         0,
         "a projection head of this width between the model's representation and its classifier "

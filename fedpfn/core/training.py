@@ -199,10 +199,13 @@ def train_local(
     batches: Iterator[torch.Tensor],
     spec: OptimizerSpec,
     masks: Tensors | None = None,
+    loss_term: LossTerm | None = None,
+    augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> TrainResult:
     """Train `model` in place on `x[batch], y[batch]` for each index batch, `masks`' entries fixed.
 
-    The analysis tools' loop (one model, no client rule): `local_step` with the anchor freeze.
+    The analysis tools' loop (one model, no client rule): `local_step` with the anchor freeze;
+    `loss_term` adds to the loss (label smoothing), `augment` transforms each batch's inputs.
     """
     model.train()
     params = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -217,7 +220,8 @@ def train_local(
     for batch in batches:
         batch = batch.to(x.device)
         inputs, targets = x[batch].to(total_loss.device), y[batch].to(total_loss.device)
-        out = local_step(model, params, buffers, state, inputs, targets, steps + 1, spec, after_step=after)
+        inputs = augment(inputs) if augment is not None else inputs
+        out = local_step(model, params, buffers, state, inputs, targets, steps + 1, spec, loss_term, after_step=after)
         params, state = out.params, out.optimizer_state
         total_loss += out.loss
         correct += out.correct

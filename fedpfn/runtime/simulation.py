@@ -21,11 +21,10 @@ from contextlib import contextmanager, suppress
 from types import FrameType
 from typing import Any
 
-from fedpfn.core.cache import client_indices, dataset_for
+from fedpfn.core.cache import client_indices, initial_model
 from fedpfn.core.config import BATCHED_SETTINGS, NOT_IN_FINGERPRINT, PLACEMENT, TRACKERS, ConfigError, RunConfig
 from fedpfn.core.data import DataError, find_data_problem
 from fedpfn.core.files import LOCK, LOG, append_text, stop_writing
-from fedpfn.core.models import build_model
 from fedpfn.runtime import env, lifecycle, reaper
 from fedpfn.runtime.algorithms import parse_config, validated
 from fedpfn.runtime.engines import ENGINES
@@ -50,8 +49,7 @@ def check_runnable(cfg: RunConfig) -> None:
     if problem:
         raise ConfigError(problem)
     try:
-        data = dataset_for(cfg)
-        build_model(cfg.model, data.input_shape, data.num_classes, cfg.projection_head)  # refuses images too small
+        initial_model(cfg)  # refuses images too small, and a start file (--init) that does not fit
         client_indices(cfg)
     except (DataError, PartitionError, ValueError) as err:
         raise ConfigError(str(err)) from None
