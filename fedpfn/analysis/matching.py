@@ -82,6 +82,8 @@ def _check_states(spec: PermutationSpec, *states: StateDict) -> None:
 
 def _permute_site(tensor: torch.Tensor, site: Site, perm: torch.Tensor) -> torch.Tensor:
     """`tensor` with the site's units reordered: new unit i is old unit perm[i]."""
+    if torch.equal(perm, torch.arange(len(perm))):
+        return tensor
     index = torch.arange(tensor.shape[site.axis])
     index[site.entries()] = site.entries(perm)
     return tensor.index_select(site.axis, index)
@@ -106,7 +108,9 @@ def apply_permutation(spec: PermutationSpec, perms: Perms, state: StateDict) -> 
 
 def _units(tensor: torch.Tensor, site: Site) -> torch.Tensor:
     """The site's units as rows (unit i: its whole slice, its block included), at least float32."""
-    rows = tensor.movedim(site.axis, 0).index_select(0, site.entries())
+    rows = tensor.movedim(site.axis, 0)
+    if site.positions != tuple(range(len(rows) // site.block)):  # a part of the axis (a ResNet stream)
+        rows = rows.index_select(0, site.entries())
     return rows.reshape(len(site.positions), -1).to(torch.promote_types(rows.dtype, torch.float32))
 
 
