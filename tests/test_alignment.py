@@ -9,7 +9,7 @@ from conftest import tiny_config
 from fedpfn.core.cache import dataset_on, initial_model
 from fedpfn.core.files import METRICS, read_jsonl
 from fedpfn.core.training import OptimizerSpec, minibatches, train_local
-from fedpfn.runtime.alignment import AlignmentProbe
+from fedpfn.runtime.alignment import AlignmentProbe, retained_fraction
 from fedpfn.runtime.simulation import simulate
 
 
@@ -23,30 +23,64 @@ def state(net) -> dict[str, np.ndarray]:
 
 
 def test_one_model_twice_has_no_barrier_and_no_fusion_gap():
-    cfg = tiny_config(model="resnet20", alignment_every=1, alignment_samples=200)  # BatchNorm: statistics recomputed
-    figures = probe_for(cfg).measure([state(initial_model(cfg))] * 2)
-    assert figures["align_loss_barrier"] == 0 and figures["align_acc_barrier"] == 0
+    cfg = tiny_config(model="resnet20", alignment_every=1, alignment_clients=2, alignment_samples=200)  # BatchNorm: statistics recomputed
+    model = state(initial_model(cfg))
+    figures = probe_for(cfg).measure(model, model, [model] * 2, [0, 1], [10, 10])
+    assert figures["align_loss_barrier"] == 0 and figures["align_loss_midpoint"] == 0
+    assert figures["align_permutation_loss"] == 0 and figures["align_moved_fraction"] == 0
     assert figures["align_fusion_gap"] == 0 and figures["align_clients"] == 2
+    assert figures["align_measured_on"] == "evaluation subset" and "align_retained_fraction" not in figures
 
 
-def test_two_unrelated_models_have_a_barrier():
-    cfg = tiny_config(alignment_every=1, alignment_samples=500)
+def _trained_and_shuffled(cfg) -> tuple[dict, dict]:
+    """An MLP trained a little, and the same function with its first hidden layer's units shuffled."""
     a, b = initial_model(cfg), initial_model(cfg)
     data = dataset_on(cfg, torch.device("cpu"))
     batches = minibatches(torch.arange(3200), 64, 1, torch.Generator().manual_seed(0))
     train_local(a, data.train_x, data.train_y, batches, OptimizerSpec("sgd", 0.05, momentum=0.9))
-    with torch.no_grad():  # b: the same function as a, its first layer's units permuted
+    with torch.no_grad():
         perm = torch.randperm(200, generator=torch.Generator().manual_seed(0))
         b.features[1].weight.copy_(a.features[1].weight[perm])
         b.features[1].bias.copy_(a.features[1].bias[perm])
         b.features[3].weight.copy_(a.features[3].weight[:, perm])
         for name in ("features.3.bias", "classifier.weight", "classifier.bias"):
             b.get_parameter(name).copy_(a.get_parameter(name))
-    figures = probe_for(cfg).measure([state(a), state(b)])
-    # the same function, in another permutation: equal ends, a barrier between them
-    assert figures["align_mean_client_acc"] == probe_for(cfg).measure([state(a), state(a)])["align_mean_client_acc"]
-    assert figures["align_loss_barrier"] > 0
+    return state(a), state(b)
+
+
+def test_a_permuted_copy_has_a_barrier_that_matching_removes():
+    cfg = tiny_config(alignment_every=1, alignment_clients=2, alignment_samples=500)
+    a, b = _trained_and_shuffled(cfg)
+    figures = probe_for(cfg).measure(a, a, [a, b], [0, 1], [10, 10])
+    same = probe_for(cfg).measure(a, a, [a, a], [0, 1], [10, 10])
+    # the same function in another permutation: equal ends, a barrier, and P explains it
+    assert figures["align_mean_client_acc"] == same["align_mean_client_acc"]
+    assert figures["align_loss_barrier"] > 0.1 and figures["align_permutation_loss"] > 0.1
+    assert figures["align_moved_fraction"] > 0.3
     assert abs(figures["align_fusion_gap"] - (figures["align_mean_client_acc"] - figures["align_fused_acc"])) < 1e-12
+
+
+def test_retained_fraction_reads_one_zero_and_below_zero():
+    """R = kept share of the local gains: the aggregate at the clients' own models, at the start, or worse."""
+    start, own, examples = [2.0, 3.0], [1.0, 1.0], [10, 30]
+    assert retained_fraction(start, own, own, examples) == 1.0
+    assert retained_fraction(start, start, own, examples) == 0.0
+    assert retained_fraction(start, [2.5, 3.5], own, examples) == (10 * -0.5 + 30 * -0.5) / (10 * 1 + 30 * 2)
+    assert retained_fraction(start, [1.5, 2.0], own, examples) == (10 * 0.5 + 30 * 1.0) / 70
+    assert retained_fraction(start, own, start, examples) is None  # no local gain: undefined, not 0
+
+
+def test_retained_fraction_on_each_clients_held_out_data():
+    cfg = tiny_config(alignment_every=1, local_test_fraction=0.2, alignment_clients=2)
+    a, b = _trained_and_shuffled(cfg)
+    start = state(initial_model(cfg))
+    probe = probe_for(cfg)
+    kept = probe.measure(start, a, [a, a], [0, 1], [5, 5])
+    assert kept["align_retained_fraction"] == 1.0 and kept["align_measured_on"] == "union of held-out"
+    none = probe.measure(start, start, [a, a], [0, 1], [5, 5])
+    assert none["align_retained_fraction"] == 0.0
+    mixed = probe.measure(start, {k: (a[k] + b[k]) / 2 for k in a}, [a, b], [0, 1], [5, 5])
+    assert 0 < mixed["align_retained_fraction"] < 0.95  # the average of two permutations loses part of the gain
 
 
 def test_a_batched_run_measures_the_rounds_due_with_a_mean_based_server(tmp_path):
@@ -56,5 +90,6 @@ def test_a_batched_run_measures_the_rounds_due_with_a_mean_based_server(tmp_path
     simulate(cfg, show_progress=False)
     rows = read_jsonl(tmp_path / "run" / METRICS)
     assert not any(k.startswith("align_") for k in rows[0])
-    assert rows[1]["align_clients"] == 2 and rows[1]["align_loss_barrier"] >= 0
+    assert rows[1]["align_clients"] == 2 and rows[1]["align_measured_on"] == "evaluation subset"
+    assert rows[1]["align_moved_fraction"] >= 0 and "align_retained_fraction" not in rows[1]
     assert 0 < rows[1]["align_mean_client_acc"] <= 1

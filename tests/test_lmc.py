@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 from test_data import write_idx_set
 
-from fedpfn.analysis import fusion, lmc
+from fedpfn.analysis import fusion, lmc, lmc_render, lmc_run
 from fedpfn.core.anchors import draw_mask
 from fedpfn.core.data import find_data_problem
 from fedpfn.core.models import build_model
@@ -43,21 +43,29 @@ def one_thread():
 @pytest.fixture(scope="module")
 def trained() -> dict:
     """Two MLPs from one init on the two halves of a synthetic set, plus a probe on held-out data."""
-    model, init = fusion.initial_model("mlp", SHAPE, CLASSES, seed=0, device=torch.device("cpu"))
+    model, init = lmc_run.initial_model("mlp", SHAPE, CLASSES, seed=0, device=torch.device("cpu"))
     x, y = _data()
-    test_x, test_y = _data(100, seed=1)
-    spec = fusion.TrainSpec(epochs=2, lr=0.1, batch_size=16)
+    test = fusion.EvalData("test", *_data(100, seed=1))
+    spec = lmc_run.TrainSpec(epochs=2, lr=0.1, batch_size=16)
     halves = [torch.arange(0, 120), torch.arange(120, 240)]
-    states = fusion.train_models(model, init, (x, y), halves, 0, spec)
+    states = train_models(model, init, (x, y), halves, spec)
     return {
         "model": model,
         "init": init,
         "states": states,
-        "probe": fusion.Probe(model, test_x, test_y),
+        "probe": fusion.Probe(model),
+        "test": [test],
         "x": x,
         "y": y,
         "halves": halves,
     }
+
+
+def train_models(model, init, data, indices, spec, seed=0, arm=lmc_run.Arm("plain")) -> list[dict]:
+    """The K models of `arm` trained from `init` on `indices`, as the gate trains them."""
+    scope = fusion.Scope("test", test=fusion.EvalData("t", data[0][:1], data[1][:1]))
+    setup = lmc_run.SeedSetup(seed, model, [init] * (1 + len(indices)), list(indices), scope, fusion.Probe(model))
+    return lmc_run.train_arm(setup, arm, data, spec, "weight")
 
 
 # --------------------------------------------------------------------------- the analysis
@@ -65,18 +73,19 @@ def trained() -> dict:
 
 def test_barrier_of_a_model_with_itself_is_zero(trained: dict) -> None:
     a = trained["states"][0]
-    curve = fusion.interpolation_curve(trained["probe"], a, a, points=5)
+    curve = fusion.interpolation_curve(trained["probe"], a, a, trained["test"], points=5)
     assert len(set(curve["loss"])) == 1 and len(set(curve["acc"])) == 1
-    assert fusion.curve_barriers(curve) == {"loss_barrier": 0.0, "acc_barrier": 0.0, "acc_barrier_rel": 0.0}
+    zeros = {"loss_barrier": 0.0, "loss_midpoint": 0.0, "acc_barrier": 0.0, "acc_midpoint": 0.0}
+    assert fusion.curve_barriers(curve) == zeros
 
 
 def test_end_points_equal_the_models_own_figures(trained: dict) -> None:
     a, b = trained["states"]
     probe = trained["probe"]
-    curve = fusion.interpolation_curve(probe, a, b, points=11)
+    curve = fusion.interpolation_curve(probe, a, b, trained["test"], points=11)
     assert curve["alpha"][0] == 0.0 and curve["alpha"][-1] == 1.0 and len(curve["alpha"]) == 11
-    assert (curve["loss"][0], curve["acc"][0]) == probe.measure(a)
-    assert (curve["loss"][-1], curve["acc"][-1]) == probe.measure(b)
+    assert (curve["loss"][0], curve["acc"][0]) == probe.measure(a, trained["test"])
+    assert (curve["loss"][-1], curve["acc"][-1]) == probe.measure(b, trained["test"])
     assert curve["loss"][0] != curve["loss"][-1]  # the two models really differ
 
 
@@ -91,30 +100,79 @@ def test_interpolate_state_is_exact_at_the_ends_and_linear_inside() -> None:
 
 def test_barrier_figures_on_a_known_curve() -> None:
     alphas = [0.0, 0.5, 1.0]
-    assert fusion.barrier(alphas, [1.0, 3.0, 2.0]) == pytest.approx(1.5)
-    assert fusion.barrier(alphas, [0.9, 0.5, 0.7], higher_is_worse=False) == pytest.approx(0.3)
-    assert fusion.relative_acc_barrier(alphas, [0.9, 0.5, 0.7]) == pytest.approx(0.3 / 0.8)
-    assert fusion.barrier(alphas, [1.0, 0.2, 1.0]) == 0.0  # below the line: no barrier
+    assert fusion.signed_barrier(alphas, [1.0, 3.0, 2.0]) == pytest.approx(1.5)
+    assert fusion.signed_barrier(alphas, [0.9, 0.5, 0.7], higher_is_worse=False) == pytest.approx(0.3)
+    assert fusion.midpoint_excess(alphas, [1.0, 3.0, 2.0]) == pytest.approx(1.5)
+
+
+def test_a_path_that_beats_its_chord_has_a_negative_barrier() -> None:
+    """The sign: the old figure took the max over a grid holding the end points, so it read 0 here."""
+    alphas = [0.0, 0.25, 0.5, 0.75, 1.0]
+    loss = [1.0, 0.6, 0.4, 0.7, 1.2]  # every interior point below the chord
+    assert fusion.signed_barrier(alphas, loss) == pytest.approx(0.7 - 1.15)  # the least improvement
+    assert fusion.midpoint_excess(alphas, loss) == pytest.approx(0.4 - 1.1)
+    acc = [0.5, 0.7, 0.8, 0.7, 0.6]  # accuracy above the chord everywhere inside: negative too
+    assert fusion.signed_barrier(alphas, acc, higher_is_worse=False) == pytest.approx(0.575 - 0.7)
+
+
+def test_a_curve_needs_its_midpoint() -> None:
+    with pytest.raises(ValueError, match="odd number of points"):
+        fusion.interpolation_curve(fusion.Probe(build_model("mlp", SHAPE, CLASSES)), {}, {}, [], points=4)
+    with pytest.raises(ValueError, match="interior point"):
+        fusion.signed_barrier([0.0, 1.0], [1.0, 2.0])
+
+
+def test_scope_names_where_figures_are_measured() -> None:
+    x, y = _data(30)
+    test, held = fusion.EvalData("test", x[:10], y[:10]), fusion.EvalData("h0", x[10:20], y[10:20])
+    other = fusion.EvalData("h1", x[20:], y[20:])
+    assert fusion.Scope("test", test=test).data_for([0, 1]) == [test]
+    assert fusion.Scope("own", held_out=(held, other)).data_for([0, 1]) == [held, other]
+    union = fusion.Scope("union", held_out=(held, other)).data_for([0, 1])
+    assert len(union) == 1 and torch.equal(union[0].x, x[10:])
+    assert fusion.Scope("union", held_out=(held, held)).data_for([0, 1]) == [held]  # a shared set once
+    with pytest.raises(ValueError, match="choose one of test, own, union"):
+        fusion.Scope("train")
+    with pytest.raises(ValueError, match="held-out data"):
+        fusion.Scope("own", test=test)
 
 
 def test_anchored_training_keeps_shared_anchors_bit_identical(trained: dict) -> None:
     model, init = trained["model"], trained["init"]
-    mask = draw_mask(model, 0.4, seed=7)
-    spec = fusion.TrainSpec(epochs=2, lr=0.1, momentum=0.9, weight_decay=1e-2, batch_size=16)
+    spec = lmc_run.TrainSpec(epochs=2, lr=0.1, momentum=0.9, weight_decay=1e-2, batch_size=16)
     shards = [torch.arange(0, 80), torch.arange(80, 160), torch.arange(160, 240)]
-    states = fusion.train_models(model, init, (trained["x"], trained["y"]), shards, 3, spec, mask)
-    for name, is_anchor in mask.items():
+    data = (trained["x"], trained["y"])
+    shared = lmc_run.masks_for(lmc_run.Arm("shared", 0.4), model, 3, 3, "weight")
+    states = train_models(model, init, data, shards, spec, seed=3, arm=lmc_run.Arm("shared", 0.4))
+    for name, is_anchor in shared[0].items():
         for s in states:
             assert torch.equal(s[name][is_anchor], init[name][is_anchor]), name
         assert not torch.equal(states[0][name][~is_anchor], init[name][~is_anchor]), name  # the rest trained
 
 
+def test_independent_masks_freeze_as_much_and_share_nothing(trained: dict) -> None:
+    """The control: each model its own mask at the same ratio, each kept exactly at the start."""
+    model, init = trained["model"], trained["init"]
+    masks = lmc_run.masks_for(lmc_run.Arm("independent", 0.4), model, 2, 3, "weight")
+    shared = lmc_run.masks_for(lmc_run.Arm("shared", 0.4), model, 2, 3, "weight")
+    assert shared[0] is shared[1] and lmc_run.masks_for(lmc_run.Arm("plain"), model, 2, 3, "weight") == [None] * 2
+    total = sum(m.numel() for m in masks[0].values())
+    fixed = [sum(int(m.sum()) for m in mask.values()) / total for mask in masks]
+    assert fixed == pytest.approx([0.4, 0.4], abs=0.03)
+    assert any(not torch.equal(masks[0][k], masks[1][k]) for k in masks[0])
+    spec = lmc_run.TrainSpec(epochs=1, lr=0.1, batch_size=16)
+    states = train_models(model, init, (trained["x"], trained["y"]), trained["halves"], spec, seed=3,
+                          arm=lmc_run.Arm("independent", 0.4))  # fmt: skip
+    for state, mask in zip(states, masks):
+        assert all(torch.equal(state[k][mask[k]], init[k][mask[k]]) for k in mask)
+
+
 def test_batch_orders_come_from_the_seed_alone(trained: dict) -> None:
     """The same seed gives the same plain models again (so settings differ only in anchors); another does not."""
     model, init, data = trained["model"], trained["init"], (trained["x"], trained["y"])
-    spec = fusion.TrainSpec(epochs=2, lr=0.1, batch_size=16)
-    again = fusion.train_models(model, init, data, trained["halves"], 0, spec)
-    other = fusion.train_models(model, init, data, trained["halves"], 1, spec)
+    spec = lmc_run.TrainSpec(epochs=2, lr=0.1, batch_size=16)
+    again = train_models(model, init, data, trained["halves"], spec, seed=0)
+    other = train_models(model, init, data, trained["halves"], spec, seed=1)
     for s, t, u in zip(again, trained["states"], other):
         assert all(torch.equal(s[k], t[k]) for k in s)
         assert not all(torch.equal(s[k], u[k]) for k in s)
@@ -122,8 +180,8 @@ def test_batch_orders_come_from_the_seed_alone(trained: dict) -> None:
 
 def test_fusion_of_identical_models_equals_their_accuracy(trained: dict) -> None:
     a = trained["states"][0]
-    result = fusion.fuse(trained["probe"], [a, a, a])
-    own_loss, own_acc = trained["probe"].measure(a)
+    result = fusion.fuse(trained["probe"], [a, a, a], fusion.Scope("test", test=trained["test"][0]))
+    own_loss, own_acc = trained["probe"].measure(a, trained["test"])
     assert result["fused_acc"] == own_acc and result["fused_loss"] == own_loss  # bit for bit
     assert result["individual_acc"] == [own_acc] * 3
     assert result["mean_individual_acc"] == pytest.approx(own_acc, abs=1e-12)  # float mean of 3 equal values
@@ -149,21 +207,33 @@ def test_bn_reset_recomputes_running_mean_for_resnet20() -> None:
 
 
 def test_analyse_reports_pairs_barriers_and_fusion(trained: dict) -> None:
-    result = fusion.analyse(trained["probe"], trained["states"], points=3)
-    assert [p["models"] for p in result["pairs"]] == [[0, 1]]
-    assert result["loss_barrier"] == result["pairs"][0]["loss_barrier"] >= 0
-    assert result["acc_barrier"] >= 0
-    summary = fusion.over_seeds([result, result])
+    scope = fusion.Scope("test", test=trained["test"][0])
+    result = fusion.analyse(trained["probe"], trained["states"], scope, points=3)
+    assert [p["models"] for p in result["pairs"]] == [[0, 1]] and result["measured_on"] == "test"
+    assert result["loss_barrier"] == result["pairs"][0]["loss_barrier"]
+    assert result["loss_midpoint"] == result["loss_barrier"]  # three points: the midpoint is the interior
+    assert 0 <= result["moved_fraction"] <= 1
+    summary = lmc_run.over_seeds([result, result])
     assert summary["fused_acc"] == {"mean": result["fused_acc"], "std": 0.0}
     assert summary["curve"]["alpha"] == [0.0, 0.5, 1.0] and summary["curve"]["n"] == 2
     better = {**result, "seed": 0, "fused_acc": result["fused_acc"] + 0.25}
-    paired = fusion.paired_difference([better], [{**result, "seed": 0}])
+    paired = lmc_run.paired_difference([better], [{**result, "seed": 0}])
     assert paired["fused_acc"]["mean"] == pytest.approx(0.25) and paired["loss_barrier"]["mean"] == 0.0
 
 
+def test_own_scope_measures_each_model_and_the_average_on_its_own_data(trained: dict) -> None:
+    x, y = trained["x"], trained["y"]
+    held = (fusion.EvalData("h0", x[:60], y[:60]), fusion.EvalData("h1", x[120:180], y[120:180]))
+    probe, states = trained["probe"], trained["states"]
+    result = fusion.fuse(probe, states, fusion.Scope("own", held_out=held))
+    assert result["individual_acc"] == [probe.measure(s, [h])[1] for s, h in zip(states, held)]
+    fused = fusion.average_states(states)
+    assert result["fused_acc"] == pytest.approx(sum(probe.measure(fused, [h])[1] for h in held) / 2)
+
+
 def test_mean_std_uses_n_minus_1() -> None:
-    assert fusion.mean_std([1.0, 2.0, 3.0]) == {"mean": 2.0, "std": 1.0}
-    assert fusion.mean_std([5.0]) == {"mean": 5.0, "std": 0.0}
+    assert lmc_run.mean_std([1.0, 2.0, 3.0]) == {"mean": 2.0, "std": 1.0}
+    assert lmc_run.mean_std([5.0]) == {"mean": 5.0, "std": 0.0}
 
 
 # --------------------------------------------------------------------------- seeded draws
@@ -174,36 +244,28 @@ def test_initial_model_is_seeded_and_leaves_the_global_rng_alone() -> None:
     torch.manual_seed(123)
     expected_next = torch.rand(1)
     torch.manual_seed(123)
-    _, first = fusion.initial_model("mlp", SHAPE, CLASSES, 5, cpu)
+    _, first = lmc_run.initial_model("mlp", SHAPE, CLASSES, 5, cpu)
     assert torch.equal(torch.rand(1), expected_next)
-    _, again = fusion.initial_model("mlp", SHAPE, CLASSES, 5, cpu)
-    _, other = fusion.initial_model("mlp", SHAPE, CLASSES, 6, cpu)
+    _, again = lmc_run.initial_model("mlp", SHAPE, CLASSES, 5, cpu)
+    _, other = lmc_run.initial_model("mlp", SHAPE, CLASSES, 6, cpu)
+    _, own = lmc_run.initial_model("mlp", SHAPE, CLASSES, 5, cpu, which=1)  # diff-init's model 0
     assert all(torch.equal(first[k], again[k]) for k in first)
     assert not torch.equal(first["classifier.weight"], other["classifier.weight"])
-
-
-def test_anchor_masks_of_smaller_ratios_are_subsets(trained: dict) -> None:
-    model = trained["model"]
-    assert fusion.anchor_mask(model, 0.0, 0, "weight") is None
-    small, large = (fusion.anchor_mask(model, r, 0, "weight") for r in (0.2, 0.4))
-    assert all(bool((small[k] <= large[k]).all()) for k in small)
-    assert any(bool((small[k] != large[k]).any()) for k in small)
-    other_seed = fusion.anchor_mask(model, 0.4, 1, "weight")
-    assert any(not torch.equal(large[k], other_seed[k]) for k in large)
+    assert not torch.equal(first["classifier.weight"], own["classifier.weight"])
 
 
 def test_pools_and_shards_cover_their_samples_once() -> None:
     labels = torch.arange(300) % 10
-    pool = fusion.sample_pool(300, 200, 4, fusion.Draw.TRAIN_POOL)
+    pool = lmc_run.sample_pool(300, 200, 4, lmc_run.Draw.TRAIN_POOL)
     assert len(pool) == 200 and len(set(pool.tolist())) == 200
-    assert torch.equal(pool, fusion.sample_pool(300, 200, 4, fusion.Draw.TRAIN_POOL))
-    assert not torch.equal(pool, fusion.sample_pool(300, 200, 4, fusion.Draw.TEST_POOL))  # streams differ
-    shards = fusion.split_pool(labels, pool, 3, "dirichlet", 0.5, 4)
+    assert torch.equal(pool, lmc_run.sample_pool(300, 200, 4, lmc_run.Draw.TRAIN_POOL))
+    assert not torch.equal(pool, lmc_run.sample_pool(300, 200, 4, lmc_run.Draw.TEST_POOL))  # streams differ
+    shards = lmc_run.split_pool(labels, pool, 3, "dirichlet", 0.5, 4)
     assert sorted(torch.cat(shards).tolist()) == sorted(pool.tolist())
     assert len({len(s) for s in shards}) > 1  # label skew makes unequal shards
-    same = fusion.split_pool(labels, pool, 3, "same-data", 0.5, 4)
+    same = lmc_run.split_pool(labels, pool, 3, "same-data", 0.5, 4)
     assert all(torch.equal(s, pool) for s in same)
-    batches = fusion.bn_batches(pool, 3, 16, 4)
+    batches = lmc_run.bn_batches(pool, 3, 16, 4)
     assert [len(b) for b in batches] == [16, 16, 16] and set(torch.cat(batches).tolist()) <= set(
         pool.tolist()
     )
@@ -226,14 +288,27 @@ def _run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
     [
         (["--dataset", "nope"], "dataset: unknown 'nope'"),
         (["--model", "nope"], "model: unknown 'nope'"),
-        (["--anchor-ratio", "1.0"], "anchor_ratio: 1.0 must be in [0, 1)"),
-        (["--anchor-ratio", "0.2,-0.1"], "anchor_ratio: -0.1 must be in [0, 1)"),
-        (["--models", "1"], "models: 1 must be at least 2"),
+        (["--anchor-ratio", "1.0"], "anchor_ratio: 1.0 must be in (0, 1)"),
+        (["--anchor-ratio", "0.2,-0.1"], "anchor_ratio: -0.1 must be in (0, 1)"),
+        (["--anchor-ratio", "0.2,0.2"], "anchor_ratio: 0.2,0.2 repeats a value"),
+        (["--points", "99999999999"], "points: 99999999999 must be in [3, 101]"),
+        (["--points", "4"], "points: 4 must be odd, so the midpoint a = 0.5 is measured"),
+        (["--start", "trained"], "start: unknown 'trained'; use init, or trained:N"),
+        (["--start", "trained:0"], "start: unknown 'trained:0'"),
+        (["--arms", "shared,independent"], "arms: shared,independent leaves out plain"),
+        (["--arms", "plain,shuffled"], "arms: unknown 'shuffled'"),
+        (["--models", "100000"], "models: 100000 must be in [2, 64]"),
+        (["--model", "cnn", "--width", "32"], "width: only the mlp has a hidden width; drop it"),
+        (["--split", "same-data", "--alpha", "0.1"], "alpha: only the dirichlet split uses it; drop it"),
+        (["--arms", "plain,diff-init", "--anchor-ratio", "0.2"], "anchor_ratio: no shared or independent arm"),
+        (["--where", "test", "--held-out", "0.3"], "held_out: --where test measures on the test set"),
+        (["--where", "train"], "where: unknown 'train'"),
+        (["--models", "1"], "models: 1 must be in [2, 64]"),
         (["--models", "two"], "models: 'two' is not an integer"),
         (["--seeds", ""], "seeds: '' is not a list of"),
         (["--seeds=-1"], "seeds: -1 must be in [0, 4294967295]"),
         (["--seeds", "0,4294967296"], "seeds: 4294967296 must be in [0, 4294967295]"),
-        (["--seeds", "3,3"], "seeds: 3,3 repeats a seed"),
+        (["--seeds", "3,3"], "seeds: 3,3 repeats a value"),
         (["--alpha", "inf"], "alpha: 'inf' is not a finite number"),
         (["--alpha", "0"], "alpha: 0.0 must be > 0"),
         (["--lr", "nan"], "lr: 'nan' is not a finite number"),
@@ -253,12 +328,12 @@ def test_cli_refuses_bad_values(argv: list[str], says: str, tmp_path: Path, caps
 def test_cli_reports_every_problem_at_once(tmp_path: Path, capsys) -> None:
     a_file = tmp_path / "file"
     a_file.write_text("mine")
-    argv = ["--models", "1", "--seeds=-1", "--alpha", "inf", "--epochs", "0", "--out", str(a_file)]
+    argv = ["--models", "1", "--seeds=-1", "--lr", "inf", "--epochs", "0", "--out", str(a_file)]
     code, _, err = _run_cli(argv, capsys)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 5, err
     assert all(line.startswith("error: ") for line in lines)
-    assert {line.split(":")[1].strip() for line in lines} == {"models", "seeds", "alpha", "epochs", "out"}
+    assert {line.split(":")[1].strip() for line in lines} == {"models", "seeds", "lr", "epochs", "out"}
     assert a_file.read_text() == "mine"
 
 
@@ -307,7 +382,7 @@ def test_cli_module_exit_code() -> None:
         timeout=60,
         check=False,
     )
-    assert proc.returncode == 2 and proc.stderr == "error: models: 1 must be at least 2\n"
+    assert proc.returncode == 2 and proc.stderr == "error: models: 1 must be in [2, 64]\n"
 
 
 @pytest.mark.parametrize(
@@ -356,15 +431,12 @@ def test_help_shows_one_default_each_and_marks_out_required(capsys) -> None:
 
 def test_seed_line_uses_the_table_units() -> None:
     result = {
-        "seed": 2,
-        "loss_barrier": 0.01234,
-        "acc_barrier": 0.0345,
-        "fused_acc": 0.8123,
-        "mean_individual_acc": 0.8,
-        "seconds": 1.25,
-    }
+        "seed": 2, "loss_barrier": -0.01234, "matched_loss_barrier": -0.02, "permutation_loss": 0.3456,
+        "moved_fraction": 0.5, "fused_acc": 0.8123, "mean_individual_acc": 0.8, "seconds": 1.25,
+    }  # fmt: skip
     assert lmc.seed_line("plain", result) == (
-        "seed 2         plain: loss barrier 0.012, acc barrier 3.45 pp, fused 81.23 % vs mean own 80.00 % (1.2 s)"
+        "seed 2           plain: loss barrier -0.012 (matched -0.020), P +0.346, moved 50 %, "
+        "fused 81.23 % vs own 80.00 % (1.2 s)"
     )
 
 
@@ -381,7 +453,7 @@ def _small_fmnist_argv(out: Path, seeds: str = "0,1") -> list[str]:
         "--test-subset",
         "300",
         "--points",
-        "3",
+        "5",
         "--threads",
         "1",
         "--device",
@@ -393,27 +465,27 @@ def _small_fmnist_argv(out: Path, seeds: str = "0,1") -> list[str]:
 
 @needs_fmnist
 def test_cli_end_to_end_on_a_small_fmnist_subset(tmp_path: Path, capsys) -> None:
+    """Every arm, the figures of each, and the positive control moving where plain does not."""
     out = tmp_path / "lmc"
-    assert lmc.main(_small_fmnist_argv(out)) == 0
+    argv = [*_small_fmnist_argv(out), "--split", "same-data", "--width", "32", "--held-out", "0.25"]
+    assert lmc.main(argv) == 0
     printed = capsys.readouterr().out
     result = json.loads((out / "lmc.json").read_text())
-    assert set(result["settings"]) == {"plain", "anchored-0.4"}
+    assert list(result["settings"]) == ["plain", "shared-0.4", "independent-0.4", "diff-init"]
     for entry in result["settings"].values():
         assert [s["seed"] for s in entry["seeds"]] == [0, 1]
-        assert set(fusion.METRICS) <= set(entry["summary"])
-    assert set(fusion.METRICS) == set(result["settings"]["anchored-0.4"]["vs_plain"])
-    plain, anchored = (result["settings"][k]["seeds"][0] for k in ("plain", "anchored-0.4"))
-    assert plain["shard_sizes"] == anchored["shard_sizes"] and sum(plain["shard_sizes"]) == 600
-    assert anchored["anchored_fraction"] == pytest.approx(0.4, abs=0.02)
+        assert set(lmc_run.FIGURES) <= set(entry["summary"])
+    assert set(lmc_run.FIGURES) == set(result["settings"]["shared-0.4"]["vs_plain"])
+    plain, shared, control = (result["settings"][k]["seeds"][0] for k in ("plain", "shared-0.4", "diff-init"))
+    assert plain["shard_sizes"] == shared["shard_sizes"] == [450, 450]  # 600 less a quarter held out
+    assert shared["anchored_fraction"] == pytest.approx(0.4, abs=0.02)
+    assert result["config"]["measured_on"] == "union" and plain["measured_on"] == "union"
+    assert control["moved_fraction"] > 0.5 and control["permutation_loss"] > plain["permutation_loss"]
     assert result["config"]["anchor_ratio"] == [0.4] and result["config"]["seeds"] == [0, 1]
     with Image.open(out / "lmc.png") as png:
         assert png.width == 660  # one column of a paper: 3.3 in at 200 dpi
-    assert "| anchored-0.4 |" in printed and "mean ± std over 2 seeds (sample std, n − 1)" in printed
-    acc_barrier = 100 * plain["acc_barrier"]
-    assert (
-        f"seed 0         plain: loss barrier {plain['loss_barrier']:.3f}, acc barrier {acc_barrier:.2f} pp"
-        in printed
-    )
+    assert "| shared-0.4 |" in printed and "measured on: union; mean ± std over 2 seeds" in printed
+    assert f"seed 0           plain: loss barrier {plain['loss_barrier']:+.3f}" in printed
     assert sorted(p.name for p in out.iterdir()) == ["lmc.json", "lmc.pdf", "lmc.png"]  # no temporary files left
 
 
@@ -432,6 +504,6 @@ def test_band_note_states_the_std_and_the_count() -> None:
         plain = {"seeds": [{}] * seeds, "summary": {"curve": {"n": seeds * pairs}}}
         return {"settings": {"plain": plain}}
 
-    assert lmc.band_note(result(3, 1)) == "line: mean over 3 seeds; band: ± 1 std (n − 1)"
-    assert lmc.band_note(result(2, 3)) == "line: mean over 2 seeds x 3 pairs; band: ± 1 std (n − 1)"
-    assert lmc.band_note(result(1, 1)) == "one curve (1 seed), no band"
+    assert lmc_render.band_note(result(3, 1)) == "line: mean over 3 seeds; band: ± 1 std (n − 1)"
+    assert lmc_render.band_note(result(2, 3)) == "line: mean over 2 seeds x 3 pairs; band: ± 1 std (n − 1)"
+    assert lmc_render.band_note(result(1, 1)) == "one curve (1 seed), no band"

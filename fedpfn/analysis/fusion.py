@@ -1,60 +1,43 @@
-"""Linear mode connectivity and one-shot fusion: the analysis behind `python -m fedpfn.analysis.lmc`.
+"""The alignment instruments: interpolation curves, signed barriers, one-shot fusion, matched pairs.
 
-K models start from ONE initialisation and train on their own data (Dirichlet shards, or the
-same data in their own batch orders), plainly or with one anchor mask fixed for the whole
-training (TNA-PFN). This module trains them and measures how well they line up:
+Every figure here is measured on named data (`EvalData`) and says where: the test set, each
+model's own held-out data, or the union of a pair's held-out data (`Scope`). Between models
+trained on different label distributions the test set favours their average (each end point is
+poor on the other's classes), so where a figure is measured is part of what it means.
 
-- interpolation curves: test loss and accuracy of (1 - a) w_A + a w_B at evenly spaced a;
-- barriers: the largest rise of a curve above the straight line between its end points
-  (loss), or fall below it (accuracy, also relative to the line there);
-- fusion: accuracy of the plain average of the K models against the mean of their own.
+- curve: loss and accuracy of (1 - a) w_A + a w_B at evenly spaced a, both ends included;
+- signed barrier: the largest excess of the curve over the chord between its end points, at
+  INTERIOR points only, so it is negative when the whole path beats the chord; the midpoint's
+  excess stands beside it. Accuracy figures are chord minus curve, so positive is worse too;
+- fusion: the models' own figures against their plain average's, on the same data;
+- matched pair (`fedpfn.analysis.matching`): B permuted onto A by weight matching; the matched
+  barrier, the permutation-attributable loss P = L(avg(A, B)) - L(avg(A, pi(B))) and the
+  fraction of units pi moves. P > 0: part of what averaging costs is permutation.
 
 Models with BatchNorm get their running statistics recomputed for every measured model (end
-points, interpolations, averages alike) on the same fixed training batches, since averaged
-weights do not go with averaged statistics.
-
-Every random draw comes from `fedpfn.core.seeding`, keyed by the analysis seed:
-
-    INIT                   the shared initialisation of the K models
-    ANALYSIS (TRAIN_POOL)  the training subset
-    PARTITION              the Dirichlet shards of that subset
-    DATA_ORDER (0, k)      model k's batch order: the same in the plain and anchored settings
-    MASK (0)               the anchor mask: one per seed, shared by the K models and every ratio
-    ANALYSIS (BN_BATCHES)  the batches BatchNorm statistics are recomputed on
-    ANALYSIS (TEST_POOL), seed 0: the fixed test subset, the same for every seed
+points, interpolations, averages, permuted copies alike) on the same fixed training batches,
+since averaged or permuted weights do not go with averaged statistics (REPAIR, Jordan et al. 2023).
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from enum import IntEnum
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
-from fedpfn.core.anchors import AnchorMask, draw_mask
-from fedpfn.core.models import build_model
-from fedpfn.core.seeding import Stream, seed_for, torch_generator
-from fedpfn.core.training import OptimizerSpec, evaluate, minibatches, train_local
-from partitions import partition_labels
+from fedpfn.analysis.matching import apply_permutation, moved_fraction, permutation_spec, weight_matching
+from fedpfn.core.training import evaluate
 
 StateDict = dict[str, torch.Tensor]
 
-SPLITS = ("dirichlet", "same-data")
-BARRIERS = ("loss_barrier", "acc_barrier", "acc_barrier_rel")
-METRICS = (*BARRIERS, "fused_acc", "mean_individual_acc", "fusion_gap")
-
-
-class Draw(IntEnum):
-    """Keys of `Stream.ANALYSIS`: the analysis's own draws."""
-
-    TRAIN_POOL = 0
-    BN_BATCHES = 1
-    TEST_POOL = 2
+WHERE = ("test", "own", "union")
+BARRIERS = ("loss_barrier", "loss_midpoint", "acc_barrier", "acc_midpoint")
+MATCHED = ("matched_loss_barrier", "matched_acc_barrier", "permutation_loss", "moved_fraction")
+MATCHING = ("none", "midpoint", "curve")  # what weight matching adds: nothing, P only, or the matched curve too
 
 
 # --------------------------------------------------------------------------- weights
@@ -109,8 +92,6 @@ def has_batchnorm(model: nn.Module) -> bool:
 def reset_bn_stats(model: nn.Module, x: torch.Tensor, batches: Sequence[torch.Tensor]) -> None:
     """Recompute BatchNorm running statistics as the plain average over `batches` of `x`.
 
-    Interpolated and averaged weights do not go with interpolated or averaged statistics
-    (Jordan et al., REPAIR, 2023), so every measured model gets its own, from the same batches.
     Momentum None makes the running estimate a cumulative average; train mode, no gradients.
     """
     norms = _batchnorms(model)
@@ -132,214 +113,194 @@ def reset_bn_stats(model: nn.Module, x: torch.Tensor, batches: Sequence[torch.Te
         model.train(was_training)
 
 
+# --------------------------------------------------------------------------- where it is measured
+
+
+@dataclass(frozen=True)
+class EvalData:
+    """Samples a figure is measured on, with the name written beside the figure."""
+
+    name: str
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where a pair's or a group's figures are measured: `test`, `own` or `union`.
+
+    test: one test set for every model. own: model k's figures on its own held-out data, the
+    group's being the equal-weight mean over its members' sets. union: the members' held-out
+    sets pooled (a set shared by several members, as with same-data splits, counted once).
+    """
+
+    where: str
+    test: EvalData | None = None
+    held_out: tuple[EvalData, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.where not in WHERE:
+            raise ValueError(f"where={self.where!r}: choose one of {', '.join(WHERE)}")
+        if self.where == "test" and self.test is None:
+            raise ValueError("where='test' needs a test set")
+        if self.where != "test" and not self.held_out:
+            raise ValueError(f"where={self.where!r} needs each model's held-out data")
+
+    def data_for(self, members: Sequence[int]) -> list[EvalData]:
+        """The sets whose figures are averaged (equal weights) for this group of models."""
+        if self.where == "test":
+            assert self.test is not None
+            return [self.test]
+        chosen = list({id(self.held_out[k]): self.held_out[k] for k in members}.values())
+        if self.where == "own" or len(chosen) == 1:
+            return chosen
+        name = "union of held-out " + "+".join(str(k) for k in members)
+        return [EvalData(name, torch.cat([d.x for d in chosen]), torch.cat([d.y for d in chosen]))]
+
+
 @dataclass
 class Probe:
-    """Everything needed to measure a set of weights the same way every time."""
+    """A model skeleton and BatchNorm batches: measures any weights the same way every time."""
 
-    model: nn.Module  # a skeleton the weights are loaded into
-    test_x: torch.Tensor
-    test_y: torch.Tensor
+    model: nn.Module
     bn_x: torch.Tensor | None = None  # training inputs for BatchNorm statistics
     bn_batches: tuple[torch.Tensor, ...] = ()
     eval_batch_size: int = 256  # CPU convolutions run about twice as fast as at 1000
+    calls: int = field(default=0, repr=False)
 
-    def measure(self, state: StateDict) -> tuple[float, float]:
-        """(test loss, test accuracy) of `state`, BatchNorm statistics recomputed if the model has any."""
+    def measure(self, state: StateDict, data: Sequence[EvalData]) -> tuple[float, float]:
+        """(loss, accuracy) of `state`, the equal-weight mean over `data`; BN statistics recomputed."""
         self.model.load_state_dict(state)
         if self.bn_x is not None and self.bn_batches:
             reset_bn_stats(self.model, self.bn_x, self.bn_batches)
-        return evaluate(self.model, self.test_x, self.test_y, self.eval_batch_size)
+        self.calls += 1
+        figures = [evaluate(self.model, d.x, d.y, self.eval_batch_size) for d in data]
+        return sum(f[0] for f in figures) / len(figures), sum(f[1] for f in figures) / len(figures)
 
 
 # --------------------------------------------------------------------------- curves and barriers
 
 
 def interpolation_curve(
-    probe: Probe, state_a: StateDict, state_b: StateDict, points: int = 11
+    probe: Probe, state_a: StateDict, state_b: StateDict, data: Sequence[EvalData], points: int = 11
 ) -> dict[str, list[float]]:
-    """Test loss and accuracy at `points` evenly spaced a in [0, 1], both end points included."""
-    if points < 2:
-        raise ValueError(f"points={points}: an interpolation curve needs at least its two end points")
+    """Loss and accuracy at `points` evenly spaced a in [0, 1], both end points included."""
+    if points < 3 or points % 2 == 0:
+        raise ValueError(f"points={points}: a curve needs an odd number of points, at least 3 (ends and midpoint)")
     alphas = [i / (points - 1) for i in range(points)]
-    measured = [probe.measure(interpolate_state(state_a, state_b, a)) for a in alphas]
+    measured = [probe.measure(interpolate_state(state_a, state_b, a), data) for a in alphas]
     return {"alpha": alphas, "loss": [loss for loss, _ in measured], "acc": [acc for _, acc in measured]}
 
 
-def barrier(alphas: Sequence[float], values: Sequence[float], higher_is_worse: bool = True) -> float:
-    """Largest excess of the curve over the straight line between its end points.
-
-    Loss (higher is worse): max_a [L(a) - ((1 - a) L(0) + a L(1))]. Accuracy: max_a of the line
-    minus the curve. Never negative when the end points are on the grid; 0 means no barrier.
-    """
+def _excess(alphas: Sequence[float], values: Sequence[float], higher_is_worse: bool) -> list[float]:
+    """Curve minus chord at every point (chord minus curve for accuracy): positive is worse."""
     start, end = values[0], values[-1]
     sign = 1.0 if higher_is_worse else -1.0
-    return max(sign * (v - ((1 - a) * start + a * end)) for a, v in zip(alphas, values))
+    return [sign * (v - ((1 - a) * start + a * end)) for a, v in zip(alphas, values)]
 
 
-def relative_acc_barrier(alphas: Sequence[float], accs: Sequence[float]) -> float:
-    """The accuracy barrier as a fraction of the straight line's accuracy at the point where it peaks."""
-    start, end = accs[0], accs[-1]
-    line = [(1 - a) * start + a * end for a in alphas]
-    gaps = [lv - v for lv, v in zip(line, accs)]
-    worst = max(range(len(gaps)), key=gaps.__getitem__)
-    return gaps[worst] / line[worst] if line[worst] > 0 else 0.0
+def signed_barrier(alphas: Sequence[float], values: Sequence[float], higher_is_worse: bool = True) -> float:
+    """The largest excess of the curve over its chord at the interior points.
+
+    Negative when every interior point beats the chord (the path is better than the line
+    between its ends); 0 only when the largest interior excess is 0. The end points are left
+    out: their excess is 0 by construction and would clamp the figure at 0.
+    """
+    if len(values) < 3:
+        raise ValueError("a signed barrier needs at least one interior point")
+    return max(_excess(alphas, values, higher_is_worse)[1:-1])
 
 
-def curve_barriers(curve: dict[str, list[float]]) -> dict[str, float]:
-    """Loss barrier, accuracy barrier and relative accuracy barrier of one curve."""
+def midpoint_excess(alphas: Sequence[float], values: Sequence[float], higher_is_worse: bool = True) -> float:
+    """The excess of the curve over its chord at a = 0.5 (which must be on the grid)."""
+    if 0.5 not in alphas:
+        raise ValueError("the midpoint a = 0.5 is not on the curve's grid; use an odd number of points")
+    return _excess(alphas, values, higher_is_worse)[list(alphas).index(0.5)]
+
+
+def curve_barriers(curve: dict[str, list[float]], prefix: str = "") -> dict[str, float]:
+    """Signed loss and accuracy barriers (nats; accuracy as a fraction) and the midpoint's excess."""
+    alphas = curve["alpha"]
     return {
-        "loss_barrier": barrier(curve["alpha"], curve["loss"], higher_is_worse=True),
-        "acc_barrier": barrier(curve["alpha"], curve["acc"], higher_is_worse=False),
-        "acc_barrier_rel": relative_acc_barrier(curve["alpha"], curve["acc"]),
+        f"{prefix}loss_barrier": signed_barrier(alphas, curve["loss"], higher_is_worse=True),
+        f"{prefix}loss_midpoint": midpoint_excess(alphas, curve["loss"], higher_is_worse=True),
+        f"{prefix}acc_barrier": signed_barrier(alphas, curve["acc"], higher_is_worse=False),
+        f"{prefix}acc_midpoint": midpoint_excess(alphas, curve["acc"], higher_is_worse=False),
     }
 
 
-def fuse(probe: Probe, states: Sequence[StateDict]) -> dict[str, Any]:
-    """Accuracy of the averaged model against the mean of the models' own; gap = mean own - fused."""
-    own = [probe.measure(s) for s in states]
-    fused_loss, fused_acc = probe.measure(average_states(states))
-    mean_acc = sum(acc for _, acc in own) / len(own)
+# --------------------------------------------------------------------------- fusion and matching
+
+
+def fuse(probe: Probe, states: Sequence[StateDict], scope: Scope) -> dict[str, Any]:
+    """Each model's own figures against their plain average's on the same data.
+
+    own: model k and the average both on k's held-out data; test and union: everything on the
+    one set. gap = mean own accuracy - the average's accuracy (positive: averaging costs).
+    """
+    fused = average_states(states)
+    everyone = list(range(len(states)))
+    sets = [scope.data_for([k]) for k in everyone] if scope.where == "own" else [scope.data_for(everyone)]
+    own = [probe.measure(state, sets[k % len(sets)]) for k, state in enumerate(states)]
+    at_fused = [probe.measure(fused, data) for data in sets]
+    mean = lambda values: sum(values) / len(values)  # noqa: E731
     return {
         "individual_loss": [loss for loss, _ in own],
         "individual_acc": [acc for _, acc in own],
-        "mean_individual_acc": mean_acc,
-        "fused_loss": fused_loss,
-        "fused_acc": fused_acc,
-        "fusion_gap": mean_acc - fused_acc,
+        "mean_individual_loss": mean([loss for loss, _ in own]),
+        "mean_individual_acc": mean([acc for _, acc in own]),
+        "fused_loss": mean([loss for loss, _ in at_fused]),
+        "fused_acc": mean([acc for _, acc in at_fused]),
+        "fusion_gap": mean([acc for _, acc in own]) - mean([acc for _, acc in at_fused]),
     }
 
 
-def analyse(probe: Probe, states: Sequence[StateDict], points: int) -> dict[str, Any]:
-    """Curves and barriers for every pair of models, their mean over pairs, and the fusion figures."""
+def matched_pair(
+    probe: Probe, state_a: StateDict, state_b: StateDict, data: Sequence[EvalData], points: int,
+    plain_midpoint: float,
+) -> dict[str, Any]:  # fmt: skip
+    """B permuted onto A by weight matching: P, the moved fraction and (points > 0) the matched curve.
+
+    P = L(avg(A, B)) - L(avg(A, pi(B))) on `data` (`plain_midpoint` is the first): the loss of the
+    plain average that the permutation accounts for (0 when pi is the identity; negative if
+    matching made the average worse). `points` 0 measures the matched midpoint only.
+    """
+    spec = permutation_spec(probe.model)
+    perms = weight_matching(spec, state_a, state_b)
+    permuted = apply_permutation(spec, perms, state_b)
+    figures: dict[str, Any] = {"moved_fraction": moved_fraction(perms)}
+    if points:
+        curve = interpolation_curve(probe, state_a, permuted, data, points)
+        matched_midpoint = curve["loss"][points // 2]
+        barriers = curve_barriers(curve, prefix="matched_")
+        figures.update(matched_loss=curve["loss"], matched_acc=curve["acc"],
+                       matched_loss_barrier=barriers["matched_loss_barrier"],
+                       matched_acc_barrier=barriers["matched_acc_barrier"])  # fmt: skip
+    else:
+        matched_midpoint = probe.measure(average_states([state_a, permuted]), data)[0]
+    figures["permutation_loss"] = plain_midpoint - matched_midpoint
+    return figures
+
+
+def analyse(
+    probe: Probe, states: Sequence[StateDict], scope: Scope, points: int = 11, match: str = "curve"
+) -> dict[str, Any]:
+    """Curves and signed barriers for every pair, with matching (`match`: none, midpoint, curve);
+    the mean over pairs of each figure; the fusion figures of all K; where it was all measured."""
+    if match not in MATCHING:
+        raise ValueError(f"match={match!r}: choose one of {', '.join(MATCHING)}")
     pairs = []
     for i, j in itertools.combinations(range(len(states)), 2):
-        curve = interpolation_curve(probe, states[i], states[j], points)
-        pairs.append({"models": [i, j], **curve, **curve_barriers(curve)})
-    result: dict[str, Any] = {key: sum(p[key] for p in pairs) / len(pairs) for key in BARRIERS}
-    result.update(fuse(probe, states))
+        data = scope.data_for([i, j])
+        curve = interpolation_curve(probe, states[i], states[j], data, points)
+        pair = {"models": [i, j], **curve, **curve_barriers(curve)}
+        if match != "none":
+            matched_points = points if match == "curve" else 0
+            pair.update(matched_pair(probe, states[i], states[j], data, matched_points, curve["loss"][points // 2]))
+        pairs.append(pair)
+    keys = BARRIERS + {"none": (), "midpoint": MATCHED[2:], "curve": MATCHED}[match]
+    result: dict[str, Any] = {key: sum(p[key] for p in pairs) / len(pairs) for key in keys}
+    result.update(fuse(probe, states, scope))
+    result["measured_on"] = scope.where
     result["pairs"] = pairs
     return result
-
-
-# --------------------------------------------------------------------------- seeded draws
-
-
-def initial_model(
-    name: str, input_shape: tuple[int, int, int], num_classes: int, seed: int, device: torch.device
-) -> tuple[nn.Module, StateDict]:
-    """The K models' shared start, built from the seed's INIT stream without touching global RNG state."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed_for(seed, Stream.INIT))
-        model = build_model(name, input_shape, num_classes).to(device)
-    return model, snapshot(model)
-
-
-def sample_pool(size: int, keep: int, seed: int, draw: Draw) -> torch.Tensor:
-    """A seeded random order of range(size), cut to its first `keep` (0 keeps all)."""
-    order = torch.randperm(size, generator=torch_generator(seed, Stream.ANALYSIS, draw))
-    return order[:keep] if keep else order
-
-
-def split_pool(
-    labels: torch.Tensor, pool: torch.Tensor, k: int, split: str, alpha: float, seed: int
-) -> list[torch.Tensor]:
-    """Training indices for each of the K models: Dirichlet(alpha) shards of `pool`, or all of it each."""
-    if split == "same-data":
-        return [pool.clone() for _ in range(k)]
-    parts = partition_labels(
-        labels[pool].numpy(), k, "dirichlet", alpha=alpha, seed=seed_for(seed, Stream.PARTITION)
-    )
-    return [pool[torch.from_numpy(p)] for p in parts]
-
-
-def bn_batches(pool: torch.Tensor, count: int, size: int, seed: int) -> tuple[torch.Tensor, ...]:
-    """`count` fixed batches of `size` training indices for BatchNorm statistics."""
-    order = pool[sample_pool(len(pool), 0, seed, Draw.BN_BATCHES)]
-    return tuple(order.split(size)[:count])
-
-
-def anchor_mask(model: nn.Module, ratio: float, seed: int, granularity: str) -> AnchorMask | None:
-    """The seed's one anchor mask at `ratio` (None when plain).
-
-    Drawn from the same stream for every ratio, so with weight granularity the anchors of a
-    smaller ratio are a subset of those of a larger one.
-    """
-    if ratio == 0:
-        return None
-    return draw_mask(model, ratio, seed_for(seed, Stream.MASK, 0), granularity)
-
-
-# --------------------------------------------------------------------------- training
-
-
-@dataclass(frozen=True)
-class TrainSpec:
-    """How each of the K models trains (shared by the plain and the anchored settings)."""
-
-    epochs: int = 3
-    lr: float = 0.05
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    batch_size: int = 64
-    optimizer: str = "sgd"
-
-
-def train_models(
-    model: nn.Module,
-    init: StateDict,
-    data: tuple[torch.Tensor, torch.Tensor],
-    indices: Sequence[torch.Tensor],
-    seed: int,
-    spec: TrainSpec,
-    mask: AnchorMask | None = None,
-) -> list[StateDict]:
-    """Train model k on `indices[k]` from `init`, with `mask`'s entries fixed at their initial values.
-
-    Model k's batches come from the seed's DATA_ORDER stream (0, k) whatever the mask, so
-    plain and anchored runs differ only in the anchors. `model` is a skeleton reloaded for each.
-    """
-    states = []
-    optimizer = OptimizerSpec(spec.optimizer, spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
-    for k, idx in enumerate(indices):
-        model.load_state_dict(init)
-        batches = minibatches(
-            idx, spec.batch_size, spec.epochs, torch_generator(seed, Stream.DATA_ORDER, 0, k)
-        )
-        train_local(model, *data, batches, optimizer, mask)
-        states.append(snapshot(model))
-    return states
-
-
-# --------------------------------------------------------------------------- over seeds
-
-
-def mean_std(values: Sequence[float]) -> dict[str, float]:
-    """Mean and sample standard deviation (n - 1; 0 for a single value)."""
-    n = len(values)
-    mean = sum(values) / n
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
-    return {"mean": mean, "std": std}
-
-
-def over_seeds(per_seed: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Mean and std over seeds of each figure, and the mean curve over its `n` curves (seeds x pairs)."""
-    summary: dict[str, Any] = {key: mean_std([s[key] for s in per_seed]) for key in METRICS}
-    curves = [p for s in per_seed for p in s["pairs"]]
-    summary["curve"] = {"alpha": curves[0]["alpha"], "n": len(curves)}
-    for what in ("loss", "acc"):
-        columns = [mean_std(col) for col in zip(*(c[what] for c in curves))]
-        summary["curve"][f"{what}_mean"] = [c["mean"] for c in columns]
-        summary["curve"][f"{what}_std"] = [c["std"] for c in columns]
-    return summary
-
-
-def paired_difference(
-    per_seed: Sequence[dict[str, Any]], baseline: Sequence[dict[str, Any]]
-) -> dict[str, Any]:
-    """Mean and std over seeds of (setting - baseline) per figure, seed by seed.
-
-    Both settings share the init, the shards and the batches of a seed, so the paired
-    difference removes most of the seed-to-seed spread (how skewed the shards happen to be).
-    """
-    by_seed = {s["seed"]: s for s in baseline}
-    return {key: mean_std([s[key] - by_seed[s["seed"]][key] for s in per_seed]) for key in METRICS}

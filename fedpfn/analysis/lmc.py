@@ -1,24 +1,26 @@
-"""Neuron-alignment analysis: linear mode connectivity and one-shot fusion, plain against TNA-PFN.
+"""The alignment gate: where does permutation misalignment exist from a shared start, and do shared
+anchors remove it? Linear mode connectivity, weight matching and one-shot fusion, arm by arm.
 
-    python -m fedpfn.analysis.lmc --dataset fmnist --model mlp --anchor-ratio 0.4 --models 2 --seeds 0,1,2 --out DIR
+    python -m fedpfn.analysis.lmc --dataset fmnist --model cnn --split same-data --start init \
+        --arms plain,shared,independent,diff-init --anchor-ratio 0.4 --seeds 0,1,2 --out DIR
 
-For each seed, K models start from one initialisation and train on their own Dirichlet shards
-(or on the same data in their own batch orders), once plainly and once per anchor ratio with
-one anchor mask fixed for the whole training; then their interpolation curves, barriers and
-plain average are measured (`fedpfn.analysis.fusion`). Writes `DIR/lmc.json` and `DIR/lmc.png`, and
-prints a summary table.
+For each seed, K models train from one start (the random initialisation, or it trained N epochs
+first) on their own Dirichlet shards or on the same data in their own batch orders, in each arm
+(`fedpfn.analysis.lmc_run`: plain, one shared anchor mask, independent masks, different
+initialisations). Between every pair: the signed loss and accuracy barriers, the barrier after
+weight matching, the permutation-attributable loss P and the fraction of units matching moves,
+measured on the data `--where` names (`fedpfn.analysis.fusion`). Writes `DIR/lmc.json` and
+`DIR/lmc.png` and prints a summary table.
 
 This module is the command: its settings, their checks (every problem reported at once, one
-line each, exit 2, before any data is loaded), the run over seeds and settings, and the output.
+line each, exit 2, before any data is loaded), and the run over seeds and arms.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
+import re
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -26,29 +28,30 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import torch
-from torch import nn
 
-from fedpfn.core.anchors import GRANULARITIES, anchored_fraction
-from fedpfn.core.data import DATASETS, DataError, find_data_problem, load_dataset
-from fedpfn.core.files import atomic_write_bytes
-from fedpfn.analysis.fusion import (
+from fedpfn.analysis.fusion import WHERE, EvalData, Scope
+from fedpfn.analysis.lmc_render import markdown_table, output_problems, write_outputs
+from fedpfn.analysis.lmc_run import (
+    ARM_KINDS,
     SPLITS,
+    Arm,
     Draw,
-    Probe,
-    StateDict,
+    SeedSetup,
     TrainSpec,
-    analyse,
-    anchor_mask,
-    bn_batches,
-    has_batchnorm,
+    arms_for,
+    bn_probe,
+    held_out_sets,
+    hold_out,
     initial_model,
-    mean_std,
     over_seeds,
     paired_difference,
+    run_arm,
     sample_pool,
     split_pool,
-    train_models,
+    train_start,
 )
+from fedpfn.core.anchors import GRANULARITIES
+from fedpfn.core.data import DATASETS, DataError, find_data_problem, load_dataset
 from fedpfn.core.models import MODELS
 from fedpfn.core.seeding import MAX_SEED
 from fedpfn.core.settings import (
@@ -68,15 +71,44 @@ from fedpfn.core.settings import (
 from fedpfn.core.training import pick_device
 
 DEVICES = ("auto", "cpu", "cuda")
-OUTPUT_FILES = ("lmc.json", "lmc.png", "lmc.pdf")  # all the tool writes into --out; nothing else is touched
 
 
-def _distinct_seeds(seeds: tuple[int, ...]) -> str | None:
-    """Each seed in numpy's range, none repeated."""
-    reason = each(between(0, MAX_SEED))(seeds)
-    if reason is None and len(set(seeds)) != len(seeds):
-        reason = f"{shown_default(seeds)} repeats a seed"
-    return reason
+MAX_POINTS = 101  # a curve's points; each is a full evaluation, so the count is bounded
+MAX_START_EPOCHS = 1000
+MAX_MODELS = 64  # K models mean K (K - 1) / 2 matched pairs
+
+
+def _distinct(check: Callable[[Any], str | None]) -> Callable[[tuple], str | None]:
+    """`check` on every item of a comma list, and no item repeated."""
+
+    def check_all(values: tuple) -> str | None:
+        reason = each(check)(values)
+        if reason is None and len(set(values)) != len(values):
+            reason = f"{shown_default(values)} repeats a value"
+        return reason
+
+    return check_all
+
+
+def _odd_points(points: int) -> str | None:
+    """An odd count, so that a = 0.5 (the midpoint) is on the grid, and a bounded one."""
+    reason = between(3, MAX_POINTS)(points)
+    return reason or (None if points % 2 else f"{points} must be odd, so the midpoint a = 0.5 is measured")
+
+
+START = re.compile(r"init|trained:(\d{1,4})")
+
+
+def _start(text: str) -> str | None:
+    found = START.fullmatch(text)
+    if found is None or (found.group(1) is not None and not 1 <= int(found.group(1)) <= MAX_START_EPOCHS):
+        return f"unknown '{text}'; use init, or trained:N with N epochs in [1, {MAX_START_EPOCHS}]"
+    return None
+
+
+def start_epochs(start: str) -> int:
+    """Epochs the shared start trains before the K models part: 0 for `init`."""
+    return 0 if start == "init" else int(start.split(":")[1])
 
 
 @dataclass(frozen=True)
@@ -85,28 +117,39 @@ class LmcConfig:
 
     dataset: str = setting("fmnist", f"one of {', '.join(DATASETS)}", one_of(DATASETS))
     model: str = setting("mlp", f"one of {', '.join(MODELS)}", one_of(MODELS))
+    width: int = setting(0, "the mlp's hidden width (0: its own, 200)", between(0, 1 << 14))
+    arms: tuple[str, ...] = setting(
+        ARM_KINDS,
+        "comma list of plain (the baseline, required), shared (one mask for the K models), "
+        "independent (each its own mask: the control), diff-init (own initialisations: the positive control)",
+        _distinct(one_of(ARM_KINDS)),
+    )
     anchor_ratio: tuple[float, ...] = setting(
-        (0.4,),
-        "fraction of entries fixed as anchors, each in [0, 1); "
-        "a comma list (0.2,0.4) trains the plain models once for all",
-        each(between(0, 1, high_open=True)),
-    )
-    models: int = setting(2, "K models per seed, all from one initialisation", at_least(2))
+        (0.4,), "fraction of entries fixed as anchors in the shared and independent arms, each in (0, 1)",
+        _distinct(between(0, 1, low_open=True, high_open=True)),
+    )  # fmt: skip
+    start: str = setting("init", "where the K models part: init (the random initialisation) or trained:N", _start)
+    models: int = setting(2, "K models per seed, all from one start", between(2, MAX_MODELS))
     seeds: tuple[int, ...] = setting(
-        (0, 1, 2), f"comma list of seeds, each in [0, {MAX_SEED}]", _distinct_seeds
+        (0, 1, 2), f"comma list of seeds, each in [0, {MAX_SEED}]", _distinct(between(0, MAX_SEED))
     )
-    epochs: int = setting(3, "training epochs of each model", at_least(1))
-    lr: float = setting(0.05, "SGD learning rate", above(0))
+    epochs: int = setting(3, "training epochs of each model", between(1, 1000))
+    lr: float = setting(0.05, "SGD learning rate", between(0, 100, low_open=True))
     momentum: float = setting(0.9, "SGD momentum, in [0, 1)", between(0, 1, high_open=True))
-    weight_decay: float = setting(5e-4, "SGD weight decay", at_least(0))
-    batch_size: int = setting(64, "training batch size", at_least(1))
-    points: int = setting(11, "interpolation points in [0, 1], both ends included", at_least(2))
+    weight_decay: float = setting(5e-4, "SGD weight decay", between(0, 1))
+    batch_size: int = setting(64, "training batch size", between(1, 1 << 16))
+    points: int = setting(11, f"interpolation points in [0, 1], ends included: odd, at most {MAX_POINTS}", _odd_points)
     split: str = setting(
         "dirichlet",
         "dirichlet: each model its own shard; same-data: all of it, own batch order",
         one_of(SPLITS),
     )
     alpha: float = setting(0.5, "Dirichlet concentration (smaller = more label skew)", above(0))
+    where: str = setting(
+        "union", "where figures are measured: test, own (each model's held-out data) or union (a pair's)",
+        one_of(WHERE),
+    )  # fmt: skip
+    held_out: float = setting(0.2, "fraction of each model's samples held out for own/union", between(0.01, 0.5))
     train_subset: int = setting(
         0, "seeded training subset per seed (0 = the whole training set)", at_least(0)
     )
@@ -114,19 +157,15 @@ class LmcConfig:
         0, "fixed test subset, the same for every seed (0 = the whole test set)", at_least(0)
     )
     granularity: str = setting("weight", "anchor granularity: weight or neuron", one_of(GRANULARITIES))
-    bn_batches: int = setting(20, "training batches BatchNorm statistics are recomputed on", at_least(0))
-    bn_batch_size: int = setting(256, "size of each of those batches", at_least(1))
+    bn_batches: int = setting(20, "training batches BatchNorm statistics are recomputed on", between(0, 1000))
+    bn_batch_size: int = setting(256, "size of each of those batches", between(1, 1 << 14))
     data_root: str | None = setting(
         None, "folder holding the dataset files (default: Debian's folder for fmnist)"
     )
     device: str = setting("auto", "auto, cpu or cuda", one_of(DEVICES))
     threads: int = setting(
-        0, "torch CPU threads, 0 for torch's choice; 1 is far faster on a busy shared CPU", at_least(0)
+        0, "torch CPU threads, 0 for torch's choice; 1 is far faster on a busy shared CPU", between(0, 1024)
     )
-
-
-def setting_name(ratio: float) -> str:
-    return "plain" if ratio == 0 else f"anchored-{ratio:g}"
 
 
 # --------------------------------------------------------------------------- checks
@@ -152,6 +191,8 @@ def read_config(values: Mapping[str, Any]) -> tuple[LmcConfig, list[str]]:
 def relation_problems(cfg: LmcConfig) -> list[str]:
     """Problems no single setting shows: sizes that depend on K, a missing GPU, missing data files."""
     found = []
+    if cfg.arms and "plain" not in cfg.arms:
+        found.append(f"arms: {','.join(cfg.arms)} leaves out plain, the baseline every arm is paired with")
     if cfg.split == "dirichlet" and 0 < cfg.train_subset < 10 * cfg.models:
         found.append(
             f"train_subset: {cfg.train_subset} leaves a shard under 10 samples; "
@@ -166,46 +207,24 @@ def relation_problems(cfg: LmcConfig) -> list[str]:
     return found
 
 
-def _nearest_existing(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
+UNUSED = {  # a setting the run would not use, given on the command line: why
+    "anchor_ratio": (lambda c: not {"shared", "independent"} & set(c.arms), "no shared or independent arm uses it"),
+    "granularity": (lambda c: not {"shared", "independent"} & set(c.arms), "no shared or independent arm uses it"),
+    "alpha": (lambda c: c.split != "dirichlet", "only the dirichlet split uses it"),
+    "held_out": (lambda c: c.where == "test", "--where test measures on the test set, not on held-out data"),
+    "width": (lambda c: c.model != "mlp", "only the mlp has a hidden width"),
+    "bn_batch_size": (lambda c: c.bn_batches == 0, "--bn-batches 0 recomputes no BatchNorm statistics"),
+}
 
 
-def output_problems(out: Path, overwrite: bool) -> list[str]:
-    """Why the results could not be written to `out`, found before any training."""
-    if str(out) in ("", "."):
-        return ["out: give the folder to write lmc.json and lmc.png into"]
-    if out.exists() and not out.is_dir():
-        return [f"out: {out} is a file; give a folder (created if missing)"]
-    base = _nearest_existing(out)
-    if not base.is_dir():
-        return [f"out: {base} is a file, so {out} cannot be created"]
-    if not os.access(base, os.W_OK | os.X_OK):
-        return [f"out: {base} is not writable; give a folder you can write to"]
-    earlier = [name for name in OUTPUT_FILES if (out / name).exists() or (out / name).is_symlink()]
-    if any(not (out / name).is_file() for name in earlier):
-        return [f"out: {out} holds {', '.join(earlier)} that are not plain files; give another folder"]
-    if earlier and not overwrite:
-        ours = ", ".join(OUTPUT_FILES)
-        advice = f"add --overwrite to replace {ours} (nothing else in it is touched), or give another folder"
-        return [f"out: {out} already holds {', '.join(earlier)}; {advice}"]
-    return []
+def unused_problems(cfg: LmcConfig, given: set[str]) -> list[str]:
+    """Settings the user gave that this run would not use: refused rather than silently ignored."""
+    return [
+        f"{key}: {reason}; drop it" for key, (unused, reason) in UNUSED.items() if key in given and unused(cfg)
+    ]
 
 
 # --------------------------------------------------------------------------- the run
-
-
-@dataclass
-class SeedSetup:
-    """What the plain and anchored settings of one seed share: init, shards, probe (and batch orders,
-    which `train_models` draws from the seed)."""
-
-    seed: int
-    model: nn.Module
-    init: StateDict
-    indices: list[torch.Tensor]
-    probe: Probe
 
 
 @dataclass
@@ -224,22 +243,28 @@ def _subset_problem(name: str, wanted: int, available: int) -> None:
         )
 
 
-def setup_seed(
-    cfg: LmcConfig,
-    train: tuple[torch.Tensor, torch.Tensor],
-    test: tuple[torch.Tensor, torch.Tensor],
-    shape: tuple[int, int, int],
-    classes: int,
-    device: torch.device,
-    seed: int,
-) -> SeedSetup:
-    """Everything random about a seed: the init, the training subset and its shards, the BatchNorm batches."""
-    model, init = initial_model(cfg.model, shape, classes, seed, device)
+def train_spec(cfg: LmcConfig) -> TrainSpec:
+    return TrainSpec(cfg.epochs, cfg.lr, cfg.momentum, cfg.weight_decay, cfg.batch_size,
+                     start_epochs=start_epochs(cfg.start))  # fmt: skip
+
+
+def setup_seed(cfg: LmcConfig, train: tuple, test: EvalData, shape: tuple, classes: int, seed: int) -> SeedSetup:
+    """Everything random about a seed: starts, training subset, shards and their held-out parts, BN batches."""
+    device = train[0].device
+    model, init = initial_model(cfg.model, shape, classes, seed, device, cfg.width)
     pool = sample_pool(len(train[1]), cfg.train_subset, seed, Draw.TRAIN_POOL)
-    indices = split_pool(train[1].cpu(), pool, cfg.models, cfg.split, cfg.alpha, seed)
-    bn = bn_batches(pool, cfg.bn_batches, cfg.bn_batch_size, seed) if has_batchnorm(model) else ()
-    probe = Probe(model, *test, train[0] if bn else None, bn)
-    return SeedSetup(seed, model, init, indices, probe)
+    shards = split_pool(train[1].cpu(), pool, cfg.models, cfg.split, cfg.alpha, seed)
+    indices, held = hold_out(shards, cfg.held_out, seed)
+    trainable = torch.cat(indices).unique()
+    spec = train_spec(cfg)
+    starts = [train_start(model, init, train, trainable, seed, spec)]
+    if "diff-init" in cfg.arms:
+        for k in range(cfg.models):
+            _, own = initial_model(cfg.model, shape, classes, seed, device, cfg.width, which=k + 1)
+            starts.append(train_start(model, own, train, trainable, seed, spec))
+    scope = Scope(cfg.where, test, held_out_sets(*train, held))
+    probe = bn_probe(model, train[0], trainable, cfg.bn_batches, cfg.bn_batch_size, seed)
+    return SeedSetup(seed, model, starts, indices, scope, probe)
 
 
 def prepare(cfg: LmcConfig) -> Prepared:
@@ -253,197 +278,42 @@ def prepare(cfg: LmcConfig) -> Prepared:
         keep = sample_pool(len(test_y), cfg.test_subset, 0, Draw.TEST_POOL)  # seed 0: one test set for all
         test_x, test_y = test_x[keep], test_y[keep]
     train = (data.train_x.to(device), data.train_y.to(device))
-    test = (test_x.to(device), test_y.to(device))
-    setups = [
-        setup_seed(cfg, train, test, data.input_shape, data.num_classes, device, seed) for seed in cfg.seeds
-    ]
+    test = EvalData("test set", test_x.to(device), test_y.to(device))
+    setups = [setup_seed(cfg, train, test, data.input_shape, data.num_classes, seed) for seed in cfg.seeds]
     return Prepared(train, device, setups)
 
 
-def run_setting(
-    cfg: LmcConfig, setup: SeedSetup, train: tuple[torch.Tensor, torch.Tensor], ratio: float
-) -> dict[str, Any]:
-    """Train the K models of one seed with anchor ratio `ratio` (0 = plain) and analyse them."""
-    started = time.perf_counter()
-    mask = anchor_mask(setup.model, ratio, setup.seed, cfg.granularity)
-    spec = TrainSpec(cfg.epochs, cfg.lr, cfg.momentum, cfg.weight_decay, cfg.batch_size)
-    states = train_models(setup.model, setup.init, train, setup.indices, setup.seed, spec, mask)
-    return {
-        "seed": setup.seed,
-        "shard_sizes": [len(i) for i in setup.indices],
-        "anchored_fraction": anchored_fraction(mask) if mask is not None else 0.0,
-        **analyse(setup.probe, states, cfg.points),
-        "seconds": time.perf_counter() - started,
-    }
-
-
 def seed_line(name: str, result: Mapping[str, Any]) -> str:
-    """One seed's figures in the table's units: loss barrier in nats, accuracies in %, gaps in points."""
+    """One seed's figures in the table's units: nats for losses, points for accuracies."""
     return (
-        f"seed {result['seed']} {name:>13}: loss barrier {result['loss_barrier']:.3f}, "
-        f"acc barrier {100 * result['acc_barrier']:.2f} pp, fused {100 * result['fused_acc']:.2f} % "
-        f"vs mean own {100 * result['mean_individual_acc']:.2f} % ({result['seconds']:.1f} s)"
+        f"seed {result['seed']} {name:>15}: loss barrier {result['loss_barrier']:+.3f} "
+        f"(matched {result['matched_loss_barrier']:+.3f}), P {result['permutation_loss']:+.3f}, "
+        f"moved {100 * result['moved_fraction']:.0f} %, fused {100 * result['fused_acc']:.2f} % "
+        f"vs own {100 * result['mean_individual_acc']:.2f} % ({result['seconds']:.1f} s)"
     )
 
 
 def run_lmc(cfg: LmcConfig, prepared: Prepared, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Train and analyse every setting (plain first, then each anchor ratio) for every seed."""
+    """Train and measure every arm for every seed; summaries over seeds, arms paired with plain."""
     started = time.perf_counter()
-    ratios = [0.0] + sorted({r for r in cfg.anchor_ratio if r > 0})
-    settings: dict[str, dict[str, Any]] = {setting_name(r): {"anchor_ratio": r, "seeds": []} for r in ratios}
+    arms: list[Arm] = arms_for(cfg.arms, cfg.anchor_ratio)
+    settings: dict[str, dict[str, Any]] = {a.name: {"arm": a.kind, "anchor_ratio": a.ratio, "seeds": []} for a in arms}
+    spec = train_spec(cfg)
     for setup in prepared.setups:
-        for ratio in ratios:
-            result = run_setting(cfg, setup, prepared.train, ratio)
-            settings[setting_name(ratio)]["seeds"].append(result)
-            log(seed_line(setting_name(ratio), result))
-    for entry in settings.values():
+        for arm in arms:
+            result = run_arm(setup, arm, prepared.train, spec, cfg.granularity, cfg.points)
+            settings[arm.name]["seeds"].append(result)
+            log(seed_line(arm.name, result))
+    for name, entry in settings.items():
         entry["summary"] = over_seeds(entry["seeds"])
-        if entry is not settings["plain"]:
+        if name != "plain":
             entry["vs_plain"] = paired_difference(entry["seeds"], settings["plain"]["seeds"])
     config = asdict(cfg)
     with_bn = bool(prepared.setups[0].probe.bn_batches)
     config["bn_recalibration"] = f"{cfg.bn_batches} batches of {cfg.bn_batch_size}" if with_bn else "none"
     config["device"] = str(prepared.device)
+    config["measured_on"] = prepared.setups[0].scope.where
     return {"config": config, "settings": settings, "seconds": time.perf_counter() - started}
-
-
-# --------------------------------------------------------------------------- output
-
-_COLUMNS = (  # (header, key, scale, decimals)
-    ("loss barrier", "loss_barrier", 1, 3),
-    ("acc barrier (pp)", "acc_barrier", 100, 2),
-    ("rel. acc barrier (%)", "acc_barrier_rel", 100, 2),
-    ("fused acc (%)", "fused_acc", 100, 2),
-    ("mean individual acc (%)", "mean_individual_acc", 100, 2),
-    ("gap (pp)", "fusion_gap", 100, 2),
-)
-
-
-def _table(first: str, rows: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
-    lines = [f"| {first} | " + " | ".join(c[0] for c in _COLUMNS) + " |", "|---" * (len(_COLUMNS) + 1) + "|"]
-    for name, stats in rows:
-        cells = [
-            f"{stats[key]['mean'] * scale:.{dec}f} ± {stats[key]['std'] * scale:.{dec}f}"
-            for _, key, scale, dec in _COLUMNS
-        ]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return lines
-
-
-def markdown_table(result: Mapping[str, Any]) -> str:
-    """Mean ± std over seeds of each figure, one row per setting, then the anchored settings'
-    differences from plain, paired by seed; the std convention stated above them."""
-    settings = result["settings"]
-    n = len(settings["plain"]["seeds"])
-    caption = (
-        f"mean ± std over {n} seed{'s' * (n > 1)} (sample std, n − 1); accuracies in %, "
-        "differences in percentage points (pp)"
-    )
-    lines = [caption, ""]
-    lines += _table("setting", [(name, entry["summary"]) for name, entry in settings.items()])
-    paired = [
-        (f"{name} − plain", entry["vs_plain"]) for name, entry in settings.items() if "vs_plain" in entry
-    ]
-    if paired:
-        lines += ["", *_table("paired by seed", paired)]
-    return "\n".join(lines)
-
-
-def band_note(result: Mapping[str, Any]) -> str:
-    """What the plot's line and band are: mean and ± 1 sample std over how many curves."""
-    plain = result["settings"]["plain"]
-    seeds, curves = len(plain["seeds"]), plain["summary"]["curve"]["n"]
-    over = f"{seeds} seed{'s' * (seeds > 1)}" + (f" x {curves // seeds} pairs" if curves != seeds else "")
-    return f"line: mean over {over}; band: ± 1 std (n − 1)" if curves > 1 else f"one curve ({over}), no band"
-
-
-def plot_curves(result: Mapping[str, Any], path: Path, title: str) -> list[Path]:
-    """The LMC figure as `path` (PNG) and a PDF beside it, one column wide (fedpfn.analysis.plots).
-
-    Top: test accuracy along the straight line between two models, mean over seeds x pairs
-    (± 1 std), each setting's barrier marked where its mean curve falls furthest below the
-    line joining its ends. Below: each anchored setting minus plain, pair by pair on the same
-    seed (the same initialisation and shards), so the seed-to-seed spread cancels.
-    """
-    # matplotlib is imported here only: the LMC command's checks run without it
-    from fedpfn.analysis.plots import OKABE_ITO, legend_below, new_figure, save, styled, wrapped
-
-    @styled
-    def figure() -> Any:
-        anchored = [name for name in result["settings"] if name != "plain"]
-        fig, axes = new_figure(2 if anchored else 1, 4.6 if anchored else 3.0, sharex=True)
-        colors = dict(zip(result["settings"], OKABE_ITO))
-        for name, entry in result["settings"].items():
-            _path_panel(axes[0], entry["summary"]["curve"], _setting_label(name, entry), colors[name])
-        axes[0].set_ylabel("test accuracy (%)")
-        for name in anchored:
-            _difference_panel(axes[1], result, name, colors[name])
-        axes[-1].set_xlabel("position on the line: 0 = model A, 1 = model B")
-        legend_below(fig, [handle for ax in axes for handle in ax.get_legend_handles_labels()[0]])
-        cfg = result["config"]
-        details = f"lr {cfg['lr']}, {cfg['granularity']}-level anchors; {band_note(result)}"
-        fig.suptitle(wrapped(f"{title}\n{details}"))
-        return fig
-
-    return save(figure(), path)
-
-
-def _setting_label(name: str, entry: Mapping[str, Any]) -> str:
-    return "plain (no anchors)" if name == "plain" else f"anchored, ρ={entry['anchor_ratio']:g}"
-
-
-def _path_panel(ax: Any, curve: Mapping[str, Any], label: str, color: str) -> None:
-    """One setting's mean accuracy (%) along the path, its band, and its barrier marked."""
-    alphas = curve["alpha"]
-    mean = [100 * v for v in curve["acc_mean"]]
-    std = [100 * v for v in curve["acc_std"]]
-    ax.plot(alphas, mean, marker=".", color=color, label=label)
-    ax.fill_between(alphas, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
-                    color=color, alpha=0.15, linewidth=0)  # fmt: skip
-    line = [(1 - a) * mean[0] + a * mean[-1] for a in alphas]
-    ax.plot(alphas, line, color=color, linestyle=":", linewidth=0.8)
-    worst = max(range(len(alphas)), key=lambda i: line[i] - mean[i])
-    gap = line[worst] - mean[worst]
-    if gap > 0:
-        ax.annotate("", xy=(alphas[worst], mean[worst]), xytext=(alphas[worst], line[worst]),
-                    arrowprops={"arrowstyle": "<->", "color": color, "linewidth": 0.8})  # fmt: skip
-        ax.annotate(f"barrier {gap:.1f} pp", (alphas[worst], (mean[worst] + line[worst]) / 2), xytext=(4, 0),
-                    textcoords="offset points", color=color, va="center")  # fmt: skip
-
-
-def _difference_panel(ax: Any, result: Mapping[str, Any], name: str, color: str) -> None:
-    """`name` minus plain in accuracy points along the path, per (seed, pair), mean ± 1 std."""
-    plain = {s["seed"]: s["pairs"] for s in result["settings"]["plain"]["seeds"]}
-    diffs = [
-        [100 * (a - b) for a, b in zip(pair["acc"], base["acc"])]
-        for seed in result["settings"][name]["seeds"]
-        for pair, base in zip(seed["pairs"], plain[seed["seed"]])
-    ]
-    alphas = result["settings"][name]["seeds"][0]["pairs"][0]["alpha"]
-    stats = [mean_std(column) for column in zip(*diffs)]
-    mean, std = [s["mean"] for s in stats], [s["std"] for s in stats]
-    ax.plot(alphas, mean, marker=".", color=color, label=f"{_setting_label(name, result['settings'][name])} − plain")
-    ax.fill_between(alphas, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
-                    color=color, alpha=0.15, linewidth=0)  # fmt: skip
-    ax.axhline(0, color="black", linewidth=0.8)
-    ax.set_ylabel("anchored − plain (pp)")
-
-
-def plot_title(cfg: LmcConfig) -> str:
-    split = f"Dirichlet({cfg.alpha:g}) shards" if cfg.split == "dirichlet" else "same data, own batch orders"
-    return f"{cfg.dataset} {cfg.model}, K = {cfg.models}, {cfg.epochs} epoch{'s' * (cfg.epochs > 1)}, {split}"
-
-
-def write_outputs(out: Path, result: Mapping[str, Any], title: str) -> None:
-    """Write lmc.json and the figure (drawn in a private folder first, then moved in); each file
-    is replaced whole, never written through a link, and nothing else in `out` is touched."""
-    out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="fedpfn-lmc-") as staging:
-        plot_curves(result, Path(staging) / "lmc.png", title)
-        atomic_write_bytes(out / "lmc.json", (json.dumps(result, indent=1) + "\n").encode())
-        for figure in sorted(Path(staging).iterdir()):
-            if figure.name in OUTPUT_FILES:  # what the command says it writes, nothing more
-                atomic_write_bytes(out / figure.name, figure.read_bytes())
 
 
 # --------------------------------------------------------------------------- command line
@@ -486,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.pop("out")).expanduser()
     overwrite = bool(args.pop("overwrite", False))
     cfg, found = read_config(args)
-    found += relation_problems(cfg) + output_problems(out, overwrite)
+    found += unused_problems(cfg, set(args)) + relation_problems(cfg) + output_problems(out, overwrite)
     if found:
         return fail(found)
     if cfg.threads:
@@ -496,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     except (DataError, ValueError) as err:
         return fail(str(err).splitlines())
     result = run_lmc(cfg, prepared, log=lambda line: print(line, flush=True))
-    write_outputs(out, result, plot_title(cfg))
+    write_outputs(out, result)
     print(markdown_table(result))
     print(f"wrote {out / 'lmc.json'} and {out / 'lmc.png'} in {result['seconds']:.0f} s")
     return 0

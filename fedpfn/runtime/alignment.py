@@ -1,64 +1,113 @@
 """How aligned a round's client models are, measured while the federation trains.
 
-TNA-PFN's claim is about alignment: clients that share anchors stay in one basin, so their
-average loses less. Every `alignment_every` rounds the server takes the trained models of the
-round's first `alignment_clients` clients (in partition order) and measures, on a seeded
-subset of its evaluation set, what fedpfn.analysis.fusion measures between independently
-trained models: the loss and accuracy barrier along the straight line between each pair
-(the mean over pairs), and the fusion gap, the clients' mean accuracy minus that of their
-plain average. BatchNorm statistics of every interpolated or averaged model are recomputed
-on fixed training batches (fusion.reset_bn_stats). The figures join the round's row in
-metrics.jsonl as `align_*`.
+TNA-PFN's claim is about alignment: clients that share anchors stay aligned, so their average
+loses less. Every `alignment_every` rounds the server measures, with the instruments of
+`fedpfn.analysis.fusion`:
+
+- the retained fraction R = sum_k n_k [L(w_r; D_k) - L(w_bar; D_k)] / sum_k n_k [L(w_r; D_k) - L(w_k; D_k)]
+  over the round's clients k: the share of the clients' local gains that survives aggregation
+  (w_r the round's global model, w_k client k's trained model, w_bar the server's actual
+  aggregate, D_k the client's held-out local split, n_k its examples). 1: aggregation kept
+  every local gain; 0: it kept none; negative: the aggregate is worse than the start on the
+  clients' own data. Normalised and unclamped, so smaller local steps do not look better.
+  Needs `local_test_fraction` > 0.
+- between every pair of the round's first `alignment_clients` clients (partition order): the
+  signed loss barrier and the midpoint's excess, and after weight matching the
+  permutation-attributable loss P and the fraction of units matching moves (the matched curve
+  is left to `python -m fedpfn.analysis.lmc`: here every point costs a measured round time). Measured on
+  the union of the pair's held-out local data when clients hold one, else on a seeded subset of
+  the server's evaluation set; `align_measured_on` says which.
+
+BatchNorm statistics of every measured model are recomputed on fixed training batches.
+The figures join the round's row in metrics.jsonl as `align_*`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from fedpfn.analysis.fusion import Probe, analyse, has_batchnorm
-from fedpfn.core.cache import dataset_on, initial_model
+from fedpfn.analysis.fusion import EvalData, Probe, Scope, StateDict, analyse, has_batchnorm
+from fedpfn.core.cache import client_data, dataset_on, initial_model
 from fedpfn.core.config import RunConfig
 from fedpfn.core.seeding import Stream, torch_generator
 
-POINTS = 5  # points on each line between two models, both ends included
-BN_BATCHES, BN_BATCH_SIZE = 5, 100  # training batches that BatchNorm statistics are recomputed on
+POINTS = 5  # points on each line between two models: both ends, the midpoint and two more (cost: one
+# evaluation each, with BatchNorm statistics recomputed, every measured round)
+BN_BATCHES, BN_BATCH_SIZE = 4, 64  # training batches that BatchNorm statistics are recomputed on
 PREFIX = "align_"
+PAIR_FIGURES = ("loss_barrier", "loss_midpoint", "permutation_loss", "moved_fraction")
 
 
 def due(cfg: RunConfig, server_round: int) -> bool:
     return bool(cfg.alignment_every) and server_round % cfg.alignment_every == 0
 
 
+def retained_fraction(start: Sequence[float], fused: Sequence[float], own: Sequence[float],
+                      examples: Sequence[int]) -> float | None:  # fmt: skip
+    """R from each client's loss on its held-out data at the start, under the aggregate and of its own
+    model; None when the clients gained nothing locally (the ratio is then undefined)."""
+    gained = sum(n * (s - o) for n, s, o in zip(examples, start, own))
+    if gained == 0:
+        return None
+    return sum(n * (s - f) for n, s, f in zip(examples, start, fused)) / gained
+
+
+def to_state(arrays: dict[str, np.ndarray], device: torch.device) -> StateDict:
+    return {name: torch.from_numpy(np.asarray(a)).to(device) for name, a in arrays.items()}
+
+
 class AlignmentProbe:
-    """The server's instrument: a model skeleton and the fixed samples every measurement uses."""
+    """The server's instrument: a model skeleton, fixed BN batches, and where each figure is measured."""
 
     def __init__(self, cfg: RunConfig, device: torch.device, eval_x: torch.Tensor, eval_y: torch.Tensor) -> None:
         self.cfg = cfg
         self.device = device
         order = torch.randperm(len(eval_y), generator=torch_generator(cfg.seed, Stream.ALIGNMENT, 0))
         chosen = order[: cfg.alignment_samples].to(eval_x.device)
+        self.test = EvalData("evaluation subset", eval_x[chosen], eval_y[chosen])
         model = initial_model(cfg).to(device)
-        bn_x, bn_batches = None, ()
+        self.train = dataset_on(cfg, device)
+        bn_batches: tuple[torch.Tensor, ...] = ()
         if has_batchnorm(model):
-            train_x = dataset_on(cfg, device).train_x
-            pool = torch.randperm(len(train_x), generator=torch_generator(cfg.seed, Stream.ALIGNMENT, 1))
-            bn_x, bn_batches = train_x, tuple(pool[: BN_BATCHES * BN_BATCH_SIZE].split(BN_BATCH_SIZE))
-        self.probe = Probe(model, eval_x[chosen], eval_y[chosen], bn_x, bn_batches)
+            pool = torch.randperm(len(self.train.train_x), generator=torch_generator(cfg.seed, Stream.ALIGNMENT, 1))
+            bn_batches = tuple(pool[: BN_BATCHES * BN_BATCH_SIZE].split(BN_BATCH_SIZE))
+        self.probe = Probe(model, self.train.train_x if bn_batches else None, bn_batches)
 
-    def measure(self, models: list[dict[str, np.ndarray]]) -> dict[str, Any]:
-        """The `align_*` figures of the first `alignment_clients` of `models` (at least two)."""
-        chosen = models[: self.cfg.alignment_clients]
-        states = [{name: torch.from_numpy(np.asarray(a)).to(self.device) for name, a in m.items()} for m in chosen]
-        result = analyse(self.probe, states, POINTS)
-        figures = {
-            "loss_barrier": result["loss_barrier"],
-            "acc_barrier": result["acc_barrier"],
-            "fusion_gap": result["fusion_gap"],
-            "mean_client_acc": result["mean_individual_acc"],
-            "fused_acc": result["fused_acc"],
-            "clients": len(states),
-        }
+    def held_out(self, partition: int) -> EvalData:
+        """Client `partition`'s held-out local split (local_test_fraction of its partition)."""
+        data = client_data(self.cfg, partition, self.device)
+        rows = data.local_test.to(data.x.device)
+        return EvalData(f"held-out of client {partition}", data.x[rows], data.y[rows])
+
+    def measure(
+        self, start: dict[str, np.ndarray], fused: dict[str, np.ndarray],
+        models: list[dict[str, np.ndarray]], partitions: list[int], examples: list[int],
+    ) -> dict[str, Any]:  # fmt: skip
+        """The `align_*` figures of a round: R over its clients, pair figures over the first few."""
+        local = self.cfg.local_test_fraction > 0
+        held = tuple(self.held_out(p) for p in partitions) if local else ()
+        states = [to_state(m, self.device) for m in models]
+        figures: dict[str, Any] = {"measured_on": "union of held-out" if local else self.test.name}
+        if local:
+            figures["retained_fraction"] = self.retained(to_state(start, self.device), to_state(fused, self.device),
+                                                         states, held, examples)  # fmt: skip
+        few = self.cfg.alignment_clients
+        scope = Scope("union", held_out=held[:few]) if local else Scope("test", test=self.test)
+        result = analyse(self.probe, states[:few], scope, POINTS, match="midpoint")
+        figures.update({key: result[key] for key in PAIR_FIGURES})
+        figures.update(fusion_gap=result["fusion_gap"], fused_acc=result["fused_acc"],
+                       mean_client_acc=result["mean_individual_acc"], clients=len(states[:few]))  # fmt: skip
         return {PREFIX + key: value for key, value in figures.items()}
+
+    def retained(self, start: StateDict, fused: StateDict, states: list[StateDict],
+                 held: tuple[EvalData, ...], examples: list[int]) -> float | None:  # fmt: skip
+        """R over every client of the round, each on its own held-out data."""
+        losses = {
+            what: [self.probe.measure(state, [data])[0] for state, data in zip(states_, held)]
+            for what, states_ in (("start", [start] * len(held)), ("fused", [fused] * len(held)), ("own", states))
+        }
+        return retained_fraction(losses["start"], losses["fused"], losses["own"], examples)

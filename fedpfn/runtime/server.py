@@ -199,20 +199,22 @@ class ServerLoop:
         stop_if_a_worker_died(server_round, replies.failed)
         report_failures(server_round, replies.failed, missing)
         client_rows = [self._client_row(server_round, r) for r in good]
-        measured = self.measure_alignment(server_round, good)
+        sent_model = self.arrays
         skipped = len(good) < cfg.min_replies
         if skipped:
             log.warning(
                 "round %d skipped: %d successful replies < min_replies %d; global model kept",
                 server_round, len(good), cfg.min_replies,
             )  # fmt: skip
+        train_loss = float("nan") if skipped else self.aggregate(server_round, good, replies.totals)
+        measured = {} if skipped else self.measure_alignment(server_round, good, sorted(replies.replies), sent_model)
         record = {
             "num_clients": len(good),
             "num_failures": len(replies.failed) + len(missing),
             "clients": chosen,
             "failed_partitions": sorted(replies.failed),
             "missing_partitions": missing,
-            "train_loss": float("nan") if skipped else self.aggregate(server_round, good, replies.totals),
+            "train_loss": train_loss,
             "bytes_down": sum(protocol.arrays_bytes(m.content) for m in sent.values()),
             "bytes_up": sum(row["bytes_up"] for row in client_rows),
             "skipped": skipped,
@@ -221,11 +223,17 @@ class ServerLoop:
         }
         return RoundOutcome(record, client_rows)
 
-    def measure_alignment(self, server_round: int, replies: list[Message]) -> dict[str, Any]:
-        """The `align_*` figures of the round's client models when a measurement is due (and two replied)."""
+    def measure_alignment(
+        self, server_round: int, replies: list[Message], partitions: list[int], sent: ArrayRecord
+    ) -> dict[str, Any]:
+        """The `align_*` figures of the round's client models, after aggregation, when a measurement
+        is due (and two replied): `sent` is the model they started from, `self.arrays` the aggregate."""
         if self.alignment is None or not alignment.due(self.cfg, server_round) or len(replies) < 2:
             return {}
-        return self.alignment.measure(self.strategy.client_models(server_round, replies))
+        examples = [int(r.content.metric_records[protocol.METRICS][protocol.NUM_EXAMPLES]) for r in replies]
+        models = self.strategy.client_models(server_round, replies)
+        start, fused = protocol.to_numpy(sent), protocol.to_numpy(self.arrays)
+        return self.alignment.measure(start, fused, models, partitions, examples)
 
     def aggregate(self, server_round: int, replies: list[Message], totals: RoundTotals | None) -> float:
         """The new global model from the round's replies (or the totals the engine computed); its train loss."""

@@ -1,0 +1,162 @@
+"""What `python -m fedpfn.analysis.lmc` writes: the summary table, the figure, lmc.json.
+
+Losses in nats, accuracies in percent, differences in points; every table says where its
+figures were measured (test set, each model's own held-out data, or a pair's union).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from fedpfn.core.files import atomic_write_bytes
+
+OUTPUT_FILES = ("lmc.json", "lmc.png", "lmc.pdf")  # all the tool writes into --out; nothing else is touched
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def output_problems(out: Path, overwrite: bool) -> list[str]:
+    """Why the results could not be written to `out`, found before any training."""
+    if str(out) in ("", "."):
+        return ["out: give the folder to write lmc.json and lmc.png into"]
+    if out.exists() and not out.is_dir():
+        return [f"out: {out} is a file; give a folder (created if missing)"]
+    base = _nearest_existing(out)
+    if not base.is_dir():
+        return [f"out: {base} is a file, so {out} cannot be created"]
+    if not os.access(base, os.W_OK | os.X_OK):
+        return [f"out: {base} is not writable; give a folder you can write to"]
+    earlier = [name for name in OUTPUT_FILES if (out / name).exists() or (out / name).is_symlink()]
+    if any(not (out / name).is_file() for name in earlier):
+        return [f"out: {out} holds {', '.join(earlier)} that are not plain files; give another folder"]
+    if earlier and not overwrite:
+        ours = ", ".join(OUTPUT_FILES)
+        advice = f"add --overwrite to replace {ours} (nothing else in it is touched), or give another folder"
+        return [f"out: {out} already holds {', '.join(earlier)}; {advice}"]
+    return []
+
+
+COLUMNS = (  # (header, key, scale, decimals)
+    ("loss barrier", "loss_barrier", 1, 3),
+    ("loss at midpoint − chord", "loss_midpoint", 1, 3),
+    ("matched loss barrier", "matched_loss_barrier", 1, 3),
+    ("P (nats)", "permutation_loss", 1, 3),
+    ("units moved (%)", "moved_fraction", 100, 1),
+    ("acc barrier (pp)", "acc_barrier", 100, 2),
+    ("fused acc (%)", "fused_acc", 100, 2),
+    ("mean own acc (%)", "mean_individual_acc", 100, 2),
+    ("gap (pp)", "fusion_gap", 100, 2),
+)
+
+
+def _table(first: str, rows: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    lines = [f"| {first} | " + " | ".join(c[0] for c in COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
+    for name, stats in rows:
+        cells = [
+            f"{stats[key]['mean'] * scale:+.{dec}f} ± {stats[key]['std'] * scale:.{dec}f}"
+            for _, key, scale, dec in COLUMNS
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def markdown_table(result: Mapping[str, Any]) -> str:
+    """Mean ± std over seeds of each figure, one row per arm, then each arm minus plain by seed."""
+    settings = result["settings"]
+    n = len(settings["plain"]["seeds"])
+    where = result["config"]["measured_on"]
+    caption = (
+        f"measured on: {where}; mean ± std over {n} seed{'s' * (n > 1)} (sample std, n − 1); "
+        "barriers signed (negative: the path beats its chord); P = L(avg(A, B)) − L(avg(A, π(B)))"
+    )
+    lines = [caption, ""]
+    lines += _table("arm", [(name, entry["summary"]) for name, entry in settings.items()])
+    paired = [(f"{name} − plain", entry["vs_plain"]) for name, entry in settings.items() if "vs_plain" in entry]
+    if paired:
+        lines += ["", *_table("paired by seed", paired)]
+    return "\n".join(lines)
+
+
+def band_note(result: Mapping[str, Any]) -> str:
+    """What the plot's line and band are: mean and ± 1 sample std over how many curves."""
+    plain = result["settings"]["plain"]
+    seeds, curves = len(plain["seeds"]), plain["summary"]["curve"]["n"]
+    over = f"{seeds} seed{'s' * (seeds > 1)}" + (f" x {curves // seeds} pairs" if curves != seeds else "")
+    return f"line: mean over {over}; band: ± 1 std (n − 1)" if curves > 1 else f"one curve ({over}), no band"
+
+
+def plot_title(config: Mapping[str, Any]) -> str:
+    """The figure's first line: data, model, K, epochs, split and start."""
+    split = (
+        f"Dirichlet({config['alpha']:g}) shards" if config["split"] == "dirichlet" else "same data, own batch orders"
+    )
+    epochs = config["epochs"]
+    return (
+        f"{config['dataset']} {config['model']}, K = {config['models']}, {epochs} epoch{'s' * (epochs > 1)}, "
+        f"{split}, from {config['start']}"
+    )
+
+
+def _path_panel(ax: Any, curve: Mapping[str, Any], what: str, label: str, color: str, scale: float) -> None:
+    """One arm's mean curve along the path (solid) and after matching (dashed), with its band."""
+    alphas = curve["alpha"]
+    for prefix, style in (("", "-"), ("matched_", "--")):
+        mean = [scale * v for v in curve[f"{prefix}{what}_mean"]]
+        std = [scale * v for v in curve[f"{prefix}{what}_std"]]
+        ax.plot(alphas, mean, linestyle=style, color=color, label=label if not prefix else None)
+        if not prefix:
+            ax.fill_between(alphas, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
+                            color=color, alpha=0.15, linewidth=0)  # fmt: skip
+
+
+def plot_curves(result: Mapping[str, Any], path: Path) -> list[Path]:
+    """The LMC figure as `path` (PNG) and a PDF beside it, one column wide (fedpfn.analysis.plots).
+
+    Top: loss along the straight line between two models, each arm's mean over seeds x pairs,
+    solid as trained and dashed after weight matching (the gap between them is what permutation
+    accounts for). Below: accuracy along the same paths.
+    """
+    # matplotlib is imported here only: the LMC command's checks run without it
+    from fedpfn.analysis.plots import OKABE_ITO, legend_below, new_figure, save, styled, wrapped
+
+    @styled
+    def figure() -> Any:
+        fig, axes = new_figure(2, 4.6, sharex=True)
+        colors = dict(zip(result["settings"], OKABE_ITO))
+        for name, entry in result["settings"].items():
+            curve = entry["summary"]["curve"]
+            _path_panel(axes[0], curve, "loss", name, colors[name], 1.0)
+            _path_panel(axes[1], curve, "acc", name, colors[name], 100.0)
+        where = result["config"]["measured_on"]
+        axes[0].set_ylabel(f"loss, nats ({where})")
+        axes[1].set_ylabel(f"accuracy, % ({where})")
+        axes[-1].set_xlabel("position on the line: 0 = model A, 1 = model B (dashed: B matched to A)")
+        legend_below(fig, axes[0].get_legend_handles_labels()[0])
+        cfg = result["config"]
+        details = f"lr {cfg['lr']}, {cfg['granularity']}-level anchors; {band_note(result)}"
+        fig.suptitle(wrapped(f"{plot_title(cfg)}\n{details}"))
+        return fig
+
+    return save(figure(), path)
+
+
+def write_outputs(out: Path, result: Mapping[str, Any]) -> None:
+    """Write lmc.json and the figure (drawn in a private folder first, then moved in); each file
+    is replaced whole, never written through a link, and nothing else in `out` is touched."""
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="fedpfn-lmc-") as staging:
+        plot_curves(result, Path(staging) / "lmc.png")
+        atomic_write_bytes(out / "lmc.json", (json.dumps(result, indent=1) + "\n").encode())
+        for figure in sorted(Path(staging).iterdir()):
+            if figure.name in OUTPUT_FILES:  # what the command says it writes, nothing more
+                atomic_write_bytes(out / figure.name, figure.read_bytes())
+
