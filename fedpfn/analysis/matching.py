@@ -86,7 +86,7 @@ def _permute_site(tensor: torch.Tensor, site: Site, perm: torch.Tensor) -> torch
         return tensor
     index = torch.arange(tensor.shape[site.axis])
     index[site.entries()] = site.entries(perm)
-    return tensor.index_select(site.axis, index)
+    return tensor.index_select(site.axis, index.to(tensor.device))
 
 
 def _permuted(
@@ -100,7 +100,11 @@ def _permuted(
 
 
 def apply_permutation(spec: PermutationSpec, perms: Perms, state: StateDict) -> StateDict:
-    """pi(state): weights, biases and BN scale, shift and running statistics permuted; the rest copied."""
+    """pi(state): weights, biases and BN scale, shift and running statistics permuted; the rest copied.
+
+    The state may live on any device; the permutations are index tensors on any device too.
+    """
+    perms = {name: perm.detach().cpu().long() for name, perm in perms.items()}
     _check_perms(spec, perms)
     _check_states(spec, state)
     return {key: _permuted(spec, perms, key, value).clone() for key, value in state.items()}
