@@ -151,10 +151,10 @@ def weight_matching(
         changed = False
         for position in torch.randperm(len(names), generator=generator).tolist():
             name = names[position]
-            similarity = _similarity(spec, name, perms, a, b)
-            rows, cols = linear_sum_assignment(similarity.numpy(), maximize=True)
-            old = float(similarity[torch.arange(len(rows)), perms[name]].sum())
-            new = float(similarity.numpy()[rows, cols].sum())
+            similarity = _similarity(spec, name, perms, a, b).numpy()
+            rows, cols = linear_sum_assignment(similarity, maximize=True)
+            old = float(similarity[rows, perms[name].numpy()].sum())
+            new = float(similarity[rows, cols].sum())
             if new > old + 1e-12 * max(abs(old), 1.0):
                 perms[name] = torch.as_tensor(cols, dtype=torch.long)
                 changed = True
