@@ -303,6 +303,7 @@ def _run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
         (["--arms", "plain,diff-init", "--anchor-ratio", "0.2"], "anchor_ratio: no shared or independent arm"),
         (["--where", "test", "--held-out", "0.3"], "held_out: --where test measures on the test set"),
         (["--where", "train"], "where: unknown 'train'"),
+        (["--where", "own", "--test-subset", "100"], "test_subset: only --where test measures on the test set"),
         (["--models", "1"], "models: 1 must be in [2, 64]"),
         (["--models", "two"], "models: 'two' is not an integer"),
         (["--seeds", ""], "seeds: '' is not a list of"),
@@ -390,7 +391,7 @@ def test_cli_module_exit_code() -> None:
     [
         (10, ["--model", "cnn"], "the cnn needs images of at least 18 x 18 pixels"),
         (28, ["--train-subset", "500"], "train_subset: 500 exceeds the 40 samples"),
-        (28, ["--test-subset", "11"], "test_subset: 11 exceeds the 10 samples"),
+        (28, ["--where", "test", "--test-subset", "11"], "test_subset: 11 exceeds the 10 samples"),
     ],
 )
 def test_cli_refuses_what_only_the_data_shows_before_training(
@@ -450,8 +451,6 @@ def _small_fmnist_argv(out: Path, seeds: str = "0,1") -> list[str]:
         "1",
         "--train-subset",
         "600",
-        "--test-subset",
-        "300",
         "--points",
         "5",
         "--threads",

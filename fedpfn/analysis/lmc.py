@@ -212,6 +212,7 @@ UNUSED = {  # a setting the run would not use, given on the command line: why
     "granularity": (lambda c: not {"shared", "independent"} & set(c.arms), "no shared or independent arm uses it"),
     "alpha": (lambda c: c.split != "dirichlet", "only the dirichlet split uses it"),
     "held_out": (lambda c: c.where == "test", "--where test measures on the test set, not on held-out data"),
+    "test_subset": (lambda c: c.where != "test", "only --where test measures on the test set"),
     "width": (lambda c: c.model != "mlp", "only the mlp has a hidden width"),
     "bn_batch_size": (lambda c: c.bn_batches == 0, "--bn-batches 0 recomputes no BatchNorm statistics"),
 }
