@@ -1,20 +1,23 @@
 #!/usr/bin/env python
-"""docs/results.md's results, from the drift study's finished runs.
+"""docs/results.md's results, from the drift study's finished runs or from what they left in docs/study/.
 
-    python scripts/drift_page.py [--model mlp]      # or: python scripts/drift_study.py page
+    python scripts/drift_page.py [--model mlp]             # from the runs under runs/drift/<model>/
+    python scripts/drift_page.py [--model mlp] --stored    # from docs/study/drift-<model>-* alone
 
 The page keeps its pre-registration (everything above `## Results`) and replaces what follows
-with: the answers to the pre-registered questions, the primary family Holm-adjusted across
-its four comparisons, the alignment family across its eight, the learning-rate grid, and per
-skew the tables of `python -m fedpfn.analysis.report` (each with its command; figures under
-docs/study/drift-*/). Nothing is written unless every main run is finished: a page reports
-finished runs only.
+with: the answers to the pre-registered questions (the exact sign test and the final round
+beside the pre-registered t test), computed observations, the primary and the alignment family,
+each Holm-adjusted across its comparisons that have a test, the learning-rate grid, and per skew
+the tables of `python -m fedpfn.analysis.report` (each with its command; figures under
+docs/study/drift-*/). From the runs, nothing is written unless every main run is finished, and
+what the page reads from them besides the reports is kept in docs/study/drift-<model>-page.json.
+`--stored` writes the page again from that file and the reports' JSON (their tables rendered
+again, their figures as drawn): for a machine without the runs.
 """
 
 from __future__ import annotations
 
-import argparse
-import itertools
+import dataclasses
 import json
 import subprocess
 import sys
@@ -22,26 +25,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from drift_study import ALPHAS, ARMS, LR_GRID, ROOT, SEEDS, Study
+from drift_reading import ACC_BARRIER, ALIGNMENT, REPORTS, results
+from drift_study import ALPHAS, ARMS, ROOT, SEEDS, Study
+from one_line import Parser
 
-from fedpfn.analysis.render import verdict
+from fedpfn.analysis.render import rewrite_tables
 from fedpfn.analysis.stats import Paired, adjust, paired
-from fedpfn.core.files import CONFIG, METRICS, SUMMARY, read_jsonl
+from fedpfn.core.files import METRICS, SUMMARY, read_json, read_jsonl
+from fedpfn.core.settings import ConfigError
 
 PAGE = ROOT / "docs" / "results.md"
 FIGURES = ROOT / "docs" / "study"
 RESULTS = "## Results"
-NAMES = {
-    "fedavg": "FedAvg", "fedpfn": "FedPFN", "fedpfn-fixed": "FedPFN fixed", "fedpfn-client": "control (client masks)",
-    "fedpnu-weight": "FedPNU weight", "fedpnu-neuron": "FedPNU neuron",
-}  # fmt: skip
-ALIGNMENT = ("align_loss_barrier", "align_fusion_gap")
-REPORTS = {  # name -> (its arms, the first the baseline; its heading)
-    "all": (list(ARMS), "every arm against FedAvg"),
-    "control": (["fedpfn-client", "fedpfn"], "FedPFN against the control"),
-    "schedule": (["fedpfn", "fedpfn-fixed"], "`fixed` against `round`"),
-}
-Row = tuple[str, dict[str, Any]]  # a comparison's name and its numbers with its verdict
+MODELS = ("mlp", "cnn")  # the study's versions: this machine's and the full design's (scripts/drift_study.py)
+SIGNED_MARK = "align_measured_on"  # written with every measurement by the signed barrier, never by the clamped one
 
 
 def shown(path: Path) -> str:
@@ -49,9 +46,18 @@ def shown(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
+def report_folder(figures: Path, model: str, alpha: str, name: str) -> Path:
+    return figures / f"drift-{model}-a{alpha}-{name}"
+
+
+def page_data(figures: Path, model: str) -> Path:
+    """What the page reads from the runs besides the reports, kept beside them."""
+    return figures / f"drift-{model}-page.json"
+
+
 def report(study: Study, alpha: str, name: str, figures: Path) -> dict[str, Any]:
     """fedpfn.analysis.report over one REPORTS entry's main runs at `alpha`."""
-    out = figures / f"drift-{study.model}-a{alpha}-{name}"
+    out = report_folder(figures, study.model, alpha, name)
     folders = [shown(study.main_run(alpha, arm, 0).parent) for arm in REPORTS[name][0]]
     cmd = [sys.executable, "-m", "fedpfn.analysis.report", *folders, "--last-k", "10", "--out", shown(out)]
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
@@ -60,11 +66,13 @@ def report(study: Study, alpha: str, name: str, figures: Path) -> dict[str, Any]
     return result
 
 
-def lastk_comparison(result: dict[str, Any], arm: str, name: str) -> Paired:
-    """The report's last-10-rounds comparison of `arm` (a REPORTS entry's arm) against its baseline."""
-    label = result["arms"][REPORTS[name][0].index(arm)]["arm"]
-    found = next(p for p in result["paired"] if p["label"] == label and p["metric"] == "lastk")
-    return Paired(**{k: v for k, v in found.items() if k in Paired.__dataclass_fields__})
+def stored_report(out: Path) -> dict[str, Any]:
+    """A report's JSON, its tables rendered again from it (the verdicts as this checkout words them)."""
+    try:
+        markdown = rewrite_tables(out)
+    except (OSError, ConfigError) as err:
+        raise SystemExit(f"drift_page: {out}: {err}") from None
+    return {**json.loads((out / "report.json").read_text()), "markdown": markdown}
 
 
 def values(run: Path, key: str) -> list[Any]:
@@ -84,151 +92,100 @@ def alignment_means(study: Study, alpha: str, arm: str, key: str) -> dict[int, f
     return out
 
 
-def with_verdict(name: str, comparison: Paired) -> Row:
-    scale, unit = scale_of(name)
-    return name, {**comparison.__dict__, "verdict": verdict(comparison, scale, unit)}
-
-
-def alignment_family(study: Study) -> list[Row]:
+def alignment_family(study: Study) -> list[Paired]:
     """FedPFN − FedAvg and FedPFN − control of each alignment figure at each skew, Holm-adjusted together."""
     family = []
     for alpha in ALPHAS:
         for key in ALIGNMENT:
             ours = alignment_means(study, alpha, "fedpfn", key)
-            for base in ("fedavg", "fedpfn-client"):
-                label = f"α={alpha} {key.removeprefix('align_')}: FedPFN − {NAMES[base]}"
+            for base, name in (("fedavg", "FedAvg"), ("fedpfn-client", "control (client masks)")):
+                label = f"α={alpha} {key.removeprefix('align_')}: FedPFN − {name}"
                 family.append(paired(label, "alignment", ours, alignment_means(study, alpha, base, key)))
     adjust(family)
-    return [with_verdict(p.label, p) for p in family]
+    return family
 
 
-def primary_family(reports: dict[str, dict[str, dict]]) -> list[Row]:
-    """FedPFN − FedAvg and FedPFN − control at both skews, their p Holm-adjusted across the four."""
-    family = {}
-    for alpha in ALPHAS:
-        family[f"α={alpha}: FedPFN − FedAvg"] = lastk_comparison(reports[alpha]["all"], "fedpfn", "all")
-        family[f"α={alpha}: FedPFN − control"] = lastk_comparison(reports[alpha]["control"], "fedpfn", "control")
-    adjust(family.values())
-    return [with_verdict(name, comparison) for name, comparison in family.items()]
-
-
-def scale_of(name: str) -> tuple[float, str]:
-    """Accuracy figures in points (100 × a fraction); a loss barrier as it is, in nats."""
-    return (1.0, "nats") if "loss_barrier" in name else (100.0, "points")
-
-
-def answers(primary: list[Row], alignment: list[Row]) -> list[str]:
-    """The pre-registered questions, each answered by its comparisons' verdicts (nothing else)."""
-
-    def said(rows: list[Row], needle: str) -> str:
-        return "; ".join(f"{name}: {c['verdict']} ({scale_of(name)[0] * c['mean']:+.3f})" for name, c in rows if needle in name)
-
-    return [
-        f"1. FedPFN against FedAvg — {said(primary, 'FedAvg')}.",
-        f"2. FedPFN against the control (as much freezing, nothing shared) — {said(primary, 'control')}.",
-        f"3. Misalignment, FedPFN against FedAvg — {said(alignment, 'FedAvg')}.",
-        f"   FedPFN against the control — {said(alignment, 'control')}.",
-    ]
-
-
-def measurements(study: Study, key: str) -> list[float]:
-    """Every value of `key` in every main run (all arms, skews and seeds)."""
-    runs = [study.main_run(alpha, arm, seed) for alpha in ALPHAS for arm in ARMS for seed in SEEDS]
-    return [value for run in runs for value in values(run, key)]
+def main_runs(study: Study) -> list[Path]:
+    return [study.main_run(alpha, arm, seed) for alpha in ALPHAS for arm in ARMS for seed in SEEDS]
 
 
 def same_curves(study: Study) -> list[tuple[str, str]]:
     """Arm pairs whose test accuracy is equal in every round of every seed at every skew."""
     curves = {arm: [values(study.main_run(alpha, arm, s), "test_accuracy") for alpha in ALPHAS for s in SEEDS]
               for arm in ARMS}  # fmt: skip
-    return [(a, b) for a, b in itertools.combinations(ARMS, 2) if curves[a] == curves[b]]
+    return [(a, b) for i, a in enumerate(ARMS) for b in list(ARMS)[i + 1 :] if curves[a] == curves[b]]
 
 
-def observations(study: Study) -> list[str]:
-    """What the runs show that the pre-registration did not foresee, computed, never typed in."""
-    lines = []
-    for key in ALIGNMENT:
-        values = measurements(study, key)
-        if values and all(v == 0 for v in values):
-            lines.append(f"- The {key.removeprefix('align_').replace('_', ' ')} was 0 in all {len(values)} measurements, "
-                         "in every arm at both skews: no point on the line between two client models lay above the "
-                         "straight line between their end points, so this figure cannot tell arms apart here.")  # fmt: skip
-    acc = measurements(study, "align_acc_barrier")
-    if acc:
-        lines.append(f"- The accuracy barrier (measured, not pre-registered) averaged {100 * np.mean(acc):.2f} points "
-                     f"over its {len(acc)} measurements (largest {100 * max(acc):.2f}).")  # fmt: skip
-    for a, b in same_curves(study):
-        why = (" Under FedAvg this is expected: the anchored weights FedPNU does not upload are filled with the "
-               "global values, which is what FedPFN's frozen anchors average to; the two differ in upload only."
-               if {a, b} == {"fedpfn", "fedpnu-weight"} else "")  # fmt: skip
-        lines.append(f"- {NAMES[a]} and {NAMES[b]} gave the same test accuracy in every round of every seed.{why}")
-    return lines or ["- None."]
+def clamped(study: Study) -> bool:
+    """Whether the runs' barriers came from the clamped instrument: no measurement says where it was taken."""
+    rows = [row for run in main_runs(study) for row in read_jsonl(run / METRICS) if ALIGNMENT[0] in row]
+    return bool(rows) and not any(SIGNED_MARK in row for row in rows)
 
 
-def family_table(rows: list[Row]) -> list[str]:
-    lines = ["| comparison | mean difference (points; barrier: nats) | 95 % CI | p | p (Holm) | seeds higher | verdict |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
-    for name, c in rows:
-        unit = scale_of(name)[0]
-        ci = "n/a" if c["low"] is None else f"[{unit * c['low']:+.3f}, {unit * c['high']:+.3f}]"
-        p = "n/a" if c["p_value"] is None else f"{c['p_value']:.4f}"
-        holm = "n/a" if c["p_holm"] is None else f"{c['p_holm']:.4f}"
-        lines.append(f"| {name} | {unit * c['mean']:+.3f} | {ci} | {p} | {holm} | {c['wins']} of {len(c['diffs'])} | {c['verdict']} |")
-    return lines
-
-
-def grid_lines(study: Study) -> list[str]:
-    lines = ["| skew | arm | " + " | ".join(f"lr {lr}" for lr in LR_GRID) + " | chosen |", "|---|---|" + "---|" * (len(LR_GRID) + 1)]
-    for alpha, arms in study.grid_table().items():
-        for arm, scores in arms.items():
-            cells = " | ".join("collapsed" if s is None else f"{100 * s:.2f}" for s in scores.values())
-            lines.append(f"| α={alpha} | {NAMES[arm]} | {cells} | {study.chosen_lr(alpha, arm)} |")
-    return lines
+def collect(study: Study) -> dict[str, Any]:
+    """What the page reads from the runs besides the reports, as plain data (accuracy as a fraction)."""
+    measured = {key: [v for run in main_runs(study) for v in values(run, key)] for key in (*ALIGNMENT, ACC_BARRIER)}
+    acc = measured[ACC_BARRIER]
+    return {
+        "source": f"the main and grid runs under {shown(study.runs)}, read by scripts/drift_page.py",
+        "alignment": [dataclasses.asdict(p) for p in alignment_family(study)],
+        "always_zero": {key: len(v) for key, v in measured.items() if v and all(x == 0 for x in v)},
+        "clamped": clamped(study),
+        "acc_barrier": {"count": len(acc), "mean": float(np.mean(acc)), "max": float(max(acc))} if acc else None,
+        "same_curves": same_curves(study),
+        "grid": study.grid_table(),
+        "chosen": {alpha: {arm: study.chosen_lr(alpha, arm) for arm in ARMS} for alpha in ALPHAS},
+    }
 
 
 def unfinished(study: Study) -> list[Path]:
-    return [run for a in ALPHAS for arm in ARMS for s in SEEDS if not ((run := study.main_run(a, arm, s)) / SUMMARY).exists()]
+    return [run for run in main_runs(study) if not (run / SUMMARY).exists()]
 
 
-def results(study: Study, figures: Path) -> list[str]:
-    """The page below RESULTS, from the finished runs."""
-    reports = {alpha: {name: report(study, alpha, name, figures) for name in REPORTS} for alpha in ALPHAS}
-    primary, alignment = primary_family(reports), alignment_family(study)
-    rounds = json.loads((study.main_run(ALPHAS[0], "fedavg", SEEDS[0]) / CONFIG).read_text())["rounds"]
-    body = [RESULTS, "", f"The {study.model.upper()} version (100 clients, 10 a round, 5 local epochs, {rounds} rounds, "
-            f"5 seeds), made by `python scripts/drift_study.py all --model {study.model}` and written by "
-            f"`python scripts/drift_page.py --model {study.model}`.", "",
-            "### Answers", "", *answers(primary, alignment), "",
-            "### Observations (computed from the runs, not pre-registered)", "", *observations(study), "",
-            "A verdict is what the Holm-adjusted p supports; 'not resolved' gives the difference these five "
-            "seeds could have detected (80 % power, before Holm). Differences in accuracy points, barriers in nats.", "",
-            "### Primary family: accuracy over the last 10 rounds (Holm across the four)", "", *family_table(primary), "",
-            "### Alignment: mean over the run's measurements (Holm across the eight)", "",
-            "Loss barrier in nats and fusion gap in accuracy points; lower is better aligned.", "",
-            *family_table(alignment), "", "### Learning rates (validation accuracy, %, last 10 of the grid's rounds)", "",
-            *grid_lines(study), ""]  # fmt: skip
-    for alpha in ALPHAS:
-        for name, result in reports[alpha].items():
-            body += [f"### α = {alpha}: {REPORTS[name][1]}", "", result["markdown"].split("\n", 1)[1].strip(), ""]
-    return body
-
-
-def write_page(study: Study, page: Path = PAGE, figures: Path = FIGURES) -> None:
-    """Replace `page`'s results with the finished runs' (its pre-registration stays as written)."""
-    missing = unfinished(study)
-    if missing:
-        raise SystemExit(f"drift_page: {len(missing)} main runs are not finished (first: {missing[0]}); {page} is left as it is")
+def replace_results(page: Path, body: list[str]) -> None:
+    """Replace `page`'s results with `body` (its pre-registration stays as written)."""
     head = page.read_text()
     if RESULTS not in head:
         raise SystemExit(f"drift_page: {page} has no '{RESULTS}' heading below its pre-registration; nothing written")
-    page.write_text(head.split(RESULTS)[0] + "\n".join(results(study, figures)))
+    page.write_text(head.split(RESULTS)[0] + "\n".join(body))
     print(f"wrote {page}")
 
 
-def cli() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="mlp", help="the study's model: mlp (this machine's version) or cnn")
-    write_page(Study(parser.parse_args().model))
+def write_page(study: Study, page: Path = PAGE, figures: Path = FIGURES) -> None:
+    """The page's results from the finished runs; what it read from them stored beside the reports."""
+    missing = unfinished(study)
+    if missing:
+        raise SystemExit(f"drift_page: {len(missing)} main runs are not finished (first: {missing[0]}); {page} "
+                         f"is left as it is (without the runs: --stored)")  # fmt: skip
+    data = collect(study)
+    reports = {alpha: {name: report(study, alpha, name, figures) for name in REPORTS} for alpha in ALPHAS}
+    figures.mkdir(parents=True, exist_ok=True)
+    page_data(figures, study.model).write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    replace_results(page, results(data, reports, study.model))
+
+
+def write_stored(model: str, page: Path = PAGE, figures: Path = FIGURES) -> None:
+    """The page's results again from docs/study/ alone: the reports' JSON and the page's data."""
+    stored = page_data(figures, model)
+    if not stored.is_file():
+        raise SystemExit(f"drift_page: {shown(stored)} is missing: the {model} study's page was never written "
+                         f"from its runs; {page} is left as it is")  # fmt: skip
+    data = read_json(stored)
+    reports = {alpha: {name: stored_report(report_folder(figures, model, alpha, name)) for name in REPORTS}
+               for alpha in ALPHAS}  # fmt: skip
+    replace_results(page, results(data, reports, model))
+
+
+def cli(argv: list[str] | None = None) -> int:
+    parser = Parser(prog="drift_page.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="mlp", choices=MODELS, help="the study's model: mlp (this machine's "
+                        "version) or cnn (the full design)")  # fmt: skip
+    parser.add_argument("--stored", action="store_true", help="from docs/study/drift-<model>-* alone, not the runs")
+    args = parser.parse_args(argv)
+    if args.stored:
+        write_stored(args.model)
+    else:
+        write_page(Study(args.model))
     return 0
 
 

@@ -13,7 +13,6 @@ skew, on a validation split held out from the training data (never the test set)
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from fedpfn.core.files import CONFIG, METRICS, SUMMARY  # noqa: E402
+from one_line import Parser  # noqa: E402
 
 RUNS = ROOT / "runs" / "study"
 PYTHON = sys.executable
@@ -174,10 +174,10 @@ def report() -> None:
     subprocess.run([PYTHON, "scripts/study_report.py"], cwd=ROOT, check=True)
 
 
-def cli() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def cli(argv: list[str] | None = None) -> int:
+    parser = Parser(prog="study.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("phase", choices=[*PHASES, "report", "all"])
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     for name, phase in PHASES.items():
         if args.phase in (name, "all"):
             phase()

@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
 
 from fedpfn.core.files import CONFIG, SUMMARY  # noqa: E402
+from one_line import Parser  # noqa: E402
 from study import ALGORITHMS, ALPHAS, LR_GRID, RATIOS, SERVER_ALPHA, SERVER_GRID, _score  # noqa: E402
 
 
@@ -275,8 +276,19 @@ POINTERS = [
 ]
 
 
-def main() -> int:
-    runs = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else ROOT / "runs" / "study"
+def parse_runs(argv: list[str] | None = None) -> Path:
+    """The study's run folder: RUNS as given (it must be a folder), else runs/study (which may be absent)."""
+    parser = Parser(prog="study_report.py", description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("runs", nargs="?", metavar="RUNS", help="the study's runs (default: runs/study, "
+                        "scripts/study.py's); the page is left as it is where they lack a section it reports")  # fmt: skip
+    given = parser.parse_args(argv).runs
+    if given is not None and not Path(given).is_dir():
+        parser.error(f"RUNS {given!r} is not a folder; give the folder of scripts/study.py's runs")
+    return Path(given).resolve() if given is not None else ROOT / "runs" / "study"
+
+
+def main(argv: list[str] | None = None) -> int:
+    runs = parse_runs(argv)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     parts = [
         "# Results: does training-time alignment help federated learning here?",

@@ -1,6 +1,7 @@
 """scripts/drift_page.py on synthetic drift-study runs with planted effects: the answers it writes
-under docs/results.md's pre-registration say what the numbers support, and nothing is written
-while a run is unfinished.
+under docs/results.md's pre-registration say what the numbers support, the page comes out the
+same from what it stored in docs/study/ as from the runs, nothing is written while a run is
+unfinished, and a bad argument is one line.
 
 The folders are written as a run writes them (config.json, metrics.jsonl, summary.json last),
 so the page is tested without training anything.
@@ -9,6 +10,7 @@ so the page is tested without training anything.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
 import drift_page  # noqa: E402
+import drift_reading  # noqa: E402
 from drift_study import ALPHAS, ARMS, LR_GRID, SEEDS, Study  # noqa: E402
 
 ROUNDS = 20
@@ -30,11 +33,13 @@ ARM_SETTINGS: dict[str, dict[str, Any]] = {
     "fedpnu-neuron": {"algorithm": "fedpnu", "anchor_granularity": "neuron"},
 }
 # Planted, per arm: accuracy over FedAvg's, loss barrier, fusion gap. FedPFN is 3 points above
-# FedAvg with a barrier 0.05 lower; the control differs from FedPFN only by the noise.
+# FedAvg with a barrier 0.05 lower; the control differs from FedPFN only by the noise. FedPNU
+# uploads less (UPLOAD), so the arms that upload as much as FedAvg are FedPFN's three.
 PLANTED = {
     "fedavg": (0.0, 0.10, 0.05), "fedpfn": (0.03, 0.05, 0.05), "fedpfn-fixed": (0.01, 0.05, 0.05),
     "fedpfn-client": (0.03, 0.05, 0.05), "fedpnu-weight": (-0.02, 0.1, 0.05), "fedpnu-neuron": (-0.04, 0.1, 0.05),
 }  # fmt: skip
+UPLOAD = {"fedpnu-weight": 600, "fedpnu-neuron": 600}  # bytes a round; every other arm 1000
 
 
 def write_run(folder: Path, config: dict[str, Any], rows: list[dict[str, Any]]) -> None:
@@ -50,7 +55,7 @@ def main_rows(arm: str, seed: int) -> list[dict[str, Any]]:
     rows = []
     for r in range(1, ROUNDS + 1):
         acc = 0.5 + 0.01 * r + 0.01 * seed + gain + noise
-        row = {"test_accuracy": acc, "test_loss": 1 - acc, "train_loss": 1 / r, "bytes_up": 1000, "bytes_down": 1000,
+        row = {"test_accuracy": acc, "test_loss": 1 - acc, "train_loss": 1 / r, "bytes_up": UPLOAD.get(arm, 1000), "bytes_down": 1000,
                "num_clients": 10, "num_failures": 0}  # fmt: skip
         if r % 10 == 0:
             row |= {"align_loss_barrier": barrier + noise, "align_fusion_gap": gap + noise}
@@ -84,15 +89,33 @@ def test_the_page_answers_the_preregistered_questions_from_the_runs(study: Study
     text = page.read_text()
     assert text.startswith(prereg + "## Results\n") and "Not yet run" not in text
     answers = text.split("### Answers")[1].split("###")[0]
-    assert "α=0.1: FedPFN − FedAvg: higher (+3.000)" in answers and "α=0.5: FedPFN − FedAvg: higher (+3.000)" in answers
-    assert "α=0.1: FedPFN − control: not resolved; detectable at 80 % power" in answers  # only noise tells them apart
-    assert "α=0.1 loss_barrier: FedPFN − FedAvg: lower (-0.050)" in answers
-    assert "α=0.1 fusion_gap: FedPFN − FedAvg: not resolved; detectable at 80 % power: ±0" in answers
+    # 5 of 5 seeds higher: the t test resolves it, the exact sign test cannot go below 2/32
+    assert "α=0.1: FedPFN − FedAvg +3.000 points (t test p " in answers
+    assert ("; exact sign test, 5 of 5 seeds higher: p 0.0625): higher, on the t test alone: the exact sign test "
+            "cannot go below 0.0625 with 5 seeds; final round: +3.00 points, p ") in answers  # fmt: skip
+    assert "α=0.5: FedPFN − FedAvg +3.000 points" in answers
+    control = r"α=0\.1: FedPFN − control [+-]\d\.\d{3} points \(t test p [\d.]+, Holm [\d.]+; exact sign test, \d of 5 "
+    assert re.search(control + r"seeds higher: p [\d.]+\): not resolved; the 95 % CI excludes gains above \+", answers)
+    assert "At α=0.1 the control gains as much over FedAvg (+3.00 points, 5 of 5 seeds higher) as FedPFN" in answers
+    assert "α=0.1 loss_barrier: FedPFN − FedAvg -0.050 nats: lower" in answers
+    assert "α=0.1 fusion_gap: FedPFN − FedAvg +0.000 points: not resolved; the 95 % CI excludes" in answers
+    final = text.split("### The final round")[1].split("###")[0]
+    assert ("- α=0.1: every arm that uploads as much as FedAvg (FedPFN, FedPFN fixed, control (client masks)) is "
+            "higher (+1.00 to +3.00 points; 5 of 5 seeds higher in each). Each arm − FedAvg: FedPFN +3.00") in final  # fmt: skip
+    assert "FedPNU weight -2.00 (0 of 5 higher, lower)" in final  # uploads less: not in the lead
+    assert "### Primary family: accuracy over the last 10 rounds (Holm across the 4)" in text
+    assert "### Alignment: mean over the run's measurements (Holm across the 8)" in text
     assert "| α=0.1 | FedPFN | 60.00 | 70.00 | 80.00 | collapsed | 0.05 |" in text
     for alpha in ALPHAS:
         for name in drift_page.REPORTS:
             assert (tmp_path / "figures" / f"drift-mlp-a{alpha}-{name}" / "report.json").is_file()
             assert f"### α = {alpha}: {drift_page.REPORTS[name][1]}" in text
+    again = tmp_path / "again.md"  # where the runs are not: from docs/study alone, the same page
+    again.write_text(prereg + "## Results\n\nNot yet run.\n")
+    figures = {p: p.read_bytes() for p in (tmp_path / "figures").rglob("*.png")}
+    drift_page.write_stored("mlp", again, tmp_path / "figures")
+    assert again.read_text() == text
+    assert {p: p.read_bytes() for p in (tmp_path / "figures").rglob("*.png")} == figures
 
 
 def test_no_page_while_a_run_is_unfinished(study: Study, tmp_path: Path) -> None:
@@ -101,25 +124,62 @@ def test_no_page_while_a_run_is_unfinished(study: Study, tmp_path: Path) -> None
     (study.main_run("0.5", "fedpnu-neuron", 4) / "summary.json").unlink()
     with pytest.raises(SystemExit, match="1 main runs are not finished"):
         drift_page.write_page(study, page, tmp_path / "figures")
+    with pytest.raises(SystemExit, match="drift-mlp-page.json is missing"):  # and nothing stored to write it from
+        drift_page.write_stored("mlp", page, tmp_path / "figures")
     assert page.read_text() == "## Results\n\nNot yet run.\n"
 
 
-def test_observations_name_a_figure_that_never_moved_and_arms_that_never_differed(study: Study) -> None:
-    assert drift_page.observations(study) == ["- None."]  # the planted runs: every arm its own curve and barrier
+def rewrite_rows(study: Study, change: Any) -> None:
     for alpha in ALPHAS:
         for seed in SEEDS:
             for arm in ARMS:
                 metrics = study.main_run(alpha, arm, seed) / "metrics.jsonl"
-                rows = [json.loads(line) for line in metrics.read_text().splitlines()]
-                for row in rows:
-                    if "align_loss_barrier" in row:
-                        row |= {"align_loss_barrier": 0.0, "align_acc_barrier": 0.01}
+                rows = [change(json.loads(line)) for line in metrics.read_text().splitlines()]
                 metrics.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def zero_barrier(row: dict[str, Any]) -> dict[str, Any]:
+    return row | {"align_loss_barrier": 0.0, "align_acc_barrier": 0.01} if "align_loss_barrier" in row else row
+
+
+def test_observations_name_a_figure_that_never_moved_and_arms_that_never_differed(study: Study) -> None:
+    assert drift_reading.observations(drift_page.collect(study)) == ["- None."]  # every arm its own curve and barrier
+    rewrite_rows(study, zero_barrier)
+    for alpha in ALPHAS:
+        for seed in SEEDS:
             pfn = study.main_run(alpha, "fedpfn", seed) / "metrics.jsonl"
             (study.main_run(alpha, "fedpnu-weight", seed) / "metrics.jsonl").write_text(pfn.read_text())
-    said = drift_page.observations(study)
+    data = drift_page.collect(study)
+    said = drift_reading.observations(data)
     measured = 2 * len(ARMS) * len(SEEDS) * (ROUNDS // 10)
-    assert said[0].startswith(f"- The loss barrier was 0 in all {measured} measurements")
-    assert said[1].startswith(f"- The accuracy barrier (measured, not pre-registered) averaged 1.00 points over its {measured}")
-    assert said[2].startswith("- FedPFN and FedPNU weight gave the same test accuracy in every round of every seed. Under FedAvg")
+    assert said[0].startswith(f"- The loss barrier was 0 in all {measured} measurements, in every arm at both skews. "
+                              "A figure that is 0 in every measurement is a question about the instrument")  # fmt: skip
+    assert "clamped at 0 by construction" in said[0] and said[0].endswith("its comparisons below have no test.")
+    assert said[1].startswith(f"- The accuracy barrier (measured, not pre-registered, clamped at 0 the same way) "
+                              f"averaged 1.00 points over its {measured}")  # fmt: skip
+    assert said[2].startswith("- FedPFN and FedPNU weight gave the same test accuracy in every round of every seed.")
+    assert said[2].endswith("So FedPNU weight's accuracy is FedPFN's again, not a second finding.")
     assert len(said) == 3
+    rows = {row.name: row for row in drift_reading.alignment_rows(data)}
+    assert rows["α=0.1 loss_barrier: FedPFN − FedAvg"].verdict == "no test: 0 in every measurement, clamped by construction"
+    assert drift_reading.holm_span(list(rows.values())) == "across the 4 of these 8 that have a test"
+    # a signed instrument says where it measured: then a 0 everywhere is a question, not a known clamp
+    rewrite_rows(study, lambda row: row | {"align_measured_on": "test"} if "align_loss_barrier" in row else row)
+    said = drift_reading.observations(drift_page.collect(study))
+    assert said[0].endswith("is a question about the instrument before it is one about the models: can it read anything else?")
+    assert said[1].startswith("- The accuracy barrier (measured, not pre-registered) averaged")
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["zzz"], "drift_page.py: unrecognized arguments: zzz"),
+        (["--model", "gpt"], "drift_page.py: argument --model: invalid choice: 'gpt' (choose from 'mlp', 'cnn')"),
+        (["--stored", "yes"], "drift_page.py: unrecognized arguments: yes"),
+    ],
+)
+def test_a_bad_argument_is_one_line_and_exit_2(args: list[str], says: str, capsys) -> None:
+    with pytest.raises(SystemExit) as stop:
+        drift_page.cli(args)
+    out, err = capsys.readouterr()
+    assert stop.value.code == 2 and out == "" and err == f"{says} (--help lists what is accepted)\n"
