@@ -114,7 +114,7 @@ def _units(tensor: torch.Tensor, site: Site) -> torch.Tensor:
     """The site's units as rows (unit i: its whole slice, its block included), at least float32."""
     rows = tensor.movedim(site.axis, 0)
     if site.positions != tuple(range(len(rows) // site.block)):  # a part of the axis (a ResNet stream)
-        rows = rows.index_select(0, site.entries())
+        rows = rows.index_select(0, site.entries().to(rows.device))
     return rows.reshape(len(site.positions), -1).to(torch.promote_types(rows.dtype, torch.float32))
 
 
@@ -127,7 +127,7 @@ def _similarity(
     for site in variable.sites:
         if site.weighs:
             b = _permuted(spec, perms, site.key, state_b[site.key], skip=name)
-            similarity += (_units(state_a[site.key], site) @ _units(b, site).T).double()
+            similarity += (_units(state_a[site.key], site) @ _units(b, site).T).double().cpu()
     return similarity
 
 
@@ -138,12 +138,13 @@ def weight_matching(
 
     A variable takes a new permutation only when it raises its objective (ties keep the old
     one), so the descent stops: at the first full sweep that changes nothing, or after max_iter.
+    The inner products are computed where A's tensors live (a GPU if so); each assignment on the CPU.
     """
     if max_iter < 1:
         raise ValueError(f"max_iter must be at least 1, got {max_iter}")
     _check_states(spec, state_a, state_b)
-    a = {key: value.detach().cpu() for key, value in state_a.items()}
-    b = {key: value.detach().cpu() for key, value in state_b.items()}
+    a = {key: value.detach() for key, value in state_a.items()}
+    b = {key: state_b[key].detach().to(value.device) for key, value in a.items()}  # B where A is
     perms = identity_permutation(spec)
     names = list(spec.sizes)
     generator = torch.Generator().manual_seed(seed)
