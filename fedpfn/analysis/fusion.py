@@ -278,7 +278,7 @@ def matched_pair(
                        matched_acc_barrier=barriers["matched_acc_barrier"])  # fmt: skip
     else:
         matched_midpoint = probe.measure(average_states([state_a, permuted]), data)[0]
-    figures["permutation_loss"] = plain_midpoint - matched_midpoint
+    figures["permutation_loss"] = plain_midpoint - matched_midpoint + 0.0  # + 0.0: never -0.0
     return figures
 
 
