@@ -98,7 +98,7 @@ def clamps(data: dict[str, Any], key: str) -> bool:
 def holm_span(rows: list[Row]) -> str:
     """'across the 4' or 'across the 4 of these 8 that have a test': the family as Holm counted it."""
     tested = sum(row.test.p_value is not None for row in rows)
-    return f"across the {tested}" if tested == len(rows) else f"across the {tested} of these {len(rows)} that have a test"
+    return f"across the {tested}" + ("" if tested == len(rows) else f" of these {len(rows)} that have a test")
 
 
 def resolved(p: Paired) -> bool:
@@ -114,7 +114,8 @@ def primary_answer(row: Row) -> str:
     tests += [] if sign is None else [f"exact sign test, {test.wins} of {seeds} seeds higher: p {sign:.4f}"]
     text = f"{row.name} {100 * test.mean:+.3f} points ({'; '.join(tests)}): {row.verdict}"
     if resolved(test) and sign is not None and sign >= ALPHA:
-        text += f", on the t test alone: the exact sign test cannot go below {sign_test([1.0] * seeds):.4f} with {seeds} seeds"
+        least = sign_test([1.0] * seeds)
+        text += f", on the t test alone: the exact sign test cannot go below {least:.4f} with {seeds} seeds"
     held = resolved(final) and (final.mean > 0) == (test.mean > 0)
     lead = "; in the final round it is absent:" if resolved(test) and not held else "; final round:"
     p = "" if final.p_value is None else f", p {final.p_value:.3f}"
@@ -168,12 +169,15 @@ def final_round(result: dict[str, Any], alpha: str) -> str:
     seeds = len(full[0][1].seeds) if full else 0
     names = ", ".join(NAMES[arm] for arm, _ in full)
     if full and (all(m < 0 for m in means) or all(m > 0 for m in means)):
-        higher = f"{wins[0]} of {seeds} seeds higher in each" if len(wins) == 1 else f"{wins[0]} to {wins[-1]} of {seeds} seeds higher"
+        higher = f"{wins[0]}{'' if len(wins) == 1 else f' to {wins[-1]}'} of {seeds} seeds higher"
+        higher += " in each" if len(wins) == 1 else ""
         word, ends = ("lower", (max(means), min(means))) if means[0] < 0 else ("higher", (min(means), max(means)))
-        lead = f"every arm that uploads as much as FedAvg ({names}) is {word} ({ends[0]:+.2f} to {ends[1]:+.2f} points; {higher})"
+        lead = (f"every arm that uploads as much as FedAvg ({names}) is {word} "
+                f"({ends[0]:+.2f} to {ends[1]:+.2f} points; {higher})")  # fmt: skip
     else:
         lead = f"the arms that upload as much as FedAvg ({names}) differ in sign"
-    each = "; ".join(f"{NAMES[arm]} {100 * c.mean:+.2f} ({c.wins} of {len(c.seeds)} higher, {verdict(c)})" for arm, c, _ in found)
+    each = "; ".join(f"{NAMES[arm]} {100 * c.mean:+.2f} ({c.wins} of {len(c.seeds)} higher, {verdict(c)})"
+                     for arm, c, _ in found)  # fmt: skip
     return f"- α={alpha}: {lead}. Each arm − FedAvg: {each}."  # fmt: skip
 
 
@@ -261,7 +265,8 @@ def results(data: dict[str, Any], reports: dict[str, dict[str, dict]], model: st
         for name, result in reports[alpha].items():
             body += [f"### α = {alpha}: {REPORTS[name][1]}", ""]
             if twins and name == "all":
-                body += ["FedPNU weight's accuracy rows repeat FedPFN's (equal by construction under FedAvg: see "
-                         "Observations); only its upload differs.", ""]  # fmt: skip
+                body += ["FedPNU weight's rows at equal rounds repeat FedPFN's (equal by construction under FedAvg: "
+                         "see Observations), so they are not a second finding; at equal upload it differs from "
+                         "FedPFN by its smaller upload alone.", ""]  # fmt: skip
             body += [result["markdown"].split("\n", 1)[1].strip(), ""]
     return body

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -183,3 +184,28 @@ def test_a_bad_argument_is_one_line_and_exit_2(args: list[str], says: str, capsy
         drift_page.cli(args)
     out, err = capsys.readouterr()
     assert stop.value.code == 2 and out == "" and err == f"{says} (--help lists what is accepted)\n"
+
+
+def test_the_committed_page_is_what_its_stored_data_writes(tmp_path: Path) -> None:
+    """docs/results.md's results are drift_page.py's output on docs/study/drift-mlp-*, byte for byte
+    (never edited by hand), and that data is what drift_page_adopt.py reads off the page at 4f77cc0."""
+    root = Path(__file__).parents[1]
+    figures = tmp_path / "study"
+    for folder in (root / "docs" / "study").glob("drift-mlp-*"):
+        if folder.is_dir():
+            (figures / folder.name).mkdir(parents=True)
+            for name in ("report.json", "report.md", "report.csv", ".fedpfn-outputs.json"):
+                (figures / folder.name / name).write_bytes((folder / name).read_bytes())
+        else:
+            (figures / folder.name).write_bytes(folder.read_bytes())
+    page = tmp_path / "results.md"
+    committed = (root / "docs" / "results.md").read_text()
+    page.write_text(committed.split("## Results")[0] + "## Results\n\nNot yet written.\n")
+    drift_page.write_stored("mlp", page, figures)
+    assert page.read_text() == committed
+    known = subprocess.run(["git", "cat-file", "-e", "4f77cc0^{commit}"], cwd=root, capture_output=True)
+    if known.returncode == 0:  # a checkout with the history the data was read from
+        import drift_page_adopt
+
+        stored = json.loads((figures / "drift-mlp-page.json").read_text())
+        assert json.loads(json.dumps(drift_page_adopt.adopt("4f77cc0", "mlp"))) == stored
