@@ -143,6 +143,9 @@ def load_start(model: nn.Module, path: str | Path, fresh_head: bool = False) -> 
     if problems:
         shown = problems[:MAX_LINES]
         if len(problems) > MAX_LINES:
+            shared = len(set(state) & set(model.state_dict()))
+            shown.insert(0, f"{len(problems)} mismatches: the file's {len(state)} tensors share {shared} names "
+                            "with the model's; is it another architecture or size?")  # fmt: skip
             shown.append(f"... and {len(problems) - MAX_LINES} more mismatches")
         raise InitError("\n".join(f"init: {path}: {line}" for line in shown))
     own = model.state_dict()

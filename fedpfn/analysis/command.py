@@ -1,0 +1,103 @@
+"""What every analysis command shares: declared settings read with all their problems at once,
+a refusal as one line each with exit 2, an output folder checked before any work, files
+written whole.
+
+The pretrain and soup commands use these; a command declares its settings as a dataclass of
+`fedpfn.core.settings.setting(...)` fields and names the files it writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+from fedpfn.core.files import atomic_write_bytes
+from fedpfn.core.settings import ConfigError, add_flags, field_map, parse_values, problems
+
+C = TypeVar("C")
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose refusals are one line and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message}\n")
+
+
+def build_parser(prog: str, doc: str | None, settings: type, writes: str) -> Parser:
+    """`--out DIR`, `--overwrite` and one flag per declared setting (defaults left unset)."""
+    parser = Parser(prog=prog, description=(doc or "").split("\n\n")[0], argument_default=argparse.SUPPRESS)
+    parser.add_argument(
+        "--out", metavar="DIR", required=True, help=f"folder for {writes}, created if missing"
+    )
+    parser.add_argument("--overwrite", action="store_true", help=f"replace {writes} already in --out")
+    add_flags(parser, settings)
+    return parser
+
+
+def read_settings(cls: Callable[..., C], values: Mapping[str, Any]) -> tuple[C, list[str]]:
+    """The settings from loosely typed values, and every problem: unreadable text and failed checks.
+
+    A value that cannot be read keeps its default, so every other value is still checked.
+    """
+    fields = field_map(cls)  # type: ignore[arg-type]
+    parsed: dict[str, Any] = {}
+    found: list[str] = []
+    for key, value in values.items():
+        try:
+            parsed.update(parse_values(fields, {key: value}))
+        except ConfigError as err:
+            found.append(str(err))
+    cfg = cls(**parsed)
+    return cfg, found + problems(cfg)
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def output_problems(out: Path, overwrite: bool, files: Sequence[str]) -> list[str]:
+    """Why `files` could not be written into the folder `out`, found before any work."""
+    if str(out) in ("", "."):
+        return [f"out: give the folder to write {', '.join(files)} into"]
+    if out.exists() and not out.is_dir():
+        return [f"out: {out} is a file; give a folder (created if missing)"]
+    base = _nearest_existing(out)
+    if not base.is_dir():
+        return [f"out: {base} is a file, so {out} cannot be created"]
+    if not os.access(base, os.W_OK | os.X_OK):
+        return [f"out: {base} is not writable; give a folder you can write to"]
+    earlier = [name for name in files if (out / name).exists() or (out / name).is_symlink()]
+    if any(not (out / name).is_file() for name in earlier):
+        return [f"out: {out} holds {', '.join(earlier)} that are not plain files; give another folder"]
+    if earlier and not overwrite:
+        advice = f"add --overwrite to replace {', '.join(files)} (nothing else in it is touched), or another folder"
+        return [f"out: {out} already holds {', '.join(earlier)}; {advice}"]
+    return []
+
+
+def write_files(out: Path, contents: Mapping[str, bytes], draw: Callable[[Path], Any] | None = None) -> None:
+    """Write each named file of `contents` whole into `out`, and every file `draw(staging)` made
+    in a private folder first (figures): nothing is half-written if drawing fails."""
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="fedpfn-out-") as staging:
+        if draw is not None:
+            draw(Path(staging))
+        for name, data in contents.items():
+            atomic_write_bytes(out / name, data)
+        for figure in sorted(Path(staging).iterdir()):
+            atomic_write_bytes(out / figure.name, figure.read_bytes())
+
+
+def fail(lines: Sequence[str]) -> int:
+    """Every problem on its own line, exit status 2."""
+    for line in lines:
+        print(f"error: {line}", file=sys.stderr)
+    return 2

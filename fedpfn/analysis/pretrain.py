@@ -1,0 +1,226 @@
+"""An offline pretrained start: train a model on an upstream part of a dataset, save its weights.
+
+    python -m fedpfn.analysis.pretrain --model vit_tiny28 --dataset fmnist --out DIR
+
+The upstream part is a seeded share of the training set (`--upstream-fraction`, half by
+default) restricted to `--upstream-classes` (Fashion-MNIST's T-shirt, Trouser, Pullover,
+Dress and Coat by default); the rest of the training set, every class, is left to downstream
+tasks (`python -m fedpfn.analysis.soup` reads which from pretrain.json). A seeded part of the
+upstream samples is held out and the model's accuracy on it is saved. Writes
+DIR/model.safetensors (a state dict that `--init` and `--start` read) and DIR/pretrain.json
+(the settings, the split's sizes, held-out accuracy). Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from enum import IntEnum
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedpfn.analysis.command import build_parser, fail, output_problems, read_settings, write_files
+from fedpfn.core.data import CLASS_NAMES, DATASETS, DataError, find_data_problem, load_dataset
+from fedpfn.core.models import build_model, model_problem
+from fedpfn.core.seeding import MAX_SEED, Stream, seed_for, torch_generator
+from fedpfn.core.settings import above, at_least, between, each, one_of, setting
+from fedpfn.core.training import OPTIMIZERS, OptimizerSpec, evaluate, minibatches, pick_device, train_local
+
+DEVICES = ("auto", "cpu", "cuda")
+MODEL_FILE, RECORD_FILE = "model.safetensors", "pretrain.json"
+OUTPUT_FILES = (MODEL_FILE, RECORD_FILE)
+
+
+class Draw(IntEnum):
+    """Keys of `Stream.ANALYSIS` for the upstream/downstream split (apart from the LMC's keys)."""
+
+    UPSTREAM_SHARE = 10
+    UPSTREAM_HELD_OUT = 11
+
+
+def _distinct_classes(classes: tuple[int, ...]) -> str | None:
+    reason = each(at_least(0))(classes)
+    if reason is None and len(set(classes)) != len(classes):
+        reason = f"{','.join(map(str, classes))} repeats a class"
+    return reason
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """Every setting of one pretraining; saved as the `config` of pretrain.json."""
+
+    model: str = setting("vit_tiny28", "a zoo model (vit_tiny28, cnn, ...) or timm:NAME", model_problem)
+    dataset: str = setting("fmnist", f"one of {', '.join(DATASETS)}", one_of(DATASETS))
+    upstream_classes: tuple[int, ...] = setting(
+        (0, 1, 2, 3, 4),
+        "classes the upstream part holds (labels as the dataset numbers them)",
+        _distinct_classes,
+    )
+    upstream_fraction: float = setting(
+        0.5, "seeded share of the training set upstream draws from; the rest is downstream's",
+        between(0, 1, low_open=True, high_open=True),
+    )  # fmt: skip
+    held_out: float = setting(
+        0.1, "fraction of the upstream part held out for accuracy", between(0, 0.5, low_open=True)
+    )
+    epochs: int = setting(3, "training epochs", at_least(1))
+    optimizer: str = setting("adam", "sgd or adam", one_of(OPTIMIZERS))
+    lr: float = setting(1e-3, "learning rate", above(0))
+    momentum: float = setting(0.9, "SGD momentum, in [0, 1) (sgd only)", between(0, 1, high_open=True))
+    weight_decay: float = setting(0.0, "weight decay (L2, added to the gradient)", at_least(0))
+    batch_size: int = setting(128, "training batch size", at_least(1))
+    seed: int = setting(0, f"seed of the split, the initialisation and the batch order, in [0, {MAX_SEED}]",
+                        between(0, MAX_SEED))  # fmt: skip
+    data_root: str | None = setting(None, "folder holding the dataset files (default: Debian's for fmnist)")
+    device: str = setting("auto", "auto, cpu or cuda", one_of(DEVICES))
+    threads: int = setting(0, "torch CPU threads, 0 for torch's choice", at_least(0))
+
+
+def relation_problems(cfg: PretrainConfig, given: set[str]) -> list[str]:
+    """What no single setting shows: classes the dataset lacks, a setting given but unused, a
+    missing GPU, missing files."""
+    found = []
+    names = CLASS_NAMES.get(cfg.dataset)
+    if names and any(c >= len(names) for c in cfg.upstream_classes):
+        found.append(f"upstream_classes: {cfg.dataset} has classes 0 to {len(names) - 1}")
+    if cfg.optimizer != "sgd" and "momentum" in given:
+        found.append("momentum: only --optimizer sgd uses it; drop it")
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        found.append("device: cuda, but no CUDA device is available; use auto or cpu")
+    if cfg.dataset in DATASETS and (problem := find_data_problem(cfg.dataset, cfg.data_root, False)):
+        found.append(f"dataset: {problem}")
+    return found
+
+
+@dataclass(frozen=True)
+class Split:
+    """Training-set indices: upstream (trained on and held out) and downstream (left to others)."""
+
+    upstream: torch.Tensor
+    held_out: torch.Tensor
+    downstream: torch.Tensor
+
+
+def split_training_set(labels: torch.Tensor, cfg: PretrainConfig) -> Split:
+    """The seeded upstream share cut to the upstream classes, its held-out part, and the rest.
+
+    Downstream keeps every training sample outside the upstream share, whatever its class, so
+    a downstream task never trains on a sample the start has seen.
+    """
+    order = torch.randperm(
+        len(labels), generator=torch_generator(cfg.seed, Stream.ANALYSIS, Draw.UPSTREAM_SHARE)
+    )
+    cut = round(cfg.upstream_fraction * len(labels))
+    share, downstream = order[:cut], order[cut:]
+    upstream = share[torch.isin(labels[share], torch.tensor(cfg.upstream_classes))]
+    mixed = upstream[
+        torch.randperm(
+            len(upstream), generator=torch_generator(cfg.seed, Stream.ANALYSIS, Draw.UPSTREAM_HELD_OUT)
+        )
+    ]
+    held = round(cfg.held_out * len(mixed))
+    return Split(mixed[held:].sort().values, mixed[:held].sort().values, downstream.sort().values)
+
+
+def epochs_logged(
+    indices: torch.Tensor,
+    batch_size: int,
+    epochs: int,
+    generator: torch.Generator,
+    log: Callable[[str], None],
+) -> Iterator[torch.Tensor]:
+    """`minibatches(indices, batch_size, epochs, generator)`, saying when each epoch starts."""
+    started = time.perf_counter()
+    for epoch in range(epochs):
+        log(f"epoch {epoch + 1}/{epochs} ({time.perf_counter() - started:.0f} s)")
+        yield from minibatches(indices, batch_size, 1, generator)
+
+
+def pretrain(
+    cfg: PretrainConfig, log: Callable[[str], None] = print
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Train on the upstream part; (the state dict, the record pretrain.json holds)."""
+    started = time.perf_counter()
+    device = pick_device(cfg.device != "cpu")
+    data = load_dataset(cfg.dataset, cfg.data_root)
+    if any(c >= data.num_classes for c in cfg.upstream_classes):
+        raise ValueError(f"upstream_classes: {cfg.dataset} has classes 0 to {data.num_classes - 1}")
+    split = split_training_set(data.train_y, cfg)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed_for(cfg.seed, Stream.INIT))
+        model = build_model(cfg.model, data.input_shape, data.num_classes).to(device)
+    x, y = data.train_x.to(device), data.train_y.to(device)
+    spec = OptimizerSpec(cfg.optimizer, cfg.lr, momentum=cfg.momentum if cfg.optimizer == "sgd" else 0.0,
+                         weight_decay=cfg.weight_decay)  # fmt: skip
+    gen = torch_generator(cfg.seed, Stream.DATA_ORDER, 0, 0)
+    trained = train_local(
+        model, x, y, epochs_logged(split.upstream, cfg.batch_size, cfg.epochs, gen, log), spec
+    )
+    held_loss, held_acc = evaluate(model, x[split.held_out.to(device)], y[split.held_out.to(device)])
+    state = {name: t.detach().cpu().contiguous() for name, t in model.state_dict().items()}
+    names = CLASS_NAMES.get(cfg.dataset)
+    record = {
+        "config": asdict(cfg),
+        "upstream_class_names": [names[c] for c in cfg.upstream_classes] if names else None,
+        "sizes": {
+            "upstream_train": len(split.upstream),
+            "upstream_held_out": len(split.held_out),
+            "downstream": len(split.downstream),
+        },
+        "parameters": sum(t.numel() for t in model.parameters()),
+        "train": {"loss": trained.loss, "accuracy": trained.accuracy, "steps": trained.steps},
+        "held_out": {"loss": held_loss, "accuracy": held_acc},
+        "device": str(device),
+        "seconds": time.perf_counter() - started,
+    }
+    return state, record
+
+
+def read_record(start: Path) -> tuple[PretrainConfig | None, list[str]]:
+    """The settings of the pretraining that wrote `start`, from pretrain.json beside it (None if absent)."""
+    path = start.expanduser().parent / RECORD_FILE
+    if not path.is_file():
+        return None, []
+    try:
+        config = json.loads(path.read_text())["config"]
+        cfg, found = read_settings(PretrainConfig, config)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return None, [f"start: {path} is not a pretrain record ({err})"]
+    return cfg, [f"start: {path}: {line}" for line in found]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser(
+        "python -m fedpfn.analysis.pretrain", __doc__, PretrainConfig, " and ".join(OUTPUT_FILES)
+    )
+    args = vars(parser.parse_args(argv))
+    out, overwrite = Path(args.pop("out")).expanduser(), bool(args.pop("overwrite", False))
+    cfg, found = read_settings(PretrainConfig, args)
+    found += relation_problems(cfg, set(args)) + output_problems(out, overwrite, OUTPUT_FILES)
+    if found:
+        return fail(found)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    try:
+        state, record = pretrain(cfg, log=lambda line: print(line, flush=True))
+    except (DataError, ValueError) as err:
+        return fail(str(err).splitlines())
+    from safetensors.torch import save
+
+    weights = save(state, metadata={"fedpfn": "pretrain", "model": cfg.model, "dataset": cfg.dataset})
+    record["sha256"] = hashlib.sha256(weights).hexdigest()
+    write_files(out, {MODEL_FILE: weights, RECORD_FILE: (json.dumps(record, indent=1) + "\n").encode()})
+    held = record["held_out"]
+    print(f"held-out accuracy {100 * held['accuracy']:.2f} % (loss {held['loss']:.3f}) on "
+          f"{record['sizes']['upstream_held_out']} upstream samples; wrote {out / MODEL_FILE} in {record['seconds']:.0f} s")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+"""Model soups of fine-tunes from one pretrained start, plain against shared anchors (TNA-PFN).
+
+    python -m fedpfn.analysis.pretrain --out runs/pretrain
+    python -m fedpfn.analysis.soup --start runs/pretrain/model.safetensors --seeds 0,1,2 --out runs/soup
+
+For each seed, K ingredients fine-tune from the start on the downstream task (every class of
+the training samples the pretraining left out, read from pretrain.json beside the start; the
+whole training set for any other file) with hyperparameters drawn from the declared grid, in
+three arms: plain, one shared anchor mask, and independent masks at the same ratio (the control).
+Reports each ingredient, the uniform and greedy soups and the best single ingredient (selected
+on a held-out split, then measured on the test set), signed barriers between ingredient pairs,
+and the arms paired by seed (95 % intervals, Holm within each metric). Writes DIR/soup.json,
+DIR/soup.md and DIR/soup.png (PDF beside it). Settings are checked, every problem at once,
+one line each, exit 2, before any data is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedpfn.analysis import pretrain
+from fedpfn.analysis.command import build_parser, fail, output_problems, read_settings, write_files
+from fedpfn.analysis.fusion import EvalData, Probe, has_batchnorm, snapshot
+from fedpfn.analysis.soup_run import ARMS, Draw, SeedData, compare_arms, recipes, run_arm
+from fedpfn.core.anchors import GRANULARITIES
+from fedpfn.core.data import DATASETS, DataError, DatasetSplits, find_data_problem, load_dataset
+from fedpfn.core.init_file import init_file_problem, load_start
+from fedpfn.core.models import build_model, model_problem
+from fedpfn.core.seeding import MAX_SEED, Stream, seed_for, torch_generator
+from fedpfn.core.settings import above, at_least, between, each, one_of, setting
+from fedpfn.core.training import OPTIMIZERS, OptimizerSpec, pick_device
+
+OUTPUT_FILES = ("soup.json", "soup.md", "soup.png", "soup.pdf")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def _distinct_seeds(seeds: tuple[int, ...]) -> str | None:
+    reason = each(between(0, MAX_SEED))(seeds)
+    if reason is None and len(set(seeds)) != len(seeds):
+        reason = f"{','.join(map(str, seeds))} repeats a seed"
+    return reason
+
+
+ANY_OF_THEM = each(lambda _: None)  # a non-empty list of any values
+
+
+def _odd_points(points: int) -> str | None:
+    return None if points >= 3 and points % 2 else f"{points} must be odd and at least 3 (ends and midpoint)"
+
+
+@dataclass(frozen=True)
+class SoupConfig:
+    """Every setting of one soup experiment; saved as the `config` of soup.json."""
+
+    start: str | None = setting(None, "the start: a state dict (.safetensors, or tensors-only .pt/.pth)")
+    model: str = setting("vit_tiny28", "the start's architecture: a zoo model or timm:NAME", model_problem)
+    dataset: str = setting("fmnist", f"one of {', '.join(DATASETS)}", one_of(DATASETS))
+    ingredients: int = setting(4, "K fine-tunes per seed and arm", between(2, 64))
+    seeds: tuple[int, ...] = setting(
+        (0, 1, 2), f"comma list of seeds, each in [0, {MAX_SEED}]", _distinct_seeds
+    )
+    anchor_ratio: float = setting(
+        0.4, "fraction of entries fixed in the anchored arms", between(0, 1, low_open=True, high_open=True)
+    )
+    granularity: str = setting("weight", "anchor granularity: weight or neuron", one_of(GRANULARITIES))
+    lr: tuple[float, ...] = setting((1e-3, 3e-4), "learning rates the ingredients draw from", each(above(0)))
+    epochs: tuple[int, ...] = setting(
+        (1, 2), "epoch counts the ingredients draw from", each(between(1, 1000))
+    )
+    augment: tuple[bool, ...] = setting(
+        (False, True), "augmentation off/on the ingredients draw from (flips, 2-pixel shifts)", ANY_OF_THEM
+    )
+    label_smoothing: tuple[float, ...] = setting(
+        (0.0, 0.1), "label smoothing the ingredients draw from", each(between(0, 1, high_open=True))
+    )
+    optimizer: str = setting("adam", "sgd or adam", one_of(OPTIMIZERS))
+    momentum: float = setting(0.9, "SGD momentum (sgd only)", between(0, 1, high_open=True))
+    weight_decay: float = setting(0.0, "weight decay (L2)", at_least(0))
+    batch_size: int = setting(128, "training batch size", at_least(1))
+    fresh_head: bool = setting(
+        True, "the classifier starts from the seed, not from the start file (a new task's head)"
+    )
+    train_subset: int = setting(
+        6000, "downstream training samples per seed (0: all the downstream pool)", at_least(0)
+    )
+    held_out: int = setting(2000, "downstream samples held out per seed to select soups on", at_least(1))
+    test_subset: int = setting(
+        2000, "fixed test subset, the same for every seed (0: the whole test set)", at_least(0)
+    )
+    points: int = setting(5, "interpolation points of a pair's barrier (odd, ends included)", _odd_points)
+    data_root: str | None = setting(None, "folder holding the dataset files (default: Debian's for fmnist)")
+    device: str = setting("auto", "auto, cpu or cuda", one_of(DEVICES))
+    threads: int = setting(0, "torch CPU threads, 0 for torch's choice", at_least(0))  # fmt: skip
+
+
+def relation_problems(cfg: SoupConfig, given: set[str]) -> list[str]:
+    """What no single setting shows: the start file and its record, unused settings, GPU, data."""
+    found = []
+    if cfg.start is None:
+        found.append("start: give the start file (python -m fedpfn.analysis.pretrain writes one)")
+    elif problem := init_file_problem(cfg.start):
+        found.append(f"start: {problem}")
+    else:
+        record, lines = pretrain.read_record(Path(cfg.start))
+        found += lines
+        if record is not None and (record.model, record.dataset) != (cfg.model, cfg.dataset):
+            found.append(f"start: pretrained as {record.model} on {record.dataset}; give --model {record.model} "
+                         f"--dataset {record.dataset}")  # fmt: skip
+    if cfg.optimizer != "sgd" and "momentum" in given:
+        found.append("momentum: only --optimizer sgd uses it; drop it")
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        found.append("device: cuda, but no CUDA device is available; use auto or cpu")
+    if cfg.dataset in DATASETS and (problem := find_data_problem(cfg.dataset, cfg.data_root, False)):
+        found.append(f"dataset: {problem}")
+    return found
+
+
+def downstream_pool(cfg: SoupConfig, labels: torch.Tensor) -> tuple[torch.Tensor, str]:
+    """Training indices the downstream task may use, and what they are, in words."""
+    record, _ = pretrain.read_record(Path(str(cfg.start)))
+    if record is None:
+        return torch.arange(len(labels)), "the whole training set (the start has no pretrain.json)"
+    pool = pretrain.split_training_set(labels, record).downstream
+    return pool, (f"every class of the {len(pool)} training samples outside the pretraining's upstream share "
+                  f"(seed {record.seed}, fraction {record.upstream_fraction})")  # fmt: skip
+
+
+def setup_seed(
+    cfg: SoupConfig, data: DatasetSplits, pool: torch.Tensor, test: EvalData, seed: int
+) -> tuple[SeedData, list[str]]:
+    """One seed's start (the file, the seed's head where fresh), samples, recipes and probe."""
+    device = test.x.device
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed_for(seed, Stream.INIT))
+        model = build_model(cfg.model, data.input_shape, data.num_classes).to(device)
+    notes = load_start(model, str(cfg.start), fresh_head=cfg.fresh_head)
+    order = pool[torch.randperm(len(pool), generator=torch_generator(seed, Stream.ANALYSIS, Draw.POOL))]
+    held, rest = order[: cfg.held_out], order[cfg.held_out :]
+    train = rest[: cfg.train_subset] if cfg.train_subset else rest
+    held_out = EvalData("held-out", data.train_x[held].to(device), data.train_y[held].to(device))
+    bn: tuple[torch.Tensor, ...] = ()
+    if has_batchnorm(model):  # averaged weights get their own statistics, from the same batches
+        bn = tuple(
+            train[
+                torch.randperm(len(train), generator=torch_generator(seed, Stream.ANALYSIS, Draw.BN))
+            ].split(256)[:20]
+        )
+    probe = Probe(model, data.train_x.to(device) if bn else None, bn)
+    grid = {
+        "lr": cfg.lr,
+        "epochs": cfg.epochs,
+        "augment": cfg.augment,
+        "label_smoothing": cfg.label_smoothing,
+    }
+    setup = SeedData(
+        seed, model, snapshot(model), train, held_out, test, recipes(grid, cfg.ingredients, seed), probe
+    )
+    return setup, notes
+
+
+def prepare(cfg: SoupConfig) -> tuple[list[SeedData], tuple[torch.Tensor, torch.Tensor], dict[str, Any]]:
+    """Load the data and set up every seed; raises DataError or ValueError (InitError) with its lines."""
+    device = pick_device(cfg.device != "cpu")
+    data = load_dataset(cfg.dataset, cfg.data_root)
+    pool, described = downstream_pool(cfg, data.train_y)
+    wanted = cfg.held_out + (cfg.train_subset or 1)
+    if wanted > len(pool):
+        raise ValueError(f"held_out + train_subset: {wanted} exceeds the {len(pool)} downstream samples")
+    if cfg.test_subset > len(data.test_y):
+        raise ValueError(f"test_subset: {cfg.test_subset} exceeds the {len(data.test_y)} test samples")
+    keep = torch.randperm(len(data.test_y), generator=torch_generator(0, Stream.ANALYSIS, Draw.TEST))
+    keep = keep[: cfg.test_subset] if cfg.test_subset else keep.sort().values
+    test = EvalData("test", data.test_x[keep].to(device), data.test_y[keep].to(device))
+    setups, notes = [], []
+    for seed in cfg.seeds:
+        setup, said = setup_seed(cfg, data, pool, test, seed)
+        setups.append(setup)
+        notes += [note for note in said if note not in notes]
+    train = (data.train_x.to(device), data.train_y.to(device))
+    return setups, train, {"downstream": described, "notes": notes, "device": str(device)}
+
+
+def run_soups(cfg: SoupConfig, setups: list[Any], train: tuple[torch.Tensor, torch.Tensor],
+              log: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """Every arm on every seed, then the paired comparisons."""
+    spec = OptimizerSpec(cfg.optimizer, cfg.lr[0], momentum=cfg.momentum if cfg.optimizer == "sgd" else 0.0,
+                         weight_decay=cfg.weight_decay)  # fmt: skip
+    per_arm: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
+    for setup in setups:
+        for arm in ARMS:
+            result = run_arm(
+                setup, arm, train, spec, cfg.batch_size, (cfg.anchor_ratio, cfg.granularity), cfg.points
+            )
+            per_arm[arm].append(result)
+            log(f"seed {setup.seed} {arm:>11}: best {100 * result['best_acc']:.2f} %, uniform "
+                f"{100 * result['uniform_acc']:.2f} %, greedy {100 * result['greedy_acc']:.2f} % "
+                f"(kept {len(result['greedy_kept'])}), loss barrier {result['loss_barrier']:+.3f} "
+                f"({result['seconds']:.0f} s)")  # fmt: skip
+    return {"arms": per_arm, "comparisons": compare_arms(per_arm)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser("python -m fedpfn.analysis.soup", __doc__, SoupConfig, ", ".join(OUTPUT_FILES))
+    args = vars(parser.parse_args(argv))
+    out, overwrite = Path(args.pop("out")).expanduser(), bool(args.pop("overwrite", False))
+    cfg, found = read_settings(SoupConfig, args)
+    found += relation_problems(cfg, set(args)) + output_problems(out, overwrite, OUTPUT_FILES)
+    if found:
+        return fail(found)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    started = time.perf_counter()
+    try:
+        setups, train, described = prepare(cfg)
+    except (DataError, ValueError) as err:
+        return fail(str(err).splitlines())
+    for note in described["notes"]:
+        print(note)
+    result = {
+        "config": asdict(cfg),
+        **described,
+        **run_soups(cfg, setups, train, lambda s: print(s, flush=True)),
+    }
+    result["seconds"] = time.perf_counter() - started
+    from fedpfn.analysis.soup_report import draw_figure, markdown
+
+    table = markdown(result)
+    write_files(out, {"soup.json": (json.dumps(result, indent=1) + "\n").encode(), "soup.md": table.encode()},
+                draw=lambda staging: draw_figure(result, staging / "soup.png"))  # fmt: skip
+    print(table)
+    print(f"wrote {out / 'soup.json'}, soup.md and soup.png in {result['seconds']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""Model soups (fedpfn.analysis.soup_run) on tiny synthetic tensors, and the pretrain and soup commands."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fedpfn.analysis import pretrain, soup, soup_run
+from fedpfn.analysis.fusion import EvalData, Probe, snapshot
+from fedpfn.core.data import find_data_problem
+from fedpfn.core.models import build_model
+from fedpfn.core.training import OptimizerSpec, StepView
+
+SHAPE = (1, 8, 8)
+CLASSES = 3
+needs_fmnist = pytest.mark.skipif(
+    find_data_problem("fmnist", None, False) is not None, reason="Fashion-MNIST not installed"
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _data(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, *SHAPE, generator=gen)
+    return x, x.flatten(1)[:, :CLASSES].argmax(1)  # a learnable rule
+
+
+def _setup(k: int = 3, seed: int = 0, model_seed: int = 0) -> soup_run.SeedData:
+    torch.manual_seed(model_seed)
+    model = build_model("mlp", SHAPE, CLASSES, width=16)
+    grid = {"lr": (0.05, 0.02), "epochs": (1, 2), "augment": (False, True), "label_smoothing": (0.0, 0.1)}
+    held, test = EvalData("held-out", *_data(60, 1)), EvalData("test", *_data(60, 2))
+    recipes = soup_run.recipes(grid, k, seed)
+    return soup_run.SeedData(seed, model, snapshot(model), torch.arange(96), held, test, recipes, Probe(model))
+
+
+def _tuned(setup: soup_run.SeedData, arm: str) -> tuple[list[dict], list]:
+    masks = soup_run.masks_for(arm, setup.model, len(setup.recipes), setup.seed, 0.4, "weight")
+    states = soup_run.fine_tune(setup, *_data(96, 3), masks, OptimizerSpec("sgd", 0.05, momentum=0.9), 16)
+    return states, masks
+
+
+def test_a_soup_of_copies_of_one_model_is_that_model() -> None:
+    """Uniform and greedy soups of K copies equal the copy bit for bit: no gain, no barrier (zero case)."""
+    setup = _setup()
+    figures = soup_run.soup_arm(setup, [setup.start] * 3, points=3)
+    assert figures["greedy_kept"] == [0, 1, 2]  # an equal held-out accuracy keeps an ingredient
+    assert figures["uniform_acc"] == figures["greedy_acc"] == figures["best_acc"] == figures["test_acc"][0]
+    assert figures["uniform_gain"] == figures["greedy_gain"] == 0.0
+    assert figures["loss_barrier"] == 0.0 and figures["acc_barrier"] == 0.0
+
+
+def test_the_greedy_soup_never_falls_below_its_best_ingredient() -> None:
+    """Unrelated models average badly (the uniform soup falls: a nonzero case); greedy keeps the best."""
+    setup = _setup()
+    states, _ = _tuned(setup, "plain")
+    strangers = [_tuned(_setup(model_seed=s), "plain")[0][0] for s in (1, 2)]
+    for ingredients in (states, [states[0], *strangers]):
+        held_acc = [setup.probe.measure(s, [setup.held_out])[1] for s in ingredients]
+        kept, greedy_acc = soup_run.greedy_soup(setup.probe, ingredients, setup.held_out, held_acc)
+        assert greedy_acc >= max(held_acc) and kept[0] == held_acc.index(max(held_acc))
+    figures = soup_run.soup_arm(setup, [states[0], *strangers], points=3)
+    assert figures["uniform_held_out_acc"] < max(figures["held_out_acc"])
+    assert figures["greedy_held_out_acc"] >= max(figures["held_out_acc"])
+
+
+def test_shared_anchors_stay_exact_in_every_ingredient_and_independent_masks_differ() -> None:
+    setup = _setup()
+    shared, shared_masks = _tuned(setup, "shared")
+    independent, own_masks = _tuned(setup, "independent")
+    for states, masks in ((shared, shared_masks), (independent, own_masks)):
+        for state, mask in zip(states, masks):
+            for name, anchored in mask.items():
+                assert torch.equal(state[name][anchored], setup.start[name][anchored]), name
+                assert not torch.equal(state[name], setup.start[name]), f"{name} did not train"
+    assert all(shared_masks[0][n].equal(m[n]) for m in shared_masks for n in m)
+    name = "features.1.weight"
+    assert not own_masks[0][name].equal(own_masks[1][name]) and not own_masks[1][name].equal(own_masks[2][name])
+    fraction = [float(m[name].float().mean()) for m in own_masks]
+    assert all(abs(f - 0.4) < 0.05 for f in fraction)
+    plain, _ = _tuned(setup, "plain")
+    assert soup_run.masks_for("plain", setup.model, 3, 0, 0.4, "weight") == [None] * 3
+    assert not torch.equal(plain[0][name], shared[0][name])  # the anchors change what trains
+
+
+def test_label_smoothing_as_a_loss_term_is_torchs() -> None:
+    logits, targets = torch.randn(5, 4), torch.tensor([0, 3, 1, 1, 2])
+    view = StepView(None, {}, logits, logits, logits, targets)  # type: ignore[arg-type]
+    smoothed = F.cross_entropy(logits, targets) + soup_run.smoothing_term(0.1)(view)
+    assert torch.allclose(smoothed, F.cross_entropy(logits, targets, label_smoothing=0.1), atol=1e-6)
+    assert soup_run.smoothing_term(0.0) is None
+
+
+def test_augmentation_is_seeded_and_moves_pixels_within_its_shift() -> None:
+    x = torch.arange(2 * 36, dtype=torch.float32).reshape(2, 1, 6, 6) + 1
+    first = soup_run.augmenter(torch.Generator().manual_seed(4))(x)
+    again = soup_run.augmenter(torch.Generator().manual_seed(4))(x)
+    assert first.shape == x.shape and torch.equal(first, again) and not torch.equal(first, x)
+    for image, original in zip(first, x):  # every kept pixel is one of the image's own (or padding)
+        assert set(image.unique().tolist()) - {0.0} <= set(original.unique().tolist())
+
+
+def test_recipes_cover_the_grid_before_repeating() -> None:
+    grid = {"lr": (0.1, 0.01), "epochs": (1,), "augment": (False, True), "label_smoothing": (0.0,)}
+    drawn = soup_run.recipes(grid, 6, seed=0)
+    assert len(set(drawn[:4])) == 4 and drawn[4:] == drawn[:2]
+    assert soup_run.recipes(grid, 6, seed=0) == drawn and soup_run.recipes(grid, 6, seed=1) != drawn
+
+
+def _run(main, argv: list[str], capsys) -> tuple[int, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own refusals
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "main, argv, says",
+    [
+        (pretrain.main, ["--model", "nope"], "model: unknown model 'nope'"),
+        (pretrain.main, ["--upstream-classes", "1,1"], "upstream_classes: 1,1 repeats a class"),
+        (pretrain.main, ["--upstream-classes", "10"], "upstream_classes: fmnist has classes 0 to 9"),
+        (pretrain.main, ["--upstream-fraction", "1"], "upstream_fraction: 1.0 must be in (0, 1)"),
+        (pretrain.main, ["--momentum", "0.5"], "momentum: only --optimizer sgd uses it"),
+        (pretrain.main, ["--epochs", "x"], "epochs: 'x' is not an integer"),
+        (soup.main, [], "start: give the start file"),
+        (soup.main, ["--start", "none.pt"], "start: 'none.pt' does not exist"),
+        (soup.main, ["--start", "w.npz"], "start: 'w.npz' must end in .safetensors"),
+        (soup.main, ["--ingredients", "1"], "ingredients: 1 must be in [2, 64]"),
+        (soup.main, ["--seeds", "0,0"], "seeds: 0,0 repeats a seed"),
+        (soup.main, ["--points", "4"], "points: 4 must be odd"),
+        (soup.main, ["--anchor-ratio", "0"], "anchor_ratio: 0.0 must be in (0, 1)"),
+        (soup.main, ["--lr", "0.1,-1"], "lr: -1.0 must be > 0"),
+    ],
+)
+def test_the_commands_refuse_bad_values_in_one_line(main, argv: list[str], says: str, tmp_path: Path, capsys) -> None:
+    code, err = _run(main, [*argv, "--out", str(tmp_path / "out")], capsys)
+    lines = [line for line in err.splitlines() if says.split(":")[0] + ":" in line]
+    assert code == 2 and len(lines) == 1 and says in lines[0], err
+    assert not (tmp_path / "out").exists()
+
+
+@needs_fmnist
+def test_pretrain_then_soup_write_their_files(tmp_path: Path, capsys) -> None:
+    """The two commands end to end on real Fashion-MNIST, as small as they go."""
+    start = tmp_path / "start"
+    argv = ["--model", "mlp", "--epochs", "1", "--upstream-fraction", "0.01", "--out", str(start)]
+    assert pretrain.main(argv) == 0
+    record = json.loads((start / "pretrain.json").read_text())
+    assert record["sizes"]["upstream_train"] > 0 and 0 <= record["held_out"]["accuracy"] <= 1
+    argv = ["--start", str(start / "model.safetensors"), "--model", "mlp", "--ingredients", "2", "--seeds", "0,1",
+            "--train-subset", "64", "--held-out", "50", "--test-subset", "50", "--epochs", "1", "--points", "3",
+            "--out", str(tmp_path / "soup")]  # fmt: skip
+    assert soup.main(argv) == 0
+    result = json.loads((tmp_path / "soup" / "soup.json").read_text())
+    assert set(result["arms"]) == set(soup_run.ARMS) and len(result["comparisons"]) == 3 * len(soup_run.METRICS)
+    assert "outside the pretraining's upstream share" in result["downstream"]
+    assert {p.name for p in (tmp_path / "soup").iterdir()} == set(soup.OUTPUT_FILES)
+    assert "| shared − independent | greedy_acc |" in (tmp_path / "soup" / "soup.md").read_text()
+    code, err = _run(soup.main, argv, capsys)
+    assert code == 2 and "already holds" in err
