@@ -20,7 +20,6 @@ out of GPU memory is retried in halves, never lost.
 
 from __future__ import annotations
 
-import logging
 import os
 import uuid
 from collections.abc import Callable, Iterable
@@ -35,61 +34,63 @@ from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
-from clients import ClientJob, Cohort, CohortResult
+from clients import ClientJob, CohortResult
 from fedpfn.core import protocol
 from fedpfn.core.config import RunConfig
 from fedpfn.core.settings import ConfigError
 from fedpfn.core.training import pick_device
-from fedpfn.runtime import env
-from fedpfn.runtime.algorithms import client_rules, mean_based
+from fedpfn.runtime.algorithms import mean_based
 from fedpfn.runtime.app import SimulatedFailure, client_app, fails_this_round, make_server_app
+from fedpfn.runtime.engines.actors import RayRunner, start_ray
+from fedpfn.runtime.engines.cohort import CohortRunner, device_of, mode_of
+from fedpfn.runtime.engines.placement import batched_slots, local_problem, ray_env_problem
 from fedpfn.runtime.lifecycle import RunPlan
-from fedpfn.runtime.resources import cpus_problem
 from fedpfn.runtime.tracking import Tracking
 from strategies import RoundTotals
-
-log = logging.getLogger("fedpfn")
 
 RUN_ID = 1
 SERVER_NODE = 1  # Flower's SUPERLINK_NODE_ID: the sender of every instruction message
 FIRST_NODE = 2  # node ids are partition ids from here
-CONV_MODELS = ("cnn", "resnet20", "vgg11")  # models whose convolutions are slow under vmap on the CPU
 
 
 # --- placement ------------------------------------------------------------------------------
 
 
-def device_of(cfg: RunConfig) -> torch.device:
-    """The GPU when one is visible and the clients may use it (`client_gpus` not 0), else the CPU."""
-    return pick_device(want_gpu=cfg.client_gpus is None or cfg.client_gpus > 0)
+def workers_of(cfg: RunConfig) -> int | None:
+    """Ray actors to spread a round over: set, or one per GPU of a multi-GPU machine; with
+    `ray_address` (None here) as many as placement.plan_actors finds on the cluster."""
+    if cfg.engine_workers is not None:
+        return cfg.engine_workers
+    gpus = 0 if cfg.ray_address else torch.cuda.device_count()
+    return gpus if gpus > 1 else None
 
 
-def mode_of(cfg: RunConfig, device: torch.device) -> str:
-    """`engine_mode`, with auto resolved: vmap on a GPU or for a model without convolutions."""
-    if cfg.engine_mode != "auto":
-        return cfg.engine_mode
-    return "vmap" if device.type == "cuda" or cfg.model not in CONV_MODELS else "threads"
+def uses_ray(cfg: RunConfig) -> bool:
+    return bool(cfg.ray_address) or workers_of(cfg) is not None
 
 
 def prepare(cfg: RunConfig) -> RunConfig:
-    """Refuse what this engine cannot do, before anything starts; nothing is resolved into the config."""
-    if cfg.ray_address:
-        env.check_ray_address(cfg.ray_address)
-        return cfg
-    if problem := cpus_problem(cfg.client_cpus, os.cpu_count() or 1):  # loop mode's threads per client
+    """Refuse what this engine cannot do, before anything starts; nothing is resolved into the config.
+
+    With Ray (actors here, or a cluster) the actors' plan is made and checked now: on a
+    cluster that means joining it and reading its nodes (batched_slots).
+    """
+    if uses_ray(cfg) and (problem := ray_env_problem(cfg)):
         raise ConfigError(problem)
-    if cfg.client_gpus and not torch.cuda.is_available():
-        raise ConfigError(f"client_gpus: {cfg.client_gpus:g} asks for a GPU but none is visible; use --client-gpus 0")
+    if not cfg.ray_address and (problem := local_problem(cfg)):
+        raise ConfigError(problem)
+    if uses_ray(cfg):
+        batched_slots(cfg)
     return cfg
 
 
 def describe(cfg: RunConfig) -> str:
-    """The header's compute line: the device, how a round runs, and why."""
-    workers = workers_of(cfg)
-    if cfg.ray_address or workers:
+    """The header's compute line: the device, how a round runs, and why; or where the actors are."""
+    if uses_ray(cfg):
+        slots = batched_slots(cfg)
         where = f"the Ray cluster at {cfg.ray_address}" if cfg.ray_address else "Ray on this machine"
-        count = f"{workers} actors" if workers else "one actor per GPU"
-        return f"batched engine on {where}: a round's clients split over {count}, each running the batched program"
+        each = ", ".join(f"{s.node.address} {s.cpus} CPU" + (f" + {s.gpus} GPU" if s.gpus else "") for s in slots)
+        return f"batched engine on {where}: a round's clients split over {len(slots)} actor(s) ({each}), each running the batched program"
     device = device_of(cfg)
     mode = mode_of(cfg, device)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"the CPU, {os.cpu_count()} cores"
@@ -106,111 +107,16 @@ def describe(cfg: RunConfig) -> str:
 def run(run: RunPlan, tracker: Tracking) -> None:
     """The rounds over a BatchedGrid, through the same ServerApp as the Ray engine."""
     TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, RUN_ID, SERVER_NODE
-    workers = workers_of(run.cfg)
-    if workers is None and run.cfg.ray_address:
-        workers = start_ray(run.cfg)
-    elif workers is not None:
-        start_ray(run.cfg)
-    runner: Runner = CohortRunner(run.cfg) if workers is None else RayRunner(run.cfg, workers)
+    runner: CohortRunner | RayRunner = RayRunner(run.cfg, start_ray(run.cfg)) if uses_ray(run.cfg) else CohortRunner(run.cfg)
     grid = BatchedGrid(run.cfg, runner)
     context = Context(run_id=RUN_ID, node_id=SERVER_NODE, node_config=UserConfig(), state=RecordDict(), run_config=UserConfig())
-    make_server_app(run, tracker)(grid, context)
+    try:
+        make_server_app(run, tracker)(grid, context)
+    finally:
+        runner.close()
 
-
-# --- running a cohort: here, or on Ray actors -------------------------------------------------
 
 Runner = Callable[[RecordDict, list[ClientJob]], CohortResult]
-
-
-class CohortRunner:
-    """Trains a round's cohort on this process's device, with the chunk size that fits it."""
-
-    def __init__(self, cfg: RunConfig, threads: int | None = None) -> None:
-        self.cfg = cfg
-        self.device = device_of(cfg)
-        self.mode = mode_of(cfg, self.device)
-        cores = threads or os.cpu_count() or 1  # `threads`: clients side by side; `loop`: the ClientApp's
-        self.threads = cores if self.mode == "threads" else max(1, int(cfg.client_cpus))
-        self.chunk = cfg.engine_chunk or None  # None: measured on the first round (vmap on a GPU)
-
-    def __call__(self, content: RecordDict, jobs: list[ClientJob]) -> CohortResult:
-        cohort = Cohort(client_rules(self.cfg), self.cfg, content, self.device, jobs)
-        if self.chunk is None and self.mode == "vmap" and self.device.type == "cuda":
-            self.chunk = fitting_chunk(cohort, self.device)
-        result = cohort.train(self.mode, threads=self.threads, chunk=self.chunk)
-        self.chunk = cohort.chunk or self.chunk  # smaller after running out of memory
-        return result
-
-
-class CohortWorker:
-    """A Ray actor holding a CohortRunner on the GPU (or CPUs) Ray gave it."""
-
-    def __init__(self, cfg_json: str, cpus: int) -> None:
-        from fedpfn.runtime.algorithms import config_from_json
-
-        self.runner = CohortRunner(config_from_json(cfg_json), threads=cpus)
-
-    def train(self, content: RecordDict, jobs: list[ClientJob]) -> tuple[CohortResult, list[RecordDict]]:
-        """The cohort's result on the CPU, and the clients' context states as training left them."""
-        result = self.runner(content, jobs)
-        return result.to(torch.device("cpu")), [job.context_state for job in jobs]
-
-
-class RayRunner:
-    """A round's cohort split over Ray actors, one per GPU, each running the batched program.
-
-    The clients go to the actors in contiguous blocks, so the parts concatenate in order;
-    their client state comes back with them (and is on disk in the run folder, which every
-    Ray node must therefore see).
-    """
-
-    def __init__(self, cfg: RunConfig, workers: int) -> None:
-        import ray
-
-        gpus = 1 if torch.cuda.is_available() or cfg.ray_address else 0
-        cpus = max(1, (os.cpu_count() or 1) // workers) if not cfg.ray_address else 1
-        actor = ray.remote(num_cpus=cpus, num_gpus=gpus)(CohortWorker)
-        self.actors = [actor.remote(cfg.to_json(), cpus) for _ in range(workers)]
-
-    def __call__(self, content: RecordDict, jobs: list[ClientJob]) -> CohortResult:
-        import ray
-
-        blocks = [list(block) for block in np.array_split(np.arange(len(jobs)), len(self.actors)) if len(block)]
-        calls = [actor.train.remote(content, [jobs[i] for i in block]) for actor, block in zip(self.actors, blocks)]
-        parts = ray.get(calls)
-        for block, (_, states) in zip(blocks, parts):
-            for i, state in zip(block, states):
-                replace_records(jobs[i].context_state, state)
-        return CohortResult.merge([result for result, _ in parts])
-
-
-def replace_records(target: RecordDict, source: RecordDict) -> None:
-    """`target` holding exactly `source`'s records (a context's state, back from an actor)."""
-    for key in list(target):
-        del target[key]
-    for key, record in source.items():
-        target[key] = record
-
-
-def start_ray(cfg: RunConfig) -> int:
-    """Ray started here (or joined at `ray_address`); the GPUs it holds (at least 1: one actor)."""
-    import ray
-
-    from fedpfn.runtime.engines.ray import backend_config
-
-    logging.getLogger("ray").setLevel(logging.ERROR)
-    ray.init(**backend_config(cfg)["init_args"])
-    return max(1, int(ray.cluster_resources().get("GPU", 0)))
-
-
-def workers_of(cfg: RunConfig) -> int | None:
-    """Ray actors to spread a round over: set, or one per GPU of a cluster or of a multi-GPU machine."""
-    if cfg.engine_workers is not None:
-        return cfg.engine_workers
-    if cfg.ray_address:
-        return None  # known once Ray has joined the cluster: see start_ray
-    gpus = torch.cuda.device_count()
-    return gpus if gpus > 1 else None
 
 
 # --- the grid -------------------------------------------------------------------------------
@@ -333,35 +239,6 @@ class BatchedGrid(Grid):
 
     def _partition(self, message: Message) -> int:
         return int(self.contexts[message.metadata.dst_node_id].node_config[protocol.PARTITION_ID])
-
-
-STATE_COPIES = 6  # per parameter a client holds: its parameters, gradient, update, optimizer state, inputs, upload
-MEMORY_MARGIN = 0.7  # of the free memory a chunk may plan to use
-
-
-def fitting_chunk(cohort: Cohort, device: torch.device) -> int:
-    """How many clients one vmapped program can hold in the device's free memory.
-
-    One client's activations and gradients are measured on its first batch (the peak of
-    one forward and backward); its tensors are counted as STATE_COPIES of its parameters.
-    """
-    info = cohort.info
-    model, batch = info.model, cohort.clients[0].batches[0]
-    data = cohort.clients[0].data
-    inputs = data.x[batch.to(data.x.device)].to(device, cohort.dtype)
-    torch.cuda.synchronize(device)
-    before = torch.cuda.memory_allocated(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    params = {n: p.detach().clone().requires_grad_(True) for n, p in info.start.items()}
-    buffers = {n: b.clone() for n, b in info.start_buffers.items()}
-    out = torch.func.functional_call(model, (params, buffers), (inputs,))
-    out.float().sum().backward()
-    peak = torch.cuda.max_memory_allocated(device) - before
-    param_bytes = sum(p.numel() * p.element_size() for p in info.start.values())
-    del params, buffers, out
-    per_client = peak + STATE_COPIES * param_bytes
-    free, _ = torch.cuda.mem_get_info(device)
-    return max(1, int(MEMORY_MARGIN * free / per_client))
 
 
 def accepted_round(message: Message) -> int | None:

@@ -18,11 +18,11 @@ import torch
 
 from fedpfn.core.config import BATCHED_SETTINGS, RunConfig
 from fedpfn.core.settings import ConfigError
-from fedpfn.runtime import env
 from fedpfn.runtime.app import client_app, make_server_app
+from fedpfn.runtime.engines.placement import client_fits, local_problem, ray_env_problem
 from fedpfn.runtime.flower import run_simulation
 from fedpfn.runtime.lifecycle import RunPlan
-from fedpfn.runtime.resources import cpus_problem, gpu_share
+from fedpfn.runtime.resources import gpu_share
 from fedpfn.runtime.tracking import Tracking
 
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
@@ -34,13 +34,13 @@ def prepare(cfg: RunConfig) -> RunConfig:
     refuse_batched_settings(cfg)
     cfg = resolve_client_gpus(cfg)
     check_ray_precision(cfg)
-    if cfg.ray_address:
-        env.check_ray_address(cfg.ray_address)
-        return cfg
-    if problem := cpus_problem(cfg.client_cpus, os.cpu_count() or 1):
+    if problem := ray_env_problem(cfg):
         raise ConfigError(problem)
-    if cfg.client_gpus and not torch.cuda.is_available():
-        raise ConfigError(f"client_gpus: {cfg.client_gpus:g} asks for a GPU but none is visible; use --client-gpus 0")
+    if cfg.ray_address:
+        client_fits(cfg)  # joins the cluster: Flower's engine then runs on this connection
+        return cfg
+    if problem := local_problem(cfg):
+        raise ConfigError(problem)
     warn_unused_gpu(cfg)
     return cfg
 
