@@ -1,0 +1,150 @@
+#!/usr/bin/env python
+"""The federated alignment study pre-registered in docs/alignment_federated.md.
+
+    nice -n 10 python scripts/alignment_federated.py run   # the runs under runs/alignment-fl/ (restartable)
+    python scripts/alignment_federated.py page             # its results, written below the page's marker
+
+Every run goes through run_sim.py, is skipped when finished and resumed when killed
+(scripts/drift_study.py's `run_once`). The page's numbers and verdicts are computed here from
+the runs' metrics.jsonl, with the project's paired statistics (fedpfn.analysis.stats).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from fedpfn.analysis.render import verdict  # noqa: E402
+from fedpfn.analysis.stats import Paired, adjust, paired, sign_test  # noqa: E402
+from fedpfn.core.files import METRICS, SUMMARY, atomic_write_bytes, read_jsonl  # noqa: E402
+from scripts.drift_study import run_once  # noqa: E402
+
+RUNS = ROOT / "runs" / "alignment-fl"
+PAGE = ROOT / "docs" / "alignment_federated.md"
+MARKER = "<!-- results: everything below is written by scripts/alignment_federated.py page -->"
+DESIGN = [
+    "--dataset", "fmnist", "--model", "mlp", "--num-clients", "20", "--clients-per-round", "5",
+    "--partition", "dirichlet", "--alpha", "0.5", "--rounds", "20", "--local-epochs", "3", "--batch-size", "64",
+    "--lr", "0.1", "--momentum", "0.9", "--weight-decay", "5e-4", "--local-test-fraction", "0.2",
+    "--alignment-every", "2", "--alignment-clients", "3", "--engine", "batched",
+]  # fmt: skip
+ARMS = {  # the first is the baseline, `fedpfn-client` the control
+    "fedavg": ["--algorithm", "fedavg"],
+    "fedpfn": ["--algorithm", "fedpfn"],
+    "fedpfn-fixed": ["--algorithm", "fedpfn", "--anchor-schedule", "fixed"],
+    "fedpfn-client": ["--algorithm", "fedpfn", "--anchor-masks", "client"],
+}
+SEEDS = range(5)
+EARLY = 3  # measurements counted as early (rounds 2, 4, 6)
+LAST = 5  # evaluated rounds averaged for accuracy
+
+
+def run_path(arm: str, seed: int) -> Path:
+    return RUNS / arm / f"s{seed}"
+
+
+def run_all() -> None:
+    for seed in SEEDS:  # seed-major: a study cut short still has every arm of its first seeds
+        for arm, flags in ARMS.items():
+            run_once(run_path(arm, seed), [*DESIGN, *flags, "--seed", str(seed)])
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+FIGURES: dict[str, Callable[[list[dict[str, Any]]], float]] = {
+    "mean R": lambda rows: _mean([r["align_retained_fraction"] for r in rows if r.get("align_retained_fraction") is not None]),
+    "early R": lambda rows: _mean([r["align_retained_fraction"] for r in rows if "align_retained_fraction" in r][:EARLY]),
+    "mean P (nats)": lambda rows: _mean([r["align_permutation_loss"] for r in rows if "align_permutation_loss" in r]),
+    "accuracy (points)": lambda rows: 100 * _mean([r["test_accuracy"] for r in rows if r.get("test_accuracy") is not None][-LAST:]),
+}  # fmt: skip
+
+
+def figures() -> dict[str, dict[str, dict[int, float]]]:
+    """figure -> arm -> seed -> value, over the finished runs."""
+    table: dict[str, dict[str, dict[int, float]]] = {name: {arm: {} for arm in ARMS} for name in FIGURES}
+    for arm in ARMS:
+        for seed in SEEDS:
+            run = run_path(arm, seed)
+            if not (run / SUMMARY).exists():
+                continue
+            rows = read_jsonl(run / METRICS)
+            for name, figure in FIGURES.items():
+                table[name][arm][seed] = figure(rows)
+    return table
+
+
+def comparisons(table: dict[str, dict[str, dict[int, float]]]) -> tuple[list[Paired], list[Paired]]:
+    """The primary family (FedPFN against FedAvg and the control on mean R) and the secondary ones."""
+    pairs = (("fedpfn", "fedavg"), ("fedpfn", "fedpfn-client"))
+    primary = [paired(f"FedPFN − {base}", "primary", table["mean R"][a], table["mean R"][base]) for a, base in pairs]
+    secondary = []
+    for name, by_arm in table.items():
+        more = (*pairs, ("fedpfn-fixed", "fedpfn"), ("fedpfn-client", "fedavg"))
+        for arm, base in more if name != "mean R" else more[2:]:
+            secondary.append(paired(f"{name}: {arm} − {base}", name, by_arm[arm], by_arm[base]))
+    adjust(primary)
+    adjust(secondary)
+    return primary, secondary
+
+
+def table_lines(rows: list[Paired], scale_of: Callable[[Paired], tuple[float, str]]) -> list[str]:
+    lines = ["| comparison | mean | 95 % CI | p | sign test p | p Holm | seeds higher | verdict |", "|---" * 8 + "|"]
+    for p in rows:
+        scale, unit = scale_of(p)
+        ci = "n/a" if p.low is None or p.high is None else f"[{p.low:+.3f}, {p.high:+.3f}]"
+        sign = sign_test(p.diffs)
+        lines.append(
+            f"| {p.label} | {p.mean:+.3f} | {ci} | {'n/a' if p.p_value is None else f'{p.p_value:.3g}'} "
+            f"| {'n/a' if sign is None else f'{sign:.3g}'} | {'n/a' if p.p_holm is None else f'{p.p_holm:.3g}'} "
+            f"| {p.wins} of {len(p.diffs)} | {verdict(p, scale, unit)} |"
+        )
+    return lines
+
+
+def results(table: dict[str, dict[str, dict[int, float]]]) -> str:
+    finished = {arm: len(table["mean R"][arm]) for arm in ARMS}
+    if min(finished.values()) < len(SEEDS):
+        return f"## Results\n\nNot finished: seeds per arm {finished} of {len(SEEDS)}.\n"
+    primary, secondary = comparisons(table)
+    means = ["| arm | " + " | ".join(table) + " |", "|---" * (len(table) + 1) + "|"]
+    for arm in ARMS:
+        means.append(f"| {arm} | " + " | ".join(f"{_mean(list(table[f][arm].values())):+.3f}" for f in table) + " |")
+    unit = lambda p: (1.0, "nats") if "P" in p.label else ((1.0, "points") if "accuracy" in p.label else (1.0, ""))  # noqa: E731
+    return "\n".join([
+        "## Results", "", f"Written by `python scripts/alignment_federated.py page` from {len(ARMS) * len(SEEDS)} runs "
+        "under runs/alignment-fl/. Means over seeds:", "", *means, "",
+        f"### Primary family: mean R (Holm across the {sum(p.p_value is not None for p in primary)} tested)", "",
+        *table_lines(primary, lambda p: (1.0, "")), "", "### Secondary (exploratory; Holm within each figure)", "",
+        *table_lines(secondary, unit), "",
+    ])  # fmt: skip
+
+
+def write_page() -> None:
+    text = PAGE.read_text()
+    if MARKER not in text:
+        raise SystemExit(f"error: {PAGE} has lost its results marker; restore it before writing results")
+    head = text.split(MARKER)[0]
+    atomic_write_bytes(PAGE, (head + MARKER + "\n\n" + results(figures())).encode())
+    print(f"wrote {PAGE.relative_to(ROOT)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("stage", choices=("run", "page", "all"))
+    args = parser.parse_args(argv)
+    if args.stage in ("run", "all"):
+        run_all()
+    if args.stage in ("page", "all"):
+        write_page()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
