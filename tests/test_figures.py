@@ -18,7 +18,7 @@ import pytest
 from matplotlib.colors import to_rgb
 from PIL import Image
 
-from fedpfn.analysis import fusion, lmc
+from fedpfn.analysis import fusion, lmc_render, lmc_run
 from fedpfn.analysis.plots import (
     COLUMN_WIDTH,
     DPI,
@@ -138,25 +138,26 @@ def test_a_partition_is_drawn_with_class_names_and_its_alpha(tmp_path):
 
 
 def lmc_result(seeds: int = 3) -> dict:
-    """lmc.json's shape for plain and one anchored setting: plain dips 30 points, anchored 10."""
-    result: dict = {"config": {"lr": 0.05, "granularity": "weight"}, "settings": {}}
-    for name, ratio, dip in (("plain", 0.0, 0.3), ("anchored-0.4", 0.4, 0.1)):
+    """lmc.json's shape for plain and one anchored arm: plain dips 30 points, anchored 10."""
+    config = {"lr": 0.05, "granularity": "weight", "measured_on": "union", "dataset": "fmnist", "model": "mlp",
+              "models": 2, "epochs": 3, "split": "dirichlet", "alpha": 0.5, "start": "init"}  # fmt: skip
+    result: dict = {"config": config, "settings": {}}
+    for name, ratio, dip in (("plain", 0.0, 0.3), ("shared-0.4", 0.4, 0.1)):
         per_seed = []
         for seed in range(seeds):
             alphas = [i / 10 for i in range(11)]
             acc = [0.85 - dip * math.sin(math.pi * a) + 0.01 * seed * a for a in alphas]
-            pair = {"models": [0, 1], "alpha": alphas, "acc": acc, "loss": [1 - v for v in acc]}
+            loss = [1 - v for v in acc]
+            pair = {"models": [0, 1], "alpha": alphas, "acc": acc, "loss": loss, "matched_acc": acc, "matched_loss": loss}
             per_seed.append({"seed": seed, "pairs": [{**pair, **fusion.curve_barriers(pair)}]})
-        curves = fusion.over_seeds([{**s, **{k: 0.0 for k in fusion.METRICS}} for s in per_seed])
+        curves = lmc_run.over_seeds([{**s, **{k: 0.0 for k in lmc_run.FIGURES}} for s in per_seed])
         result["settings"][name] = {"anchor_ratio": ratio, "seeds": per_seed, "summary": curves}
     return result
 
 
-def test_lmc_curves_mark_the_barrier_and_draw_anchored_minus_plain(tmp_path):
-    written = lmc.plot_curves(
-        lmc_result(), tmp_path / "lmc.png", "fmnist mlp, K = 2, 3 epochs, Dirichlet(0.5) shards"
-    )
+def test_lmc_curves_show_each_arm_before_and_after_matching(tmp_path):
+    written = lmc_render.plot_curves(lmc_result(), tmp_path / "lmc.png")
     assert written == [tmp_path / "lmc.png", tmp_path / "lmc.pdf"]
     title = pdf_title(assert_png_and_pdf(tmp_path / "lmc.png"))
-    assert "Dirichlet(0.5)" in title and "lr 0.05" in title
+    assert "Dirichlet(0.5)" in title and "lr 0.05" in title and "from init" in title
     assert {"#000000", "#e69f00"} <= stroke_colours(tmp_path / "lmc.pdf")  # plain black, anchored orange
