@@ -142,12 +142,16 @@ def unfinished(study: Study) -> list[Path]:
     return [run for run in main_runs(study) if not (run / SUMMARY).exists()]
 
 
-def replace_results(page: Path, body: list[str]) -> None:
-    """Replace `page`'s results with `body` (its pre-registration stays as written)."""
-    head = page.read_text()
-    if RESULTS not in head:
+def head_of(page: Path) -> str:
+    """`page` above its results: the pre-registration, kept as written."""
+    text = page.read_text()
+    if RESULTS not in text:
         raise SystemExit(f"drift_page: {page} has no '{RESULTS}' heading below its pre-registration; nothing written")
-    page.write_text(head.split(RESULTS)[0] + "\n".join(body))
+    return text.split(RESULTS)[0]
+
+
+def write_results(page: Path, head: str, body: list[str]) -> None:
+    page.write_text(head + "\n".join(body))
     print(f"wrote {page}")
 
 
@@ -157,11 +161,10 @@ def write_page(study: Study, page: Path = PAGE, figures: Path = FIGURES) -> None
     if missing:
         raise SystemExit(f"drift_page: {len(missing)} main runs are not finished (first: {missing[0]}); {page} "
                          f"is left as it is (without the runs: --stored)")  # fmt: skip
-    data = collect(study)
+    head, data = head_of(page), collect(study)
     reports = {alpha: {name: report(study, alpha, name, figures) for name in REPORTS} for alpha in ALPHAS}
-    figures.mkdir(parents=True, exist_ok=True)
     page_data(figures, study.model).write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
-    replace_results(page, results(data, reports, study.model))
+    write_results(page, head, results(data, reports, study.model))
 
 
 def write_stored(model: str, page: Path = PAGE, figures: Path = FIGURES) -> None:
@@ -170,10 +173,10 @@ def write_stored(model: str, page: Path = PAGE, figures: Path = FIGURES) -> None
     if not stored.is_file():
         raise SystemExit(f"drift_page: {shown(stored)} is missing: the {model} study's page was never written "
                          f"from its runs; {page} is left as it is")  # fmt: skip
-    data = read_json(stored)
+    head, data = head_of(page), read_json(stored)
     reports = {alpha: {name: stored_report(report_folder(figures, model, alpha, name)) for name in REPORTS}
                for alpha in ALPHAS}  # fmt: skip
-    replace_results(page, results(data, reports, model))
+    write_results(page, head, results(data, reports, model))
 
 
 def cli(argv: list[str] | None = None) -> int:

@@ -16,10 +16,11 @@ import matplotlib.pyplot as plt
 import pytest
 
 from fedpfn.analysis.plots import bytes_figure
-from fedpfn.analysis.render import TRAFFIC_KEYS, markdown, report_json, rewrite_tables
+from fedpfn.analysis.render import TRAFFIC_KEYS, csv_text, markdown, report_json, rewrite_tables
 from fedpfn.analysis.report import main
 from fedpfn.analysis.runs import load_runs
 from fedpfn.analysis.stats import TRAFFIC, Report, analyse
+from fedpfn.core.files import OwnOutputs
 from fedpfn.core.settings import ConfigError
 
 T_975_3DF = 3.182446305284263  # Student's t, 0.975 quantile, 3 degrees of freedom (printed tables: 3.182)
@@ -317,18 +318,22 @@ def test_holm_adjusts_the_arms_of_one_metric_together(tmp_path: Path) -> None:
     )
 
 
-def test_a_reports_tables_are_made_again_from_its_json_alone(uploads: Path, tmp_path: Path, capsys) -> None:
-    """Where the runs are gone, `rewrite_tables` gives the report's Markdown and JSON from its JSON,
-    byte for byte as from the runs, and leaves its figures as they were drawn."""
-    out = tmp_path / "report"
-    code, _, err = run_report(capsys, uploads, "--out", out)
-    assert code == 0, err
-    before = {path.name: path.read_bytes() for path in out.iterdir()}
-    assert rewrite_tables(out) == before["report.md"].decode()
-    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+def test_a_reports_tables_are_made_again_from_its_json_alone(uploads: Path, tmp_path: Path) -> None:
+    """Where the runs are gone, `rewrite_tables` gives the report's Markdown, CSV and JSON from its
+    JSON, byte for byte as from the runs (an arm without a test at equal bytes included)."""
+    report, out = analysed(uploads), tmp_path / "report"
+    out.mkdir()
+    tables = {"report.md": markdown(report).encode(), "report.csv": csv_text(report).encode(),
+              "report.json": (json.dumps(report_json(report), indent=2) + "\n").encode()}  # fmt: skip
+    outputs = OwnOutputs(out, "fedpfn's report")  # as write_report records them, its figures left out
+    for name, data in tables.items():
+        outputs.write(name, data)
+    assert rewrite_tables(out) == markdown(report)
+    assert {name: (out / name).read_bytes() for name in tables} == tables
     (out / "report.md").write_text("a user's notes")  # not the report's own any more: refused, nothing written
     with pytest.raises(ConfigError, match="was not written by fedpfn's report"):
         rewrite_tables(out)
+    assert (out / "report.md").read_text() == "a user's notes"
 
 
 @pytest.fixture
