@@ -28,7 +28,7 @@ RUNS = ROOT / "runs" / "alignment-fl"
 PAGE = ROOT / "docs" / "alignment_federated.md"
 MARKER = "<!-- results: everything below is written by scripts/alignment_federated.py page -->"
 DESIGN = [
-    "--dataset", "fmnist", "--model", "mlp", "--num-clients", "20", "--clients-per-round", "5",
+    "--dataset", "fmnist", "--model", "mlp", "--num-clients", "100", "--clients-per-round", "5",
     "--partition", "dirichlet", "--alpha", "0.5", "--rounds", "20", "--local-epochs", "3", "--batch-size", "64",
     "--lr", "0.1", "--momentum", "0.9", "--weight-decay", "5e-4", "--local-test-fraction", "0.2",
     "--alignment-every", "2", "--alignment-clients", "3", "--engine", "batched",
