@@ -13,12 +13,31 @@ line with exit code 2, before any engine starts and before the run folder is tou
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+from types import FrameType
+
+
+def stopped_early(signum: int, frame: FrameType | None) -> None:
+    """SIGINT or SIGTERM before a run holds its folder (imports, checks): one line, 130 or 143.
+
+    Installed first thing, so no moment of the command's life ends in a traceback or a bare
+    -15; `simulate` puts its own handler in place while it holds a folder, and this one back after.
+    """
+    os.write(2, b"\nstopped before the run started; nothing was written\n")
+    os._exit(128 + signum)
+
+
+if __name__ == "__main__":
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop_signal, stopped_early)
+
 import argparse
 import dataclasses
 import difflib
 import re
 import shlex
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -201,13 +220,24 @@ def unused_flags(args: dict[str, Any]) -> list[str]:
     return unused
 
 
-def config_from_args(args: dict[str, Any]) -> RunConfig:
-    """Defaults, then the TOML file, then the flags."""
+def settings_from_args(args: dict[str, Any]) -> dict[str, Any]:
+    """The settings the user gave: the TOML file's, then the flags (which override it)."""
     values: dict[str, Any] = {}
     if "config" in args:
         values.update(read_toml(args.pop("config")))
     values.update(args)
-    return parse_config(values)
+    return values
+
+
+def config_from_args(args: dict[str, Any]) -> RunConfig:
+    """Defaults, then the TOML file, then the flags."""
+    values = settings_from_args(args)
+    return parse_config(values, given_names(values))
+
+
+def given_names(values: dict[str, Any]) -> set[str]:
+    """The settings named in `values`: a given one that the run would not use is refused, even at its default."""
+    return {str(key).replace("-", "_") for key in values}
 
 
 def fail(message: str, code: int = 2) -> int:
@@ -232,7 +262,12 @@ def main(argv: list[str] | None = None) -> int:
         from fedpfn.runtime.simulation import resume_config, simulate
 
         resuming = resume_dir is not None
-        cfg = resume_config(resume_dir, args) if resuming else validated(config_from_args(args))
+        if resuming:
+            cfg = resume_config(resume_dir, args)
+        else:
+            values = settings_from_args(args)
+            given = given_names(values)
+            cfg = validated(parse_config(values, given), given)
         simulate(cfg, resume=resuming)  # prints a header, the rounds and a summary
     except RunWriteError as err:  # the run folder could not be written mid-run: a fault, not bad input
         return fail(str(err), code=1)  # its message names the file and the resume command
@@ -260,11 +295,12 @@ def compare_main(args: dict[str, Any], argv: list[str] | None) -> int:
         algorithms = parse_list(args.pop("compare"), "compare")
         seeds = parse_list(args.pop("seeds", "0"), "seeds", int)
         args.setdefault("out", "runs/compare")
-        base = config_from_args(args)
+        values = settings_from_args(args)
+        base = parse_config(values, given_names(values))
         from fedpfn.runtime.compare import compare
 
         command = "python run_sim.py " + shlex.join(sys.argv[1:] if argv is None else argv)
-        compare(base, algorithms, seeds, command)
+        compare(base, algorithms, seeds, command, given=given_names(values))
     except ConfigError as err:
         return fail(str(err))
     print(f"comparison written to {base.run_dir}: comparison.md, .csv, .json, the figures (.png and .pdf)")

@@ -33,7 +33,7 @@ from flwr.common.config import parse_config_args  # noqa: E402  (flwr run's own 
 from fedpfn.core.config import ConfigError, RunConfig  # noqa: E402
 from fedpfn.core.data import DataError  # noqa: E402
 from fedpfn.core.files import MAX_JSON_BYTES, PROVENANCE, DamagedFile, read_json  # noqa: E402
-from fedpfn.core.settings import read_toml  # noqa: E402
+from fedpfn.core.settings import OneLineParser, read_toml  # noqa: E402
 from fedpfn.runtime.algorithms import load_config  # noqa: E402
 from fedpfn.runtime.nodedata import PartitionDataError, write_partition  # noqa: E402
 
@@ -51,6 +51,8 @@ def config_values(config: Path) -> dict[str, Any]:
     if not isinstance(values, dict):
         raise ConfigError(f"--config: '{config}' is not a run's config.json (not a JSON object)")
     values.pop(PROVENANCE, None)
+    if ":" in str(values.get("server", "")):  # a run folder names no code that runs; a partition needs no server
+        values = {k: v for k, v in values.items() if k not in ("server", "server_args")}
     return values
 
 
@@ -82,8 +84,22 @@ def target(text: str) -> tuple[int, Path]:
     return int(index), Path(folder).resolve()
 
 
+def check_targets(targets: list[tuple[int, Path]], num_clients: int) -> None:
+    """Every --to names a partition that exists, once, and a folder (or none yet), each once: before anything is read."""
+    for number, (index, folder) in enumerate(targets):
+        if not 0 <= index < num_clients:
+            raise ConfigError(f"--to: partition {index} does not exist: num-clients is {num_clients}")
+        if any(index == other for other, _ in targets[:number]):
+            raise ConfigError(f"--to: partition {index} is given twice; export each partition once")
+        if any(folder == other for _, other in targets[:number]):
+            raise ConfigError(f"--to: {folder} is given twice; give each partition a folder of its own")
+        existing = next(p for p in (folder, *folder.parents) if p.exists())
+        if not existing.is_dir():
+            raise ConfigError(f"--to: {existing} is a file, not a folder; give a folder for partition {index}")
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="export_partition.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", type=Path, help="a run's config.json, or a preset TOML file")
     parser.add_argument("--run-config", action="append", default=[], metavar="'K=V ...'",
                         help="settings as for flwr run --run-config (repeatable; after --config)")  # fmt: skip
@@ -92,14 +108,13 @@ def main() -> None:
     args = parser.parse_args()
     try:
         cfg = run_config(args.config, args.run_config)
-        missing = [i for i, _ in args.to if not 0 <= i < cfg.num_clients]
-        if missing:  # before anything is written
-            raise ConfigError(f"partition {missing[0]} does not exist: num-clients is {cfg.num_clients}")
+        check_targets(args.to, cfg.num_clients)
         for partition_id, folder in args.to:
             meta = write_partition(cfg, partition_id, folder)
             print(f"partition {partition_id}: {meta['num_examples']} examples -> {folder}")
     except (ConfigError, DataError, PartitionDataError, OSError) as err:
-        for line in str(err).splitlines() or [type(err).__name__]:
+        text = f"cannot write {err.filename} ({err.strerror})" if isinstance(err, OSError) and err.strerror else str(err)
+        for line in text.splitlines() or [type(err).__name__]:
             print(f"export_partition.py: {line}", file=sys.stderr)
         sys.exit(2 if isinstance(err, ConfigError) else 1)  # bad input exits 2, like run_sim.py
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import json
 import logging
 import os
 import sys
@@ -23,7 +22,7 @@ from typing import Any
 
 from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedAvg, FedAvgM, FedYogi, Strategy
 
-from fedpfn.core.files import enclosing_run_folder, module_locations
+from fedpfn.core.files import DamagedFile, enclosing_run_folder, module_locations, parse_json
 from fedpfn.core.settings import ConfigError, above, between, setting
 
 # Sampling happens before the strategy sees the grid (strategies.sampling), so the inner
@@ -157,9 +156,9 @@ def _user_kwargs(text: str | None) -> dict[str, Any]:
     if not text:
         return {}
     try:
-        kwargs = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"server_args: '{text}' is not JSON ({err.msg})") from None
+        kwargs = parse_json(text, f"'{text[:40]}{'...' if len(text) > 40 else ''}'")  # nesting bounded: 30,000 brackets deep is no argument
+    except DamagedFile as err:
+        raise ConfigError(f"server_args: {err}") from None
     if not isinstance(kwargs, dict):
         raise ConfigError(f"server_args: '{text}' must be a JSON object of keyword arguments")
     return kwargs

@@ -76,7 +76,7 @@ BAD = [
     (["--algorithm", "fedprox", "--prox-mu", "nan"], "prox_mu: 'nan' is not a finite number"),
     (["--server", "fedavgm", "--server-lr", "inf"], "server_lr: 'inf' is not a finite number"),
     (["--client-cpus", "nan"], "client_cpus: 'nan' is not a finite number"),
-    (["--client-cpus", "4096"], "client_cpus: 4096 exceeds this machine's"),
+    (["--engine", "ray", "--client-cpus", "4096"], "client_cpus: 4096 exceeds this machine's"),
     (["--seed", "-1"], "seed: -1 must be in [0, 4294967295]"),
     (["--seed", "4294967296"], "seed: 4294967296 must be in [0, 4294967295]"),
     (["--anchor-ratio", "1", "--algorithm", "fedpfn"], "anchor_ratio: 1.0 must be in [0, 1)"),

@@ -52,14 +52,17 @@ def metrics_row(number: int) -> dict:
 def resumable_run(path: Path, **changes) -> RunFolder:
     """An unfinished run as a kill leaves it: config, round 1's row and its checkpoint (the real model)."""
     from fedpfn.core.cache import initial_model
+    from fedpfn.runtime.algorithms import build_strategy
 
     cfg = tiny_config(out=str(path))
     folder = RunFolder(path)
     with folder.exclusive():
         folder.start(cfg.to_dict(), overwrite=False)
     folder.append_metrics(metrics_row(1))
-    model = {k: v.numpy() for k, v in initial_model(cfg).state_dict().items()}
-    tree = {"round": 1, "elapsed_seconds": 1.0, "model": model, "strategy": {}, **changes}
+    net = initial_model(cfg)
+    model = {k: v.numpy() for k, v in net.state_dict().items()}
+    strategy = build_strategy(cfg, net).state()
+    tree = {"round": 1, "elapsed_seconds": 1.0, "model": model, "strategy": strategy, **changes}
     folder.save_checkpoint(cfg.fingerprint(), tree)
     return folder
 
@@ -105,6 +108,10 @@ def test_resume_never_runs_a_server_that_an_edited_config_names(tmp_path, capsys
         tree = {"round": 1, "elapsed_seconds": 1.0, "model": {"w": np.zeros(1)}, "strategy": {}}
         folder.save_checkpoint(forged, tree)
         lines = refused(capsys, monkeypatch, "--resume", str(folder.path))
+        assert lines == [f"error: resume: the run's server is the class '{server}', which only its config.json "
+                         f"names; fedpfn imports code a command names, never a file: pass --server {server} to "
+                         "resume it"]  # fmt: skip
+        lines = refused(capsys, monkeypatch, "--resume", str(folder.path), "--server", server)  # typed, still refused
         assert any("lies in the run folder" in line and "never imports code" in line for line in lines), lines
     assert not marker.exists()
 
@@ -542,7 +549,7 @@ def test_a_deeply_nested_or_huge_config_is_refused_before_it_is_parsed(tmp_path,
     (folder.path / "config.json").unlink()
     os.mkfifo(folder.path / "config.json")
     lines = refused(capsys, monkeypatch, "--resume", str(folder.path))
-    assert any("config.json: not a regular file" in line for line in lines), lines
+    assert any("holds entries that are not regular files (config.json)" in line for line in lines), lines
 
 
 def test_a_gzip_bomb_and_an_absurd_cifar_array_are_refused_before_they_are_read(tmp_path):

@@ -102,7 +102,7 @@ def test_a_resumed_run_keeps_its_share_unless_moved(tmp_path):
     """config.json holds the resolved share; `--resume` may move the run (another machine, the CPU)."""
     folder = RunFolder(tmp_path / "run")
     folder.path.mkdir()
-    cfg = dataclasses.replace(tiny_config(out=str(folder.path)), client_gpus=0.5)
+    cfg = dataclasses.replace(tiny_config(out=str(folder.path), engine="ray"), client_gpus=0.5)
     folder.start(cfg.to_dict(), overwrite=False)
     assert resume_config(str(folder.path), {}).client_gpus == 0.5
     moved = resume_config(str(folder.path), {"client_gpus": "0", "client_cpus": "2"})

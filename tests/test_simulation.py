@@ -21,6 +21,7 @@ import torch
 
 from conftest import tiny_config
 from fedpfn.runtime.app import fails_this_round
+from fedpfn.core.config import RunConfig
 from fedpfn.core.protocol import to_numpy
 from fedpfn.runtime.simulation import resume_config, simulate
 
@@ -44,7 +45,10 @@ def resumable_config(out: Path, **overrides):
 
 
 def flags(cfg) -> list[str]:
-    return [f"--{k.replace('_', '-')}={v}" for k, v in cfg.to_dict().items() if v is not None and not isinstance(v, bool)]
+    """The settings that differ from the defaults (a flag the run would not use is refused, even at its default)."""
+    defaults = RunConfig().to_dict()
+    return [f"--{k.replace('_', '-')}={v}" for k, v in cfg.to_dict().items()
+            if v is not None and not isinstance(v, bool) and (k not in defaults or v != defaults[k])]  # fmt: skip
 
 
 @pytest.fixture(scope="module")

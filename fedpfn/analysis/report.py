@@ -19,7 +19,7 @@ from pathlib import Path
 from fedpfn.analysis.render import markdown, write_report
 from fedpfn.analysis.runs import load_runs
 from fedpfn.analysis.stats import analyse
-from fedpfn.core.settings import ConfigError
+from fedpfn.core.settings import ConfigError, OneLineParser
 
 
 def positive_int(text: str) -> int:
@@ -39,7 +39,7 @@ def accuracy(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m fedpfn.analysis.report",
         description="Compare finished run folders: mean and n-1 std over seeds, paired differences "
         "against a baseline with a 95 % Student's t interval.",

@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import re
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,6 +28,7 @@ from fedpfn.core.settings import (
     at_least,
     between,
     field_map,
+    is_set,
     of_kind,
     one_of,
     parse_leniently,
@@ -41,6 +43,7 @@ __all__ = ["ConfigError", "RunConfig"]
 P = TypeVar("P")
 ENGINES = ("batched", "ray")  # fedpfn.runtime.engines implements each
 ENGINE_MODES = ("auto", "vmap", "threads", "loop")
+MAX_PROJECTION_HEAD = 8192  # 32 times MOON's 256; a billion asked a DefaultCPUAllocator for 800 GB
 
 
 @dataclass
@@ -67,7 +70,7 @@ class RunConfig:
         0,
         "a projection head of this width between the model's representation and its classifier "
         "(MOON's paper: 256); 0: none",
-        at_least(0),
+        between(0, MAX_PROJECTION_HEAD),
     )
     data_root: str | None = setting(
         None, "folder holding the dataset files (default: Debian's for fmnist)", kind="bookkeeping"
@@ -226,20 +229,26 @@ class RunConfig:
 
     # --- checks --------------------------------------------------------------------------
 
-    def problems(self) -> list[str]:
-        """Every reason these core settings cannot run, one line each (the registry adds the algorithms')."""
-        out = problems(self)
-        if self.clients_per_round > self.num_clients:
-            out.append(
-                f"clients_per_round: {self.clients_per_round} must be at most num_clients ({self.num_clients})"
-            )
-        if self.min_replies > self.clients_per_round:
-            out.append(
-                f"min_replies: {self.min_replies} must be at most clients_per_round ({self.clients_per_round})"
-            )
-        if self.data_root is not None and not Path(self.data_root).expanduser().is_dir() and not self.download:
-            out.append(f"data_root: '{self.data_root}' is not a directory (with --download it is made)")
-        return out
+    def problems(self, given: Collection[str] | None = None, unknown: Collection[str] = ()) -> list[str]:
+        """Every reason these core settings cannot run, one line each (the registry adds the algorithms').
+
+        `unknown`: settings whose value did not parse; a check that reads one is left out, as is
+        one that reads a setting already refused (`--num-clients 0` is one problem, not two).
+        `given`: the settings the user gave (fedpfn.core.settings.is_set); one given that the
+        run would not use is refused. Where the clients train is run_sim.py's engines' to say:
+        under `flwr run` (`given` None) Flower's federation decides and the ClientApp reads
+        client_cpus, so those settings are checked only with `given`.
+        """
+        out = [line for line in problems(self) if line.split(":")[0] not in unknown]
+        refused = {*unknown, *(line.split(":")[0] for line in out)}
+        out += [line for names, check in RELATIONS if refused.isdisjoint(names) and (line := check(self))]
+        defaults = RunConfig()
+        return out + [
+            f"{name}: {getattr(self, name)} is set, but {why}"
+            for name, (used, why) in USED_ONLY_IF.items()
+            if name not in refused and not used(self) and (given is not None or name not in PLACEMENT)
+            and is_set(name, getattr(self, name), getattr(defaults, name), given)
+        ]
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings that decide a run's numbers: what a checkpoint is tied to."""
@@ -271,6 +280,50 @@ class RunConfig:
         parsed, unparsed = parse_leniently({**core_fields(), **hparam_fields}, values)
         hparams = {k: v for k, v in parsed.items() if k in hparam_fields}
         return cls(**{k: v for k, v in parsed.items() if k not in hparam_fields}, hparams=hparams), unparsed
+
+
+def _at_most(name: str, limit: str, why: str = "") -> Callable[[RunConfig], str | None]:
+    return lambda c: (
+        f"{name}: {getattr(c, name)} must be at most {limit} ({getattr(c, limit)}){why}"
+        if getattr(c, name) > getattr(c, limit)
+        else None
+    )
+
+
+def _data_root_problem(cfg: RunConfig) -> str | None:
+    if cfg.data_root is not None and not Path(cfg.data_root).expanduser().is_dir() and not cfg.download:
+        return f"data_root: '{cfg.data_root}' is not a directory (with --download it is made)"
+    return None
+
+
+# checks that read two or more settings: (the settings they read, the check)
+RELATIONS: list[tuple[tuple[str, ...], Callable[[RunConfig], str | None]]] = [
+    (("clients_per_round", "num_clients"), _at_most("clients_per_round", "num_clients")),
+    (("min_replies", "clients_per_round"), _at_most("min_replies", "clients_per_round")),
+    (("data_root", "download"), _data_root_problem),
+    (
+        ("alignment_clients", "clients_per_round", "alignment_every"),
+        lambda c: c.alignment_every > 0
+        and _at_most("alignment_clients", "clients_per_round", ": a measurement compares one round's clients")(c),
+    ),
+]
+# settings a run uses only with others: (whether this run uses it, what the refusal says)
+USED_ONLY_IF: dict[str, tuple[Callable[[RunConfig], bool], str]] = {
+    "alpha": (lambda c: c.partition == "dirichlet", "only --partition dirichlet uses it"),
+    "shards_per_client": (lambda c: c.partition == "shards", "only --partition shards uses it"),
+    "alignment_clients": (lambda c: c.alignment_every > 0, "only --alignment-every K (K > 0) uses it"),
+    "alignment_samples": (lambda c: c.alignment_every > 0, "only --alignment-every K (K > 0) uses it"),
+    "client_cpus": (
+        lambda c: c.engine == "ray" or c.engine_mode == "loop",
+        "the batched engine uses it only with --engine-mode loop (threads per client); --engine ray reserves it",
+    ),
+    "engine_mode": (lambda c: c.engine == "batched", "only --engine batched uses it"),
+    "engine_workers": (lambda c: c.engine == "batched", "only --engine batched uses it"),
+    "engine_chunk": (
+        lambda c: c.engine == "batched" and c.engine_mode in ("auto", "vmap"),
+        "only the batched engine's vmap mode (--engine-mode vmap or auto) runs a round in chunks",
+    ),
+}
 
 
 def core_fields() -> dict[str, dataclasses.Field]:

@@ -134,9 +134,13 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def append_text(path: Path, text: str) -> None:
-    """Append `text` durably; a link at `path` is refused (OSError ELOOP), never followed."""
+    """Append `text` durably; a link at `path` is refused (OSError ELOOP), never followed, and
+    so is a file with another name (a hard link: the append would land there too)."""
     with _WRITING, _naming(path):
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        if os.fstat(fd).st_nlink > 1:
+            os.close(fd)
+            raise OSError(errno.EMLINK, "it has another name (a hard link), which fedpfn never writes", str(path))
         with os.fdopen(fd, "a") as fh:
             fh.write(text)
             fh.flush()
@@ -160,6 +164,17 @@ def json_text(value: Any, indent: int | None = None) -> str:
 
 def atomic_write_json(path: Path, value: Any) -> None:
     atomic_write_bytes(path, (json_text(value, indent=2) + "\n").encode())
+
+
+SYSTEM_FOLDERS = ("/dev", "/proc", "/sys")  # the kernel's and devices' (/dev/shm, plain memory, aside)
+
+
+def system_folder(path: Path) -> str | None:
+    """The system folder (/dev, /proc, /sys) that `path` resolves into, links and `..` followed; else None."""
+    real = os.path.realpath(path)
+    if real == "/dev/shm" or real.startswith("/dev/shm/"):
+        return None
+    return next((top for top in SYSTEM_FOLDERS if real == top or real.startswith(top + "/")), None)
 
 
 # --- reading -------------------------------------------------------------------------------------

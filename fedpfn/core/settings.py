@@ -16,9 +16,9 @@ import os
 import re
 import stat
 import tomllib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 Check = Callable[[Any], "str | None"]  # the reason a value is refused, or None
 
@@ -237,6 +237,25 @@ def _has_no_default(f: dataclasses.Field) -> bool:
     return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
+def is_set(name: str, value: Any, default: Any, given: Collection[str] | None) -> bool:
+    """Whether the user set a setting: named it on the command line or in a preset (`given`);
+    where that is not known (Flower's run config holds every setting), its value is not its default."""
+    return name in given if given is not None else value != default
+
+
+def one_per_setting(lines: list[str]) -> list[str]:
+    """The first line about each setting: a second (`optimizer: unknown 'lbfgs'`, then that its
+    rule is defined for sgd and adam only) follows from the first."""
+    seen: set[str] = set()
+    kept = []
+    for line in lines:
+        name = line.split(":")[0]
+        if name not in seen:
+            kept.append(line)
+        seen.add(name)
+    return kept
+
+
 def problems(obj: Any) -> list[str]:
     """Every declared check that `obj`'s values fail, as `name: reason` lines."""
     out = []
@@ -325,6 +344,13 @@ def read_toml(path: str | Path, table: str = "run") -> dict[str, Any]:
 
 
 # --- command line ------------------------------------------------------------------------
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose mistakes are one line on stderr naming the value, exit 2, never the usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (--help lists what is accepted)\n")
 
 
 def shown_default(value: Any) -> str:

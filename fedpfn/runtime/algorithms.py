@@ -44,7 +44,8 @@ from clients import (
     ScaffoldClient,
 )
 from fedpfn.core.config import RunConfig, core_fields
-from fedpfn.core.settings import ConfigError, problems as setting_problems
+from fedpfn.core.settings import ConfigError, is_set, one_per_setting
+from fedpfn.core.settings import problems as setting_problems
 from strategies import (
     SERVER_RULES,
     AnchorServer,
@@ -159,17 +160,20 @@ def resolve_hparams(cfg: RunConfig) -> dict[str, Any]:
 # --- building and checking a config -------------------------------------------------------------
 
 
-def parse_config(values: dict[str, Any]) -> RunConfig:
+def parse_config(values: dict[str, Any], given: set[str] | None = None) -> RunConfig:
     """A config from loosely typed values (keys with '-' or '_'); every problem at once, unchecked otherwise."""
     cfg, unparsed = RunConfig.parse(values, hparam_fields())
-    if unparsed:  # what did not parse, and what the rest fails
-        raise ConfigError("\n".join(unparsed + problems(cfg)))
+    if unparsed:  # what did not parse, and what the rest fails (not what reads a value that did not parse)
+        failed = {line.split(":")[0] for line in unparsed}
+        raise ConfigError("\n".join(one_per_setting(unparsed + problems(cfg, given, failed))))
     return cfg
 
 
-def validated(cfg: RunConfig) -> RunConfig:
-    """`cfg` with its algorithms' hyperparameters resolved, or ConfigError listing every problem."""
-    found = problems(cfg)
+def validated(cfg: RunConfig, given: set[str] | None = None) -> RunConfig:
+    """`cfg` with its algorithms' hyperparameters resolved, or ConfigError listing every problem.
+
+    `given`: the settings the user named (fedpfn.core.settings.is_set), None where that is not known."""
+    found = problems(cfg, given)
     if found:
         raise ConfigError("\n".join(found))
     return dataclasses.replace(cfg, hparams=resolve_hparams(cfg))
@@ -192,12 +196,12 @@ def for_algorithm(cfg: RunConfig, algorithm: str) -> RunConfig:
     return dataclasses.replace(cfg, algorithm=algorithm, hparams=kept)
 
 
-def problems(cfg: RunConfig) -> list[str]:
-    """Every reason `cfg` cannot run: its core settings' and what the algorithms say."""
-    return cfg.problems() + _algorithm_problems(cfg)
+def problems(cfg: RunConfig, given: set[str] | None = None, unknown: set[str] | None = None) -> list[str]:
+    """Every reason `cfg` cannot run: its core settings' and what the algorithms say, one line a setting."""
+    return one_per_setting(cfg.problems(given, unknown or ()) + _algorithm_problems(cfg, given))
 
 
-def _algorithm_problems(cfg: RunConfig) -> list[str]:
+def _algorithm_problems(cfg: RunConfig, given: set[str] | None = None) -> list[str]:
     """Names, optimizer, the algorithms' hyperparameters."""
     anchor, rule = split_algorithm(cfg.algorithm)
     if rule not in CLIENT_RULES or "+" in rule:
@@ -223,7 +227,7 @@ def _algorithm_problems(cfg: RunConfig) -> list[str]:
     used_names = {f.name for cls in used for f in dataclasses.fields(cls)}
     fields = hparam_fields()
     for name, value in cfg.hparams.items():
-        if name not in used_names and value != fields[name].default:
+        if name not in used_names and is_set(name, value, fields[name].default, given):
             out.append(f"{name}: {value} is set, but {cfg.algorithm} with server {cfg.server} does not use it")
     if not out and ":" in cfg.server:
         out += _user_strategy_problems(cfg)

@@ -26,6 +26,7 @@ from fedpfn.analysis.stats import Report, analyse
 from fedpfn.core.config import PLACEMENT, TRACKERS, ConfigError, RunConfig
 from fedpfn.core.files import COMPARISON_CONFIG, CONFIG, PROVENANCE, SUMMARY, DamagedFile, OwnOutputs, read_json
 from fedpfn.core.seeding import MAX_SEED
+from fedpfn.core.settings import is_set
 from fedpfn.runtime.algorithms import for_algorithm, hparam_fields, problems, validated
 from fedpfn.runtime.engines import ENGINES
 from fedpfn.runtime.simulation import simulate
@@ -82,8 +83,11 @@ def check_algorithms(algorithms: Sequence[str]) -> list[str]:
     return list(algorithms)
 
 
-def comparison_configs(base: RunConfig, algorithms: list[str], seeds: list[int]) -> list[RunConfig]:
-    """One validated config per (algorithm, seed); every problem reported at once."""
+def comparison_configs(
+    base: RunConfig, algorithms: list[str], seeds: list[int], given: set[str] | None = None
+) -> list[RunConfig]:
+    """One validated config per (algorithm, seed); every problem reported at once (`given`: the
+    settings the user named, fedpfn.core.settings.is_set)."""
     root = base.run_dir
     found = [p for a in algorithms for p in problems(dataclasses.replace(base, algorithm=a, hparams={}))
              if p.startswith("algorithm:")]  # fmt: skip
@@ -95,16 +99,16 @@ def comparison_configs(base: RunConfig, algorithms: list[str], seeds: list[int])
             out = str(root / f"{algorithm}-s{seed}")
             cfg = dataclasses.replace(for_algorithm(base, algorithm), seed=seed, out=out)
             try:
-                configs.append(validated(cfg))
+                configs.append(validated(cfg, given))
             except ConfigError as err:
                 found += [p for p in str(err).splitlines() if p not in found]
-    found += unused_settings(base, configs)
+    found += unused_settings(base, configs, given)
     if found:
         raise ConfigError("\n".join(found))
     return configs
 
 
-def unused_settings(base: RunConfig, configs: Sequence[RunConfig]) -> list[str]:
+def unused_settings(base: RunConfig, configs: Sequence[RunConfig], given: set[str] | None = None) -> list[str]:
     """A hyperparameter that no compared algorithm uses would be dropped without a word."""
     used = {key for cfg in configs for key in cfg.hparams}
     defaults = {name: f.default for name, f in hparam_fields().items()}
@@ -112,7 +116,7 @@ def unused_settings(base: RunConfig, configs: Sequence[RunConfig]) -> list[str]:
     return [
         f"{key}: {value} is set, but none of {algorithms} uses it"
         for key, value in base.hparams.items()
-        if key not in used and value != defaults.get(key)
+        if key not in used and is_set(key, value, defaults.get(key), given)
     ]
 
 
@@ -142,8 +146,8 @@ def sub_run_action(cfg: RunConfig) -> str:
     if not (folder / CONFIG).exists():
         return "start"
     try:
-        stored = json.loads((folder / CONFIG).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        stored = read_json(folder / CONFIG)  # never through a link, never a FIFO, with size and depth limits
+    except (OSError, DamagedFile) as err:
         raise ConfigError(f"{folder} holds a damaged {CONFIG} ({err}); use another --out") from None
     if not isinstance(stored, dict):
         raise ConfigError(f"{folder} holds a damaged {CONFIG} (not a JSON object); use another --out")
@@ -200,7 +204,9 @@ def write_request(root: Path, request: dict[str, Any]) -> None:
         raise ConfigError(str(err)) from None
 
 
-def compare(base: RunConfig, algorithms: list[str], seeds: list[int], command: str) -> Report:
+def compare(
+    base: RunConfig, algorithms: list[str], seeds: list[int], command: str, given: set[str] | None = None
+) -> Report:
     """Run (or reuse) every algorithm on every seed, then print and write the report.
 
     Writes comparison.md/.csv/.json, comparison.png and paired_differences.png into the
@@ -212,7 +218,7 @@ def compare(base: RunConfig, algorithms: list[str], seeds: list[int], command: s
     base = ENGINES[base.engine].prepare(base)  # placement as its sub-runs record it
     root = base.run_dir
     check_root(root)
-    configs = comparison_configs(base, algorithms, seeds)
+    configs = comparison_configs(base, algorithms, seeds, given)
     actions = plan(configs)
     request = {"base": base.to_dict(), "algorithms": algorithms, "seeds": seeds, "command": command}
     write_request(root, request)

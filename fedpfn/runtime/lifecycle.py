@@ -8,6 +8,7 @@ is then held by this process alone while its settings are written and its rounds
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,9 +16,12 @@ from typing import Any
 
 from flwr.serverapp import Grid
 
+from fedpfn.core.cache import initial_model
 from fedpfn.core.config import RunConfig
+from fedpfn.core.files import CHECKPOINT
 from fedpfn.runtime import provenance
-from fedpfn.runtime.runfolder import RunFolder
+from fedpfn.runtime.algorithms import build_strategy
+from fedpfn.runtime.runfolder import RunFolder, RunFolderError
 from fedpfn.runtime.server import ServerLoop, resume_point
 from fedpfn.runtime.tracking import Tracking, tracked_run
 
@@ -37,7 +41,30 @@ def plan(cfg: RunConfig, resume: bool) -> RunPlan:
     folder = RunFolder(cfg.run_dir)
     if not resume:
         folder.check_new_run(cfg.overwrite)
-    return RunPlan(cfg, folder, resume, resume_point(cfg, folder) if resume else None)
+        return RunPlan(cfg, folder, resume, None)
+    checkpoint = resume_point(cfg, folder)
+    if checkpoint is not None:
+        check_strategy_state(cfg, folder, checkpoint["strategy"])
+    return RunPlan(cfg, folder, resume, checkpoint)
+
+
+def check_strategy_state(cfg: RunConfig, folder: RunFolder, state: dict[str, Any]) -> None:
+    """The checkpoint's server state loads into the run's strategy, tried on a copy now: a forged
+    one is refused before the folder is touched, not found by the server loop after the claim."""
+    flower = logging.getLogger("flwr")
+    level = flower.level
+    flower.setLevel(logging.ERROR)  # its notes on building a strategy belong to the run, not to a check
+    try:
+        strategy = build_strategy(cfg, initial_model(cfg))
+    finally:
+        flower.setLevel(level)
+    try:
+        strategy.load_state(state)
+    except Exception as err:  # noqa: BLE001  (a strategy's load_state, the user's too, may raise anything)
+        raise RunFolderError(
+            f"{folder.path / CHECKPOINT} is damaged (its strategy state: {type(err).__name__} {str(err)[:80]}); "
+            "the run cannot be resumed"
+        ) from None
 
 
 @contextmanager

@@ -14,8 +14,10 @@ What a run folder guarantees:
 - The tool touches only its own files: a folder holding anything else is refused, and
   `--overwrite` removes exactly the files the tool writes (fedpfn.core.files.is_own), never
   a user's file that looks like one.
-- Nothing is written or read through a symbolic link inside the folder: a folder holding
-  one is refused before anything is touched (W&B's own links inside `wandb/` aside).
+- Nothing is written or read through a link inside the folder: a folder holding a symbolic
+  link (W&B's own inside `wandb/` aside), a file with another name (a hard link), or anything
+  that is neither a file nor a folder (a FIFO, a device) is refused before anything is touched.
+- A run folder is never made inside /dev (bar /dev/shm), /proc or /sys, however `--out` reaches it.
 - Every file is read with size and nesting limits (fedpfn.core.files.read_limited), and
   what a resume reads back (metric rows, the checkpoint's round, model and arrays) is
   checked before it is used.
@@ -30,6 +32,8 @@ import io
 import json
 import math
 import os
+import shlex
+import stat
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -60,6 +64,7 @@ from fedpfn.core.files import (
     parse_json,
     read_json,
     read_jsonl,
+    system_folder,
 )
 from fedpfn.core.settings import ConfigError
 
@@ -147,7 +152,12 @@ def _read_arrays(fh: BinaryIO, only: str | None = None) -> dict[str, np.ndarray]
 
 
 def _open_no_follow(path: Path) -> BinaryIO:
-    return os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb")
+    """A regular file, opened without following a link or waiting on a FIFO."""
+    handle = os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb")
+    if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        handle.close()
+        raise DamagedFile(f"{path} is not a regular file")
+    return handle
 
 
 def _skeleton(raw: np.ndarray, path: Path) -> Any:
@@ -279,14 +289,36 @@ class RunFolder:
             found.append(relative.as_posix())
         return sorted(found)
 
+    def odd_entries(self) -> tuple[list[str], list[str]]:
+        """(files with another name, hard links: an append would change it there too;
+        entries neither file nor folder nor link: a FIFO would hang a read, a device...)."""
+        if not self.path.is_dir() or self.path.is_symlink():
+            return [], []
+        linked, special = [], []
+        for relative, entry in self._walk():
+            if entry.is_symlink() or entry.is_dir(follow_symlinks=False):
+                continue
+            info = entry.stat(follow_symlinks=False)
+            if not stat.S_ISREG(info.st_mode):
+                special.append(relative.as_posix())
+            elif info.st_nlink > 1:
+                linked.append(relative.as_posix())
+        return sorted(linked), sorted(special)
+
     def check_links(self) -> None:
-        links = self.links()
-        if links:
-            shown = ", ".join(links[:3]) + (f" and {len(links) - 3} more" if len(links) > 3 else "")
-            raise RunFolderError(
-                f"out: '{self.path}' holds symbolic links ({shown}); fedpfn never writes or deletes through "
-                "a link in a run folder: remove them, or give another folder"
-            )
+        """Refuse a folder holding a link of either kind, or a FIFO, socket or device."""
+        linked, special = self.odd_entries()
+        for names, what, why in (
+            (self.links(), "symbolic links", "writes or deletes through a link in a run folder"),
+            (linked, "hard links (files with another name)", "writes a file that has a name outside the folder"),
+            (special, "entries that are not regular files", "reads a FIFO, socket or device in a run folder"),
+        ):
+            if names:
+                shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+                raise RunFolderError(
+                    f"out: '{self.path}' holds {what} ({shown}); fedpfn never {why}: remove them, or give "
+                    "another folder"
+                )
 
     def check_path(self) -> None:
         """The path can be looked at (not too long, not below a file we may not enter)."""
@@ -302,6 +334,8 @@ class RunFolder:
         self.check_path()
         if path.exists() and not path.is_dir():
             raise RunFolderError(f"out: '{path}' is a file; give a folder")
+        if (system := system_folder(path)) is not None:
+            raise RunFolderError(f"out: '{path}' lies in {system}, the system's, not a place for a run; give another folder")
         existing = next((p for p in (path, *path.parents) if p.exists()), None)
         if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
             raise RunFolderError(f"out: '{path}' cannot be written (no write permission on '{existing}')")
@@ -597,7 +631,7 @@ class RunFolder:
         except RunFolderError:
             done = 0
         line = f"stopped after round {done}" if done else "stopped before its first round finished"
-        line += f"; continue with: python run_sim.py --resume {self.path}"
+        line += f"; continue with: python run_sim.py --resume {shlex.quote(str(self.path))}"
         restart = self.checkpoint_round()
         if restart < done:
             line += f" (from its checkpoint of round {restart})" if restart else " (from round 1: no checkpoint yet)"

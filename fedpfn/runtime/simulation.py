@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -22,7 +23,14 @@ from types import FrameType
 from typing import Any
 
 from fedpfn.core.cache import client_indices, initial_model
-from fedpfn.core.config import BATCHED_SETTINGS, NOT_IN_FINGERPRINT, PLACEMENT, TRACKERS, ConfigError, RunConfig
+from fedpfn.core.config import (
+    BATCHED_SETTINGS,
+    NOT_IN_FINGERPRINT,
+    PLACEMENT,
+    TRACKERS,
+    ConfigError,
+    RunConfig,
+)
 from fedpfn.core.data import DataError, find_data_problem
 from fedpfn.core.files import LOCK, LOG, append_text, stop_writing
 from fedpfn.runtime import env, lifecycle, reaper
@@ -42,12 +50,17 @@ STOP_GRACE_SECONDS = 8.0  # after a signal, the process is gone within this long
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def check_runnable(cfg: RunConfig) -> None:
-    """Raise ConfigError for anything that would fail after start-up: trackers, data, partition."""
+def check_present(cfg: RunConfig) -> None:
+    """Trackers and the data's files, looked for without reading or making anything."""
     check_available(cfg)
     problem = find_data_problem(cfg.dataset, cfg.data_root, cfg.download)
     if problem:
         raise ConfigError(problem)
+
+
+def check_runnable(cfg: RunConfig) -> None:
+    """Raise ConfigError for anything that would fail after start-up: trackers, data, partition."""
+    check_present(cfg)
     try:
         initial_model(cfg)  # refuses images too small, and a start file (--init) that does not fit
         client_indices(cfg)
@@ -178,9 +191,10 @@ def simulate(cfg: RunConfig, resume: bool = False, show_progress: bool = True) -
     engine = ENGINES[cfg.engine]
     cfg = dataclasses.replace(cfg, out=str(cfg.run_dir.resolve()))  # workers find it from any folder
     with stop_on_signals(RunFolder(cfg.run_dir)):
+        check_present(cfg)
+        cfg = recorded_mode(engine.prepare(cfg))  # config.json records the placement the engine resolved
+        run = lifecycle.plan(cfg, resume)  # the folder and every part of a checkpoint, nothing written
         check_runnable(cfg)
-        cfg = engine.prepare(cfg)  # config.json records the placement the engine resolved
-        run = lifecycle.plan(cfg, resume)
         claimed = lifecycle.claimed(run, cfg.engine)
         with claimed, lifecycle.tracking(run, engine.describe(cfg), show_progress) as tracker:
             quiet_flower()
@@ -190,19 +204,42 @@ def simulate(cfg: RunConfig, resume: bool = False, show_progress: bool = True) -
     return run.folder.read_summary()
 
 
+def recorded_mode(cfg: RunConfig) -> RunConfig:
+    """The batched engine's `auto` mode as it resolves on this machine, so that config.json says
+    what computed the numbers and a resume continues in it (a GPU machine picks vmap, a CPU one
+    threads for a CNN: they agree within rounding, not bit for bit). Ray actors resolve their own."""
+    from fedpfn.runtime.engines.batched import device_of, mode_of, workers_of
+
+    if cfg.engine != "batched" or cfg.engine_mode != "auto" or cfg.ray_address or workers_of(cfg):
+        return cfg
+    return dataclasses.replace(cfg, engine_mode=mode_of(cfg, device_of(cfg)))
+
+
+def arithmetic(cfg: RunConfig) -> str | None:
+    """'vmap', 'per client' (loop, threads and Ray agree bit for bit), or None (auto: not known)."""
+    if cfg.engine == "batched" and cfg.engine_mode in ("auto", "vmap"):
+        return None if cfg.engine_mode == "auto" else "vmap"
+    return "per client"
+
+
+def placement(cfg: RunConfig) -> str:
+    return f"engine {cfg.engine}" + (f", mode {cfg.engine_mode}" if cfg.engine == "batched" else "")
+
+
 def resume_config(run_dir: str, overrides: dict[str, Any]) -> RunConfig:
     """The settings a run folder was started with; `overrides` may only extend `rounds`
     (and switch `--tensorboard` / `--wandb`, which log the numbers but never change them, or
-    move it: `--ray-address`, `--client-cpus`, `--client-gpus`).
+    move it: `--engine`, `--ray-address`, `--client-cpus`, ...; it stays where it ran otherwise).
 
     Any other flag that differs from the run's value is refused: a resumed run keeps its
-    settings, so its numbers stay those of one uninterrupted run. config.json is compared
-    with its checkpoint before anything it names (a `server` module:Class) is imported.
+    settings, so its numbers stay those of one uninterrupted run. A run folder is data: what it
+    names is neither imported nor downloaded unless this command asks too (check_folder_choices).
     """
     folder = resumable_folder(run_dir)
     raw = folder.read_config()
-    folder.check_belongs({k: v for k, v in raw.items() if k not in NOT_IN_FINGERPRINT})  # before any import
+    folder.check_belongs({k: v for k, v in raw.items() if k not in NOT_IN_FINGERPRINT})
     stored = parse_config(raw)
+    check_folder_choices(stored, overrides)
     requested = parse_config({**stored.to_dict(), **overrides})
     conflicts = requested.differences(stored, ignore=("out", "rounds", "overwrite", *PLACEMENT, *TRACKERS))
     if conflicts:
@@ -225,7 +262,32 @@ def resume_config(run_dir: str, overrides: dict[str, Any]) -> RunConfig:
     cfg = dataclasses.replace(
         stored, rounds=requested.rounds, out=str(folder.path), overwrite=False, **switched
     )
-    return validated(cfg)
+    cfg = validated(cfg, given=set(overrides))
+    if arithmetic(stored) and arithmetic(cfg) and arithmetic(stored) != arithmetic(cfg):
+        print(
+            f"warning: resume: the run trained on {placement(stored)} and continues on {placement(cfg)}: its "
+            "numbers from here on agree with an uninterrupted run's within rounding, not bit for bit "
+            "(vmap sums in another order than loop, threads and ray, which agree bit for bit)",
+            file=sys.stderr, flush=True,
+        )  # fmt: skip
+    return cfg
+
+
+def check_folder_choices(stored: RunConfig, overrides: dict[str, Any]) -> None:
+    """A run folder is data: whoever could write it (a shared or downloaded folder) must not choose
+    code that runs (a `server` module:Class is imported only when this command names it too) or a
+    download into a folder of its naming (only when `--download` is given again)."""
+    if ":" in stored.server and "server" not in overrides:
+        raise ConfigError(
+            f"resume: the run's server is the class '{stored.server}', which only its config.json names; "
+            f"fedpfn imports code a command names, never a file: pass --server {shlex.quote(stored.server)} to resume it"
+        )
+    missing = find_data_problem(stored.dataset, stored.data_root, download=False)
+    if stored.download and missing and "download" not in overrides:
+        raise ConfigError(
+            f"resume: {missing.split(';')[0]}, and only the run's config.json asks to download it there; a file never "
+            "decides what is downloaded where: pass --download to allow it"
+        )
 
 
 def resumable_folder(run_dir: str) -> RunFolder:
