@@ -37,7 +37,7 @@ from clients import ClientJob, Cohort, local_round
 from conftest import NodeGrid, tiny_config
 from fedpfn.core import protocol
 from fedpfn.core.cache import initial_model
-from fedpfn.core.files import CLIENTS, CONFIG, METRICS, read_jsonl
+from fedpfn.core.files import CLIENT_STATE, CLIENTS, CONFIG, METRICS, read_jsonl
 from fedpfn.runtime.algorithms import ANCHOR_METHODS, CLIENT_RULES, build_strategy, client_rules
 from fedpfn.runtime.server import train_config, with_accepted_round
 from fedpfn.runtime.simulation import simulate
@@ -233,14 +233,17 @@ def test_chunked_rounds_and_a_chunk_out_of_memory_give_the_numbers_of_one_progra
 
 
 def test_a_round_split_over_two_ray_actors_equals_one_program(tmp_path):
-    """--engine-workers 2 on the CPU: SCAFFOLD's clients (state kept in the actors, then in
-    the run folder) trained in two Ray actors give the run of one in-process cohort, bit for bit."""
+    """--engine-workers 2 on the CPU: SCAFFOLD's clients trained in two Ray actors (their state
+    sent with each job and written back into the run folder by this process) give the run of
+    one in-process cohort, bit for bit, client-state files included."""
     common = dict(algorithm="scaffold", num_clients=6, clients_per_round=4, rounds=2, batch_size=200, engine="batched")
     here, actors = tmp_path / "here", tmp_path / "actors"
     simulate(tiny_config(out=str(here), **common), show_progress=False)
     simulate(tiny_config(out=str(actors), engine_workers=2, **common), show_progress=False)
     assert rows(actors, METRICS) == rows(here, METRICS)
     assert rows(actors, CLIENTS) == rows(here, CLIENTS)
+    saved = [sorted((p.relative_to(d), p.read_bytes()) for p in (d / CLIENT_STATE).rglob("*.npz")) for d in (here, actors)]
+    assert saved[0] and saved[0] == saved[1]  # the actors' state written back where a resume reads it
 
 
 def test_client_masks_in_a_cohort_equal_the_clientapp(tmp_path, monkeypatch):

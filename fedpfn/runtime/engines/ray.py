@@ -94,13 +94,15 @@ def warn_unused_gpu(cfg: RunConfig) -> None:
 def backend_config(cfg: RunConfig) -> dict[str, Any]:
     """Ray resources: each client reserves `client_cpus` CPUs and `client_gpus` of a GPU.
 
-    On a running cluster (`ray_address`) Ray counts the cluster's resources itself.
+    On a running cluster (`ray_address`) Ray counts the cluster's resources itself. Without
+    one, Ray starts here ("local"): a bare `ray.init` would join a cluster that `ray start
+    --head` (or a test's cluster) left on this machine, and fail there on `num_cpus`.
     """
     init_args: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
     if cfg.ray_address:
         init_args["address"] = cfg.ray_address
     else:
-        init_args.update(num_cpus=os.cpu_count() or 1, include_dashboard=False)
+        init_args.update(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False)
         if torch.cuda.is_available():
             init_args["num_gpus"] = torch.cuda.device_count()
     return {
