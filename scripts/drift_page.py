@@ -17,9 +17,10 @@ again, their figures as drawn): for a machine without the runs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from drift_study import ALPHAS, ARMS, ROOT, SEEDS, Study
 from one_line import Parser
 
 from fedpfn.analysis.render import rewrite_tables
+from fedpfn.analysis.report import main as report_main
 from fedpfn.analysis.stats import Paired, adjust, paired
 from fedpfn.core.files import METRICS, SUMMARY, read_json, read_jsonl
 from fedpfn.core.settings import ConfigError
@@ -56,11 +58,14 @@ def page_data(figures: Path, model: str) -> Path:
 
 
 def report(study: Study, alpha: str, name: str, figures: Path) -> dict[str, Any]:
-    """fedpfn.analysis.report over one REPORTS entry's main runs at `alpha`."""
+    """`python -m fedpfn.analysis.report` over one REPORTS entry's main runs at `alpha`, run in this
+    process from the checkout (its command, as the page shows it, is the same)."""
     out = report_folder(figures, study.model, alpha, name)
     folders = [shown(study.main_run(alpha, arm, 0).parent) for arm in REPORTS[name][0]]
-    cmd = [sys.executable, "-m", "fedpfn.analysis.report", *folders, "--last-k", "10", "--out", shown(out)]
-    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    with contextlib.chdir(ROOT), contextlib.redirect_stdout(io.StringIO()):
+        code = report_main([*folders, "--last-k", "10", "--out", shown(out)])
+    if code:
+        raise SystemExit(f"drift_page: the report of {shown(out)} failed (exit {code})")
     result = json.loads((out / "report.json").read_text())
     result["markdown"] = (out / "report.md").read_text()  # its second line: the command that made it
     return result
