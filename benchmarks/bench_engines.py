@@ -1,30 +1,37 @@
 """The plain loop, the Ray engine and the batched engine doing the same FedAvg and FedPFN work.
 
     .venv/bin/python benchmarks/bench_engines.py            # this machine's plan (below)
-    .venv/bin/python benchmarks/bench_engines.py --models mlp --per-round 10 --rounds 3
-    .venv/bin/python benchmarks/bench_engines.py --engines batched,ray --algorithms fedavg
+    .venv/bin/python benchmarks/bench_engines.py --models mlp --per-round 10,100 --engines plain,batched
+    .venv/bin/python benchmarks/bench_engines.py --models resnet20 --samples 50 --rounds 2 --repeats 3
 
 The plan by default: with a GPU, the MLP, the CNN and ResNet-20 at 10, 100 and 1,000 clients
-a round; on the CPU, the three models at 10 clients a round. Every client holds 600 images
-of Fashion-MNIST (iid; the federation has max(per-round, 100) clients, the dataset repeated
-where it has too few), trains one epoch, batch 50, SGD with momentum; FedPFN anchors 40 %
-of the weights. The global model is evaluated in the last round only, so steady rounds
+a round; on the CPU at 10 and 100. Every client holds `--samples` images of Fashion-MNIST
+(default 600; iid; the federation has max(per-round, 60,000 / samples) clients, the dataset
+repeated where it has too few), trains one epoch, batch 50, SGD with momentum; FedPFN anchors
+40 % of the weights. The global model is evaluated in the last round only, so steady rounds
 time training and aggregation.
 
+Built for a shared machine, where another process may take a core at any moment:
+- the baseline is the best of two plain loops (benchmarks/plain.py: a textbook torch.optim
+  loop, one client after another, FedAvg by examples, in this process), one with 1 torch
+  thread and one with all of them: a 2-thread loop collapses when another process takes a core;
+- every figure is of steady rounds only (round 1, with start-up, is left out);
+- the contenders' repeats are interleaved (plain/1, plain/all, ray, batched, plain/1, ...), so
+  a burst of load hits them alike, and each figure is the median of `--repeats` runs with
+  its spread (min..max);
+- the load average is printed with every case, at its start and its end.
+
 Each engine runs as `run_sim.py` in a process of its own, from launch: `launch -> round 1`
-is the wall time until round 1's metrics row is written (start-up, data, model, round 1),
-`start-up` the part of it before round 1 began (round 1's own seconds taken off);
-`updates/s` is clients a round over the median round time of rounds 2..n. The plain loop
-(benchmarks/plain.py: a textbook torch.optim loop, one client after another, FedAvg by
-examples) runs in this process after its first round, same clients and batches. Memory:
-the peak resident set of the engine's process tree; on a GPU also nvidia-smi's peak use.
-Ratios are to the plain loop and to the Ray engine, measured in the same run.
+is the wall time until round 1's metrics row is written, `start-up` the part of it before
+round 1 began; `updates/s` is clients a round over the median round time of rounds 2..n.
+Memory: the peak resident set of the engine's process tree; on a GPU also nvidia-smi's peak.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -37,15 +44,15 @@ import torch
 from bench_gpu import NvidiaSmi
 from memory import TreeMemory
 from plain import plain_fedavg
-from report import load_average, median, mib, print_header, ratio, table
+from report import load_average, median, mib, print_header, ratio, spread, table
 
 from fedpfn.core.files import METRICS
 from fedpfn.runtime.algorithms import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINES = ("plain", "ray", "batched")
-SAMPLES_PER_CLIENT = 600
 FMNIST_TRAIN = 60_000
+NAN = float("nan")
 
 
 @dataclass(frozen=True)
@@ -53,15 +60,16 @@ class Case:
     model: str
     algorithm: str
     per_round: int
+    samples: int  # images per client
 
     @property
     def num_clients(self) -> int:
-        return max(self.per_round, 100)
+        return max(self.per_round, FMNIST_TRAIN // self.samples)
 
     def flags(self, rounds: int) -> list[str]:
-        """run_sim.py's flags for the case: clients of SAMPLES_PER_CLIENT images (epochs make up
-        for a dataset too small for the federation)."""
-        epochs = max(1, round(self.num_clients * SAMPLES_PER_CLIENT / FMNIST_TRAIN))
+        """run_sim.py's flags for the case: clients of `samples` images (epochs make up for a
+        dataset too small for the federation)."""
+        epochs = max(1, round(self.num_clients * self.samples / FMNIST_TRAIN))
         return [
             "--model", self.model, "--algorithm", self.algorithm, "--num-clients", str(self.num_clients),
             "--clients-per-round", str(self.per_round), "--rounds", str(rounds), "--partition", "iid",
@@ -72,12 +80,14 @@ class Case:
 
 @dataclass
 class Measured:
-    engine: str
-    to_round_1: float  # launch -> round 1's row written (nan for the in-process plain loop)
-    start_up: float  # of which before round 1 began: process, imports, data, model, Ray
-    updates_per_second: float
-    rss_mib: float
-    gpu_mib: float
+    """One run of one contender."""
+
+    contender: str
+    updates_per_second: float  # of the steady rounds
+    to_round_1: float = NAN  # launch -> round 1's row written (NaN for the in-process plain loop)
+    start_up: float = NAN  # of which before round 1 began: process, imports, data, model, Ray
+    rss_mib: float = NAN
+    gpu_mib: float = NAN
 
 
 def engine_run(case: Case, engine: str, rounds: int, out: Path) -> Measured:
@@ -88,9 +98,9 @@ def engine_run(case: Case, engine: str, rounds: int, out: Path) -> Measured:
     with TreeMemory() as tree, NvidiaSmi(0) as smi:
         start = time.monotonic()
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        first = float("nan")
+        first = NAN
         while proc.poll() is None:
-            if first != first and metrics.exists() and metrics.read_text().count("\n") >= 1:
+            if math.isnan(first) and metrics.exists() and metrics.read_text().count("\n") >= 1:
                 first = time.monotonic() - start
             time.sleep(0.02)
         if proc.returncode != 0:
@@ -98,38 +108,59 @@ def engine_run(case: Case, engine: str, rounds: int, out: Path) -> Measured:
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     seconds = median(row["seconds"] for row in rows[1:])
     peak = tree.peak()
-    gpu = max(smi.total, default=float("nan")) - (smi.total[0] if smi.total else 0)
-    start_up = first - rows[0]["seconds"]
-    return Measured(engine, first, start_up, case.per_round / seconds, mib(peak.rss) if peak else float("nan"), gpu)
+    gpu = max(smi.total, default=NAN) - (smi.total[0] if smi.total else 0)
+    rss = mib(peak.rss) if peak else NAN
+    return Measured(engine, case.per_round / seconds, first, first - rows[0]["seconds"], rss, gpu)
 
 
-def plain_run(case: Case, rounds: int, device: torch.device) -> Measured:
-    """The baseline in this process: rounds 2..n of a bare loop on `device`."""
+def plain_run(case: Case, rounds: int, device: torch.device, threads: int) -> Measured:
+    """The baseline in this process with `threads` torch threads: rounds 2..n of a bare loop."""
     flags = case.flags(rounds)
     cfg = load_config({key.removeprefix("--"): value for key, value in zip(flags[::2], flags[1::2])})
     anchors = 0.4 if case.algorithm == "fedpfn" else 0.0
     with TreeMemory() as tree:
-        timed = plain_fedavg(cfg, device, anchors=anchors)
+        timed = plain_fedavg(cfg, device, threads=threads, anchors=anchors)
     seconds = median(r.seconds - r.evaluate for r in timed[1:])  # the engines evaluate only the last round
     peak = tree.peak()
-    gpu = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else float("nan")
-    nan = float("nan")
-    return Measured("plain", nan, nan, case.per_round / seconds, mib(peak.rss) if peak else nan, mib(gpu))
+    gpu = mib(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else NAN
+    return Measured(f"plain/{threads}", case.per_round / seconds, rss_mib=mib(peak.rss) if peak else NAN, gpu_mib=gpu)
+
+
+def contenders(engines: list[str]) -> list[str]:
+    """The runs of one repeat, in order: the plain loop at 1 and all threads, then the engines."""
+    cores = os.cpu_count() or 1
+    plain = [f"plain/{n}" for n in sorted({1, cores})] if "plain" in engines else []
+    return plain + [e for e in engines if e != "plain"]
+
+
+def measure_case(case: Case, args: argparse.Namespace, device: torch.device) -> dict[str, list[Measured]]:
+    """Every contender `args.repeats` times, interleaved: A B C, A B C, ..."""
+    found: dict[str, list[Measured]] = {name: [] for name in contenders(args.engines)}
+    with tempfile.TemporaryDirectory(prefix="fedpfn-bench-") as scratch:
+        for repeat in range(args.repeats):
+            for name, runs in found.items():
+                if name.startswith("plain/"):
+                    runs.append(plain_run(case, args.rounds, device, int(name.split("/")[1])))
+                else:
+                    runs.append(engine_run(case, name, args.rounds, Path(scratch) / f"{name}{repeat}"))
+    return found
 
 
 def default_plan(cuda: bool) -> dict[str, str]:
-    return {"models": "mlp,cnn,resnet20", "per_round": "10,100,1000" if cuda else "10", "algorithms": "fedavg,fedpfn"}
+    per_round = "10,100,1000" if cuda else "10,100"
+    return {"models": "mlp,cnn,resnet20", "per_round": per_round, "algorithms": "fedavg"}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    cuda = torch.cuda.is_available()
-    plan = default_plan(cuda)
+    plan = default_plan(torch.cuda.is_available())
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=plan["models"])
     ap.add_argument("--per-round", default=plan["per_round"], help="clients a round, comma-separated")
     ap.add_argument("--algorithms", default=plan["algorithms"], help="fedavg and/or fedpfn")
     ap.add_argument("--engines", default=",".join(ENGINES), help=f"any of {', '.join(ENGINES)}")
-    ap.add_argument("--rounds", type=int, default=4, help="rounds per run (round 1 is start-up)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds per run (round 1 is start-up, left out)")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each contender, interleaved")
+    ap.add_argument("--samples", type=int, default=600, help="images per client (fewer: fewer steps)")
     args = ap.parse_args(argv)
     args.models, args.algorithms, args.engines = (v.split(",") for v in (args.models, args.algorithms, args.engines))
     args.per_round = [int(v) for v in args.per_round.split(",")]
@@ -137,6 +168,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error(f"unknown {', '.join(bad)}; engines: {', '.join(ENGINES)}; algorithms: fedavg, fedpfn")
     if args.rounds < 2:
         ap.error("--rounds must be at least 2 (round 1 is start-up)")
+    if args.repeats < 1 or not 1 <= args.samples <= FMNIST_TRAIN:
+        ap.error(f"--repeats must be at least 1 and --samples within 1..{FMNIST_TRAIN}")
     return args
 
 
@@ -147,31 +180,34 @@ def main(argv: list[str] | None = None) -> int:
     for model in args.models:
         for per_round in args.per_round:
             for algorithm in args.algorithms:
-                case = Case(model, algorithm, per_round)
-                found: dict[str, Measured] = {}
-                with tempfile.TemporaryDirectory(prefix="fedpfn-bench-") as scratch:
-                    for engine in args.engines:
-                        if engine == "plain":
-                            found[engine] = plain_run(case, args.rounds, device)
-                        else:
-                            found[engine] = engine_run(case, engine, args.rounds, Path(scratch) / engine)
-                print_case(case, found)
+                case = Case(model, algorithm, per_round, args.samples)
+                load_before = load_average()
+                found = measure_case(case, args, device)
+                print_case(case, found, load_before)
     print(f"\nload average at end: {load_average()}")
     return 0
 
 
-def print_case(case: Case, found: dict[str, Measured]) -> None:
-    base = found.get("plain")
-    ray = found.get("ray")
+def print_case(case: Case, found: dict[str, list[Measured]], load_before: str) -> None:
+    """Medians over the repeats, their spread, and ratios to the best plain loop and to Ray."""
+    rate = {name: median(m.updates_per_second for m in runs) for name, runs in found.items()}
+    plain = {name: value for name, value in rate.items() if name.startswith("plain/")}
+    best = max(plain, key=plain.__getitem__) if plain else None
     rows = [
-        [m.engine, f"{m.to_round_1:.1f}", f"{m.start_up:.1f}", f"{m.updates_per_second:.2f}",
-         ratio(m.updates_per_second, base.updates_per_second if base else float("nan"), 2),
-         ratio(m.updates_per_second, ray.updates_per_second if ray else float("nan"), 2),
-         f"{m.rss_mib:.0f}", "-" if m.gpu_mib != m.gpu_mib else f"{m.gpu_mib:.0f}"]
-        for m in found.values()
+        [name, f"{rate[name]:.2f}", spread(m.updates_per_second for m in runs),
+         ratio(rate[name], rate[best] if best else NAN, 2), ratio(rate[name], rate.get("ray", NAN), 2),
+         f"{median(m.to_round_1 for m in runs):.1f}", f"{median(m.start_up for m in runs):.1f}",
+         f"{max(m.rss_mib for m in runs):.0f}", f"{max(m.gpu_mib for m in runs):.0f}"]
+        for name, runs in found.items()
     ]  # fmt: skip
-    print(f"\n{case.model}, {case.algorithm}, {case.per_round} clients a round ({case.num_clients} in all):")
-    headers = ["engine", "launch -> round 1 s", "start-up s", "updates/s", "x plain", "x ray", "peak RSS MiB", "GPU MiB"]
+    repeats = len(next(iter(found.values())))
+    print(
+        f"\n{case.model}, {case.algorithm}, {case.per_round} clients a round of {case.samples} images "
+        f"({case.num_clients} in all), medians of {repeats} interleaved runs; best plain loop: {best}; "
+        f"load average {load_before} at start, {load_average()} at end:"
+    )
+    headers = ["contender", "updates/s", "min..max", "x best plain", "x ray", "launch -> round 1 s", "start-up s",
+               "peak RSS MiB", "GPU MiB"]  # fmt: skip
     print(table(headers, rows), flush=True)
 
 
