@@ -21,7 +21,7 @@ import run_sim
 from conftest import tiny_config
 from fedpfn.core.files import CLIENTS, METRICS, read_jsonl
 from fedpfn.core.settings import ConfigError
-from fedpfn.runtime.engines.placement import Node, plan_actors
+from fedpfn.runtime.engines.placement import Node, plan_actors, ray_env_problem
 from fedpfn.runtime.simulation import simulate
 
 TIMING = {"seconds", "train_seconds", "round_seconds"}
@@ -129,3 +129,14 @@ def test_a_plan_the_nodes_cannot_hold_is_refused_naming_what_is_there(found, set
     with pytest.raises(ConfigError) as refused:
         placed(nodes(*found), **settings)
     assert str(refused.value).startswith(message)
+
+
+def test_ray_address_in_the_environment_passes_only_where_it_names_the_cluster_asked_for(monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert ray_env_problem(tiny_config(ray_address="10.0.0.1:6379")) is None
+    assert ray_env_problem(tiny_config(ray_address="auto")) is None  # Ray reads 'auto' as RAY_ADDRESS
+    assert ray_env_problem(tiny_config(ray_address="10.0.0.2:6379")) == (
+        "ray_address: '10.0.0.2:6379' but RAY_ADDRESS='10.0.0.1:6379' in the environment; unset one of them"
+    )
+    monkeypatch.delenv("RAY_ADDRESS")
+    assert ray_env_problem(tiny_config()) is None

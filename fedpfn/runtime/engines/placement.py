@@ -48,7 +48,7 @@ def ray_env_problem(cfg: RunConfig) -> str | None:
     start Ray here would go to (or wait for) a cluster config.json does not name.
     """
     named = os.environ.get(RAY_ADDRESS)
-    if not named or named == cfg.ray_address:
+    if not named or cfg.ray_address in (named, "auto"):  # 'auto' means RAY_ADDRESS where it is set
         return None
     if cfg.ray_address:
         return f"ray_address: '{cfg.ray_address}' but {RAY_ADDRESS}='{named}' in the environment; unset one of them"
