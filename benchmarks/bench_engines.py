@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_engines.py            # this machine's plan (below)
     .venv/bin/python benchmarks/bench_engines.py --models mlp --per-round 10,100 --engines plain,batched
     .venv/bin/python benchmarks/bench_engines.py --models resnet20 --samples 50 --rounds 2 --repeats 3
+    .venv/bin/python benchmarks/bench_engines.py --engines plain,batched,batched:loop   # a mode set, not auto
 
 The plan by default: with a GPU, the MLP, the CNN and ResNet-20 at 10, 100 and 1,000 clients
 a round; on the CPU at 10 and 100. Every client holds `--samples` images of Fashion-MNIST
@@ -51,6 +52,7 @@ from fedpfn.runtime.algorithms import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINES = ("plain", "ray", "batched")
+MODES = ("loop", "threads", "vmap")  # batched:MODE runs the batched engine in that --engine-mode
 FMNIST_TRAIN = 60_000
 NAN = float("nan")
 
@@ -92,7 +94,9 @@ class Measured:
 
 def engine_run(case: Case, engine: str, rounds: int, out: Path) -> Measured:
     """One run_sim.py process of `engine`, timed from launch, its process tree's memory sampled."""
-    cmd = [sys.executable, str(ROOT / "run_sim.py"), *case.flags(rounds), "--engine", engine, "--out", str(out)]
+    name, _, mode = engine.partition(":")  # batched:loop -> --engine batched --engine-mode loop
+    flags = [*case.flags(rounds), "--engine", name, *(["--engine-mode", mode] if mode else [])]
+    cmd = [sys.executable, str(ROOT / "run_sim.py"), *flags, "--out", str(out)]
     env = {**os.environ, "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
     metrics = out / METRICS
     with TreeMemory() as tree, NvidiaSmi(0) as smi:
@@ -157,14 +161,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--models", default=plan["models"])
     ap.add_argument("--per-round", default=plan["per_round"], help="clients a round, comma-separated")
     ap.add_argument("--algorithms", default=plan["algorithms"], help="fedavg and/or fedpfn")
-    ap.add_argument("--engines", default=",".join(ENGINES), help=f"any of {', '.join(ENGINES)}")
+    ap.add_argument(
+        "--engines", default=",".join(ENGINES), help=f"any of {', '.join(ENGINES)}, batched:MODE ({', '.join(MODES)})"
+    )
     ap.add_argument("--rounds", type=int, default=3, help="rounds per run (round 1 is start-up, left out)")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each contender, interleaved")
     ap.add_argument("--samples", type=int, default=600, help="images per client (fewer: fewer steps)")
     args = ap.parse_args(argv)
     args.models, args.algorithms, args.engines = (v.split(",") for v in (args.models, args.algorithms, args.engines))
     args.per_round = [int(v) for v in args.per_round.split(",")]
-    if bad := [e for e in args.engines if e not in ENGINES] + [a for a in args.algorithms if a not in ("fedavg", "fedpfn")]:
+    known = [*ENGINES, *(f"batched:{mode}" for mode in MODES)]
+    if bad := [e for e in args.engines if e not in known] + [a for a in args.algorithms if a not in ("fedavg", "fedpfn")]:
         ap.error(f"unknown {', '.join(bad)}; engines: {', '.join(ENGINES)}; algorithms: fedavg, fedpfn")
     if args.rounds < 2:
         ap.error("--rounds must be at least 2 (round 1 is start-up)")
