@@ -8,7 +8,9 @@ client is answered with the reply the ClientApp would send. With a mean-based se
 algorithm (strategies/registry.py) the replies carry metrics and their upload size only,
 and the round's totals are computed on the device (strategies/totals.py): no client's model
 is serialised. Query messages, and any message that is not training, go through the same
-ClientApp in-process. No Ray is started: start-up is the process, the data and the model.
+ClientApp in-process. No Ray is started (start-up is the process, the data and the model)
+unless the round is spread over Ray actors: several GPUs, `--engine-workers`, or a cluster
+at `--ray-address` (actors.py; where they go and what is refused: placement.py).
 
 How a cohort runs (`--engine-mode`): `vmap` stacks the clients and takes each step for all
 of them at once (the GPU, and models without convolutions on the CPU); `threads` trains
