@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from fedpfn.analysis import pretrain, soup, soup_run
-from fedpfn.analysis.fusion import EvalData, Probe, snapshot
+from fedpfn.analysis.fusion import EvalData, Probe, average_states, snapshot
 from fedpfn.core.data import find_data_problem
 from fedpfn.core.models import build_model
 from fedpfn.core.training import OptimizerSpec, StepView
@@ -42,7 +42,9 @@ def _setup(k: int = 3, seed: int = 0, model_seed: int = 0) -> soup_run.SeedData:
     grid = {"lr": (0.05, 0.02), "epochs": (1, 2), "augment": (False, True), "label_smoothing": (0.0, 0.1)}
     held, test = EvalData("held-out", *_data(60, 1)), EvalData("test", *_data(60, 2))
     recipes = soup_run.recipes(grid, k, seed)
-    return soup_run.SeedData(seed, model, snapshot(model), torch.arange(96), held, test, recipes, Probe(model))
+    return soup_run.SeedData(
+        seed, model, snapshot(model), torch.arange(96), held, test, recipes, Probe(model)
+    )
 
 
 def _tuned(setup: soup_run.SeedData, arm: str) -> tuple[list[dict], list]:
@@ -54,6 +56,8 @@ def _tuned(setup: soup_run.SeedData, arm: str) -> tuple[list[dict], list]:
 def test_a_soup_of_copies_of_one_model_is_that_model() -> None:
     """Uniform and greedy soups of K copies equal the copy bit for bit: no gain, no barrier (zero case)."""
     setup = _setup()
+    soup_of_copies = average_states([setup.start] * 3)
+    assert all(torch.equal(soup_of_copies[name], value) for name, value in setup.start.items())
     figures = soup_run.soup_arm(setup, [setup.start] * 3, points=3)
     assert figures["greedy_kept"] == [0, 1, 2]  # an equal held-out accuracy keeps an ingredient
     assert figures["uniform_acc"] == figures["greedy_acc"] == figures["best_acc"] == figures["test_acc"][0]
@@ -86,7 +90,7 @@ def test_shared_anchors_stay_exact_in_every_ingredient_and_independent_masks_dif
                 assert not torch.equal(state[name], setup.start[name]), f"{name} did not train"
     assert all(shared_masks[0][n].equal(m[n]) for m in shared_masks for n in m)
     name = "features.1.weight"
-    assert not own_masks[0][name].equal(own_masks[1][name]) and not own_masks[1][name].equal(own_masks[2][name])
+    assert all(not own_masks[i][name].equal(own_masks[j][name]) for i, j in ((0, 1), (1, 2), (0, 2)))
     fraction = [float(m[name].float().mean()) for m in own_masks]
     assert all(abs(f - 0.4) < 0.05 for f in fraction)
     plain, _ = _tuned(setup, "plain")
@@ -145,7 +149,9 @@ def _run(main, argv: list[str], capsys) -> tuple[int, str]:
         (soup.main, ["--lr", "0.1,-1"], "lr: -1.0 must be > 0"),
     ],
 )
-def test_the_commands_refuse_bad_values_in_one_line(main, argv: list[str], says: str, tmp_path: Path, capsys) -> None:
+def test_the_commands_refuse_bad_values_in_one_line(
+    main, argv: list[str], says: str, tmp_path: Path, capsys
+) -> None:
     code, err = _run(main, [*argv, "--out", str(tmp_path / "out")], capsys)
     lines = [line for line in err.splitlines() if says.split(":")[0] + ":" in line]
     assert code == 2 and len(lines) == 1 and says in lines[0], err
@@ -165,7 +171,8 @@ def test_pretrain_then_soup_write_their_files(tmp_path: Path, capsys) -> None:
             "--out", str(tmp_path / "soup")]  # fmt: skip
     assert soup.main(argv) == 0
     result = json.loads((tmp_path / "soup" / "soup.json").read_text())
-    assert set(result["arms"]) == set(soup_run.ARMS) and len(result["comparisons"]) == 3 * len(soup_run.METRICS)
+    assert set(result["arms"]) == set(soup_run.ARMS)
+    assert len(result["comparisons"]) == len(soup_run.COMPARISONS) * len(soup_run.METRICS)
     assert "outside the pretraining's upstream share" in result["downstream"]
     assert {p.name for p in (tmp_path / "soup").iterdir()} == set(soup.OUTPUT_FILES)
     assert "| shared − independent | greedy_acc |" in (tmp_path / "soup" / "soup.md").read_text()

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedpfn.analysis.plots import OKABE_ITO, legend_below, new_figure, save, styled, wrapped
+from fedpfn.analysis.plots import OKABE_ITO, legend_below, new_figure, save, styled
 from fedpfn.analysis.soup_run import ARMS
 from fedpfn.analysis.stats import mean_std
 
@@ -125,7 +125,7 @@ def _paired_panel(ax: Any, comparisons: Sequence[Mapping[str, Any]]) -> None:
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_yticks(range(len(labels)), labels)
     ax.set_ylim(len(labels) - 0.5, -0.5)
-    ax.set_xlabel("same-seed difference (pp); ◆ mean, bar 95 % CI")
+    ax.set_xlabel("same-seed difference (pp), 95 % CI")
     ax.grid(axis="y", visible=False)
 
 
@@ -144,8 +144,9 @@ def draw_figure(result: Mapping[str, Any], path: Path) -> list[Path]:
         ]
         legend_below(fig, handles)
         cfg = result["config"]
-        fig.suptitle(wrapped(f"Model soups, {cfg['dataset']} {cfg['model']}: K = {cfg['ingredients']}, "
-                             f"ρ = {cfg['anchor_ratio']:g}, {len(result['arms']['plain'])} seeds"))  # fmt: skip
+        seeds = len(result["arms"]["plain"])
+        fig.suptitle(f"Model soups, {cfg['dataset']} {cfg['model']}\n"
+                     f"K = {cfg['ingredients']} ingredients, ρ = {cfg['anchor_ratio']:g}, {seeds} seeds; test set")  # fmt: skip
         return fig
 
     return save(figure(), path)
