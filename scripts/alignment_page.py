@@ -107,37 +107,56 @@ def a_reading(plain: Paired, control: Paired, n: int) -> str:
     return f"not shown: the interval excludes P(plain) above {high} nats"
 
 
-def question_b(cells: Mapping[str, Any], regimes: list[str]) -> list[str]:
-    """Paired P comparisons where (a) found P(plain) > 0, Holm-adjusted over every one computed."""
+def b_comparisons(cells: Mapping[str, Any], regimes: list[str], key: str) -> tuple[list[Paired], list[str]]:
+    """P(shared) − P(independent) and P(shared) − P(plain) on figure `key`, in each regime with B_SEEDS seeds."""
     comparisons: list[Paired] = []
     waiting = []
     for name in regimes:
         regime = cells[name]
         shared = next(arm for arm in next(iter(regime["seeds"].values())) if arm.startswith("shared"))
-        independent = shared.replace("shared", "independent")
-        p_shared = series(regime, shared, "permutation_loss")
-        if len(p_shared) < B_SEEDS:
-            waiting.append(f"{name} ({len(p_shared)} of {B_SEEDS} seeds)")
+        ours = series(regime, shared, key)
+        if len(ours) < B_SEEDS:
+            waiting.append(f"{name} ({len(ours)} of {B_SEEDS} seeds)")
             continue
-        for base in (independent, "plain"):
-            comparisons.append(paired(f"{name}: P({shared}) − P({base})", "P",
-                                      p_shared, series(regime, base, "permutation_loss")))  # fmt: skip
-    adjust(comparisons)  # one family: every comparison here is on the metric "P"
-    tested = sum(p.p_value is not None for p in comparisons)
-    lines = [f"Holm's adjustment across the {tested} comparisons tested on this page "
-             "(a difference is resolved when p Holm < 0.05; lower is what the paper's mechanism predicts)."]  # fmt: skip
-    if comparisons:
-        lines += ["", "| comparison | mean, nats | 95 % CI | p | p Holm | seeds lower | verdict |", "|---|---|---|---|---|---|---|"]
-        for p in comparisons:
-            lower = sum(d < 0 for d in p.diffs)
-            p_text = "n/a" if p.p_value is None else f"{p.p_value:.3g}"
-            holm_text = "n/a" if p.p_holm is None else f"{p.p_holm:.3g}"
-            lines.append(f"| {p.label} | {p.mean:+.4f} | {interval_text(p)} | {p_text} | {holm_text} "
-                         f"| {lower} of {len(p.diffs)} | {verdict(p, 1.0, 'nats')} |")  # fmt: skip
+        for base in (shared.replace("shared", "independent"), "plain"):
+            comparisons.append(paired(f"{name}: {shared} − {base}", key, ours, series(regime, base, key)))
+    adjust(comparisons)  # one family per figure: every comparison here is on `key`
+    return comparisons, waiting
+
+
+def b_table(comparisons: list[Paired], scale: float, unit: str) -> list[str]:
+    """One row per comparison, in `unit` (`scale` x the figure)."""
+    lines = [f"| comparison | mean, {unit} | 95 % CI | p | p Holm | seeds lower | verdict |", "|---" * 7 + "|"]
+    for p in comparisons:
+        p_text = "n/a" if p.p_value is None else f"{p.p_value:.3g}"
+        holm_text = "n/a" if p.p_holm is None else f"{p.p_holm:.3g}"
+        ci = "n/a" if p.low is None or p.high is None else f"[{scale * p.low:+.3f}, {scale * p.high:+.3f}]"
+        lines.append(f"| {p.label} | {scale * p.mean:+.4f} | {ci} | {p_text} | {holm_text} "
+                     f"| {sum(d < 0 for d in p.diffs)} of {len(p.diffs)} | {verdict(p, scale, unit)} |")  # fmt: skip
+    return lines
+
+
+SECONDARY = (("loss_barrier", "loss barrier", 1.0, "nats"), ("matched_loss_barrier", "matched loss barrier", 1.0, "nats"),
+             ("fusion_gap", "fusion gap (mean own accuracy − the average's)", 100.0, "points"))  # fmt: skip
+
+
+def question_b(cells: Mapping[str, Any], regimes: list[str]) -> list[str]:
+    """P comparisons where (a) found P(plain) > 0 (the family, Holm over every one computed), then
+    the same comparisons on the barriers and the fusion gap (secondary, Holm within each figure)."""
+    if not regimes:
+        return ["No regime passed (a), so (b) has nothing to test here."]
+    primary, waiting = b_comparisons(cells, regimes, "permutation_loss")
+    tested = sum(p.p_value is not None for p in primary)
+    lines = [f"P, in nats. Holm's adjustment across the {tested} comparisons tested (a difference is resolved "
+             "when p Holm < 0.05; lower is what the paper's mechanism predicts)."]  # fmt: skip
+    if primary:
+        lines += ["", *b_table(primary, 1.0, "nats")]
     if waiting:
         lines += ["", f"Not yet answered, for want of seeds: {', '.join(waiting)}."]
-    if not regimes:
-        lines += ["", "No regime passed (a), so (b) has nothing to test here."]
+    for key, title, scale, unit in SECONDARY:
+        secondary, _ = b_comparisons(cells, regimes, key)
+        if secondary:
+            lines += ["", f"Secondary, {title} (Holm within this table):", "", *b_table(secondary, scale, unit)]
     return lines
 
 
