@@ -28,13 +28,12 @@ from typing import Any
 import numpy as np
 from drift_reading import ACC_BARRIER, ALIGNMENT, REPORTS, results
 from drift_study import ALPHAS, ARMS, ROOT, SEEDS, Study
-from one_line import Parser
 
 from fedpfn.analysis.render import rewrite_tables
 from fedpfn.analysis.report import main as report_main
 from fedpfn.analysis.stats import Paired, adjust, paired
 from fedpfn.core.files import METRICS, SUMMARY, read_json, read_jsonl
-from fedpfn.core.settings import ConfigError
+from fedpfn.core.settings import ConfigError, OneLineParser
 
 PAGE = ROOT / "docs" / "results.md"
 FIGURES = ROOT / "docs" / "study"
@@ -185,7 +184,7 @@ def write_stored(model: str, page: Path = PAGE, figures: Path = FIGURES) -> None
 
 
 def cli(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="drift_page.py", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="drift_page.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="mlp", choices=MODELS, help="the study's model: mlp (this machine's "
                         "version) or cnn (the full design)")  # fmt: skip
     parser.add_argument("--stored", action="store_true", help="from docs/study/drift-<model>-* alone, not the runs")

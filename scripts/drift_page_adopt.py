@@ -24,8 +24,9 @@ import sys
 from drift_page import FIGURES, MODELS, SIGNED_MARK, page_data, shown
 from drift_reading import ALIGNMENT, NAMES, scale_of
 from drift_study import ALPHAS, ROOT, SEEDS
-from one_line import Parser
 from scipy import stats
+
+from fedpfn.core.settings import OneLineParser
 
 ARM_OF = {name: arm for arm, name in NAMES.items()}
 ROW = re.compile(r"^\| (α=\S+ \w+: FedPFN − [^|]+?) \| (\S+) \| \[(\S+), (\S+)\] \| (\S+) \| (\S+) \| (\d+) of (\d+) \| (.+) \|$")
@@ -98,7 +99,7 @@ def adopt(commit: str, model: str) -> dict:
 
 
 def cli(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="drift_page_adopt.py", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="drift_page_adopt.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("commit", help="the commit whose docs/results.md drift_page.py wrote from the runs")
     parser.add_argument("--model", default="mlp", choices=MODELS)
     args = parser.parse_args(argv)

@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from fedpfn.core.files import CONFIG, METRICS, SUMMARY  # noqa: E402
-from one_line import Parser  # noqa: E402
+from fedpfn.core.settings import OneLineParser  # noqa: E402
 
 RUNS = ROOT / "runs" / "study"
 PYTHON = sys.executable
@@ -175,7 +175,7 @@ def report() -> None:
 
 
 def cli(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="study.py", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="study.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("phase", choices=[*PHASES, "report", "all"])
     args = parser.parse_args(argv)
     for name, phase in PHASES.items():

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
 
 from fedpfn.core.files import CONFIG, SUMMARY  # noqa: E402
-from one_line import Parser  # noqa: E402
+from fedpfn.core.settings import OneLineParser  # noqa: E402
 from study import ALGORITHMS, ALPHAS, LR_GRID, RATIOS, SERVER_ALPHA, SERVER_GRID, _score  # noqa: E402
 
 
@@ -278,7 +278,7 @@ POINTERS = [
 
 def parse_runs(argv: list[str] | None = None) -> Path:
     """The study's run folder: RUNS as given (it must be a folder), else runs/study (which may be absent)."""
-    parser = Parser(prog="study_report.py", description=(__doc__ or "").split("\n\n")[0])
+    parser = OneLineParser(prog="study_report.py", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("runs", nargs="?", metavar="RUNS", help="the study's runs (default: runs/study, "
                         "scripts/study.py's); the page is left as it is where they lack a section it reports")  # fmt: skip
     given = parser.parse_args(argv).runs
