@@ -75,6 +75,7 @@ DEVICES = ("auto", "cpu", "cuda")
 
 MAX_POINTS = 101  # a curve's points; each is a full evaluation, so the count is bounded
 MAX_START_EPOCHS = 1000
+LMC_MODELS = tuple(m for m in MODELS if m != "vit_tiny28")  # weight matching (permspec) has no ViT
 MAX_MODELS = 64  # K models mean K (K - 1) / 2 matched pairs
 
 
@@ -116,7 +117,7 @@ class LmcConfig:
     """Every setting of one analysis; saved as the `config` of lmc.json."""
 
     dataset: str = setting("fmnist", f"one of {', '.join(DATASETS)}", one_of(DATASETS))
-    model: str = setting("mlp", f"one of {', '.join(MODELS)}", one_of(MODELS))
+    model: str = setting("mlp", f"one of {', '.join(LMC_MODELS)}", one_of(LMC_MODELS))
     width: int = setting(0, "the mlp's hidden width (0: its own, 200)", between(0, 1 << 14))
     arms: tuple[str, ...] = setting(
         ARM_KINDS,
