@@ -66,14 +66,15 @@ def above_zero(p: Paired) -> bool:
     return p.low is not None and p.low > 0
 
 
-def question_a(cells: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-    """The (a) table and the regimes where P(plain) > 0 with a positive control that moved."""
+def question_a(cells: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
+    """The (a) table, the regimes where P(plain) > 0 with a positive control that moved, and a
+    sentence per regime for the page's summary."""
     lines = [
         "| regime | seeds | P(plain), nats | 95 % CI | sign test p | units moved (plain) | loss barrier (plain) "
         "| matched barrier (plain) | P(diff-init): the positive control | reading |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    found = []
+    found, said = [], []
     for name, regime in cells.items():
         plain = paired("P(plain)", "P", series(regime, "plain", "permutation_loss"),
                        dict.fromkeys(series(regime, "plain", "permutation_loss"), 0.0))  # fmt: skip
@@ -86,13 +87,15 @@ def question_a(cells: Mapping[str, Any]) -> tuple[list[str], list[str]]:
         if reading.startswith("P(plain) > 0"):
             found.append(name)
         sign = sign_test(plain.diffs)
+        said.append(f"{name}: P(plain) {plain.mean:+.3f} nats, 95 % CI {interval_text(plain)} over "
+                    f"{len(plain.seeds)} seeds; positive control {control.mean:+.3f}; {reading}.")  # fmt: skip
         lines.append(
             f"| {name} | {len(plain.seeds)} | {plain.mean:+.3f} | {interval_text(plain)} "
             f"| {'n/a' if sign is None else f'{sign:.3g}'} | {100 * sum(moved) / len(moved):.1f} % "
             f"| {sum(barrier) / len(barrier):+.3f} | {sum(matched) / len(matched):+.3f} "
             f"| {control.mean:+.3f} {interval_text(control)} | {reading} |"
         )
-    return lines, found
+    return lines, found, said
 
 
 def a_reading(plain: Paired, control: Paired, n: int) -> str:
@@ -189,6 +192,10 @@ Written by `python scripts/alignment_page.py` from the cells of `python scripts/
 (their figures are kept in `docs/alignment/cells.json`; `--stored` writes the page from them alone).
 Do not edit by hand. This page supersedes docs/lmc.md, whose loss barriers were clamped at 0.
 
+## In short (computed from the cells)
+
+{summary}
+
 ## The instrument, and how it was shown to move
 
 Between two models A and B (`fedpfn/analysis/fusion.py`):
@@ -253,8 +260,12 @@ python scripts/alignment_page.py                             # this page
 
 
 def write_page(cells: Mapping[str, Any]) -> str:
-    table_a, found = question_a(cells)
+    table_a, found, said = question_a(cells)
+    primary, _ = b_comparisons(cells, found, "permutation_loss")
+    said += [f"{p.label}: P {p.mean:+.4f} nats, 95 % CI {interval_text(p)}, p Holm "
+             f"{'n/a' if p.p_holm is None else f'{p.p_holm:.2g}'}: {verdict(p, 1.0, 'nats')}." for p in primary]  # fmt: skip
     return INTRO.format(
+        summary="\n".join(f"- {line}" for line in said),
         common=" ".join(COMMON), regimes="\n".join(regimes_table(cells)), a_seeds=A_SEEDS, b_seeds=B_SEEDS,
         table_a="\n".join(table_a), table_b="\n".join(question_b(cells, found)),
         table_arms="\n".join(arms_table(cells)),
