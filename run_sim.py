@@ -236,7 +236,7 @@ def config_from_args(args: dict[str, Any]) -> RunConfig:
 
 
 def given_names(values: dict[str, Any]) -> set[str]:
-    """The settings named in `values`: a given one that the run would not use is refused, even at its default."""
+    """The settings named in `values`: one given that the run would not use is refused, at its default too."""
     return {str(key).replace("-", "_") for key in values}
 
 

@@ -51,7 +51,7 @@ def config_values(config: Path) -> dict[str, Any]:
     if not isinstance(values, dict):
         raise ConfigError(f"--config: '{config}' is not a run's config.json (not a JSON object)")
     values.pop(PROVENANCE, None)
-    if ":" in str(values.get("server", "")):  # a run folder names no code that runs; a partition needs no server
+    if ":" in str(values.get("server", "")):  # a run folder names no code to run; a partition needs no server
         values = {k: v for k, v in values.items() if k not in ("server", "server_args")}
     return values
 
@@ -85,7 +85,7 @@ def target(text: str) -> tuple[int, Path]:
 
 
 def check_targets(targets: list[tuple[int, Path]], num_clients: int) -> None:
-    """Every --to names a partition that exists, once, and a folder (or none yet), each once: before anything is read."""
+    """Every --to names a partition that exists and a folder (or none yet), each once: checked before any read."""
     for number, (index, folder) in enumerate(targets):
         if not 0 <= index < num_clients:
             raise ConfigError(f"--to: partition {index} does not exist: num-clients is {num_clients}")
@@ -95,7 +95,7 @@ def check_targets(targets: list[tuple[int, Path]], num_clients: int) -> None:
             raise ConfigError(f"--to: {folder} is given twice; give each partition a folder of its own")
         existing = next(p for p in (folder, *folder.parents) if p.exists())
         if not existing.is_dir():
-            raise ConfigError(f"--to: {existing} is a file, not a folder; give a folder for partition {index}")
+            raise ConfigError(f"--to: {existing} is a file, not a folder; give partition {index} a folder")
 
 
 def main() -> None:
@@ -113,7 +113,8 @@ def main() -> None:
             meta = write_partition(cfg, partition_id, folder)
             print(f"partition {partition_id}: {meta['num_examples']} examples -> {folder}")
     except (ConfigError, DataError, PartitionDataError, OSError) as err:
-        text = f"cannot write {err.filename} ({err.strerror})" if isinstance(err, OSError) and err.strerror else str(err)
+        written = isinstance(err, OSError) and err.strerror
+        text = f"cannot write {err.filename} ({err.strerror})" if written else str(err)
         for line in text.splitlines() or [type(err).__name__]:
             print(f"export_partition.py: {line}", file=sys.stderr)
         sys.exit(2 if isinstance(err, ConfigError) else 1)  # bad input exits 2, like run_sim.py

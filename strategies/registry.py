@@ -156,7 +156,8 @@ def _user_kwargs(text: str | None) -> dict[str, Any]:
     if not text:
         return {}
     try:
-        kwargs = parse_json(text, f"'{text[:40]}{'...' if len(text) > 40 else ''}'")  # nesting bounded: 30,000 brackets deep is no argument
+        # nesting bounded: 30,000 brackets deep is no argument (json.loads would hit its recursion limit)
+        kwargs = parse_json(text, f"'{text[:40]}{'...' if len(text) > 40 else ''}'")
     except DamagedFile as err:
         raise ConfigError(f"server_args: {err}") from None
     if not isinstance(kwargs, dict):

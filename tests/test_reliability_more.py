@@ -85,6 +85,9 @@ def test_a_run_folder_never_names_code_that_runs(tmp_path, capsys, monkeypatch, 
     expected = f"resume: the run's server is the class '{server}', which only its config.json names"
     scene.refused(capsys, monkeypatch, "--resume", str(scene.folder.path), "--rounds", "2", expected=expected)
     assert "Zen of Python" not in capsys.readouterr().out
+    if checkpoint == "deleted":  # given again, it must be the run's class
+        expected = f"made with other settings (server: fedavg != {server})"
+        scene.refused(capsys, monkeypatch, "--resume", str(scene.folder.path), "--server", "fedavg", expected=expected)
 
 
 def test_compare_reports_export_and_flwr_run_never_import_what_a_folder_names(tmp_path, capsys, monkeypatch):

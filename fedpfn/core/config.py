@@ -304,7 +304,7 @@ RELATIONS: list[tuple[tuple[str, ...], Callable[[RunConfig], str | None]]] = [
     (
         ("alignment_clients", "clients_per_round", "alignment_every"),
         lambda c: c.alignment_every > 0
-        and _at_most("alignment_clients", "clients_per_round", ": a measurement compares one round's clients")(c),
+        and _at_most("alignment_clients", "clients_per_round", ": a measurement compares a round's clients")(c),
     ),
 ]
 # settings a run uses only with others: (whether this run uses it, what the refusal says)
@@ -315,7 +315,7 @@ USED_ONLY_IF: dict[str, tuple[Callable[[RunConfig], bool], str]] = {
     "alignment_samples": (lambda c: c.alignment_every > 0, "only --alignment-every K (K > 0) uses it"),
     "client_cpus": (
         lambda c: c.engine == "ray" or c.engine_mode == "loop",
-        "the batched engine uses it only with --engine-mode loop (threads per client); --engine ray reserves it",
+        "the batched engine uses it only with --engine-mode loop (threads a client); --engine ray reserves it",
     ),
     "engine_mode": (lambda c: c.engine == "batched", "only --engine batched uses it"),
     "engine_workers": (lambda c: c.engine == "batched", "only --engine batched uses it"),

@@ -417,9 +417,10 @@ def _read_cifar_batch(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarra
         # before numpy copies them: a list referenced 50,000 times costs the file a few bytes each
         if not isinstance(data, np.ndarray):
             raise TypeError(f"'data' is a {type(data).__name__}, not an array")
-        whole = labels.dtype.kind in "iu" if isinstance(labels, np.ndarray) else isinstance(labels, list) and all(
-            type(label) is int for label in labels
-        )
+        if isinstance(labels, np.ndarray):
+            whole = labels.dtype.kind in "iu"
+        else:
+            whole = isinstance(labels, list) and all(type(label) is int for label in labels)
         if not whole:
             raise TypeError(f"'{label_key}' is not a list of whole numbers")
         labels = np.asarray(labels, dtype=np.int64)

@@ -140,7 +140,7 @@ def append_text(path: Path, text: str) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
         if os.fstat(fd).st_nlink > 1:
             os.close(fd)
-            raise OSError(errno.EMLINK, "it has another name (a hard link), which fedpfn never writes", str(path))
+            raise OSError(errno.EMLINK, "it has another name (a hard link): fedpfn never writes one", str(path))
         with os.fdopen(fd, "a") as fh:
             fh.write(text)
             fh.flush()

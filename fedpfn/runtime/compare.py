@@ -108,7 +108,9 @@ def comparison_configs(
     return configs
 
 
-def unused_settings(base: RunConfig, configs: Sequence[RunConfig], given: set[str] | None = None) -> list[str]:
+def unused_settings(
+    base: RunConfig, configs: Sequence[RunConfig], given: set[str] | None = None
+) -> list[str]:
     """A hyperparameter that no compared algorithm uses would be dropped without a word."""
     used = {key for cfg in configs for key in cfg.hparams}
     defaults = {name: f.default for name, f in hparam_fields().items()}

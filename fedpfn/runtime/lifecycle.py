@@ -62,8 +62,8 @@ def check_strategy_state(cfg: RunConfig, folder: RunFolder, state: dict[str, Any
         strategy.load_state(state)
     except Exception as err:  # noqa: BLE001  (a strategy's load_state, the user's too, may raise anything)
         raise RunFolderError(
-            f"{folder.path / CHECKPOINT} is damaged (its strategy state: {type(err).__name__} {str(err)[:80]}); "
-            "the run cannot be resumed"
+            f"{folder.path / CHECKPOINT} is damaged (its strategy state: {type(err).__name__} "
+            f"{str(err)[:80]}); the run cannot be resumed"
         ) from None
 
 

@@ -310,7 +310,7 @@ class RunFolder:
         linked, special = self.odd_entries()
         for names, what, why in (
             (self.links(), "symbolic links", "writes or deletes through a link in a run folder"),
-            (linked, "hard links (files with another name)", "writes a file that has a name outside the folder"),
+            (linked, "hard links (files with another name)", "writes a file with a name outside the folder"),
             (special, "entries that are not regular files", "reads a FIFO, socket or device in a run folder"),
         ):
             if names:
@@ -335,7 +335,9 @@ class RunFolder:
         if path.exists() and not path.is_dir():
             raise RunFolderError(f"out: '{path}' is a file; give a folder")
         if (system := system_folder(path)) is not None:
-            raise RunFolderError(f"out: '{path}' lies in {system}, the system's, not a place for a run; give another folder")
+            raise RunFolderError(
+                f"out: '{path}' lies in {system}, the system's, not a place for a run; give another folder"
+            )
         existing = next((p for p in (path, *path.parents) if p.exists()), None)
         if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
             raise RunFolderError(f"out: '{path}' cannot be written (no write permission on '{existing}')")

@@ -279,14 +279,14 @@ def check_folder_choices(stored: RunConfig, overrides: dict[str, Any]) -> None:
     download into a folder of its naming (only when `--download` is given again)."""
     if ":" in stored.server and "server" not in overrides:
         raise ConfigError(
-            f"resume: the run's server is the class '{stored.server}', which only its config.json names; "
-            f"fedpfn imports code a command names, never a file: pass --server {shlex.quote(stored.server)} to resume it"
+            f"resume: the run's server is the class '{stored.server}', which only its config.json names; fedpfn "
+            f"imports code a command names, never a file: pass --server {shlex.quote(stored.server)} to resume it"
         )
     missing = find_data_problem(stored.dataset, stored.data_root, download=False)
     if stored.download and missing and "download" not in overrides:
         raise ConfigError(
-            f"resume: {missing.split(';')[0]}, and only the run's config.json asks to download it there; a file never "
-            "decides what is downloaded where: pass --download to allow it"
+            f"resume: {missing.split(';')[0]}, and only the run's config.json asks to download it there; a file "
+            "never decides what is downloaded where: pass --download to allow it"
         )
 
 
