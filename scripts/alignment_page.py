@@ -25,6 +25,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from fedpfn.analysis.lmc_run import mean_std  # noqa: E402
 from fedpfn.analysis.render import verdict  # noqa: E402
 from fedpfn.analysis.stats import Paired, adjust, paired, sign_test  # noqa: E402
 from fedpfn.core.files import atomic_write_bytes  # noqa: E402
@@ -173,10 +174,8 @@ def arms_table(cells: Mapping[str, Any]) -> list[str]:
         for arm in next(iter(regime["seeds"].values())):
             cells_text = []
             for _, key, scale in shown:
-                values = [scale * v for v in series(regime, arm, key).values()]
-                mean = sum(values) / len(values)
-                std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
-                cells_text.append(f"{mean:+.3f} ± {std:.3f}")
+                spread = mean_std([scale * v for v in series(regime, arm, key).values()])
+                cells_text.append(f"{spread['mean']:+.3f} ± {spread['std']:.3f}")
             lines.append(f"| {name} | {arm} | {len(series(regime, arm, 'loss_barrier'))} | " + " | ".join(cells_text) + " |")
     return lines
 
