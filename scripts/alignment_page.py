@@ -53,6 +53,13 @@ def collect() -> dict[str, Any]:
     return cells
 
 
+def arms_of(regime: Mapping[str, Any]) -> list[str]:
+    """The regime's arms in the gate's order: plain, shared, independent, diff-init (JSON keeps no order)."""
+    kinds = ("plain", "shared", "independent", "diff-init")
+    names = next(iter(regime["seeds"].values()))
+    return sorted(names, key=lambda name: (next(i for i, k in enumerate(kinds) if name.startswith(k)), name))
+
+
 def series(regime: Mapping[str, Any], arm: str, key: str) -> dict[int, float]:
     return {int(seed): arms[arm][key] for seed, arms in regime["seeds"].items() if arm in arms}
 
@@ -117,7 +124,7 @@ def b_comparisons(cells: Mapping[str, Any], regimes: list[str], key: str) -> tup
     waiting = []
     for name in regimes:
         regime = cells[name]
-        shared = next(arm for arm in next(iter(regime["seeds"].values())) if arm.startswith("shared"))
+        shared = next(arm for arm in arms_of(regime) if arm.startswith("shared"))
         ours = series(regime, shared, key)
         if len(ours) < B_SEEDS:
             waiting.append(f"{name} ({len(ours)} of {B_SEEDS} seeds)")
@@ -171,7 +178,7 @@ def arms_table(cells: Mapping[str, Any]) -> list[str]:
              ("units moved, %", "moved_fraction", 100), ("fusion gap, points", "fusion_gap", 100))  # fmt: skip
     lines = ["| regime | arm | seeds | " + " | ".join(h for h, _, _ in shown) + " |", "|---" * (len(shown) + 3) + "|"]
     for name, regime in cells.items():
-        for arm in next(iter(regime["seeds"].values())):
+        for arm in arms_of(regime):
             cells_text = []
             for _, key, scale in shown:
                 spread = mean_std([scale * v for v in series(regime, arm, key).values()])
