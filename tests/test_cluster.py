@@ -119,7 +119,7 @@ def test_actors_go_one_per_gpu_else_one_per_node_with_its_cpus():
     "found, settings, message",
     [
         (((1, 0), (1, 0)), {"client_gpus": 1.0}, "client_gpus: 1 asks for a GPU, but the cluster has 2 node(s): "
-         + "10.0.0.0 (1 CPU, 0 GPU), 10.0.0.1 (1 CPU, 0 GPU)"),
+         + "10.0.0.0 node n0 (1 CPU, 0 GPU), 10.0.0.1 node n1 (1 CPU, 0 GPU)"),
         (((1, 0), (1, 0)), {"engine_workers": 3}, "engine_workers: 3 actors need a CPU each, but the cluster has 2 node(s)"),
         (((4, 1),), {"engine_workers": 2}, "engine_workers: 2 actors need a GPU each, but the cluster has 1 node(s)"),
         (((0, 0),), {}, "the batched engine's actors need a CPU each, but the cluster has 1 node(s)"),

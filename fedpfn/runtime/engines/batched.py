@@ -91,7 +91,7 @@ def describe(cfg: RunConfig) -> str:
     if uses_ray(cfg):
         slots = batched_slots(cfg)
         where = f"the Ray cluster at {cfg.ray_address}" if cfg.ray_address else "Ray on this machine"
-        each = ", ".join(f"{s.node.address} {s.cpus} CPU" + (f" + {s.gpus} GPU" if s.gpus else "") for s in slots)
+        each = ", ".join(f"{s.node.name} {s.cpus} CPU" + (f" + {s.gpus} GPU" if s.gpus else "") for s in slots)
         return f"batched engine on {where}: a round's clients split over {len(slots)} actor(s) ({each}), each running the batched program"
     device = device_of(cfg)
     mode = mode_of(cfg, device)

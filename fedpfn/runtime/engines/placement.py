@@ -67,8 +67,13 @@ class Node:
     cpus: int
     gpus: int
 
+    @property
+    def name(self) -> str:
+        """The address, with the start of Ray's node id (nodes may share an address)."""
+        return self.address if self.node_id is None else f"{self.address} node {self.node_id[:8]}"
+
     def __str__(self) -> str:
-        return f"{self.address} ({self.cpus} CPU, {self.gpus} GPU)"
+        return f"{self.name} ({self.cpus} CPU, {self.gpus} GPU)"
 
 
 @dataclass(frozen=True)
