@@ -2,7 +2,7 @@
 a refusal as one line each with exit 2, an output folder checked before any work, files
 written whole.
 
-The pretrain and soup commands use these; a command declares its settings as a dataclass of
+The lmc, pretrain and soup commands use these; a command declares its settings as a dataclass of
 `fedpfn.core.settings.setting(...)` fields and names the files it writes.
 """
 
@@ -33,7 +33,7 @@ def build_parser(prog: str, doc: str | None, settings: type, writes: str) -> Par
     """`--out DIR`, `--overwrite` and one flag per declared setting (defaults left unset)."""
     parser = Parser(prog=prog, description=(doc or "").split("\n\n")[0], argument_default=argparse.SUPPRESS)
     parser.add_argument(
-        "--out", metavar="DIR", required=True, help=f"folder for {writes}, created if missing"
+        "--out", metavar="DIR", required=True, help=f"folder for {writes}, created if missing (required)"
     )
     parser.add_argument("--overwrite", action="store_true", help=f"replace {writes} already in --out")
     add_flags(parser, settings)

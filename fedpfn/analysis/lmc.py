@@ -22,15 +22,17 @@ import argparse
 import re
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 
+from fedpfn.analysis import command
+from fedpfn.analysis.command import output_problems, read_settings
 from fedpfn.analysis.fusion import WHERE, EvalData, Scope
-from fedpfn.analysis.lmc_render import markdown_table, output_problems, write_outputs
+from fedpfn.analysis.lmc_render import OUTPUT_FILES, markdown_table, write_outputs
 from fedpfn.analysis.lmc_run import (
     ARM_KINDS,
     SPLITS,
@@ -55,16 +57,11 @@ from fedpfn.core.data import DATASETS, DataError, find_data_problem, load_datase
 from fedpfn.core.models import MODELS
 from fedpfn.core.seeding import MAX_SEED
 from fedpfn.core.settings import (
-    ConfigError,
     above,
-    add_flags,
     at_least,
     between,
     each,
-    field_map,
     one_of,
-    parse_values,
-    problems,
     setting,
     shown_default,
 )
@@ -173,20 +170,8 @@ class LmcConfig:
 
 
 def read_config(values: Mapping[str, Any]) -> tuple[LmcConfig, list[str]]:
-    """The config from loosely typed values, and every problem with them: bad text and failed checks.
-
-    A value that cannot be read keeps its default, so the other values are still checked.
-    """
-    fields = field_map(LmcConfig)
-    parsed: dict[str, Any] = {}
-    found: list[str] = []
-    for key, value in values.items():
-        try:
-            parsed.update(parse_values(fields, {key: value}))
-        except ConfigError as err:
-            found.append(str(err))
-    cfg = LmcConfig(**parsed)
-    return cfg, found + problems(cfg)
+    """The config from loosely typed values, and every problem with them (`command.read_settings`)."""
+    return read_settings(LmcConfig, values)
 
 
 def relation_problems(cfg: LmcConfig) -> list[str]:
@@ -321,36 +306,8 @@ def run_lmc(cfg: LmcConfig, prepared: Prepared, log: Callable[[str], None] = pri
 # --------------------------------------------------------------------------- command line
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"error: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="python -m fedpfn.analysis.lmc",
-        description=(__doc__ or "").split("\n\n")[0],
-        argument_default=argparse.SUPPRESS,
-    )
-    parser.add_argument(
-        "--out",
-        metavar="DIR",
-        required=True,
-        help="folder for lmc.json and lmc.png, created if missing (required)",
-    )
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace lmc.json and lmc.png already in --out; nothing else there is touched",
-    )
-    add_flags(parser, LmcConfig)
-    return parser
-
-
-def fail(lines: Sequence[str]) -> int:
-    for line in lines:
-        print(f"error: {line}", file=sys.stderr)
-    return 2
+    return command.build_parser("python -m fedpfn.analysis.lmc", __doc__, LmcConfig, ", ".join(OUTPUT_FILES))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -358,15 +315,15 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.pop("out")).expanduser()
     overwrite = bool(args.pop("overwrite", False))
     cfg, found = read_config(args)
-    found += unused_problems(cfg, set(args)) + relation_problems(cfg) + output_problems(out, overwrite)
+    found += unused_problems(cfg, set(args)) + relation_problems(cfg) + output_problems(out, overwrite, OUTPUT_FILES)
     if found:
-        return fail(found)
+        return command.fail(found)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     try:
         prepared = prepare(cfg)
     except (DataError, ValueError) as err:
-        return fail(str(err).splitlines())
+        return command.fail(str(err).splitlines())
     result = run_lmc(cfg, prepared, log=lambda line: print(line, flush=True))
     write_outputs(out, result)
     print(markdown_table(result))

@@ -7,42 +7,13 @@ figures were measured (test set, each model's own held-out data, or a pair's uni
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedpfn.core.files import atomic_write_bytes
+from fedpfn.analysis.command import write_files
 
 OUTPUT_FILES = ("lmc.json", "lmc.png", "lmc.pdf")  # all the tool writes into --out; nothing else is touched
-
-
-def _nearest_existing(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
-def output_problems(out: Path, overwrite: bool) -> list[str]:
-    """Why the results could not be written to `out`, found before any training."""
-    if str(out) in ("", "."):
-        return ["out: give the folder to write lmc.json and lmc.png into"]
-    if out.exists() and not out.is_dir():
-        return [f"out: {out} is a file; give a folder (created if missing)"]
-    base = _nearest_existing(out)
-    if not base.is_dir():
-        return [f"out: {base} is a file, so {out} cannot be created"]
-    if not os.access(base, os.W_OK | os.X_OK):
-        return [f"out: {base} is not writable; give a folder you can write to"]
-    earlier = [name for name in OUTPUT_FILES if (out / name).exists() or (out / name).is_symlink()]
-    if any(not (out / name).is_file() for name in earlier):
-        return [f"out: {out} holds {', '.join(earlier)} that are not plain files; give another folder"]
-    if earlier and not overwrite:
-        ours = ", ".join(OUTPUT_FILES)
-        advice = f"add --overwrite to replace {ours} (nothing else in it is touched), or give another folder"
-        return [f"out: {out} already holds {', '.join(earlier)}; {advice}"]
-    return []
 
 
 COLUMNS = (  # (header, key, scale, decimals)
@@ -152,11 +123,5 @@ def plot_curves(result: Mapping[str, Any], path: Path) -> list[Path]:
 def write_outputs(out: Path, result: Mapping[str, Any]) -> None:
     """Write lmc.json and the figure (drawn in a private folder first, then moved in); each file
     is replaced whole, never written through a link, and nothing else in `out` is touched."""
-    out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="fedpfn-lmc-") as staging:
-        plot_curves(result, Path(staging) / "lmc.png")
-        atomic_write_bytes(out / "lmc.json", (json.dumps(result, indent=1) + "\n").encode())
-        for figure in sorted(Path(staging).iterdir()):
-            if figure.name in OUTPUT_FILES:  # what the command says it writes, nothing more
-                atomic_write_bytes(out / figure.name, figure.read_bytes())
-
+    write_files(out, {"lmc.json": (json.dumps(result, indent=1) + "\n").encode()},
+                lambda staging: plot_curves(result, staging / "lmc.png"))  # fmt: skip
