@@ -58,9 +58,21 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 
 
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _r_values(rows: list[dict[str, Any]]) -> list[float]:
+    """The run's measured R, in round order (None: the clients gained nothing locally that round)."""
+    return [r["align_retained_fraction"] for r in rows if r.get("align_retained_fraction") is not None]
+
+
 FIGURES: dict[str, Callable[[list[dict[str, Any]]], float]] = {
-    "mean R": lambda rows: _mean([r["align_retained_fraction"] for r in rows if r.get("align_retained_fraction") is not None]),
-    "early R": lambda rows: _mean([r["align_retained_fraction"] for r in rows if "align_retained_fraction" in r][:EARLY]),
+    "median R": lambda rows: _median(_r_values(rows)),
+    "mean R": lambda rows: _mean(_r_values(rows)),
+    "early R": lambda rows: _mean(_r_values(rows)[:EARLY]),
     "mean P (nats)": lambda rows: _mean([r["align_permutation_loss"] for r in rows if "align_permutation_loss" in r]),
     "accuracy (points)": lambda rows: 100 * _mean([r["test_accuracy"] for r in rows if r.get("test_accuracy") is not None][-LAST:]),
 }  # fmt: skip
@@ -83,11 +95,11 @@ def figures() -> dict[str, dict[str, dict[int, float]]]:
 def comparisons(table: dict[str, dict[str, dict[int, float]]]) -> tuple[list[Paired], list[Paired]]:
     """The primary family (FedPFN against FedAvg and the control on mean R) and the secondary ones."""
     pairs = (("fedpfn", "fedavg"), ("fedpfn", "fedpfn-client"))
-    primary = [paired(f"FedPFN − {base}", "primary", table["mean R"][a], table["mean R"][base]) for a, base in pairs]
+    primary = [paired(f"FedPFN − {base}", "primary", table["median R"][a], table["median R"][base]) for a, base in pairs]
     secondary = []
     for name, by_arm in table.items():
         more = (*pairs, ("fedpfn-fixed", "fedpfn"), ("fedpfn-client", "fedavg"))
-        for arm, base in more if name != "mean R" else more[2:]:
+        for arm, base in more if name != "median R" else more[2:]:
             secondary.append(paired(f"{name}: {arm} − {base}", name, by_arm[arm], by_arm[base]))
     adjust(primary)
     adjust(secondary)
@@ -109,7 +121,7 @@ def table_lines(rows: list[Paired], scale_of: Callable[[Paired], tuple[float, st
 
 
 def results(table: dict[str, dict[str, dict[int, float]]]) -> str:
-    finished = {arm: len(table["mean R"][arm]) for arm in ARMS}
+    finished = {arm: len(table["median R"][arm]) for arm in ARMS}
     if min(finished.values()) < len(SEEDS):
         return f"## Results\n\nNot finished: seeds per arm {finished} of {len(SEEDS)}.\n"
     primary, secondary = comparisons(table)
@@ -120,7 +132,7 @@ def results(table: dict[str, dict[str, dict[int, float]]]) -> str:
     return "\n".join([
         "## Results", "", f"Written by `python scripts/alignment_federated.py page` from {len(ARMS) * len(SEEDS)} runs "
         "under runs/alignment-fl/. Means over seeds:", "", *means, "",
-        f"### Primary family: mean R (Holm across the {sum(p.p_value is not None for p in primary)} tested)", "",
+        f"### Primary family: median R (Holm across the {sum(p.p_value is not None for p in primary)} tested)", "",
         *table_lines(primary, lambda p: (1.0, "")), "", "### Secondary (exploratory; Holm within each figure)", "",
         *table_lines(secondary, unit), "",
     ])  # fmt: skip
