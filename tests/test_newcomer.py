@@ -265,6 +265,13 @@ def check(copy: Path, command: str, monkeypatch) -> None:
                 done = shell(copy, f".venv/bin/python scripts/drift_page.py --model {model}")
                 assert done.returncode == 1 and "main runs are not finished" in done.stderr, done.stderr
                 assert (copy / "docs/results.md").read_bytes() == (ROOT / "docs/results.md").read_bytes()
+            case ["nice", "-n", _, "python", "scripts/alignment_sweep.py", "--seeds", seeds]:
+                done = shell(copy, ".venv/bin/python scripts/alignment_sweep.py --help")  # the cells take hours
+                assert done.returncode == 0 and "--seeds" in done.stdout and "-" in seeds, done.stdout
+            case ["python", "scripts/alignment_page.py"]:
+                done = shell(copy, ".venv/bin/python scripts/alignment_page.py")  # no cells in a fresh copy
+                assert done.returncode == 2 and "no finished cell" in done.stderr, done.stderr
+                assert (copy / "docs/alignment.md").read_bytes() == (ROOT / "docs/alignment.md").read_bytes()
             case ["flwr", "run", ".", *args]:
                 check_flwr_run(copy, [".", *args])
             case ["flwr", "ls"]:
