@@ -9,14 +9,16 @@ The plan by default: with a GPU, the MLP, the CNN and ResNet-20 at 10, 100 and 1
 a round; on the CPU at 10 and 100. Every client holds `--samples` images of Fashion-MNIST
 (default 600; iid; the federation has max(per-round, 60,000 / samples) clients, the dataset
 repeated where it has too few), trains one epoch, batch 50, SGD with momentum; FedPFN anchors
-40 % of the weights. The global model is evaluated in the last round only, so steady rounds
-time training and aggregation.
+40 % of the weights. No timed round evaluates the global model: the engines evaluate only in
+the last of their `--rounds`, which is never run (the run is stopped once the round before
+is written; an evaluation of the test set cost 30 s of a CNN run on the busy 2 cores), and the
+plain loop evaluates none. So the timed rounds are training and aggregation.
 
 Built for a shared machine, where another process may take a core at any moment:
 - the baseline is the best of two plain loops (benchmarks/plain.py: a textbook torch.optim
   loop, one client after another, FedAvg by examples, in this process), one with 1 torch
   thread and one with all of them: a 2-thread loop collapses when another process takes a core;
-- every figure is of steady rounds only (round 1, with start-up, is left out);
+- every figure is of steady rounds only, 2..n-1 (round 1, with start-up, is left out);
 - the contenders' repeats are interleaved (plain/1, plain/all, ray, batched, plain/1, ...), so
   a burst of load hits them alike, and each figure is the median of `--repeats` runs with
   its spread (min..max);
@@ -24,7 +26,7 @@ Built for a shared machine, where another process may take a core at any moment:
 
 Each engine runs as `run_sim.py` in a process of its own, from launch: `launch -> round 1`
 is the wall time until round 1's metrics row is written, `start-up` the part of it before
-round 1 began; `updates/s` is clients a round over the median round time of rounds 2..n.
+round 1 began; `updates/s` is clients a round over the median round time of rounds 2..n-1.
 Memory: the peak resident set of the engine's process tree; on a GPU also nvidia-smi's peak.
 """
 
@@ -34,6 +36,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -93,7 +96,12 @@ class Measured:
 
 
 def engine_run(case: Case, engine: str, rounds: int, out: Path) -> Measured:
-    """One run_sim.py process of `engine`, timed from launch, its process tree's memory sampled."""
+    """One run_sim.py process of `engine`, timed from launch, its process tree's memory sampled.
+
+    The run is set to `rounds` rounds and stopped (SIGTERM, as Ctrl-C would) once round
+    `rounds - 1` is written: the last round evaluates the global model, and on a busy CPU
+    that evaluation costs more than the rounds timed, so it is never run.
+    """
     name, _, mode = engine.partition(":")  # batched:loop -> --engine batched --engine-mode loop
     flags = [*case.flags(rounds), "--engine", name, *(["--engine-mode", mode] if mode else [])]
     cmd = [sys.executable, str(ROOT / "run_sim.py"), *flags, "--out", str(out)]
@@ -104,12 +112,16 @@ def engine_run(case: Case, engine: str, rounds: int, out: Path) -> Measured:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         first = NAN
         while proc.poll() is None:
-            if math.isnan(first) and metrics.exists() and metrics.read_text().count("\n") >= 1:
+            written = metrics.read_text().count("\n") if metrics.exists() else 0
+            if math.isnan(first) and written >= 1:
                 first = time.monotonic() - start
+            if written >= rounds - 1:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait()
             time.sleep(0.02)
-        if proc.returncode != 0:
+        if proc.returncode not in (0, -signal.SIGTERM, 128 + signal.SIGTERM):
             raise RuntimeError(f"{engine} failed: {proc.stderr.read()[-2000:]}")
-    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()][: rounds - 1]
     seconds = median(row["seconds"] for row in rows[1:])
     peak = tree.peak()
     gpu = max(smi.total, default=NAN) - (smi.total[0] if smi.total else 0)
@@ -118,13 +130,14 @@ def engine_run(case: Case, engine: str, rounds: int, out: Path) -> Measured:
 
 
 def plain_run(case: Case, rounds: int, device: torch.device, threads: int) -> Measured:
-    """The baseline in this process with `threads` torch threads: rounds 2..n of a bare loop."""
-    flags = case.flags(rounds)
+    """The baseline in this process with `threads` torch threads: rounds 2..n-1 of a bare loop
+    (the rounds the engines are timed on), no evaluation."""
+    flags = case.flags(rounds - 1)
     cfg = load_config({key.removeprefix("--"): value for key, value in zip(flags[::2], flags[1::2])})
     anchors = 0.4 if case.algorithm == "fedpfn" else 0.0
     with TreeMemory() as tree:
-        timed = plain_fedavg(cfg, device, threads=threads, anchors=anchors)
-    seconds = median(r.seconds - r.evaluate for r in timed[1:])  # the engines evaluate only the last round
+        timed = plain_fedavg(cfg, device, threads=threads, anchors=anchors, evaluate_rounds=False)
+    seconds = median(r.seconds for r in timed[1:])
     peak = tree.peak()
     gpu = mib(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else NAN
     return Measured(f"plain/{threads}", case.per_round / seconds, rss_mib=mib(peak.rss) if peak else NAN, gpu_mib=gpu)
@@ -164,7 +177,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--engines", default=",".join(ENGINES), help=f"any of {', '.join(ENGINES)}, batched:MODE ({', '.join(MODES)})"
     )
-    ap.add_argument("--rounds", type=int, default=3, help="rounds per run (round 1 is start-up, left out)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds set per run: 1 is start-up, 2..n-1 timed, n never run")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each contender, interleaved")
     ap.add_argument("--samples", type=int, default=600, help="images per client (fewer: fewer steps)")
     args = ap.parse_args(argv)
@@ -173,8 +186,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     known = [*ENGINES, *(f"batched:{mode}" for mode in MODES)]
     if bad := [e for e in args.engines if e not in known] + [a for a in args.algorithms if a not in ("fedavg", "fedpfn")]:
         ap.error(f"unknown {', '.join(bad)}; engines: {', '.join(ENGINES)}; algorithms: fedavg, fedpfn")
-    if args.rounds < 2:
-        ap.error("--rounds must be at least 2 (round 1 is start-up)")
+    if args.rounds < 3:
+        ap.error("--rounds must be at least 3 (round 1 is start-up, the last evaluates and is not run)")
     if args.repeats < 1 or not 1 <= args.samples <= FMNIST_TRAIN:
         ap.error(f"--repeats must be at least 1 and --samples within 1..{FMNIST_TRAIN}")
     return args

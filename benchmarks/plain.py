@@ -90,11 +90,12 @@ def fedavg(results: list[tuple[int, State]]) -> State:
 
 
 def plain_fedavg(
-    cfg: RunConfig, device: torch.device, threads: int | None = None, anchors: float = 0.0
+    cfg: RunConfig, device: torch.device, threads: int | None = None, anchors: float = 0.0, evaluate_rounds: bool = True
 ) -> list[PlainRound]:
     """`cfg.rounds` FedAvg rounds as a bare loop on `device`; one PlainRound per round.
 
     `anchors`: FedPFN's work, a weight-level mask of this ratio drawn each round (0: FedAvg).
+    `evaluate_rounds` False: no round evaluates the global model (accuracy NaN, `evaluate` 0).
     """
     from fedpfn.core.anchors import draw_mask
     from fedpfn.core.cache import client_indices, dataset_on, initial_model
@@ -121,7 +122,7 @@ def plain_fedavg(
             state = fedavg(results)
             began = time.perf_counter()
             global_model.load_state_dict(state)
-            _, accuracy = evaluate(global_model, data.test_x, data.test_y)
+            _, accuracy = evaluate(global_model, data.test_x, data.test_y) if evaluate_rounds else (0.0, float("nan"))
             end = time.perf_counter()
             rows.append(PlainRound(server_round, end - start, end - began, seconds, accuracy))
         return rows
