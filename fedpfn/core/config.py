@@ -242,6 +242,8 @@ class RunConfig:
         out = [line for line in problems(self) if line.split(":")[0] not in unknown]
         refused = {*unknown, *(line.split(":")[0] for line in out)}
         out += [line for names, check in RELATIONS if refused.isdisjoint(names) and (line := check(self))]
+        if refused.isdisjoint(ALIGNMENT) and (line := _alignment_clients_problem(self, given)):
+            out.append(line)
         defaults = RunConfig()
         return out + [
             f"{name}: {getattr(self, name)} is set, but {why}"
@@ -290,6 +292,17 @@ def _at_most(name: str, limit: str, why: str = "") -> Callable[[RunConfig], str 
     )
 
 
+ALIGNMENT = ("alignment_clients", "clients_per_round", "alignment_every")
+
+
+def _alignment_clients_problem(cfg: RunConfig, given: Collection[str] | None) -> str | None:
+    """Set above a round's clients, the count would not be what was asked (the default, 3, means up to 3)."""
+    default = RunConfig().alignment_clients
+    if cfg.alignment_every > 0 and is_set("alignment_clients", cfg.alignment_clients, default, given):
+        return _at_most("alignment_clients", "clients_per_round", ": a measurement compares a round's clients")(cfg)
+    return None
+
+
 def _data_root_problem(cfg: RunConfig) -> str | None:
     if cfg.data_root is not None and not Path(cfg.data_root).expanduser().is_dir() and not cfg.download:
         return f"data_root: '{cfg.data_root}' is not a directory (with --download it is made)"
@@ -301,11 +314,6 @@ RELATIONS: list[tuple[tuple[str, ...], Callable[[RunConfig], str | None]]] = [
     (("clients_per_round", "num_clients"), _at_most("clients_per_round", "num_clients")),
     (("min_replies", "clients_per_round"), _at_most("min_replies", "clients_per_round")),
     (("data_root", "download"), _data_root_problem),
-    (
-        ("alignment_clients", "clients_per_round", "alignment_every"),
-        lambda c: c.alignment_every > 0
-        and _at_most("alignment_clients", "clients_per_round", ": a measurement compares a round's clients")(c),
-    ),
 ]
 # settings a run uses only with others: (whether this run uses it, what the refusal says)
 USED_ONLY_IF: dict[str, tuple[Callable[[RunConfig], bool], str]] = {
