@@ -87,7 +87,9 @@ def test_a_run_folder_never_names_code_that_runs(tmp_path, capsys, monkeypatch, 
     assert "Zen of Python" not in capsys.readouterr().out
     if checkpoint == "deleted":  # given again, it must be the run's class
         expected = f"made with other settings (server: fedavg != {server})"
-        scene.refused(capsys, monkeypatch, "--resume", str(scene.folder.path), "--server", "fedavg", expected=expected)
+        scene.refused(
+            capsys, monkeypatch, "--resume", str(scene.folder.path), "--server", "fedavg", expected=expected
+        )
 
 
 def test_compare_reports_export_and_flwr_run_never_import_what_a_folder_names(tmp_path, capsys, monkeypatch):
@@ -238,7 +240,8 @@ def test_a_stop_in_the_first_half_second_is_one_line_and_the_right_code(tmp_path
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 128 + stop, (engine, delay, stop, proc.returncode, start, err[-800:])
         lines = [line for line in err.splitlines() if line.strip()]
-        assert lines == ["stopped before the run started; nothing was written"], (engine, delay, err[-800:])
+        stopped = "stopped before the run started; nothing was written"  # (to DIR: in simulate's checks)
+        assert len(lines) == 1 and lines[0].startswith(stopped), (engine, delay, err[-800:])
     assert snapshot(folder.path) == before
 
 
