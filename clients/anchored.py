@@ -6,7 +6,8 @@ received global weights as anchor values, marks them frozen for the rule, and pu
 back after every optimizer step. FedPNU (partial neuron update) also leaves the anchored
 entries out of every array of its reply (`partial_upload`), since the server knows them
 already; strategies/anchored.py reads this module's declarations to send the seed and to
-unpack the replies.
+unpack the replies (pack and unpack live in fedpfn.core.protocol: per-client parameters leave
+entries out of replies the same way).
 
 `anchor_masks = client` is the study's control: each client draws a mask of its own (from
 the round's seed and its partition id), so the same fraction of weights is frozen during
@@ -16,16 +17,15 @@ clients" apart from "freezing some weights regularises".
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
-from flwr.app import RecordDict
 from torch import nn
 
 from clients.base import Arrays, ClientRound, ClientRule, RoundInfo, prefixed, unprefixed
 from fedpfn.core.anchors import GRANULARITIES, AnchorMask, as_numpy, draw_mask
-from fedpfn.core.protocol import CONFIG, to_array_record, to_numpy
+from fedpfn.core.protocol import CONFIG
 from fedpfn.core.seeding import Stream, seed_for
 from fedpfn.core.settings import between, one_of, setting
 from fedpfn.core.training import Tensors, freeze
@@ -63,8 +63,8 @@ class AnchorParams:
     )
 
 
-def round_mask(model: nn.Module, params: AnchorParams, seed: int) -> AnchorMask:
-    """The anchors of one mask seed: the same on every client and on the server."""
+def round_mask(model: nn.Module, params: AnchorParams, seed: int, personal: Collection[str] = ()) -> AnchorMask:
+    """The anchors of one mask seed: the same on every client and on the server (never a personal entry)."""
     if params.anchor_granularity is None:
         raise ValueError("anchor_granularity is unresolved; build the config with load_config")
     return draw_mask(
@@ -74,31 +74,8 @@ def round_mask(model: nn.Module, params: AnchorParams, seed: int) -> AnchorMask:
         params.anchor_granularity,
         include_classifier=params.anchor_classifier,
         include_norm=params.anchor_norm,
+        exclude=personal,
     )
-
-
-def pack(arrays: Arrays, left_out: Arrays) -> Arrays:
-    """Only the entries that are sent, flattened; the receiver knows `left_out` from the seed."""
-    return {name: value[~left_out[name]] if name in left_out else value for name, value in arrays.items()}
-
-
-def unpack(packed: Arrays, left_out: Arrays, reference: Arrays | None) -> Arrays:
-    """Full arrays from `pack` output; entries not sent come from `reference` (None: zeros)."""
-    full = {}
-    for name, value in packed.items():
-        if name not in left_out:
-            full[name] = value
-            continue
-        whole = reference[name].copy() if reference is not None else np.zeros(left_out[name].shape, dtype=value.dtype)
-        whole[~left_out[name]] = value
-        full[name] = whole
-    return full
-
-
-def pack_reply(content: RecordDict, left_out: Arrays) -> None:
-    """Pack every ArrayRecord of a reply in place (FedPNU's partial upload)."""
-    for key, record in list(content.array_records.items()):
-        content[key] = to_array_record(pack(to_numpy(record), left_out))
 
 
 class FedPFNClient(ClientRule):
@@ -108,20 +85,21 @@ class FedPFNClient(ClientRule):
     Params = AnchorParams
     default_granularity: ClassVar[str] = "weight"
     partial_upload: ClassVar[bool] = False  # replies leave the anchored entries out
+    personal_start = True  # it freezes anchors at the global values, and no personal entry is one
 
     def __init__(self, info: RoundInfo) -> None:
         super().__init__(info)
         self.seed = int(info.content.config_records[CONFIG][ANCHOR_SEED])
         self.shared = self.params.anchor_masks == "shared"
         if self.shared:
-            self.mask = round_mask(info.model, self.params, self.seed)
+            self.mask = round_mask(info.model, self.params, self.seed, info.personal)
             self.on_device = {name: m.to(info.start[name].device) for name, m in self.mask.items()}
 
     def inputs(self, client: ClientRound) -> Tensors:
         if self.shared:
             return {}
         seed = seed_for(self.info.cfg.seed, Stream.CLIENT_MASK, self.seed, client.partition_id)
-        mask = round_mask(self.info.model, self.params, seed)
+        mask = round_mask(self.info.model, self.params, seed, self.info.personal)
         return prefixed("mask", {name: m.to(self.info.start[name].device) for name, m in mask.items()})
 
     def frozen(self, own: Tensors) -> Tensors:

@@ -56,6 +56,7 @@ class RoundInfo:
     start: Tensors  # the parameters as received
     start_buffers: Tensors  # the buffers as received
     content: RecordDict  # the message: server parts' records and config entries
+    personal: frozenset[str] = frozenset()  # entries each client keeps (fedpfn.core.personal)
 
 
 @dataclass
@@ -90,6 +91,11 @@ class ClientRule:
     Params: ClassVar[type] = NoParams
     optimizers: ClassVar[tuple[str, ...]] = OPTIMIZERS  # local optimizers it is defined for
     state_keys: ClassVar[tuple[str, ...]] = ()  # records it keeps across rounds (ClientState)
+    # layers whose entries every client keeps for itself (FedBN: BatchNorm), beside `--personal`
+    personal_layers: ClassVar[tuple[type[nn.Module], ...]] = ()
+    # its hooks hold where a client starts from its own personal entries, not the global
+    # model's (they never read `info.start` as the client's start); False: refused with them
+    personal_start: ClassVar[bool] = False
 
     def __init__(self, info: RoundInfo) -> None:
         self.info = info
@@ -151,6 +157,7 @@ class FedAvgClient(ClientRule):
     """FedAvg's rule: local SGD from the received model, the whole trained model sent back."""
 
     name = "fedavg"
+    personal_start = True
 
 
 def prefixed(prefix: str, tensors: Tensors) -> Tensors:

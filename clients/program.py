@@ -37,11 +37,11 @@ from flwr.app import ArrayRecord, MetricRecord, RecordDict
 from torch import nn
 from torch.func import vmap
 
-from clients.anchored import pack_reply
 from clients.base import Arrays, ClientRound, ClientRule, RoundInfo, Trained
 from clients.state import ClientState
 from fedpfn.core import protocol
 from fedpfn.core.cache import ClientData, client_data, model_skeleton
+from fedpfn.core.personal import PERSONAL, left_out, personal_entries
 from fedpfn.core.seeding import Stream, torch_generator
 from fedpfn.core.training import (
     OptimizerSpec,
@@ -101,7 +101,7 @@ class CohortResult:
         for key, stacks in self.records.items():
             content[key] = protocol.to_array_record({n: v[k].detach().cpu().numpy() for n, v in stacks.items()})
         if self.upload_mask is not None:
-            pack_reply(content, self.upload_mask)
+            protocol.pack_reply(content, self.upload_mask)
         return content
 
     def to(self, device: torch.device) -> CohortResult:
@@ -158,6 +158,7 @@ class Cohort:
         data = [job.data if job.data is not None else client_data(self.cfg, job.partition_id, self.device) for job in self.jobs]
         model = model_skeleton(self.cfg, self.device, data[0] if first.data is not None else None)
         self.entries = list(received)
+        layers = [kind for cls in self.rule_classes for kind in cls.personal_layers]
         param_names = [name for name, _ in model.named_parameters()]
         on_device = {name: value.to(self.device) for name, value in received.items()}
         self.info = RoundInfo(
@@ -168,9 +169,11 @@ class Cohort:
             start={name: on_device[name] for name in param_names},
             start_buffers={name: value for name, value in on_device.items() if name not in set(param_names)},
             content=self.content,
+            personal=personal_entries(model, self.cfg.personal, layers),
         )
         self.rules = [cls(self.info) for cls in self.rule_classes]
         self.clients = [self._client_round(job, d) for job, d in zip(self.jobs, data)]
+        self.starts = [self._start(client) for client in self.clients]
         self.own = [[rule.inputs(client) for rule in self.rules] for client in self.clients]
         self.dtype = next(iter(self.info.start.values())).dtype
         self.spec = OptimizerSpec(
@@ -182,6 +185,14 @@ class Cohort:
         generator = torch_generator(self.cfg.seed, Stream.DATA_ORDER, self.info.server_round, job.partition_id)
         batches = list(minibatches(data.train, self.cfg.batch_size, self.cfg.local_epochs, generator))
         return ClientRound(job.partition_id, data, state, batches)
+
+    def _start(self, client: ClientRound) -> tuple[Tensors, Tensors]:
+        """(params, buffers) this client trains from: the global model with its own personal
+        entries in place (the global model's in its first round)."""
+        start, start_buffers, personal = self.info.start, self.info.start_buffers, self.info.personal
+        saved = protocol.to_numpy(client.state.load(PERSONAL) or ArrayRecord()) if personal else {}
+        own = lambda sent: {n: torch.from_numpy(saved[n]).to(v.device) if n in saved else v for n, v in sent.items()}  # noqa: E731,E501
+        return own(start), own(start_buffers)
 
     # --- the rules' hooks, composed in order (the rule first, the anchors last) -------------
 
@@ -250,8 +261,8 @@ class Cohort:
         started = time.perf_counter()
         client, own, info = self.clients[k], self.own[k], self.info
         model.train()
-        params = dict(info.start)
-        buffers = {name: value.clone() for name, value in info.start_buffers.items()}
+        params = dict(self.starts[k][0])
+        buffers = {name: value.clone() for name, value in self.starts[k][1].items()}
         state = optimizer_state(self.spec, params)
         trace = _Trace(torch.zeros((), device=self.device, dtype=self.dtype), torch.zeros((), device=self.device, dtype=torch.int64))
         x, y = client.data.x, client.data.y
@@ -320,8 +331,7 @@ class Cohort:
         info, model, ks = self.info, self.info.model, list(members)
         model.train()
         count = len(ks)
-        params = {n: v.unsqueeze(0).repeat(count, *[1] * v.dim()) for n, v in info.start.items()}
-        buffers = {n: v.unsqueeze(0).repeat(count, *[1] * v.dim()) for n, v in info.start_buffers.items()}
+        params, buffers = (_stack([self.starts[k][i] for k in ks]) for i in (0, 1))
         state = {n: v.unsqueeze(0).repeat(count, *[1] * v.dim()) for n, v in optimizer_state(self.spec, info.start).items()}
         own = _stack([self.own[k] for k in ks])
         losses = torch.zeros(count, device=self.device, dtype=self.dtype)
@@ -371,15 +381,32 @@ class Cohort:
             return
         held = data.local_test.to(data.x.device)
         x = data.x[held].to(dtype=self.dtype)
-        before = evaluate(model, x, data.y[held], weights=(self.info.start, self.info.start_buffers))[1]
+        before = evaluate(model, x, data.y[held], weights=self.starts[k])[1]
         trace.local_accuracy = (before, evaluate(model, x, data.y[held], weights=trained)[1])
         model.train()
+
+    def _personal_kept(self, params: Tensors, buffers: Tensors) -> tuple[Tensors, Tensors, Tensors]:
+        """(params, buffers) as uploaded, the personal entries back at the global model's values
+        (so no total or reply carries a client's own), and the personal entries as trained."""
+        personal = self.info.personal
+        sent = {**self.info.start, **self.info.start_buffers}
+        trained = {name: value for name, value in {**params, **buffers}.items() if name in personal}
+        reset = lambda stacks: {n: sent[n].expand_as(v).clone() if n in personal else v for n, v in stacks.items()}  # noqa: E731
+        return (reset(params), reset(buffers), trained) if personal else (params, buffers, {})
+
+    def _upload_mask(self) -> Arrays | None:
+        """The entries every reply leaves out: the rules' (FedPNU's anchors) and the personal ones."""
+        masks = [m for m in (rule.upload_mask() for rule in self.rules) if m is not None]
+        if self.info.personal:
+            masks.append(left_out(self.info.personal, {**self.info.start, **self.info.start_buffers}))
+        return {name: m for mask in masks for name, m in mask.items()} or None
 
     def _result(self, params: Tensors, buffers: Tensors, outputs: Tensors, traces: list[_Trace]) -> CohortResult:
         """Metrics per client, and each client's state kept for its next round."""
         records: dict[str, Tensors] = {}
         for rule in self.rules:
             records.update(rule.reply(outputs))
+        params, buffers, personal = self._personal_kept(params, buffers)
         result = CohortResult(
             partition_ids=[c.partition_id for c in self.clients],
             entries=self.entries,
@@ -387,7 +414,7 @@ class Cohort:
             buffers=buffers,
             records=records,
             metrics=[],
-            upload_mask=next((m for m in (r.upload_mask() for r in self.rules) if m is not None), None),
+            upload_mask=self._upload_mask(),
         )
         stateful = [rule for rule in self.rules if rule.state_keys]
         for k, (client, trace) in enumerate(zip(self.clients, traces)):
@@ -404,6 +431,9 @@ class Cohort:
             for rule in self.rules:
                 metrics.update(rule.metrics(outputs_k))
             result.metrics.append(metrics)
+            if personal:
+                own = {name: value[k].detach().cpu().numpy() for name, value in personal.items()}
+                client.state.save(PERSONAL, protocol.to_array_record(own), self.info.server_round)
             if stateful:
                 sent = result.client_arrays(k)
                 for rule in stateful:

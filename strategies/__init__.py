@@ -8,6 +8,7 @@ from strategies.composed import ComposedStrategy
 from strategies.feddyn import FedDynServer
 from strategies.fednova import FedNovaServer
 from strategies.parts import ServerContext, ServerPart
+from strategies.personal import PersonalServer
 from strategies.registry import SERVER_RULES, build_inner_strategy, load_strategy_class, registration_of, server_rule
 from strategies.sampling import SampledGrid, sample_clients
 from strategies.scaffold import ScaffoldServer
@@ -19,6 +20,7 @@ __all__ = [
     "ComposedStrategy",
     "FedDynServer",
     "FedNovaServer",
+    "PersonalServer",
     "ReplyTotals",
     "RoundTotals",
     "SampledGrid",

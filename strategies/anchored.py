@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 from flwr.app import RecordDict
 
-from clients.anchored import ANCHOR_SEED, round_mask, unpack
+from clients.anchored import ANCHOR_SEED, round_mask
 from fedpfn.core.anchors import anchored_fraction, as_numpy
-from fedpfn.core.protocol import ARRAYS, Arrays, to_array_record, to_numpy
+from fedpfn.core.protocol import ARRAYS, Arrays, to_array_record, to_numpy, unpack
 from fedpfn.core.seeding import Stream, seed_for
 from strategies.parts import Scalar, ServerContext, ServerPart
 from strategies.totals import RoundTotals
@@ -44,7 +44,7 @@ class AnchorServer(ServerPart):
 
     def mask_for(self, server_round: int) -> Arrays:
         if server_round not in self._masks:
-            mask = round_mask(self.ctx.model, self.params, self.seed_for(server_round))
+            mask = round_mask(self.ctx.model, self.params, self.seed_for(server_round), self.ctx.personal)
             self._masks = {server_round: as_numpy(mask)}  # one round at a time
             self._fraction = anchored_fraction(mask)
         return self._masks[server_round]

@@ -32,6 +32,7 @@ class ServerContext:
     model: nn.Module  # the architecture: parameter names, shapes and layer kinds (masks)
     params: Any  # the hyperparameters of the algorithm the part belongs to
     client: type[ClientRule]  # the algorithm's client side: what its replies hold
+    personal: frozenset[str] = frozenset()  # entries the clients keep for themselves (fedpfn.core.personal)
 
 
 class ServerPart:

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from clients.anchored import pack, unpack
 from fedpfn.core.anchors import anchored_fraction, as_numpy, draw_mask
 from fedpfn.core.models import build_model
+from fedpfn.core.protocol import pack, unpack
 from fedpfn.core.seeding import Stream, seed_for
 from fedpfn.core.training import OptimizerSpec, freeze, minibatches, train_local
 

@@ -56,7 +56,8 @@ def optimizers(rule: str) -> list[str]:
 
 # the whole matrix on the MLP and the CNN; on ResNet-20 (BatchNorm) every rule, the anchor
 # method and the optimizer cycling (a float64 ResNet-20 round is slow on a 2-core machine)
-FULL = [(r, a, m, o) for m in ("mlp", "cnn") for r in CLIENT_RULES for a in ANCHORS for o in optimizers(r)]
+NO_NORM = [r for r in CLIENT_RULES if not CLIENT_RULES[r].client.personal_layers]  # FedBN needs BatchNorm layers
+FULL = [(r, a, m, o) for m in ("mlp", "cnn") for r in NO_NORM for a in ANCHORS for o in optimizers(r)]
 RESNET = [
     (rule, ANCHORS[i % len(ANCHORS)], "resnet20", optimizers(rule)[i % len(optimizers(rule))])
     for i, rule in enumerate(CLIENT_RULES)

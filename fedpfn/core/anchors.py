@@ -9,7 +9,7 @@ FedPNU (clients/anchored.py) and the LMC analysis (fedpfn.analysis.fusion) draw 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 import numpy as np
 import torch
@@ -56,13 +56,16 @@ def draw_mask(
     granularity: str = "weight",
     include_classifier: bool = True,
     include_norm: bool = True,
+    exclude: Collection[str] = (),
 ) -> AnchorMask:
     """Draw which entries are anchors; parameters out of scope get no entry.
 
     `weight`: each entry is an anchor with probability `ratio`. `neuron`: exactly
     round(ratio * n) of the n output neurons of each layer (rows of a Linear, output
     channels of a conv) are, each with its bias entry and the scale and shift of the norm
-    layer that follows it. Buffers are never masked.
+    layer that follows it. Buffers are never masked, nor the entries named in `exclude` (a
+    client's personal ones): they are drawn and dropped, so the other entries' masks stay
+    those of a run without them.
     """
     if not 0 <= ratio < 1:
         raise ValueError(f"anchor ratio {ratio} must be in [0, 1)")
@@ -89,7 +92,7 @@ def draw_mask(
                 last_rows = rows
         row_shape = (-1,) + (1,) * (param.dim() - 1) if param.dim() else ()
         mask[name] = rows.reshape(row_shape).expand(param.shape).clone()
-    return mask
+    return {name: m for name, m in mask.items() if name not in exclude}
 
 
 def anchored_fraction(mask: AnchorMask) -> float:

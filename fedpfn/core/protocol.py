@@ -73,3 +73,27 @@ def arrays_bytes(content: RecordDict) -> int:
     if UPLOAD in content.config_records:
         return int(content.config_records[UPLOAD][UPLOAD_BYTES])
     return sum(record.count_bytes() for record in content.array_records.values())
+
+
+def pack(arrays: Arrays, left_out: Arrays) -> Arrays:
+    """Only the entries that are sent, flattened; the receiver knows `left_out` from the seed."""
+    return {name: value[~left_out[name]] if name in left_out else value for name, value in arrays.items()}
+
+
+def unpack(packed: Arrays, left_out: Arrays, reference: Arrays | None) -> Arrays:
+    """Full arrays from `pack` output; entries not sent come from `reference` (None: zeros)."""
+    full = {}
+    for name, value in packed.items():
+        if name not in left_out:
+            full[name] = value
+            continue
+        whole = reference[name].copy() if reference is not None else np.zeros(left_out[name].shape, dtype=value.dtype)
+        whole[~left_out[name]] = value
+        full[name] = whole
+    return full
+
+
+def pack_reply(content: RecordDict, left_out: Arrays) -> None:
+    """Pack every ArrayRecord of a reply in place (FedPNU's partial upload, personal entries)."""
+    for key, record in list(content.array_records.items()):
+        content[key] = to_array_record(pack(to_numpy(record), left_out))

@@ -44,6 +44,7 @@ from clients import (
     ScaffoldClient,
 )
 from fedpfn.core.config import RunConfig, core_fields
+from fedpfn.core.personal import PERSONAL, meta_model, personal_entries
 from fedpfn.core.settings import ConfigError, is_set, one_per_setting
 from fedpfn.core.settings import problems as setting_problems
 from strategies import (
@@ -52,6 +53,7 @@ from strategies import (
     ComposedStrategy,
     FedDynServer,
     FedNovaServer,
+    PersonalServer,
     ScaffoldServer,
     ServerContext,
     ServerPart,
@@ -224,6 +226,7 @@ def _algorithm_problems(cfg: RunConfig, given: set[str] | None = None) -> list[s
         out += setting_problems(cfg.params(cls))
     for part in _parts(cfg.algorithm):
         out += part.client.problems(cfg.params(part.client.Params))
+    out += _personal_problems(cfg)
     used_names = {f.name for cls in used for f in dataclasses.fields(cls)}
     fields = hparam_fields()
     for name, value in cfg.hparams.items():
@@ -232,6 +235,24 @@ def _algorithm_problems(cfg: RunConfig, given: set[str] | None = None) -> list[s
     if not out and ":" in cfg.server:
         out += _user_strategy_problems(cfg)
     return out
+
+
+def _personal_problems(cfg: RunConfig) -> list[str]:
+    """Per-client entries with a rule that reads the global model as every client's start, or a
+    rule's personal layers on a model without any."""
+    rules = client_rules(cfg)
+    layers = [kind for cls in rules for kind in cls.personal_layers]
+    if not (cfg.personal or layers):
+        return []
+    if not all(cls.personal_start for cls in rules):
+        able = [name for name, a in {**CLIENT_RULES, **ANCHOR_METHODS}.items() if a.client.personal_start]
+        name = "personal" if cfg.personal else "algorithm"
+        return [f"{name}: {cfg.algorithm} reads the global model as each client's start; per-client entries "
+                f"run with {', '.join(able)} only"]  # fmt: skip
+    if layers and not personal_entries(meta_model(cfg.model, cfg.dataset, cfg.projection_head), "", layers):
+        kinds = ", ".join(kind.__name__.lstrip("_") for kind in layers)
+        return [f"algorithm: {cfg.algorithm} keeps {kinds} layers local, but {cfg.model} has none"]
+    return []
 
 
 def _user_strategy_problems(cfg: RunConfig) -> list[str]:
@@ -260,13 +281,20 @@ def build_inner(cfg: RunConfig) -> Strategy:
     return build_inner_strategy(cfg.server, cfg.params(server_rule(cfg.server).Params))
 
 
+def personal_of(cfg: RunConfig, model: nn.Module) -> frozenset[str]:
+    """The entries the run's clients keep for themselves: `personal`'s and their rules' layers'."""
+    return personal_entries(model, cfg.personal, [kind for cls in client_rules(cfg) for kind in cls.personal_layers])
+
+
 def build_strategy(cfg: RunConfig, model: nn.Module) -> ComposedStrategy:
-    """The server algorithm with the server parts of the client rule and the anchors."""
-    parts = [
-        part.server(ServerContext(cfg=cfg, model=model, params=cfg.params(part.client.Params), client=part.client))
-        for part in _parts(cfg.algorithm)
-        if part.server is not None
-    ]
+    """The server algorithm with the server parts of the client rule and the anchors, then the
+    personal entries' part (where the clients keep some)."""
+    personal = personal_of(cfg, model)
+    context = lambda part: ServerContext(cfg, model, cfg.params(part.client.Params), part.client, personal)  # noqa: E731
+    used = _parts(cfg.algorithm)
+    parts = [part.server(context(part)) for part in used if part.server is not None]
+    if personal:
+        parts.append(PersonalServer(context(used[0])))
     names = [name for name, _ in model.named_parameters()]
     inner = build_inner(cfg)
     registration = registration_of(inner)
@@ -281,7 +309,8 @@ def mean_based(cfg: RunConfig) -> bool:
 
 def state_keys(cfg: RunConfig) -> tuple[str, ...]:
     """The records the algorithm's clients keep across rounds (checked on resume)."""
-    return tuple(key for cls in client_rules(cfg) for key in cls.state_keys)
+    personal = cfg.personal or any(cls.personal_layers for cls in client_rules(cfg))
+    return tuple(key for cls in client_rules(cfg) for key in cls.state_keys) + ((PERSONAL,) if personal else ())
 
 
 def _toml_value(value: Any) -> str:
