@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from clients.anchored import FedPFNClient, FedPNUClient
 from clients.base import ClientRule, FedAvgClient, RoundInfo
+from clients.fedbn import FedBNClient
 from clients.feddyn import FedDynClient
 from clients.fednova import FedNovaClient
 from clients.fedprox import FedProxClient
@@ -21,6 +22,7 @@ __all__ = [
     "Cohort",
     "CohortResult",
     "FedAvgClient",
+    "FedBNClient",
     "FedDynClient",
     "FedNovaClient",
     "FedPFNClient",

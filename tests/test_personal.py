@@ -52,12 +52,31 @@ def test_personal_entries_never_leave_the_client_and_the_global_copy_stays(monke
     assert not np.array_equal(kept[0]["classifier.weight"], kept[1]["classifier.weight"]), "heads are not each client's"
 
 
+def test_fedbn_keeps_batchnorm_local_and_averages_everything_else():
+    cfg = tiny_config(algorithm="fedbn", model="resnet20", num_clients=1000, batch_size=30)
+    bn = personal_of(cfg, initial_model(cfg))
+    assert "bn1.running_mean" in bn and "layers.8.bn2.weight" in bn and "conv1.weight" not in bn
+    history, states = rounds_in_process(cfg)
+    for received, weights, sent, new in history:
+        for name in sent:
+            if name in bn:
+                assert all(a[name].size == 0 for a in received) and np.array_equal(new[name], sent[name]), name
+            else:  # the example-weighted mean of what the clients sent (Flower's float32 sums)
+                mean = sum(w * a[name].astype(np.float64) for w, a in zip(weights, received)) / sum(weights)
+                np.testing.assert_allclose(new[name], mean, rtol=0, atol=1e-6, err_msg=name)
+                assert not np.array_equal(new[name], sent[name]), f"{name} was not averaged"
+    kept = to_numpy(next(iter(states.values()))[PERSONAL])
+    assert set(kept) == bn and not np.array_equal(kept["bn1.running_mean"], history[0][2]["bn1.running_mean"])
+
+
 def test_a_pattern_that_matches_nothing_is_refused_in_one_line():
     with pytest.raises(ConfigError) as refused:
         tiny_config(personal="classifier.*, head.*")
     assert str(refused.value).splitlines() == [
         "personal: 'head.*' matches no entry of mlp (its entries start with classifier, features; e.g. 'classifier.bias')"
     ]
+    with pytest.raises(ConfigError, match="^algorithm: fedbn keeps BatchNorm layers local, but mlp has none$"):
+        tiny_config(algorithm="fedbn")
     with pytest.raises(ConfigError, match="^personal: fedprox reads the global model as each client's start"):
         tiny_config(algorithm="fedprox", personal="classifier.*")
     assert tiny_config(personal="classifier.*").personal == "classifier.*"

@@ -35,6 +35,7 @@ from torch import nn
 from clients import (
     ClientRule,
     FedAvgClient,
+    FedBNClient,
     FedDynClient,
     FedNovaClient,
     FedPFNClient,
@@ -87,6 +88,7 @@ CLIENT_RULES = _by_name(
     Algorithm(FedDynClient, FedDynServer),
     Algorithm(MoonClient),
     Algorithm(FedNovaClient, FedNovaServer),
+    Algorithm(FedBNClient),
 )
 ANCHOR_METHODS = _by_name(Algorithm(FedPFNClient, AnchorServer), Algorithm(FedPNUClient, AnchorServer))
 
