@@ -18,6 +18,7 @@ from torch import nn
 
 MODELS = ("mlp", "cnn", "resnet20", "vgg11", "vit_tiny28")  # each has a class in _BUILDERS at the end
 VIT_TINY28_PATCH = 4  # vit_tiny28's patch side
+MAX_PROJECTION_HEAD = 8192  # 32 times MOON's 256; a billion asked a DefaultCPUAllocator for 800 GB
 TIMM_PREFIX = "timm:"  # timm:NAME builds timm's vision transformer NAME without weights (TimmViT)
 
 
@@ -71,6 +72,8 @@ def build_model(
             f"vit_tiny28 needs images of at least {VIT_TINY28_PATCH} x {VIT_TINY28_PATCH} pixels (one patch), "
             f"got {shape[1]} x {shape[2]}"
         )
+    if not 0 <= projection_head <= MAX_PROJECTION_HEAD:  # checked before anything is allocated
+        raise ValueError(f"projection_head={projection_head}: give 0 (none) to {MAX_PROJECTION_HEAD}")
     if width and name != "mlp":
         raise ValueError(f"width={width}: only the mlp takes a hidden width; leave it 0 for {name}")
     if name.startswith(TIMM_PREFIX):
