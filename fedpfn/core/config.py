@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from fedpfn.core.data import DATASETS
 from fedpfn.core.init_file import init_file_problem
 from fedpfn.core.models import MAX_PROJECTION_HEAD, MODELS, TIMM_PREFIX, model_problem
+from fedpfn.core.personal import unmatched_problem
 from fedpfn.core.seeding import MAX_SEED
 from fedpfn.core.settings import (
     ConfigError,
@@ -100,6 +101,11 @@ class RunConfig:
     momentum: float = setting(0.9, "local SGD momentum", between(0, 1, high_open=True))
     weight_decay: float = setting(5e-4, "local weight decay", at_least(0))
     optimizer: str = setting("sgd", "local optimizer: sgd or adam", one_of(OPTIMIZERS))
+    personal: str = setting(
+        "",
+        "entries each client keeps for itself (never sent, averaged or anchored): comma-separated "
+        "fnmatch patterns over the model's state_dict names, e.g. 'classifier.*'",
+    )
     # evaluation
     eval_every: int = setting(
         1, "evaluate the global model every K rounds (the last round always)", at_least(1), kind="federation"
@@ -313,6 +319,10 @@ RELATIONS: list[tuple[tuple[str, ...], Callable[[RunConfig], str | None]]] = [
     (("clients_per_round", "num_clients"), _at_most("clients_per_round", "num_clients")),
     (("min_replies", "clients_per_round"), _at_most("min_replies", "clients_per_round")),
     (("data_root", "download"), _data_root_problem),
+    (
+        ("personal", "model", "dataset", "projection_head"),
+        lambda c: unmatched_problem(c.model, c.dataset, c.projection_head, c.personal),
+    ),
 ]
 # settings a run uses only with others: (whether this run uses it, what the refusal says)
 USED_ONLY_IF: dict[str, tuple[Callable[[RunConfig], bool], str]] = {
