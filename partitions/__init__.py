@@ -11,13 +11,17 @@ from partitions.simple import (
     partition_labels,
     shard_partition,
 )
+from partitions.tasks import TASK_NAMES, task_labels, task_of
 
 __all__ = [
     "PARTITION_METHODS",
     "DirichletPartitioner",
     "PartitionError",
+    "TASK_NAMES",
     "iid_partition",
     "label_counts",
     "partition_labels",
     "shard_partition",
+    "task_labels",
+    "task_of",
 ]

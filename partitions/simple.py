@@ -17,8 +17,9 @@ from partitions.dirichlet import (
     shuffled_by_label,
     split_sorted,
 )
+from partitions.tasks import restricted_to_tasks
 
-PARTITION_METHODS = ("dirichlet", "iid", "shards")
+PARTITION_METHODS = ("dirichlet", "iid", "shards", "tasks")  # tasks: partitions/tasks.py
 
 
 def iid_partition(labels: np.ndarray, num_clients: int, seed: int) -> list[np.ndarray]:
@@ -77,4 +78,6 @@ def partition_labels(
         return iid_partition(labels, num_clients, seed)
     if method == "shards":
         return shard_partition(labels, num_clients, shards_per_client, seed)
+    if method == "tasks":
+        return restricted_to_tasks(check_labels(labels), iid_partition(labels, num_clients, seed))
     raise PartitionError(f"method={method!r} is unknown; use one of {', '.join(PARTITION_METHODS)}")

@@ -46,6 +46,11 @@ def max_class_fraction(counts: np.ndarray) -> float:
 def test_disjoint_and_complete(labels: np.ndarray, method: str, num_clients: int) -> None:
     parts = partition_labels(labels, num_clients, method, seed=3)
     assert len(parts) == num_clients
+    if method == "tasks":  # each client's IID share, only its task's classes (partitions/tasks.py)
+        shares = iid_partition(labels, num_clients, seed=3)
+        assert all(np.isin(p, s).all() and np.all(np.diff(p) > 0) for p, s in zip(parts, shares))
+        assert num_clients == 1 or sum(map(len, parts)) < labels.size
+        return
     assert_disjoint_complete(parts, labels.size)
 
 

@@ -127,15 +127,17 @@ def check_same_run(out, reference) -> None:
         assert set(kept[pid]) == HEAD and all(np.array_equal(kept[pid][n], expected[pid][n]) for n in HEAD), pid
 
 
-def test_the_batched_cohort_keeps_the_heads_the_clientapp_keeps(tmp_path):
-    """Two rounds of a vmapped cohort against the ClientApp, client by client (float64)."""
+@pytest.mark.parametrize("partition", ["iid", "tasks"])
+def test_the_batched_cohort_keeps_the_heads_the_clientapp_keeps(partition, tmp_path):
+    """Two rounds of a vmapped cohort against the ClientApp, client by client (float64); with
+    `tasks`, ColD fusion's rounds: each contributor its own task and head."""
     from clients import ClientJob, Cohort, local_round
     from fedpfn.runtime.algorithms import client_rules
     from fedpfn.runtime.server import train_config, with_accepted_round
     from strategies import sample_clients
     from conftest import NodeGrid
 
-    cfg, other = (tiny_config(out=str(tmp_path / name), **SMALL) for name in "ab")
+    cfg, other = (tiny_config(out=str(tmp_path / name), partition=partition, **SMALL) for name in "ab")
     model = initial_model(cfg).double()
     strategy, arrays = build_strategy(cfg, model), ArrayRecord(model.state_dict())
     seq, bat, rules, cpu = {}, {}, client_rules(cfg), torch.device("cpu")
@@ -164,3 +166,26 @@ def _state():
     from flwr.app import RecordDict
 
     return RecordDict()
+
+
+def test_tasks_give_each_client_its_own_label_space():
+    from fedpfn.core.cache import client_data
+    from partitions import TASK_NAMES, partition_labels, task_labels, task_of
+    from partitions.tasks import FMNIST_TASKS, label_map
+
+    labels = np.random.default_rng(0).integers(0, 10, 4000)
+    parts = partition_labels(labels, 8, "tasks", seed=1)
+    relabelled = task_labels(labels, parts)
+    assert len(np.unique(np.concatenate(parts))) == sum(len(p) for p in parts), "an image in two clients"
+    for k, part in enumerate(parts):
+        groups = FMNIST_TASKS[task_of(k)]
+        assert set(labels[part]) == {c for group in groups for c in group}
+        assert set(relabelled[part]) == set(range(len(groups)))
+        assert all(label_map(task_of(k))[labels[i]] == relabelled[i] for i in part[:50])
+    assert [task_of(k) for k in range(5)] == [*TASK_NAMES, TASK_NAMES[0]]
+    cfg = tiny_config(partition="tasks", num_clients=8)
+    data = client_data(cfg, 1, torch.device("cpu"))  # upper vs. lower body: 2 classes
+    assert set(data.y[data.train].tolist()) == {0, 1} and len(data.train) < 60_000 // 8
+    with pytest.raises(ConfigError, match="^partition: tasks are derived from Fashion-MNIST's classes; use --dataset"):
+        tiny_config(partition="tasks", dataset="mnist")
+

@@ -20,7 +20,7 @@ from fedpfn.core.data import DatasetSplits, load_dataset
 from fedpfn.core.init_file import load_start
 from fedpfn.core.models import build_model
 from fedpfn.core.seeding import Stream, numpy_rng, seed_for
-from partitions import label_counts, partition_labels
+from partitions import label_counts, partition_labels, task_labels
 
 if TYPE_CHECKING:
     from fedpfn.core.config import RunConfig
@@ -193,4 +193,13 @@ def client_data(cfg: RunConfig, partition_id: int, device: torch.device) -> Clie
     """A client's data taken from the whole dataset, placed once per process on `device`."""
     data = dataset_on(cfg, device)
     train, local_test = local_split(cfg, partition_id)
-    return ClientData(data.train_x, data.train_y, train, local_test, data.input_shape, data.num_classes)
+    labels = _task_labels_on(SplitKey.of(cfg), str(device)) if cfg.partition == "tasks" else data.train_y
+    return ClientData(data.train_x, labels, train, local_test, data.input_shape, data.num_classes)
+
+
+@lru_cache(maxsize=4)
+def _task_labels_on(key: SplitKey, device: str) -> torch.Tensor:
+    """The training labels with each client's images relabelled in its task (partitions.tasks)."""
+    data = _data_on(key.dataset, key.data_root, key.download, device)
+    parts = [part.numpy() for part in _split(key)[1]]
+    return torch.from_numpy(task_labels(data.train_y.cpu().numpy(), parts)).to(device)

@@ -320,6 +320,11 @@ RELATIONS: list[tuple[tuple[str, ...], Callable[[RunConfig], str | None]]] = [
     (("min_replies", "clients_per_round"), _at_most("min_replies", "clients_per_round")),
     (("data_root", "download"), _data_root_problem),
     (
+        ("partition", "dataset"),
+        lambda c: c.partition == "tasks" and c.dataset != "fmnist"
+        and f"partition: tasks are derived from Fashion-MNIST's classes; use --dataset fmnist, not {c.dataset}",
+    ),
+    (
         ("personal", "model", "dataset", "projection_head"),
         lambda c: unmatched_problem(c.model, c.dataset, c.projection_head, c.personal),
     ),
