@@ -168,7 +168,7 @@ def _state():
     return RecordDict()
 
 
-def test_tasks_give_each_client_its_own_label_space():
+def test_tasks_give_each_client_its_own_label_space(tmp_path):
     from fedpfn.core.cache import client_data
     from partitions import TASK_NAMES, partition_labels, task_labels, task_of
     from partitions.tasks import FMNIST_TASKS, label_map
@@ -186,6 +186,11 @@ def test_tasks_give_each_client_its_own_label_space():
     cfg = tiny_config(partition="tasks", num_clients=8)
     data = client_data(cfg, 1, torch.device("cpu"))  # upper vs. lower body: 2 classes
     assert set(data.y[data.train].tolist()) == {0, 1} and len(data.train) < 60_000 // 8
+    from fedpfn.runtime.nodedata import read_partition, write_partition
+
+    write_partition(cfg, 1, tmp_path / "node")  # a deployed node's own copy: the task's labels too
+    node = read_partition(cfg, 1, tmp_path / "node")
+    assert torch.equal(node.y[node.train], data.y[data.train])
     with pytest.raises(ConfigError, match="^partition: tasks are derived from Fashion-MNIST's classes; use --dataset"):
         tiny_config(partition="tasks", dataset="mnist")
 

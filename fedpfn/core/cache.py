@@ -193,8 +193,14 @@ def client_data(cfg: RunConfig, partition_id: int, device: torch.device) -> Clie
     """A client's data taken from the whole dataset, placed once per process on `device`."""
     data = dataset_on(cfg, device)
     train, local_test = local_split(cfg, partition_id)
-    labels = _task_labels_on(SplitKey.of(cfg), str(device)) if cfg.partition == "tasks" else data.train_y
-    return ClientData(data.train_x, labels, train, local_test, data.input_shape, data.num_classes)
+    return ClientData(data.train_x, train_labels(cfg, device), train, local_test, data.input_shape, data.num_classes)
+
+
+def train_labels(cfg: RunConfig, device: torch.device) -> torch.Tensor:
+    """The labels clients train on: the dataset's, or each client's relabelled in its task (`tasks`)."""
+    if cfg.partition == "tasks":
+        return _task_labels_on(SplitKey.of(cfg), str(device))
+    return dataset_on(cfg, device).train_y
 
 
 @lru_cache(maxsize=4)

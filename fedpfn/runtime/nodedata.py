@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from fedpfn.core.cache import ClientData, SplitKey, client_indices, dataset_for, local_positions
+from fedpfn.core.cache import ClientData, SplitKey, client_indices, dataset_for, local_positions, train_labels
 from fedpfn.core.files import atomic_write_bytes
 
 if TYPE_CHECKING:
@@ -92,7 +92,8 @@ def write_partition(cfg: RunConfig, partition_id: int, folder: Path) -> dict[str
         "num_classes": data.num_classes,
     }
     folder.mkdir(parents=True, exist_ok=True)
-    for name, rows in ((X, data.train_x[indices]), (Y, data.train_y[indices])):
+    labels = train_labels(cfg, torch.device("cpu"))  # a task's own (partition tasks)
+    for name, rows in ((X, data.train_x[indices]), (Y, labels[indices])):
         buffer = io.BytesIO()
         np.save(buffer, rows.numpy())
         atomic_write_bytes(folder / name, buffer.getvalue())
