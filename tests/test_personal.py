@@ -108,6 +108,7 @@ def uninterrupted(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # Ray's start: about 40 s on the loaded 2 cores
 def test_personal_entries_survive_a_resume_and_a_move_to_ray_bit_for_bit(uninterrupted, tmp_path):
     """Stopped after round 1 on the batched engine, resumed on Ray (fresh actors: each head read
     back from client_state/): the uninterrupted batched run's model and heads, bit for bit."""
