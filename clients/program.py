@@ -259,7 +259,7 @@ class Cohort:
     def _train_one(self, k: int, model: nn.Module) -> tuple[Tensors, Tensors, Tensors, _Trace]:
         """Client k alone: (uploaded params, buffers, outputs, trace), unstacked."""
         started = time.perf_counter()
-        client, own, info = self.clients[k], self.own[k], self.info
+        client, own = self.clients[k], self.own[k]
         model.train()
         params = dict(self.starts[k][0])
         buffers = {name: value.clone() for name, value in self.starts[k][1].items()}

@@ -41,7 +41,8 @@ def label_map(task: str) -> np.ndarray:
 def restricted_to_tasks(labels: np.ndarray, parts: list[np.ndarray]) -> list[np.ndarray]:
     """Each client's share (an IID one: partitions.simple), restricted to its task's classes."""
     if labels.max() >= SOURCE_CLASSES:
-        raise PartitionError(f"tasks are defined over Fashion-MNIST's {SOURCE_CLASSES} labels, found {labels.max() + 1}")
+        found = labels.max() + 1
+        raise PartitionError(f"tasks are defined over Fashion-MNIST's {SOURCE_CLASSES} labels, found {found}")
     return [part[label_map(task_of(k))[labels[part]] >= 0] for k, part in enumerate(parts)]
 
 

@@ -23,7 +23,8 @@ class PersonalServer(ServerPart):
         mask = left_out(self.ctx.personal, sent)
         for content in replies:
             for key, record in list(content.array_records.items()):
-                content[key] = to_array_record(unpack(to_numpy(record), mask, sent if key == ARRAYS else None))
+                reference = sent if key == ARRAYS else None
+                content[key] = to_array_record(unpack(to_numpy(record), mask, reference))
 
     def adjust(self, server_round: int, params: Arrays, sent: Arrays, totals: RoundTotals) -> Arrays:
         return {name: sent[name] if name in self.ctx.personal else value for name, value in params.items()}

@@ -8,6 +8,7 @@ import pytest
 import torch
 from flwr.app import ArrayRecord, Message
 
+from clients.state import ClientStateStore
 from conftest import client_replies, tiny_config
 from fedpfn.core.cache import initial_model
 from fedpfn.core.config import ConfigError
@@ -15,7 +16,6 @@ from fedpfn.core.personal import PERSONAL
 from fedpfn.core.protocol import ARRAYS, NUM_EXAMPLES, to_numpy
 from fedpfn.runtime.algorithms import build_strategy, personal_of
 from fedpfn.runtime.simulation import resume_config, simulate
-from clients.state import ClientStateStore
 
 HEAD = {"classifier.weight", "classifier.bias"}
 # 12 clients of 5,000 images, 4 a round, 10 steps each; clients 5 and 10 train in rounds 1 and 2
@@ -133,10 +133,10 @@ def test_the_batched_cohort_keeps_the_heads_the_clientapp_keeps(partition, tmp_p
     """Two rounds of a vmapped cohort against the ClientApp, client by client (float64); with
     `tasks`, ColD fusion's rounds: each contributor its own task and head."""
     from clients import ClientJob, Cohort, local_round
+    from conftest import NodeGrid
     from fedpfn.runtime.algorithms import client_rules
     from fedpfn.runtime.server import train_config, with_accepted_round
     from strategies import sample_clients
-    from conftest import NodeGrid
 
     cfg, other = (tiny_config(out=str(tmp_path / name), partition=partition, **SMALL) for name in "ab")
     model = initial_model(cfg).double()

@@ -29,7 +29,9 @@ def patterns_of(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
 
 
-def personal_entries(model: nn.Module, patterns: str, layer_types: Sequence[type[nn.Module]] = ()) -> frozenset[str]:
+def personal_entries(
+    model: nn.Module, patterns: str, layer_types: Sequence[type[nn.Module]] = ()
+) -> frozenset[str]:
     """The state_dict names matching any pattern, and every entry of a layer of `layer_types`."""
     names = list(model.state_dict())
     chosen = {name for name in names for p in patterns_of(patterns) if fnmatchcase(name, p)}

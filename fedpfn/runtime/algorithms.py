@@ -249,8 +249,8 @@ def _personal_problems(cfg: RunConfig) -> list[str]:
     if not all(cls.personal_start for cls in rules):
         able = [name for name, a in {**CLIENT_RULES, **ANCHOR_METHODS}.items() if a.client.personal_start]
         name = "personal" if cfg.personal else "algorithm"
-        return [f"{name}: {cfg.algorithm} reads the global model as each client's start; per-client entries "
-                f"run with {', '.join(able)} only"]  # fmt: skip
+        line = f"{name}: {cfg.algorithm} reads the global model as each client's start; per-client entries run with "
+        return [line + ", ".join(able) + " only"]
     if layers and not personal_entries(meta_model(cfg.model, cfg.dataset, cfg.projection_head), "", layers):
         kinds = ", ".join(kind.__name__.lstrip("_") for kind in layers)
         return [f"algorithm: {cfg.algorithm} keeps {kinds} layers local, but {cfg.model} has none"]
