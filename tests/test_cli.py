@@ -62,7 +62,7 @@ BAD = [
     (["--algorithm", "fedfoo"], "algorithm: unknown 'fedfoo'"),
     (["--algorithm", "fedpfn+fedpnu"], "algorithm: unknown 'fedpfn+fedpnu'"),
     (["--dataset", "imagenet"], "dataset: unknown 'imagenet'"),
-    (["--model", "gpt"], "model: unknown 'gpt'"),
+    (["--model", "gpt"], "model: unknown model 'gpt'; use one of mlp, cnn"),
     (["--partition", "pathological"], "partition: unknown 'pathological'"),
     (["--alpha", "0"], "alpha: 0.0 must be > 0"),
     (["--num-clients", "0"], "num_clients: 0 must be at least 1"),

@@ -578,13 +578,10 @@ def test_a_gzip_bomb_and_an_absurd_cifar_array_are_refused_before_they_are_read(
 
 
 def test_export_partition_reads_a_run_config_and_refuses_a_stray_word(tmp_path):
-    import importlib.util
+    from fedpfn.cli import partition as export
 
     folder = resumable_run(tmp_path / "run")
     script = ROOT / "scripts" / "export_partition.py"
-    spec = importlib.util.spec_from_file_location("export_partition", script)
-    export = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(export)
     cfg = export.run_config(folder.path / "config.json", ["seed=1"])  # its provenance is no setting
     assert cfg.seed == 1 and cfg.num_clients == 4
     result = subprocess.run([sys.executable, str(script), "--config", str(folder.path / "config.json"),

@@ -8,7 +8,6 @@ wherever the refusal comes before an engine starts; the signal test launches run
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import os
@@ -27,6 +26,7 @@ from test_reliability import ENV, OUTSIDE, ROOT, edit_config, passes_checks, res
 from test_report import main as report_main
 from test_report import write_run
 
+from fedpfn.cli.partition import run_config as partition_config
 from fedpfn.core.data import DataError
 from fedpfn.runtime.runfolder import RunFolder, read_tree
 
@@ -52,13 +52,6 @@ class Scene:
     def unchanged(self) -> None:
         assert snapshot(self.folder.path) == self.before
         assert self.outside.read_bytes() == OUTSIDE and not self.marker.exists()
-
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # --- code from a file ----------------------------------------------------------------------------
@@ -116,7 +109,7 @@ def test_compare_reports_export_and_flwr_run_never_import_what_a_folder_names(tm
         RuntimeError, match="holds a run of other settings"
     ):  # flwr run: its settings are typed
         resumes_in_place(parse_config({**scene.folder.read_config(), "server": "fedavg"}))
-    cfg = load_script("export_partition").run_config(scene.folder.path / "config.json", [])
+    cfg = partition_config(scene.folder.path / "config.json", [])
     assert cfg.server == "fedavg"  # the partition needs no server: the one named is left out, never imported
     report_main([str(scene.folder.path), "--out", str(tmp_path / "report")])  # reports read values only
     scene.unchanged()
@@ -320,18 +313,20 @@ def test_the_report_and_export_partition_refuse_in_one_line(tmp_path, capsys, mo
         err = capsys.readouterr().err.splitlines()
         assert code.value.code == 2 and len(err) == 1 and message in err[0], err
     folder = resumable_run(tmp_path / "run")
-    export = load_script("export_partition")
+    from fedpfn.cli import partition as export
+
     (tmp_path / "file").write_bytes(OUTSIDE)
     config = ["--config", str(folder.path / "config.json")]
     for to, message in ((["--to", "zero"], "expected PARTITION=FOLDER, got 'zero'"),
                         (["--to", f"0={tmp_path / 'file'}"], f"--to: {tmp_path / 'file'} is a file, not a folder"),
                         (["--to", f"0={tmp_path / 'a'}", "--to", f"0={tmp_path / 'b'}"], "partition 0 is given twice"),
                         (["--to", f"0={tmp_path / 'a'}", "--to", f"1={tmp_path / 'a'}"], "/a is given twice")):  # fmt: skip
-        monkeypatch.setattr(sys, "argv", ["export_partition.py", *config, *to])
-        with pytest.raises(SystemExit) as code:
-            export.main()
+        try:
+            code = export.main([*config, *to])
+        except SystemExit as stop:  # argparse's own refusal
+            code = stop.code
         err = capsys.readouterr().err.splitlines()
-        assert code.value.code == 2 and len(err) == 1 and message in err[0], err
+        assert code == 2 and len(err) == 1 and message in err[0], err
     assert (tmp_path / "file").read_bytes() == OUTSIDE and not (tmp_path / "a").exists()
 
 

@@ -306,12 +306,12 @@ def run_lmc(cfg: LmcConfig, prepared: Prepared, log: Callable[[str], None] = pri
 # --------------------------------------------------------------------------- command line
 
 
-def build_parser() -> argparse.ArgumentParser:
-    return command.build_parser("python -m fedpfn.analysis.lmc", __doc__, LmcConfig, ", ".join(OUTPUT_FILES))
+def build_parser(prog: str = "python -m fedpfn.analysis.lmc") -> argparse.ArgumentParser:
+    return command.build_parser(prog, __doc__, LmcConfig, ", ".join(OUTPUT_FILES))
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = vars(build_parser().parse_args(argv))
+def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.lmc") -> int:
+    args = vars(build_parser(prog).parse_args(argv))
     out = Path(args.pop("out")).expanduser()
     overwrite = bool(args.pop("overwrite", False))
     cfg, found = read_config(args)

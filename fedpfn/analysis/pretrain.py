@@ -195,10 +195,8 @@ def read_record(start: Path) -> tuple[PretrainConfig | None, list[str]]:
     return cfg, [f"start: {path}: {line}" for line in found]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser(
-        "python -m fedpfn.analysis.pretrain", __doc__, PretrainConfig, " and ".join(OUTPUT_FILES)
-    )
+def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.pretrain") -> int:
+    parser = build_parser(prog, __doc__, PretrainConfig, " and ".join(OUTPUT_FILES))
     args = vars(parser.parse_args(argv))
     out, overwrite = Path(args.pop("out")).expanduser(), bool(args.pop("overwrite", False))
     cfg, found = read_settings(PretrainConfig, args)

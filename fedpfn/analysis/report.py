@@ -38,9 +38,9 @@ def accuracy(text: str) -> float:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m fedpfn.analysis.report") -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog="python -m fedpfn.analysis.report",
+        prog=prog,
         description="Compare finished run folders: mean and n-1 std over seeds, paired differences "
         "against a baseline with a 95 % Student's t interval.",
     )
@@ -60,8 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.report") -> int:
+    args = build_parser(prog).parse_args(argv)
     command = "python -m fedpfn.analysis.report " + shlex.join(sys.argv[1:] if argv is None else argv)
     try:
         runs = load_runs(args.runs)

@@ -207,8 +207,8 @@ def run_soups(cfg: SoupConfig, setups: list[Any], train: tuple[torch.Tensor, tor
     return {"arms": per_arm, "comparisons": compare_arms(per_arm)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser("python -m fedpfn.analysis.soup", __doc__, SoupConfig, ", ".join(OUTPUT_FILES))
+def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.soup") -> int:
+    parser = build_parser(prog, __doc__, SoupConfig, ", ".join(OUTPUT_FILES))
     args = vars(parser.parse_args(argv))
     out, overwrite = Path(args.pop("out")).expanduser(), bool(args.pop("overwrite", False))
     cfg, found = read_settings(SoupConfig, args)

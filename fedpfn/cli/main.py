@@ -1,0 +1,126 @@
+"""`fedpfn VERB ...`: one installed command for everything the project runs.
+
+    fedpfn run --algorithm fedpfn --rounds 20 --out runs/pfn      # one simulation (python run_sim.py)
+    fedpfn resume runs/pfn --rounds 30                            # the rest of a stopped run
+    fedpfn VERB --help                                            # the verb's own settings, grouped
+
+Each verb hands its arguments to the command it names, unchanged: the same declared settings,
+the same grouped help, the same one-line refusals with exit code 2. The verbs are argparse over
+the project's own declared settings (`fedpfn.core.settings`), not click or typer: those would
+declare every setting a second time, and the declarations are what the checks, presets and
+`flwr run`'s table are generated from.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from fedpfn.cli.early import stop_cleanly_from_now
+
+stop_cleanly_from_now()  # before torch, Ray and Flower load: a Ctrl-C in the first second is one line
+
+import difflib  # noqa: E402
+import subprocess  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+CHECKOUT = Path(__file__).resolve().parents[2]  # scripts/ and benchmarks/ live here, beside the package
+
+
+@dataclass(frozen=True)
+class Verb:
+    """A verb: what it does, in one line, and how it runs (argv after the verb, its prog name)."""
+
+    about: str
+    run: Callable[[list[str], str], int]
+
+
+def _simulate(argv: list[str], prog: str) -> int:
+    from fedpfn.cli.simulate import main
+
+    return main(argv, prog)
+
+
+def _compare(argv: list[str], prog: str) -> int:
+    if not argv or argv[0].startswith("-"):
+        return _refuse(f"{prog}: give the algorithms first, e.g. {prog} fedavg,fedpfn --seeds 0,1,2")
+    return _simulate(["--compare", *argv], "fedpfn run")
+
+
+def _resume(argv: list[str], prog: str) -> int:
+    if not argv or argv[0].startswith("-"):
+        return _refuse(f"{prog}: give the run folder first, e.g. {prog} runs/pfn --rounds 30")
+    return _simulate(["--resume", *argv], "fedpfn run")
+
+
+def _module(name: str) -> Callable[[list[str], str], int]:
+    """A verb that is the `main(argv, prog)` of fedpfn.analysis.NAME or fedpfn.cli.NAME."""
+
+    def run(argv: list[str], prog: str) -> int:
+        import importlib
+
+        return importlib.import_module(name).main(argv, prog)
+
+    return run
+
+
+def _checkout_script(*command: str) -> Callable[[list[str], str], int]:
+    """A verb that runs a script of the checkout (it is not part of an installed package)."""
+
+    def run(argv: list[str], prog: str) -> int:
+        script = CHECKOUT / command[-1]
+        if not script.is_file():
+            return _refuse(f"{prog}: needs the fedpfn checkout ({command[-1]} is not beside the installed package)")
+        done = subprocess.run([*command[:-1], str(script), *argv], cwd=CHECKOUT, check=False)
+        return done.returncode
+
+    return run
+
+
+VERBS: dict[str, Verb] = {
+    "run": Verb("one simulation: every setting a flag (fedpfn run --help)", _simulate),
+    "compare": Verb("algorithms on the same seeds, then the report: fedpfn compare A,B --seeds 0,1,2", _compare),
+    "resume": Verb("the rest of a stopped run: fedpfn resume DIR [--rounds N]", _resume),
+    "report": Verb("tables, intervals and figures of finished runs", _module("fedpfn.analysis.report")),
+    "align": Verb("the alignment gate: signed barriers, weight matching, P", _module("fedpfn.analysis.lmc")),
+    "partition": Verb("write SuperNodes' own partitions (deployment)", _module("fedpfn.cli.partition")),
+    "pretrain": Verb("an offline pretrained start (model.safetensors)", _module("fedpfn.analysis.pretrain")),
+    "soup": Verb("model soups of fine-tunes, with shared or independent anchors", _module("fedpfn.analysis.soup")),
+    "deploy-local": Verb("a real SuperLink and SuperNodes on this machine (the checkout's script)",
+                         _checkout_script("bash", "scripts/deploy_local.sh")),  # fmt: skip
+    "bench": Verb("the engines side by side (the checkout's benchmark)",
+                  _checkout_script(sys.executable, "benchmarks/bench_engines.py")),  # fmt: skip
+}
+
+
+def _refuse(line: str) -> int:
+    print(f"error: {line}", file=sys.stderr)
+    return 2
+
+
+def usage() -> str:
+    width = max(map(len, VERBS))
+    rows = [f"  {name:<{width}}  {verb.about}" for name, verb in VERBS.items()]
+    return "\n".join(["usage: fedpfn VERB [ARGS ...]    (fedpfn VERB --help: the verb's settings)", "",
+                      "verbs:", *rows])  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    from fedpfn.runtime import env
+
+    env.flower_defaults()  # the project's Flower switches, for every verb; a user's own values win
+    if not args or args[0] in ("-h", "--help"):
+        print(usage(), file=sys.stdout if args else sys.stderr)
+        return 0 if args else 2
+    verb = VERBS.get(args[0])
+    if verb is None:
+        near = difflib.get_close_matches(args[0], VERBS, n=1)
+        hint = f"; did you mean {near[0]}?" if near else ""
+        return _refuse(f"unknown verb '{args[0]}'{hint} (one of {', '.join(VERBS)}; fedpfn --help)")
+    return verb.run(args[1:], f"fedpfn {args[0]}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

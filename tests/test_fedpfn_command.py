@@ -1,0 +1,58 @@
+"""The installed `fedpfn` command: its verbs, their help, and refusals as one line with exit 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedpfn.cli.main import VERBS, main
+
+IN_PROCESS = ("run", "report", "align", "partition", "pretrain", "soup")  # verbs whose help needs no subprocess
+
+
+def test_help_lists_every_verb(capsys) -> None:
+    assert main(["--help"]) == 0
+    listed = capsys.readouterr().out
+    assert all(f"  {verb} " in listed for verb in VERBS)
+
+
+@pytest.mark.parametrize("verb", IN_PROCESS)
+def test_each_verb_has_its_own_help_under_its_own_name(verb: str, capsys) -> None:
+    with pytest.raises(SystemExit) as done:
+        main([verb, "--help"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: fedpfn {verb} ")
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["runn"], "unknown verb 'runn'; did you mean run?"),
+        (["compare", "--seeds", "0"], "fedpfn compare: give the algorithms first"),
+        (["resume"], "fedpfn resume: give the run folder first"),
+        (["run", "--num_clients", "3"], "did you mean --num-clients? (fedpfn run --help lists every flag)"),
+        (["run", "--rounds", "0"], "rounds: 0 must be at least 1"),
+        (["align", "--models", "1", "--out", "/nonexistent/x"], "models: 1 must be in [2, 64]"),
+    ],
+)
+def test_a_bad_call_is_one_line_and_exit_2(argv: list[str], says: str, capsys, tmp_path: Path) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and says in err and err.count("\n") == 1, err
+
+
+def test_no_verb_is_refused_with_the_list() -> None:
+    done = subprocess.run([sys.executable, "-m", "fedpfn.cli.main"], capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and "verbs:" in done.stderr and done.stdout == ""
+
+
+def test_the_installed_script_and_run_sim_are_the_same_command() -> None:
+    """`pip install -e .` puts `fedpfn` beside the interpreter; run_sim.py is `fedpfn run` under its own name."""
+    script = Path(sys.executable).parent / "fedpfn"
+    assert script.is_file(), "pip install -e . installs the fedpfn command ([project.scripts])"
+    for command, prog in (([str(script), "run"], "fedpfn run"), ([sys.executable, "run_sim.py"], "python run_sim.py")):
+        done = subprocess.run([*command, "--nosuch"], capture_output=True, text=True, check=False)
+        assert done.returncode == 2 and done.stderr == f"error: unknown flag --nosuch ({prog} --help lists every flag)\n"
