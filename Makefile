@@ -9,7 +9,7 @@ export FLWR_TELEMETRY_ENABLED ?= 0
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION ?= 1
 export FLWR_DISABLE_UPDATE_CHECK ?= 1
 
-.PHONY: setup data run test test-fast bench
+.PHONY: setup data run test test-fast bench docs
 
 # The README's commands run in the activated venv: say how, after every set-up.
 setup: $(VENV)/.installed $(VENV)/.flower-env
@@ -48,6 +48,10 @@ run: setup data
 
 test: setup data
 	$(BIN)/python -m pytest -q
+
+# The documentation site from docs/ (mkdocs.yml), served at http://127.0.0.1:8000 while it runs.
+docs: setup
+	$(BIN)/mkdocs serve
 
 test-fast: setup data
 	$(BIN)/python -m pytest -q -m "not deploy and not slow"
