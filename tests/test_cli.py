@@ -306,7 +306,7 @@ def test_subprocess_misspelt_flag_is_one_line_exit_2():
     result = run_cli("--num_clients", "4")
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
-        "error: unknown flag --num_clients; did you mean --num-clients? (python run_sim.py --help lists every flag)"
+        "error: unknown flag --num_clients; did you mean --num-clients? (python run_sim.py --help-all lists every flag)"
     ]
 
 

@@ -33,7 +33,7 @@ def test_each_verb_has_its_own_help_under_its_own_name(verb: str, capsys) -> Non
         (["runn"], "unknown verb 'runn'; did you mean run?"),
         (["compare", "--seeds", "0"], "fedpfn compare: give the algorithms first"),
         (["resume"], "fedpfn resume: give the run folder first"),
-        (["run", "--num_clients", "3"], "did you mean --num-clients? (fedpfn run --help lists every flag)"),
+        (["run", "--num_clients", "3"], "did you mean --num-clients? (fedpfn run --help-all lists every flag)"),
         (["run", "--rounds", "0"], "rounds: 0 must be at least 1"),
         (["align", "--models", "1", "--out", "/nonexistent/x"], "models: 1 must be in [2, 64]"),
     ],
@@ -55,4 +55,16 @@ def test_the_installed_script_and_run_sim_are_the_same_command() -> None:
     assert script.is_file(), "pip install -e . installs the fedpfn command ([project.scripts])"
     for command, prog in (([str(script), "run"], "fedpfn run"), ([sys.executable, "run_sim.py"], "python run_sim.py")):
         done = subprocess.run([*command, "--nosuch"], capture_output=True, text=True, check=False)
-        assert done.returncode == 2 and done.stderr == f"error: unknown flag --nosuch ({prog} --help lists every flag)\n"
+        assert done.returncode == 2 and done.stderr == f"error: unknown flag --nosuch ({prog} --help-all lists every flag)\n"
+
+
+def test_run_help_shows_the_first_settings_and_help_all_every_one(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    short = capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["run", "--help-all"])
+    full = capsys.readouterr().out
+    flags = [line.split()[0] for line in short.splitlines() if line.startswith("  --")]
+    assert len(flags) == 12 and "--algorithm" in flags and "--anchor-ratio" not in short
+    assert "--help-all" in short and "--anchor-ratio" in full and "--prox-mu" in full

@@ -73,7 +73,30 @@ class Parser(argparse.ArgumentParser):
 
 
 def help_hint(prog: str) -> str:
-    return f"{prog} --help lists every flag"
+    return f"{prog} --help-all lists every flag"
+
+
+FIRST = ("algorithm", "server", "dataset", "model", "num_clients", "clients_per_round", "alpha", "rounds",
+         "local_epochs", "lr", "seed", "out")  # fmt: skip  (what --help shows: the settings most runs change first)
+
+
+class FirstSettingsHelp(argparse.Action):
+    """`--help`: the usage, the command's one line, and the FIRST settings; `--help-all` has the rest."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, default: Any = None,
+                 help: str | None = None) -> None:  # fmt: skip
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        formatter = parser._get_formatter()
+        formatter.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups)
+        formatter.add_text(parser.description)
+        by_dest = {a.dest: a for a in parser._actions if a.option_strings}
+        formatter.start_section(f"the settings most runs change first ({parser.prog} --help-all: every one, grouped)")
+        formatter.add_arguments([by_dest[name] for name in FIRST])
+        formatter.end_section()
+        parser._print_message(formatter.format_help(), sys.stdout)
+        parser.exit(0)
 
 
 def group_of(field: dataclasses.Field) -> str:
@@ -99,7 +122,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
     parser = Parser(prog=prog, usage=f"{prog} [--config FILE] [--FLAG VALUE ...] [KEY=VALUE ...]",
                     description=__doc__.split("\n\n")[0], argument_default=argparse.SUPPRESS,
-                    allow_abbrev=False)  # fmt: skip
+                    allow_abbrev=False, add_help=False)  # fmt: skip
+    parser.add_argument("-h", "--help", action=FirstSettingsHelp, help="the settings most runs change first")
+    parser.add_argument("--help-all", action="help", help="every setting, grouped")
     groups = {name: parser.add_argument_group(name, about) for name, about in GROUPS.items()}
     run = groups["run"]
     run.add_argument("--config", metavar="FILE", help="TOML file with settings (flags override it)")
