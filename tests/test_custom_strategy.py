@@ -1,6 +1,7 @@
-"""The README's custom strategy, run as written, and Flower's robust aggregators by dotted path.
+"""The documented custom strategy, run as written, and Flower's robust aggregators by dotted path.
 
-The example module and command are read out of README.md, so the documentation cannot drift
+The example module and command are read out of docs/guide/algorithms.md (the README's section
+before issue 34 moved it to the site), so the documentation cannot drift
 from what runs. The robust aggregators go through the composed strategy in-process
 (conftest.run_round), where they must still find one full-size ArrayRecord per reply.
 """
@@ -25,11 +26,11 @@ from fedpfn.core.cache import initial_model
 from fedpfn.core.protocol import to_numpy
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text()
-SECTION = README[README.index("## Custom server strategies") :]
+PAGE = (ROOT / "docs" / "guide" / "algorithms.md").read_text()
+SECTION = PAGE[PAGE.index("## Custom server strategies") :]
 MODULE = re.search(r"```python\n(.*?)```", SECTION, re.S).group(1)
 COMMAND = next(line for line in SECTION.splitlines() if "--server my_strategy:MyFedAvg" in line)
-ROBUST = [line for line in SECTION.splitlines() if line.startswith("python run_sim.py --server flwr.")]
+ROBUST = [line for line in SECTION.splitlines() if line.startswith("fedpfn run --server flwr.")]
 
 
 def user_folder(tmp_path: Path) -> Path:
@@ -42,7 +43,8 @@ def user_folder(tmp_path: Path) -> Path:
 
 def run_as_written(command: str, cwd: Path) -> subprocess.CompletedProcess:
     argv = shlex.split(command)
-    assert argv[0] == "python"
+    assert argv[:2] == ["fedpfn", "run"]  # the same command as `python run_sim.py`
+    argv = ["python", "run_sim.py", *argv[2:]]
     env = {**os.environ, "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
     argv = [sys.executable, *argv[1:]]
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
