@@ -68,3 +68,15 @@ def test_run_help_shows_the_first_settings_and_help_all_every_one(capsys) -> Non
     flags = [line.split()[0] for line in short.splitlines() if line.startswith("  --")]
     assert len(flags) == 12 and "--algorithm" in flags and "--anchor-ratio" not in short
     assert "--help-all" in short and "--anchor-ratio" in full and "--prox-mu" in full
+
+
+def test_the_closing_line_names_the_next_commands_ready_to_paste(tmp_path: Path) -> None:
+    import shlex
+
+    from fedpfn.runtime.progress import next_commands
+
+    folder = tmp_path / "a run's folder"
+    line = next_commands(folder, 20)
+    assert f"fedpfn report {shlex.quote(str(folder))} " in line and "--rounds 30" in line
+    pasted = shlex.split(line.split("more rounds: ")[1])
+    assert pasted == ["fedpfn", "resume", str(folder), "--rounds", "30"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import time
 from datetime import datetime
 from pathlib import Path
@@ -140,6 +141,17 @@ class Progress:
             f"failures {summary['num_failures_total']}"
             + (f"; run folder {self.log_path.parent}" if self.log_path is not None else "")
         )
+        if self.log_path is not None:
+            self.say(next_commands(self.log_path.parent, int(summary["rounds"])))
+
+
+def next_commands(run_dir: Path, rounds: int) -> str:
+    """The closing line: what a user does next with the run folder, ready to paste."""
+    folder = shlex.quote(str(run_dir))
+    return (
+        f"  next: fedpfn report {folder} (tables, intervals) · the figure {shlex.quote(str(run_dir / 'accuracy.png'))}"
+        f" · more rounds: fedpfn resume {folder} --rounds {rounds + 10}"
+    )
 
 
 def _round_bar(console: Console, total: int, first_round: int, show: bool) -> Any:
