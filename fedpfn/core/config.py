@@ -167,8 +167,8 @@ class RunConfig:
     engine_workers: int | None = setting(
         None,
         "Ray actors the batched engine spreads a round's clients over, each running the batched program "
-        "on a GPU of its own (default: one per GPU when this machine has several, or with --ray-address "
-        "one per GPU of the cluster; else none: this process)",
+        "(default: one per GPU when this machine has several, or with --ray-address one per GPU of the "
+        "cluster, else one per node with that node's CPUs; else none: this process)",
         at_least(1),
         kind="placement",
     )
