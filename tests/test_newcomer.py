@@ -74,7 +74,7 @@ def reach_engine(*argv: str) -> None:
 def test_runs_of_other_servers_or_alphas_never_share_a_default_folder(stop_at_engine):
     """The README's FedMedian and Krum examples wrote one folder before: the second was refused."""
     median = ["--server", "flwr.serverapp.strategy:FedMedian"]
-    for extra in ([], ["--server", "fedavgm"], median, KRUM[:2], ["--alpha", "0.1"], ["--seed", "1"]):
+    for extra in ([], ["--server", "fedavgm"], median, KRUM[:2], ["--partition", "dirichlet", "--alpha", "0.1"], ["--seed", "1"]):
         reach_engine(*TINY, *extra)
     default, fedavgm, fedmedian, krum, alpha, seed1 = (str(path) for path in stop_at_engine)
     assert len(set(stop_at_engine)) == 6
@@ -247,8 +247,20 @@ def check(copy: Path, command: str, monkeypatch) -> None:
                 assert activated.returncode == 0 and activated.stdout.strip().endswith(".venv/bin/python")
             case ["mkdir", *_]:
                 assert shell(copy, part).returncode == 0
-            case ["python", "run_sim.py", *args]:
+            case ["python", "run_sim.py", *args] | ["fedpfn", "run", *args]:
                 check_run_sim(copy, args)
+            case ["fedpfn", *verb, "--help"]:  # `fedpfn --help`, `fedpfn VERB --help`: the installed command
+                shown = shell(copy, shlex.join([".venv/bin/fedpfn", *verb, "--help"]))
+                assert shown.returncode == 0 and "usage: fedpfn" in shown.stdout, shown.stderr
+            case ["fedpfn", "compare", algorithms, *args]:
+                check_run_sim(copy, ["--compare", algorithms, *args])
+            case ["fedpfn", "resume", *args]:
+                check_run_sim(copy, ["--resume", *args])
+            case ["fedpfn", "align", *args]:
+                check_lmc(copy, args, monkeypatch)
+            case ["ray", ("start" | "stop") as verb, *_]:  # a cluster of the user's machines: Ray's CLI, from the venv
+                shown = shell(copy, f". .venv/bin/activate && command -v ray && ray {verb} --help")
+                assert shown.returncode == 0 and shown.stdout.splitlines()[0].endswith(".venv/bin/ray"), shown.stderr
             case ["python", "-m", "fedpfn.analysis.lmc", *args]:
                 check_lmc(copy, args, monkeypatch)
             case ["python", "scripts/study_report.py"]:
