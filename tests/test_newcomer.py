@@ -166,23 +166,48 @@ SUBPROCESS_ENV = {**os.environ, **env.FLOWER_DEFAULTS}
 NOT_COPIED = (".venv", "runs", ".git", "__pycache__", "*.egg-info", ".pytest_cache")
 
 
-def readme_commands() -> list[str]:
-    """Every command of the README's ```bash blocks, in order; continued lines joined."""
-    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+def bash_commands(page: Path) -> list[str]:
+    """Every command of a page's ```bash blocks, in order; continued lines joined."""
+    blocks = re.findall(r"```bash\n(.*?)```", page.read_text(), re.S)
     lines = [line for block in blocks for line in block.replace("\\\n", " ").splitlines()]
     return [line for line in lines if shlex.split(line, comments=True)]
 
 
-@pytest.fixture(scope="module")
-def checkout(tmp_path_factory) -> Path:
+def readme_commands() -> list[str]:
+    return bash_commands(ROOT / "README.md")
+
+
+def site_pages() -> list[Path]:
+    """The site's hand-written guide pages in the navigation's order (the pages scripts write,
+    the deployment and architecture pages aside)."""
+    import yaml
+
+    def leaves(nav) -> list[str]:
+        if isinstance(nav, str):
+            return [nav]
+        items = nav.values() if isinstance(nav, dict) else nav
+        return [leaf for item in items for leaf in leaves(item)]
+
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+    guides = ("index.md", "getting-started/", "guide/", "analysis/", "development/")
+    return [ROOT / "docs" / page for page in leaves(nav) if page.startswith(guides)]
+
+
+def fresh_checkout(tmp_path_factory) -> Path:
     """The checkout's files without runs or caches, the venv linked in: a fresh clone after `make`."""
     copy = tmp_path_factory.mktemp("clone") / "fedpfn"
     shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(*NOT_COPIED), symlinks=True)
     (copy / ".venv").symlink_to(ROOT / ".venv")
-    strategy = re.search(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)[1]
+    page = (ROOT / "docs" / "guide" / "algorithms.md").read_text()
+    strategy = re.search(r"```python\n(.*?)```", page[page.index("## Custom server strategies") :], re.S)[1]
     (copy / "my_strategy.py").write_text(strategy)  # "saved as my_strategy.py"
     (copy / "home").mkdir()
     return copy
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory) -> Path:
+    return fresh_checkout(tmp_path_factory)
 
 
 def shell(copy: Path, command: str) -> subprocess.CompletedProcess:
@@ -197,7 +222,7 @@ def check_run_sim(copy: Path, args: list[str]) -> None:
         with pytest.raises(SystemExit) as done:
             run_sim.main(args)
         assert done.value.code == 0
-    elif "--download" in args:
+    elif "--download" in args or "HEAD_IP:6379" in args:  # the network; a cluster of the user's machines
         validated(run_sim.config_from_args(run_sim.parse_args(args)))
     else:
         reach_engine(*args)
@@ -258,6 +283,23 @@ def check(copy: Path, command: str, monkeypatch) -> None:
                 check_run_sim(copy, ["--resume", *args])
             case ["fedpfn", "align", *args]:
                 check_lmc(copy, args, monkeypatch)
+            case ["fedpfn", ("pretrain" | "soup" | "report") as verb, *args]:  # minutes to hours: their settings
+                shown = shell(copy, f".venv/bin/fedpfn {verb} --help")
+                flags = [word for word in args if word.startswith("--")]
+                assert shown.returncode == 0 and all(flag in shown.stdout for flag in flags), shown.stdout
+            case ["python3", "-m", "venv", *_]:
+                assert shell(copy, "python3 -m venv --help").returncode == 0
+            case ["pip", "install", "-e", spec]:  # the extras it names exist (the venv is the one make built)
+                extras = tomllib.loads((copy / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+                assert spec.startswith(".[") and set(spec[2:-1].split(",")) <= set(extras), spec
+            case ["python", "-m", "fedpfn.runtime.env", *_]:  # prints activate's lines (make writes them)
+                shown = shell(copy, ".venv/bin/python -m fedpfn.runtime.env")
+                assert shown.returncode == 0 and "FLWR_TELEMETRY_ENABLED" in shown.stdout, shown.stderr
+            case ["tensorboard", "--logdir", _]:
+                assert shell(copy, ".venv/bin/tensorboard --help").returncode == 0
+            case ["python", "scripts/drift_page.py", "--model", model, "--stored"]:
+                shown = shell(copy, ".venv/bin/python scripts/drift_page.py --help")
+                assert shown.returncode == 0 and "--stored" in shown.stdout and model in shown.stdout, shown.stdout
             case ["ray", ("start" | "stop") as verb, *_]:  # a cluster of the user's machines: Ray's CLI, from the venv
                 shown = shell(copy, f". .venv/bin/activate && command -v ray && ray {verb} --help")
                 assert shown.returncode == 0 and shown.stdout.splitlines()[0].endswith(".venv/bin/ray"), shown.stderr
@@ -308,6 +350,27 @@ def test_every_readme_command_runs_as_written(checkout, monkeypatch):
             check(checkout, command, monkeypatch)
         except (Exception, pytest.fail.Exception) as err:
             raise AssertionError(f"the README command `{command}` did not run as written: {err}") from err
+
+
+@pytest.mark.slow  # about 40 s on the loaded 2 cores: the study scripts' pages and helps are subprocesses
+def test_every_site_command_runs_as_written(tmp_path_factory, monkeypatch):
+    """The site's guide pages, in the navigation's order, in a clone of their own (the README's
+    runs would hold their folders): as a newcomer reading the site types them."""
+    copy = fresh_checkout(tmp_path_factory)
+    monkeypatch.chdir(copy)
+    monkeypatch.setenv("HOME", str(copy / "home"))
+
+    def engine_start(run, tracker) -> None:
+        raise EngineReached
+
+    no_engine_starts(monkeypatch, engine_start)
+    commands = [(page, command) for page in site_pages() for command in bash_commands(page)]
+    assert len(commands) >= 40, commands
+    for page, command in commands:
+        try:
+            check(copy, command, monkeypatch)
+        except (Exception, pytest.fail.Exception) as err:
+            raise AssertionError(f"{page.relative_to(ROOT)}: `{command}` did not run as written: {err}") from err
 
 
 def test_study_report_writes_a_page_that_loses_nothing(checkout):
