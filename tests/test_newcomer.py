@@ -74,7 +74,14 @@ def reach_engine(*argv: str) -> None:
 def test_runs_of_other_servers_or_alphas_never_share_a_default_folder(stop_at_engine):
     """The README's FedMedian and Krum examples wrote one folder before: the second was refused."""
     median = ["--server", "flwr.serverapp.strategy:FedMedian"]
-    for extra in ([], ["--server", "fedavgm"], median, KRUM[:2], ["--partition", "dirichlet", "--alpha", "0.1"], ["--seed", "1"]):
+    for extra in (
+        [],
+        ["--server", "fedavgm"],
+        median,
+        KRUM[:2],
+        ["--partition", "dirichlet", "--alpha", "0.1"],
+        ["--seed", "1"],
+    ):
         reach_engine(*TINY, *extra)
     default, fedavgm, fedmedian, krum, alpha, seed1 = (str(path) for path in stop_at_engine)
     assert len(set(stop_at_engine)) == 6
@@ -283,14 +290,20 @@ def check(copy: Path, command: str, monkeypatch) -> None:
                 check_run_sim(copy, ["--resume", *args])
             case ["fedpfn", "align", *args]:
                 check_lmc(copy, args, monkeypatch)
-            case ["fedpfn", ("pretrain" | "soup" | "report") as verb, *args]:  # minutes to hours: their settings
+            case [
+                "fedpfn",
+                ("pretrain" | "soup" | "report") as verb,
+                *args,
+            ]:  # minutes to hours: their settings
                 shown = shell(copy, f".venv/bin/fedpfn {verb} --help")
                 flags = [word for word in args if word.startswith("--")]
                 assert shown.returncode == 0 and all(flag in shown.stdout for flag in flags), shown.stdout
             case ["python3", "-m", "venv", *_]:
                 assert shell(copy, "python3 -m venv --help").returncode == 0
             case ["pip", "install", "-e", spec]:  # the extras it names exist (the venv is the one make built)
-                extras = tomllib.loads((copy / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+                extras = tomllib.loads((copy / "pyproject.toml").read_text())["project"][
+                    "optional-dependencies"
+                ]
                 assert spec.startswith(".[") and set(spec[2:-1].split(",")) <= set(extras), spec
             case ["python", "-m", "fedpfn.runtime.env", *_]:  # prints activate's lines (make writes them)
                 shown = shell(copy, ".venv/bin/python -m fedpfn.runtime.env")
@@ -299,16 +312,26 @@ def check(copy: Path, command: str, monkeypatch) -> None:
                 assert shell(copy, ".venv/bin/tensorboard --help").returncode == 0
             case ["python", "scripts/drift_page.py", "--model", model, "--stored"]:
                 shown = shell(copy, ".venv/bin/python scripts/drift_page.py --help")
-                assert shown.returncode == 0 and "--stored" in shown.stdout and model in shown.stdout, shown.stdout
-            case ["ray", ("start" | "stop") as verb, *_]:  # a cluster of the user's machines: Ray's CLI, from the venv
+                assert shown.returncode == 0 and "--stored" in shown.stdout and model in shown.stdout, (
+                    shown.stdout
+                )
+            case [
+                "ray",
+                ("start" | "stop") as verb,
+                *_,
+            ]:  # a cluster of the user's machines: Ray's CLI, from the venv
                 shown = shell(copy, f". .venv/bin/activate && command -v ray && ray {verb} --help")
-                assert shown.returncode == 0 and shown.stdout.splitlines()[0].endswith(".venv/bin/ray"), shown.stderr
+                assert shown.returncode == 0 and shown.stdout.splitlines()[0].endswith(".venv/bin/ray"), (
+                    shown.stderr
+                )
             case ["python", "-m", "fedpfn.analysis.lmc", *args]:
                 check_lmc(copy, args, monkeypatch)
             case ["python", "scripts/study_report.py"]:
                 done = shell(copy, ".venv/bin/python scripts/study_report.py")
                 assert done.returncode == 1 and "left unchanged" in done.stderr, done.stderr
-                assert (copy / "docs/results_earlier.md").read_bytes() == (ROOT / "docs/results_earlier.md").read_bytes()
+                assert (copy / "docs/results_earlier.md").read_bytes() == (
+                    ROOT / "docs/results_earlier.md"
+                ).read_bytes()
             case ["python", "scripts/study.py", "--help"]:
                 done = shell(copy, ".venv/bin/python scripts/study.py --help")
                 assert done.returncode == 0 and "all" in done.stdout
@@ -320,7 +343,9 @@ def check(copy: Path, command: str, monkeypatch) -> None:
                 assert done.returncode == 1 and "main runs are not finished" in done.stderr, done.stderr
                 assert (copy / "docs/results.md").read_bytes() == (ROOT / "docs/results.md").read_bytes()
             case ["nice", "-n", _, "python", "scripts/alignment_sweep.py", "--seeds", seeds]:
-                done = shell(copy, ".venv/bin/python scripts/alignment_sweep.py --help")  # the cells take hours
+                done = shell(
+                    copy, ".venv/bin/python scripts/alignment_sweep.py --help"
+                )  # the cells take hours
                 assert done.returncode == 0 and "--seeds" in done.stdout and "-" in seeds, done.stdout
             case ["python", "scripts/alignment_page.py"]:
                 done = shell(copy, ".venv/bin/python scripts/alignment_page.py")  # no cells in a fresh copy
@@ -370,7 +395,9 @@ def test_every_site_command_runs_as_written(tmp_path_factory, monkeypatch):
         try:
             check(copy, command, monkeypatch)
         except (Exception, pytest.fail.Exception) as err:
-            raise AssertionError(f"{page.relative_to(ROOT)}: `{command}` did not run as written: {err}") from err
+            raise AssertionError(
+                f"{page.relative_to(ROOT)}: `{command}` did not run as written: {err}"
+            ) from err
 
 
 def test_study_report_writes_a_page_that_loses_nothing(checkout):
