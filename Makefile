@@ -13,7 +13,7 @@ export FLWR_DISABLE_UPDATE_CHECK ?= 1
 
 # The README's commands run in the activated venv: say how, after every set-up.
 setup: $(VENV)/.installed $(VENV)/.flower-env
-	@echo "fedpfn is set up in $(VENV) (the project, pytest, tensorboardX, tensorboard and wandb)."
+	@echo "fedpfn is set up in $(VENV) (the project, pytest, tensorboardX, tensorboard, wandb and mkdocs-material)."
 	@echo "Activate it in each new shell before the README's commands (bash, zsh):"
 	@echo "    . $(VENV)/bin/activate"
 
