@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -166,14 +166,12 @@ class Probe:
     bn_x: torch.Tensor | None = None  # training inputs for BatchNorm statistics
     bn_batches: tuple[torch.Tensor, ...] = ()
     eval_batch_size: int = 256  # CPU convolutions run about twice as fast as at 1000
-    calls: int = field(default=0, repr=False)
 
     def measure(self, state: StateDict, data: Sequence[EvalData]) -> tuple[float, float]:
         """(loss, accuracy) of `state`, the equal-weight mean over `data`; BN statistics recomputed."""
         self.model.load_state_dict(state)
         if self.bn_x is not None and self.bn_batches:
             reset_bn_stats(self.model, self.bn_x, self.bn_batches)
-        self.calls += 1
         figures = [evaluate(self.model, d.x, d.y, self.eval_batch_size) for d in data]
         return sum(f[0] for f in figures) / len(figures), sum(f[1] for f in figures) / len(figures)
 
