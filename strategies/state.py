@@ -1,11 +1,12 @@
 """The state an inner Flower strategy carries between rounds, as arrays and plain values.
 
 Checkpoints never pickle: a strategy's state is a tree of dicts and lists whose leaves are
-numpy arrays or JSON values (see `fedpfn.runtime.runfolder`). A registered strategy is read
-through the attributes its registration declares (strategies/registry.py); a user's class
-through its own `state()` / `load_state()` when it defines both, else through those of its
-attributes that hold arrays or plain values (callables, configs and other objects stay as
-the constructor built them); any other Flower class keeps no state between rounds.
+numpy arrays or JSON values, walked by `fedpfn.core.tree` as the checkpoint itself is. A
+registered strategy is read through the attributes its registration declares
+(strategies/registry.py); a user's class through its own `state()` / `load_state()` when it
+defines both, else through those of its attributes that hold arrays or plain values
+(callables, configs and other objects stay as the constructor built them); any other Flower
+class keeps no state between rounds.
 """
 
 from __future__ import annotations
@@ -18,36 +19,31 @@ from flwr.app import ArrayRecord
 from flwr.serverapp.strategy import Strategy
 
 from fedpfn.core.protocol import to_array_record, to_numpy
+from fedpfn.core.tree import PLAIN, decode, encode
 
 _RECORD = "__arrayrecord__"
-_PLAIN = (int, float, str, bool, type(None), np.ndarray)
 
 
-def _encode(value: Any) -> Any:
-    """A state value as a tree of arrays and plain values, or None if it cannot be one."""
+def _state_leaf(value: Any) -> Any:
     if isinstance(value, ArrayRecord):
         return {_RECORD: to_numpy(value)}
     if isinstance(value, np.generic):
         return value.item()
-    if isinstance(value, _PLAIN):
+    if isinstance(value, (*PLAIN, np.ndarray)):
         return value
-    if isinstance(value, list | tuple):
-        items = [_encode(v) for v in value]
-        return items if all(i is not None or v is None for i, v in zip(items, value)) else None
-    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        items = {k: _encode(v) for k, v in value.items()}
-        return items if all(items[k] is not None or value[k] is None for k in value) else None
-    return None
+    raise TypeError(f"{type(value).__name__} is not state")
+
+
+def _encode(value: Any) -> Any:
+    """A state value as a tree of arrays and plain values, or None if it cannot be one."""
+    try:
+        return encode(value, _state_leaf)
+    except TypeError:
+        return None
 
 
 def _decode(value: Any) -> Any:
-    if isinstance(value, dict):
-        if set(value) == {_RECORD}:
-            return to_array_record(value[_RECORD])
-        return {k: _decode(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_decode(v) for v in value]
-    return value
+    return decode(value, {_RECORD: to_array_record})
 
 
 def _attributes(strategy: Strategy) -> list[str]:
