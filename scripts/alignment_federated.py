@@ -191,6 +191,9 @@ def write_page(stored: bool) -> None:
         steps = kept["steps_per_round"]
     else:
         table = figures()
+        if not any(table["median R"].values()):  # a fresh clone: the published results stay
+            raise SystemExit(f"error: no finished run under {RUNS.relative_to(ROOT)}/; {PAGE.relative_to(ROOT)} "
+                             "left unchanged (page --stored writes it from docs/alignment/federated.json)")  # fmt: skip
         steps = steps_per_round() if all(len(table["median R"][a]) == len(SEEDS) for a in ARMS) else 0.0
         atomic_write_bytes(STORED, (json.dumps({"figures": table, "steps_per_round": steps}, indent=1) + "\n").encode())
     head = text.split(MARKER)[0]
