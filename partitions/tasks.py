@@ -23,6 +23,12 @@ FMNIST_TASKS: dict[str, tuple[tuple[int, ...], ...]] = {
     "last-five": ((5,), (6,), (7,), (8,), (9,)),
 }
 TASK_NAMES = tuple(FMNIST_TASKS)
+# Tasks no contributor trains on: ColD fusion's held-out evaluation (fedpfn.analysis.cold) fits a
+# fresh head on each, on samples drawn by its seed. No contributor's head separates these groups.
+HELD_OUT_TASKS: dict[str, tuple[tuple[int, ...], ...]] = {
+    "ten-classes": tuple((c,) for c in range(10)),  # every class apart: the head no contributor has
+    "tops": ((0,), (2,), (4,), (6,)),  # T-shirt, Pullover, Coat, Shirt: Shirt is in no contributor's tops
+}
 SOURCE_CLASSES = 10
 
 
@@ -33,7 +39,7 @@ def task_of(partition_id: int) -> str:
 def label_map(task: str) -> np.ndarray:
     """Source label -> the task's label (−1: not in the task)."""
     mapping = np.full(SOURCE_CLASSES, -1, dtype=np.int64)
-    for new, group in enumerate(FMNIST_TASKS[task]):
+    for new, group in enumerate({**FMNIST_TASKS, **HELD_OUT_TASKS}[task]):
         mapping[list(group)] = new
     return mapping
 

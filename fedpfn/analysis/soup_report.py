@@ -43,14 +43,17 @@ def _number(value: float | None, scale: float, decimals: int) -> str:
     return "–" if value is None else f"{scale * value:+.{decimals}f}"
 
 
-def comparison_rows(comparisons: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One row per comparison and metric: mean difference, 95 % CI, p, Holm's p, MDE, wins."""
+def comparison_rows(
+    comparisons: Sequence[Mapping[str, Any]], scales: Mapping[str, tuple[float, int]] = SCALE
+) -> list[str]:
+    """One row per comparison and metric: mean difference, 95 % CI, p, Holm's p, MDE, wins;
+    `scales`: each metric's (scale, decimals)."""
     rows = [
         "| comparison | metric | mean | 95 % CI | p | p (Holm) | MDE | wins / ties / seeds |",
         "|---" * 8 + "|",
     ]
     for c in comparisons:
-        scale, dec = SCALE[c["metric"]]
+        scale, dec = scales[c["metric"]]
         ci = (
             "–"
             if c["low"] is None

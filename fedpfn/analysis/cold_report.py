@@ -1,0 +1,96 @@
+"""What the ColD command writes for a reader: the setting, each arm over seeds, the paired comparisons
+and what each supports.
+
+Accuracies are test-set figures in percent; differences in percentage points (pp). Spread over
+seeds is one sample standard deviation (n − 1); comparisons give Student's paired t 95 % interval,
+the p-value Holm-adjusted within each metric over the comparisons computed, and the minimum
+detectable effect at 80 % power (fedpfn.analysis.stats); verdicts are fedpfn.analysis.render's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fedpfn.analysis.cold_eval import ARMS, METRICS
+from fedpfn.analysis.render import verdict
+from fedpfn.analysis.soup_report import comparison_rows
+from fedpfn.analysis.stats import Paired, mean_std
+from partitions.tasks import HELD_OUT_TASKS, TASK_NAMES
+
+SCALES = {metric: (100.0, 2) for metric in METRICS}
+HEADERS = {"own_task_acc": "own tasks, own heads (%)", "linear_acc": "held-out, linear probe (%)",
+           "full_acc": "held-out, full fine-tune (%)"}  # fmt: skip
+ARM_WORDS = {
+    "start": "the pretrained start, no fusion (reference)",
+    "plain": "ColD fusion, bodies averaged (FedAvg)",
+    "shared": "ColD fusion with one anchor mask a round shared by every contributor (FedPFN)",
+    "independent": "ColD fusion with each contributor its own mask at the same ratio (the control)",
+}
+
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return "–"
+    mean, std = mean_std([100 * v for v in values])
+    return f"{mean:.2f}" + (f" ± {std:.2f}" if std is not None else "")
+
+
+def setting_text(result: Mapping[str, Any]) -> str:
+    cfg = result["config"]
+    return (
+        f"Start: `{cfg['start']}` ({cfg['model']}). {cfg['contributors']} contributors, task k mod "
+        f"{len(TASK_NAMES)} of {', '.join(TASK_NAMES)}, each with its own head (`--personal 'classifier.*'`); "
+        f"{cfg['rounds']} rounds of {cfg['local_epochs']} local epoch(s), SGD lr {cfg['lr']} (momentum 0.9), "
+        f"batch {cfg['batch_size']}; every contributor every round. Contributors train on "
+        f"{100 * (1 - cfg['unseen_fraction']):g} % of the training set; the other {100 * cfg['unseen_fraction']:g} % "
+        f"(the runs' validation share) is unseen. Anchors: ratio {cfg['anchor_ratio']}, {cfg['granularity']} level. "
+        f"Held-out tasks: {', '.join(HELD_OUT_TASKS)}; a fresh head from the seed fitted on {cfg['probe_samples']} "
+        f"unseen samples for {cfg['probe_epochs']} epoch(s) (Adam, lr {cfg['probe_lr']}), body fixed (linear) or "
+        f"trained (full). Test: {cfg['test_subset'] or 'all'} Fashion-MNIST test images, each task's own classes."
+    )
+
+
+def arm_rows(arms: Mapping[str, list[dict[str, Any]]]) -> list[str]:
+    """Each arm over seeds: the three metrics, then each held-out task under both probes."""
+    tasks = [(task, kind) for task in HELD_OUT_TASKS for kind in ("linear", "full")]
+    head = ["arm", *(HEADERS[m] for m in METRICS), *(f"{task}, {kind} (%)" for task, kind in tasks)]
+    rows = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for arm in ARMS:
+        runs = arms[arm]
+        cells = [_cell([r[m] for r in runs if m in r]) for m in METRICS]
+        cells += [_cell([r["held_out"][kind][task]["acc"] for r in runs]) for task, kind in tasks]
+        rows.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def reading(comparisons: list[dict[str, Any]]) -> list[str]:
+    """What each comparison supports after Holm, in words (a 'not resolved' says what it excludes)."""
+    lines = []
+    for c in comparisons:
+        p = Paired(**c)
+        mean = f"{100 * p.mean:+.2f} pp"
+        interval = (
+            f" [{100 * p.low:+.2f}, {100 * p.high:+.2f}]" if p.low is not None and p.high is not None else ""
+        )
+        lines.append(f"- {p.label}, {HEADERS[p.metric]}: {mean}{interval}: {verdict(p)}.")
+    return lines
+
+
+def markdown(result: Mapping[str, Any]) -> str:
+    """The setting, the arms, the comparisons and the reading."""
+    arms = result["arms"]
+    seeds = len(arms["plain"])
+    lines = [
+        f"# ColD fusion: fmnist {result['config']['model']}, {seeds} seed{'s' * (seeds > 1)}", "",
+        setting_text(result), "",
+        "Arms: " + "; ".join(f"**{arm}**: {ARM_WORDS[arm]}" for arm in ARMS) + ".", "",
+        ("Test accuracy, mean ± std over seeds (n − 1). Own tasks: the final fused body with each contributor's "
+         "own head (its client state), mean over contributors. Held-out: mean over the held-out tasks."), "",
+        *arm_rows(arms), "",
+        "Paired by seed (arm − arm on the same seed); Holm within each metric.", "",
+        *comparison_rows(result["comparisons"], SCALES), "",
+        "What each comparison supports (95 % interval; Holm-adjusted test at 0.05):", "",
+        *reading(result["comparisons"]),
+    ]  # fmt: skip
+    return "\n".join(lines) + "\n"
