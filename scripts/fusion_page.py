@@ -1,30 +1,40 @@
 #!/usr/bin/env python
-"""docs/fusion.md from a model-soup run: the question, the setting, the arms with the control, the
-results with intervals and the commands, all from the run's soup.json (fedpfn.analysis.soup_report).
+"""docs/fusion.md from a model-soup run and a ColD fusion study: for each, the question, the setting,
+the arms with the control, the results with intervals and the commands, all from the runs' soup.json
+and cold.json (fedpfn.analysis.soup_report, fedpfn.analysis.cold_report).
 
     python scripts/fusion_page.py runs/soup-vit_tiny28-fmnist   # keeps a copy in docs/fusion/soup.json
-    python scripts/fusion_page.py --stored                       # the page again from that copy alone
+    python scripts/fusion_page.py --cold runs/cold-cnn-fmnist   # keeps a copy in docs/fusion/cold.json
+    python scripts/fusion_page.py --stored                       # the page again from those copies alone
+
+Whatever is not given comes from its stored copy.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from fedpfn.analysis.soup_report import markdown  # noqa: E402
+from fedpfn.analysis import cold_report, soup_report  # noqa: E402
 from fedpfn.core.files import MAX_JSON_BYTES, DamagedFile, atomic_write_bytes, read_json  # noqa: E402
 from fedpfn.core.settings import OneLineParser  # noqa: E402
 
 PAGE = ROOT / "docs" / "fusion.md"
-STORED = ROOT / "docs" / "fusion" / "soup.json"
+STORED = {"soup": ROOT / "docs" / "fusion" / "soup.json", "cold": ROOT / "docs" / "fusion" / "cold.json"}
 
-INTRO = """# Fusion of fine-tuned models: model soups with shared anchors
+INTRO = """# Fusion of fine-tuned models: model soups and ColD fusion with shared anchors
 
-Written by `python scripts/fusion_page.py` from a soup run (kept in `docs/fusion/soup.json`; `--stored`
-writes the page from it alone). Do not edit by hand.
+Written by `python scripts/fusion_page.py` from a soup run and a ColD fusion study (kept in
+`docs/fusion/soup.json` and `docs/fusion/cold.json`; `--stored` writes the page from them alone).
+Do not edit by hand.
+
+## Model soups
 
 **Question.** Do fine-tunes of one pretrained start that share one anchor mask (TNA-PFN: a random
 40 % of the weights fixed at the start's values) soup better than plain fine-tunes, and is any gain
@@ -35,15 +45,13 @@ accuracy does not fall. Everything is selected on a held-out split and reported 
 
 **Reading.** This run is small (short fine-tunes on a few thousand samples of a 2-core machine), so
 its ingredients are uneven and it does not yet test the paper's claim; the intervals below say what
-it excludes. ColD fusion (collaborative descent over contributors with their own task heads) runs as
-a federated preset, `configs/cold_fusion.toml` (`--personal 'classifier.*'`, `--partition tasks`);
-its evaluation on held-out tasks with a fresh head is not built yet, so it has no results here.
+it excludes.
 
-## Results
+### Results
 
 {results}
 
-## Commands
+### Commands
 
 ```
 python -m fedpfn.analysis.pretrain --model vit_tiny28 --dataset fmnist --epochs 3 --out runs/pretrain-vit_tiny28-fmnist
@@ -55,25 +63,89 @@ python scripts/fusion_page.py runs/soup-vit_tiny28-fmnist
 """
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(prog="fusion_page.py", description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("run", nargs="?", type=Path, help="a soup run folder (holding soup.json)")
-    parser.add_argument("--stored", action="store_true", help="write the page from docs/fusion/soup.json")
-    args = parser.parse_args(argv)
-    if args.stored == (args.run is not None):
-        parser.error("give a soup run folder, or --stored (not both)")
-    source = STORED if args.stored else args.run / "soup.json"
+COLD = """
+## ColD fusion
+
+**Question.** ColD fusion (Don-Yehiya et al. 2023) improves a pretrained model by collaborative
+descent: contributors fine-tune the shared body on their own tasks with their own heads, the bodies
+are averaged, and the average is everyone's next start; it is judged by the fused body on the
+contributors' tasks and after fine-tuning a fresh head on tasks no contributor trained. Here the
+contributors are clients (`--partition tasks`, `--personal 'classifier.*'`: configs/cold_fusion.toml).
+Does sharing one anchor mask each round (FedPFN) fuse a better body than plain averaging, and is
+any gain from sharing the anchors rather than from freezing as much (the control: each contributor
+its own mask at the same ratio)? The pretrained start, unfused, is the reference.
+
+**Reading.** This study is small ({seeds} seeds, {rounds} rounds of the {model} on a 2-core machine):
+the lines under the tables say, comparison by comparison, what it resolves and, where it does not,
+what its intervals exclude.
+
+### Results
+
+{results}
+### Commands
+
+```
+{commands}
+```
+"""
+
+
+def _flags(record: Mapping[str, Any], defaults: Mapping[str, Any]) -> str:
+    """The flags that set `record`'s values where they differ from the defaults."""
+    text = lambda v: ",".join(map(str, v)) if isinstance(v, list | tuple) else str(v)  # noqa: E731
+    return " ".join(
+        f"--{k.replace('_', '-')} {text(v)}" for k, v in record.items() if text(v) != text(defaults[k])
+    )
+
+
+def cold_section(result: Mapping[str, Any]) -> str:
+    """The ColD part of the page, from a study's cold.json."""
+    from dataclasses import asdict
+
+    from fedpfn.analysis.pretrain import PretrainConfig
+
+    cfg, commands = result["config"], []
+    if result.get("start_record"):
+        flags = _flags(result["start_record"], asdict(PretrainConfig()))
+        commands.append(f"python -m fedpfn.analysis.pretrain {flags} --out {Path(cfg['start']).parent}")
+    commands.append("python -m fedpfn.analysis.cold " + shlex.join(result["argv"]))
+    commands.append(f"python scripts/fusion_page.py --cold {result['out']}")
+    results = cold_report.markdown(result).split("\n", 1)[1].lstrip()
+    seeds = len(result["arms"]["plain"])
+    return COLD.format(seeds=seeds, rounds=cfg["rounds"], model=cfg["model"], results=results,
+                       commands="\n".join(commands))  # fmt: skip
+
+
+def read(kind: str, run: Path | None) -> dict[str, Any]:
+    """A run's result (its copy stored for the page) or, without a run, the stored copy;
+    SystemExit with one line if it cannot be read."""
+    source = STORED[kind] if run is None else run / f"{kind}.json"
     try:
         result = read_json(source, MAX_JSON_BYTES)
     except (OSError, DamagedFile) as err:
         print(f"fusion_page.py: cannot read {source} ({err})", file=sys.stderr)
-        return 2
-    if not args.stored:
-        STORED.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(STORED, (json.dumps(result, indent=1) + "\n").encode())
-    results = markdown(result).split("\n", 1)[1].lstrip()  # the run's own title gives way to the page's
-    atomic_write_bytes(PAGE, INTRO.format(results=results).encode())
-    print(f"wrote {PAGE.relative_to(ROOT)} from {source}")
+        raise SystemExit(2) from None
+    if run is not None:
+        STORED[kind].parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(STORED[kind], (json.dumps(result, indent=1) + "\n").encode())
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(prog="fusion_page.py", description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("run", nargs="?", type=Path, help="a soup run folder (holding soup.json)")
+    parser.add_argument("--cold", type=Path, metavar="DIR", help="a ColD study folder (holding cold.json)")
+    parser.add_argument("--stored", action="store_true", help="write the page from docs/fusion/*.json alone")
+    args = parser.parse_args(argv)
+    if args.stored == (args.run is not None or args.cold is not None):
+        parser.error("give a soup run folder and/or --cold DIR, or --stored alone")
+    soup, cold = read("soup", args.run), read("cold", args.cold)
+    # each run's own title gives way to the page's
+    results = soup_report.markdown(soup).split("\n", 1)[1].lstrip()
+    atomic_write_bytes(PAGE, (INTRO.format(results=results) + cold_section(cold)).encode())
+    print(
+        f"wrote {PAGE.relative_to(ROOT)} from {args.run or STORED['soup']} and {args.cold or STORED['cold']}"
+    )
     return 0
 
 

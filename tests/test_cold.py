@@ -174,8 +174,11 @@ def test_a_folder_of_runs_with_other_settings_is_never_reused(tmp_path: Path, ca
     save_file(_model().state_dict(), start)
     out = tmp_path / "out"
     out.mkdir()
-    before = {**cold.asdict(cold.ColdConfig(start=str(start), model="mlp")), "rounds": 5}
+    before = {**cold.folder_settings(cold.ColdConfig(start=str(start), model="mlp")), "rounds": 5}
     (out / cold.SETTINGS_FILE).write_text(json.dumps(before))
     code, err = _main(["--start", str(start), "--model", "mlp", "--out", str(out)], capsys)
     assert code == 2 and "out: " in err and "(differing: rounds)" in err, err
     assert sorted(p.name for p in out.iterdir()) == [cold.SETTINGS_FILE]
+    (out / cold.SETTINGS_FILE).write_text(json.dumps({**before, "rounds": 2, "start_sha256": "0" * 64}))
+    code, err = _main(["--start", str(start), "--model", "mlp", "--out", str(out)], capsys)
+    assert code == 2 and "(differing: start_sha256)" in err, err  # the same path, another file

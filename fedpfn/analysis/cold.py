@@ -4,8 +4,9 @@
     python -m fedpfn.analysis.cold --start runs/pretrain-cnn-fmnist/model.safetensors --out runs/cold
 
 Contributors are clients, each with its own task (`--partition tasks`) and its own head
-(`--personal 'classifier.*'`); the body is averaged. Three arms run as real federated runs
-(`fedpfn run`, one run folder each, under DIR/runs/ARM/sSEED) on every seed: plain (fedavg),
+(`--personal 'classifier.*'`); the body is averaged. Three arms run as real federated runs on
+every seed, each `fedpfn run` in a process of its own (so this analysis imports nothing of the
+runtime), one run folder each under DIR/runs/ARM/sSEED: plain (fedavg),
 shared anchors (fedpfn) and independent masks at the same ratio (fedpfn with anchor masks per
 client, the control); the start itself is the reference. Then ColD's evaluation
 (fedpfn.analysis.cold_eval): each contributor's task with its own head, and held-out tasks with a
@@ -16,6 +17,7 @@ one line each, exit 2, before any run starts; a folder holding runs of other set
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import subprocess
@@ -109,8 +111,15 @@ def start_problems(cfg: ColdConfig) -> list[str]:
     return found
 
 
+def folder_settings(cfg: ColdConfig) -> dict[str, Any]:
+    """What the runs of a folder are tied to: the settings and the start file's content."""
+    start = Path(str(cfg.start)).expanduser()
+    digest = hashlib.sha256(start.read_bytes()).hexdigest() if start.is_file() else None
+    return json.loads(json.dumps({**asdict(cfg), "start_sha256": digest}))
+
+
 def folder_problems(cfg: ColdConfig, out: Path) -> list[str]:
-    """A folder whose runs were started with other settings is never reused."""
+    """A folder whose runs were started with other settings (or another start file) is never reused."""
     saved = out / SETTINGS_FILE
     if not saved.exists():
         return []
@@ -118,7 +127,7 @@ def folder_problems(cfg: ColdConfig, out: Path) -> list[str]:
         before = read_json(saved)
     except (OSError, DamagedFile) as err:
         return [f"out: {saved} cannot be read ({err}); give another folder"]
-    now = json.loads(json.dumps(asdict(cfg)))
+    now = folder_settings(cfg)
     differ = sorted(
         k for k in set(now) | set(before) if k not in NOT_COMPARED and before.get(k) != now.get(k)
     )
@@ -263,7 +272,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.c
     if found:
         return fail(found)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / SETTINGS_FILE, asdict(cfg))
+    atomic_write_json(out / SETTINGS_FILE, folder_settings(cfg))
     started = time.perf_counter()
     try:
         run_seconds = run_all(cfg, out)
