@@ -21,8 +21,9 @@ from fedpfn.core.config import RunConfig
 from fedpfn.core.files import CHECKPOINT
 from fedpfn.runtime import provenance
 from fedpfn.runtime.algorithms import build_strategy
+from fedpfn.runtime.resume import resume_point
 from fedpfn.runtime.runfolder import RunFolder, RunFolderError
-from fedpfn.runtime.server import ServerLoop, resume_point
+from fedpfn.runtime.server import ServerLoop
 from fedpfn.runtime.tracking import Tracking, tracked_run
 
 

@@ -3,7 +3,9 @@
 Flower's `Strategy.start` runs a loop too; this one adds what a research simulator needs
 around the same strategy hooks: seeded sampling over partition ids, failed replies
 counted and tolerated, communication measured, metrics flushed per round, checkpoints
-and resume. The composed strategy (strategies.composed) does the aggregation.
+and resume. The composed strategy (strategies.composed) does the aggregation. What a resume
+checks before it starts is fedpfn.runtime.resume; the evaluation set, the partition report
+and the summary are fedpfn.runtime.recording.
 """
 
 from __future__ import annotations
@@ -13,21 +15,19 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
-from clients.state import ClientStateStore
 from fedpfn.core import protocol
-from fedpfn.core.cache import dataset_on, initial_model, partition_label_counts, validation_indices
+from fedpfn.core.cache import initial_model
 from fedpfn.core.config import RunConfig
-from fedpfn.core.data import CLASS_NAMES
-from fedpfn.core.files import CHECKPOINT, CLIENTS
+from fedpfn.core.files import CLIENTS
 from fedpfn.core.training import evaluate, pick_device
 from fedpfn.runtime import alignment
-from fedpfn.runtime.algorithms import build_strategy, state_keys
-from fedpfn.runtime.runfolder import RunFolder, RunFolderError
+from fedpfn.runtime.algorithms import build_strategy
+from fedpfn.runtime.recording import evaluation_set, write_partition_report, write_summary
+from fedpfn.runtime.resume import accepted_rounds
+from fedpfn.runtime.runfolder import RunFolder
 from fedpfn.runtime.tracking import Tracking, local_test_summary
 from fedpfn.runtime.transport import NodeDirectory, send_round
 from strategies import RoundTotals, SampledGrid, sample_clients
@@ -35,7 +35,6 @@ from strategies import RoundTotals, SampledGrid, sample_clients
 log = logging.getLogger("fedpfn")
 
 NODE_WAIT_SECONDS = 600.0  # at the start, how long to wait for a node per partition
-LAST_ROUNDS = 5  # the window of the summary's `last5_mean_accuracy`
 
 
 class FederationError(RuntimeError):
@@ -64,22 +63,6 @@ def with_accepted_round(message: Message, accepted_round: int) -> Message:
     config[protocol.ACCEPTED_ROUND] = accepted_round
     message.content = RecordDict({**content, protocol.CONFIG: config})
     return message
-
-
-def accepted_rounds(rows: list[dict[str, Any]]) -> dict[int, int]:
-    """Partition id -> the last round of `rows` whose reply from it was aggregated.
-
-    A reply that failed, came after the round timeout or belonged to a skipped round was
-    not: the server's state (SCAFFOLD's c, FedDyn's h) holds none of it, so the client's
-    state must not either, and its next round starts from its state of this round.
-    """
-    accepted: dict[int, int] = {}
-    for row in rows:
-        if row["skipped"]:
-            continue
-        dropped = set(row["failed_partitions"]) | set(row["missing_partitions"])
-        accepted.update({pid: row["round"] for pid in row["clients"] if pid not in dropped})
-    return accepted
 
 
 def wait_for_partitions(directory: NodeDirectory, cfg: RunConfig) -> dict[int, int]:
@@ -269,14 +252,6 @@ class ServerLoop:
         self.model.load_state_dict(self.arrays.to_torch_state_dict())
         return evaluate(self.model, self.eval_x, self.eval_y)
 
-    def write_partition_report(self) -> None:
-        from partitions.report import plot_partition, write_partition_json
-
-        counts = partition_label_counts(self.cfg)
-        write_partition_json(self.folder.path / "partition.json", counts)
-        title = f"{self.cfg.num_clients} clients, {split_text(self.cfg)} · seed {self.cfg.seed}"
-        plot_partition(self.folder.path / "partition.png", counts, CLASS_NAMES[self.cfg.dataset], title)
-
     # --- checkpoints ---------------------------------------------------------------------
 
     def checkpoint(self, completed_round: int, elapsed: float) -> None:
@@ -303,7 +278,7 @@ class ServerLoop:
         if self.resumed_from == 0:
             self.model.load_state_dict(self.arrays.to_torch_state_dict())
             self.folder.save_model(0, self.model.state_dict())
-            self.write_partition_report()
+            write_partition_report(self.cfg, self.folder)
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -345,104 +320,6 @@ class ServerLoop:
         return summary
 
     def finish(self, wall_seconds: float) -> dict[str, Any]:
-        from fedpfn.analysis.plots import plot_run  # matplotlib only where a run ends, not in every client
-
         self.model.load_state_dict(self.arrays.to_torch_state_dict())
         self.folder.save_model(self.cfg.rounds, self.model.state_dict())
-        rows = self.folder.read_metrics()
-        plot_run(rows, self.folder.path / "accuracy.png", title=setting_title(self.cfg), config=self.cfg.to_dict())
-        summary = summarise_rows(rows, self.eval_name)
-        summary.update(algorithm=self.cfg.algorithm, server=self.cfg.server, wall_seconds=wall_seconds)
-        self.folder.write_summary(summary)
-        return summary
-
-
-def resume_point(cfg: RunConfig, folder: RunFolder) -> dict[str, Any] | None:
-    """The checkpoint a run in `folder` continues from, checked without writing anything.
-
-    None means round 1. Refused: a checkpoint of other settings, or whose model is not the
-    run's (names, shapes, dtypes), metrics that do not cover it, a stateful client rule whose
-    saved client state is missing or not shaped like the model. Every resume (run_sim.py,
-    `--compare`, `flwr run`) comes through here, before anything is claimed or started.
-    """
-    checkpoint = folder.load_checkpoint(cfg.fingerprint())
-    if checkpoint is None:
-        return None
-    model = {name: value.numpy() for name, value in initial_model(cfg).state_dict().items()}
-    check_shaped_like(checkpoint["model"], model, f"{folder.path / CHECKPOINT}'s model", whole=True)
-    last = int(checkpoint["round"])
-    rows = folder.read_metrics()
-    if len(rows) < last:
-        raise RunFolderError(
-            f"{folder.path}/metrics.jsonl holds rounds 1..{len(rows)} but the checkpoint covers 1..{last}; "
-            "the run folder is damaged"
-        )
-    accepted_by_partition = sorted(accepted_rounds(rows[:last]).items())
-    for key in state_keys(cfg):
-        for pid, accepted in accepted_by_partition:
-            saved = ClientStateStore(folder.path, pid).load(key, accepted)
-            if saved is None:
-                raise RunFolderError(
-                    f"{folder.path}/client_state lacks client {pid}'s '{key}' from rounds <= {accepted}; "
-                    "the run cannot be resumed with the same numbers"
-                )
-            check_shaped_like(protocol.to_numpy(saved), model, f"client {pid}'s saved '{key}'")
-    return checkpoint
-
-
-def check_shaped_like(arrays: dict[str, Any], model: dict[str, np.ndarray], what: str, whole: bool = False) -> None:
-    """Every array named like a model entry, of its shape and dtype (`whole`: every entry there)."""
-    expected = {k: (v.shape, str(v.dtype)) for k, v in model.items()}
-    found = {k: (np.shape(v), str(np.asarray(v).dtype)) for k, v in arrays.items()}
-    names = set(found) | (set(expected) if whole else set())
-    wrong = sorted(k for k in names if expected.get(k) != found.get(k))
-    if wrong:
-        name = wrong[0]
-        raise RunFolderError(
-            f"{what} is damaged: its entry '{name}' is {found.get(name, 'missing')}, the run's model has "
-            f"{expected.get(name, 'no such entry')}; the run cannot be resumed"
-        )
-
-
-def evaluation_set(cfg: RunConfig, device: torch.device) -> tuple[str, torch.Tensor, torch.Tensor]:
-    """('test', the test split), or ('val', the held-out training samples) when tuning."""
-    data = dataset_on(cfg, device)
-    if cfg.validation_fraction == 0:
-        return "test", data.test_x, data.test_y
-    held = validation_indices(cfg).to(data.train_x.device)
-    return "val", data.train_x[held], data.train_y[held]
-
-
-def summarise_rows(rows: list[dict[str, Any]], split: str = "test") -> dict[str, Any]:
-    """The summary figures of a run's metrics rows (evaluated rounds only for accuracy)."""
-    accuracy, loss = f"{split}_accuracy", f"{split}_loss"
-    evaluated = [r for r in rows if r[accuracy] is not None]
-    window = evaluated[-LAST_ROUNDS:]
-    fractions = [r["anchored_fraction"] for r in rows if r.get("anchored_fraction") is not None]
-    prefix = "" if split == "test" else f"{split}_"
-    summary: dict[str, Any] = {
-        "rounds": rows[-1]["round"],
-        f"final_{split}_accuracy": rows[-1][accuracy],
-        f"final_{split}_loss": rows[-1][loss],
-        f"last5_mean_{prefix}accuracy": float(np.mean([r[accuracy] for r in window])),
-        "last5_window": f"last {len(window)} of {len(evaluated)} evaluated rounds",
-        "bytes_up_total": sum(r["bytes_up"] for r in rows),
-        "bytes_down_total": sum(r["bytes_down"] for r in rows),
-        "num_failures_total": sum(r["num_failures"] for r in rows),
-    }
-    if fractions:
-        summary["anchored_fraction"] = float(np.mean(fractions))
-    return summary
-
-
-def split_text(cfg: RunConfig) -> str:
-    return f"Dirichlet α={cfg.alpha:g}" if cfg.partition == "dirichlet" else cfg.partition
-
-
-def setting_title(cfg: RunConfig) -> str:
-    """The run's setting in one line, for figure titles."""
-    server = "" if cfg.server == "fedavg" else f" + {cfg.server}"
-    return (
-        f"{cfg.algorithm}{server} · {cfg.dataset} {cfg.model} · {cfg.num_clients} clients "
-        f"({cfg.clients_per_round}/round), {split_text(cfg)} · seed {cfg.seed}"
-    )
+        return write_summary(self.cfg, self.folder, self.eval_name, wall_seconds)
