@@ -51,6 +51,15 @@ def setting_text(result: Mapping[str, Any]) -> str:
     )
 
 
+def start_check(arms: Mapping[str, list[dict[str, Any]]]) -> str:
+    """Whether the reference is the start file and every run began from it, bit for bit (read, not assumed)."""
+    started = all(r["started_at_start"] for arm in ARMS if arm != "start" for r in arms[arm])
+    is_file = all(r["is_start_file"] for r in arms["start"])
+    word = {True: "yes", False: "NO"}
+    return (f"Checked bit for bit: the reference equals the start file: {word[is_file]}; every run's "
+            f"round-0 model equals the reference: {word[started]}.")  # fmt: skip
+
+
 def arm_rows(arms: Mapping[str, list[dict[str, Any]]]) -> list[str]:
     """Each arm over seeds: the three metrics, then each held-out task under both probes."""
     tasks = [(task, kind) for task in HELD_OUT_TASKS for kind in ("linear", "full")]
@@ -73,7 +82,9 @@ def reading(comparisons: list[dict[str, Any]]) -> list[str]:
         interval = (
             f" [{100 * p.low:+.2f}, {100 * p.high:+.2f}]" if p.low is not None and p.high is not None else ""
         )
-        lines.append(f"- {p.label}, {HEADERS[p.metric]}: {mean}{interval}: {verdict(p)}.")
+        lines.append(
+            f"- {p.label}, {HEADERS[p.metric].removesuffix(' (%)')}: {mean}{interval}: {verdict(p)}."
+        )
     return lines
 
 
@@ -85,6 +96,7 @@ def markdown(result: Mapping[str, Any]) -> str:
         f"# ColD fusion: fmnist {result['config']['model']}, {seeds} seed{'s' * (seeds > 1)}", "",
         setting_text(result), "",
         "Arms: " + "; ".join(f"**{arm}**: {ARM_WORDS[arm]}" for arm in ARMS) + ".", "",
+        start_check(arms), "",
         ("Test accuracy, mean ± std over seeds (n − 1). Own tasks: the final fused body with each contributor's "
          "own head (its client state), mean over contributors. Held-out: mean over the held-out tasks."), "",
         *arm_rows(arms), "",
