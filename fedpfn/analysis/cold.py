@@ -80,7 +80,7 @@ class ColdConfig:
     )
     rounds: int = setting(2, "ColD iterations (communication rounds)", between(1, 1000))
     local_epochs: int = setting(1, "a contributor's epochs on its task each round", between(1, 100))
-    lr: float = setting(0.01, "contributors' SGD learning rate (momentum 0.9, the runs' default)", above(0))
+    lr: float = setting(0.01, "contributors' SGD learning rate (with momentum 0.9, as runs have)", above(0))
     batch_size: int = setting(64, "contributors' and probes' batch size", at_least(1))
     unseen_fraction: float = setting(
         0.5, "share of the training set no contributor trains on (the runs' --validation-fraction); "
@@ -260,11 +260,13 @@ def evaluate_study(cfg: ColdConfig, out: Path, log: Callable[[str], None] = prin
     for seed in cfg.seeds:
         for arm, figures in evaluate_seed(cfg, out, seed, log).items():
             per_arm[arm].append(figures)
-    return {"config": asdict(cfg), "arms": per_arm, "comparisons": compare(per_arm)}
+    first = read_json(out / "runs" / "plain" / f"s{cfg.seeds[0]}" / CONFIG)  # what the runs set themselves
+    local = {k: first[k] for k in ("optimizer", "momentum", "weight_decay", "engine")}
+    return {"config": asdict(cfg), "runs_local": local, "arms": per_arm, "comparisons": compare(per_arm)}
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.cold") -> int:
-    parser = build_parser(prog, __doc__, ColdConfig, ", ".join(OUTPUT_FILES) + " and the runs")
+    parser = build_parser(prog, __doc__, ColdConfig, " and ".join(OUTPUT_FILES))
     args = vars(parser.parse_args(argv))
     out, overwrite = Path(args.pop("out")).expanduser(), bool(args.pop("overwrite", False))
     cfg, found = read_settings(ColdConfig, args)

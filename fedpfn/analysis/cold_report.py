@@ -37,11 +37,11 @@ def _cell(values: list[float]) -> str:
 
 
 def setting_text(result: Mapping[str, Any]) -> str:
-    cfg = result["config"]
+    cfg, local = result["config"], result["runs_local"]
     return (
         f"Start: `{cfg['start']}` ({cfg['model']}). {cfg['contributors']} contributors, task k mod "
         f"{len(TASK_NAMES)} of {', '.join(TASK_NAMES)}, each with its own head (`--personal 'classifier.*'`); "
-        f"{cfg['rounds']} rounds of {cfg['local_epochs']} local epoch(s), SGD lr {cfg['lr']} (momentum 0.9), "
+        f"{cfg['rounds']} rounds of {cfg['local_epochs']} local epoch(s), {local['optimizer']} lr {cfg['lr']} (momentum {local['momentum']}, weight decay {local['weight_decay']}), "
         f"batch {cfg['batch_size']}; every contributor every round. Contributors train on "
         f"{100 * (1 - cfg['unseen_fraction']):g} % of the training set; the other {100 * cfg['unseen_fraction']:g} % "
         f"(the runs' validation share) is unseen. Anchors: ratio {cfg['anchor_ratio']}, {cfg['granularity']} level. "
