@@ -1,0 +1,240 @@
+"""Figures over arms: a comparison across seeds, paired differences from the baseline, accuracy
+against the bytes sent."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from fedpfn.analysis.plots.style import (
+    BAND_TEXT,
+    OKABE_ITO,
+    Rows,
+    accuracy_points,
+    arm_styles,
+    display_name,
+    legend_below,
+    new_figure,
+    round_axis,
+    save,
+    styled,
+    tick_name,
+    wrapped,
+)
+
+
+class PairedSeries(NamedTuple):
+    """One arm's per-seed differences from the baseline, their mean and 95 % interval (points)."""
+
+    label: str
+    points: Sequence[float]
+    mean: float
+    low: float | None
+    high: float | None
+
+
+# --- a comparison -----------------------------------------------------------------------------------
+
+
+def seed_matrix(runs: Sequence[Rows]) -> tuple[np.ndarray, np.ndarray]:
+    """Rounds evaluated in every run, and the accuracy of each run (row) at those rounds."""
+    per_run = [dict(accuracy_points(rows)) for rows in runs]
+    common = sorted(set.intersection(*(set(p) for p in per_run))) if per_run else []
+    acc = np.array([[p[r] for r in common] for p in per_run], dtype=float).reshape(len(per_run), len(common))
+    return np.array(common, dtype=int), acc
+
+
+def mean_band(acc: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """Mean over seeds and the n-1 standard deviation (None for a single seed)."""
+    return acc.mean(0), (acc.std(0, ddof=1) if acc.shape[0] > 1 else None)
+
+
+def _curves_panel(ax: Axes, curves: Mapping[str, Sequence[Rows]], styles: Mapping[str, dict]) -> None:
+    """Each arm's mean accuracy (%) over seeds, with its ± 1 std band."""
+    last = 1
+    for label, runs in curves.items():
+        rounds, acc = seed_matrix(runs)
+        if not len(rounds):
+            continue
+        mean, std = mean_band(100 * acc)
+        ax.plot(
+            rounds, mean, label=display_name(label), marker="." if len(rounds) < 30 else None, **styles[label]
+        )
+        if std is not None:
+            ax.fill_between(rounds, mean - std, mean + std, color=styles[label]["color"], alpha=0.15, lw=0)
+        last = max(last, int(rounds[-1]))
+    ax.set_ylabel("test accuracy (%)")
+    round_axis(ax, last)
+
+
+def _final_panel(ax: Axes, curves: Mapping[str, Sequence[Rows]], styles: Mapping[str, dict]) -> None:
+    """Final accuracy (%) of every seed (dots) and its mean ± n-1 std (diamond and bar), one row per arm."""
+    labels = list(curves)
+    for y, label in enumerate(labels):
+        finals = 100 * np.array([points[-1][1] for points in map(accuracy_points, curves[label]) if points])
+        color = styles[label]["color"]
+        ax.scatter(finals, np.full(len(finals), y), color=color, s=8, alpha=0.6, zorder=2)
+        std = finals.std(ddof=1) if len(finals) > 1 else 0.0
+        ax.errorbar(finals.mean(), y, xerr=std, fmt="D", color=color, markersize=3.5, capsize=2, zorder=3)
+    ax.set_yticks(range(len(labels)), [tick_name(label) for label in labels])
+    for tick, label in zip(ax.get_yticklabels(), labels):
+        tick.set_color(styles[label]["color"])
+    ax.set_ylim(len(labels) - 0.5, -0.5)
+    ax.set(xlabel="final test accuracy (%)")
+    ax.grid(axis="y", visible=False)
+
+
+@styled
+def comparison_figure(curves: Mapping[str, Sequence[Rows]], title: str = "") -> Figure:
+    """All arms' mean curves on one axis (one colour each), then every seed's final accuracy.
+
+    `curves` maps an arm's label to its runs (one metrics list per seed); the first is the baseline.
+    """
+    styles = arm_styles(list(curves))
+    fig, (curve_ax, final_ax) = new_figure(
+        2, 3.6 + 0.38 * len(curves), height_ratios=[2.2, 0.25 + 0.18 * len(curves)]
+    )
+    _curves_panel(curve_ax, curves, styles)
+    _final_panel(final_ax, curves, styles)
+    seeds = max((len(runs) for runs in curves.values()), default=0)
+    handles = curve_ax.get_legend_handles_labels()[0] + [
+        Patch(color="0.6", alpha=0.3, label=BAND_TEXT if seeds > 1 else "no band: 1 seed"),
+        Line2D([], [], color="0.4", marker="D", ls="", label="final: mean ± 1 std"),
+        Line2D([], [], color="0.4", marker="o", ls="", alpha=0.6, label="final: one seed"),
+    ]
+    legend_below(fig, handles)
+    fig.suptitle(wrapped(title or "comparison"))
+    return fig
+
+
+def plot_comparison(curves: Mapping[str, Sequence[Rows]], path: Path, title: str = "") -> list[Path]:
+    return save(comparison_figure(curves, title), path)
+
+
+# --- paired differences ----------------------------------------------------------------------------
+
+
+def shared_range(panels: Mapping[str, Sequence[PairedSeries]]) -> tuple[float, float]:
+    """One x range for every panel: all seeds, means and intervals, and 0, with a margin."""
+    values = [0.0]
+    for series in panels.values():
+        for s in series:
+            values += [*s.points, s.mean, *(v for v in (s.low, s.high) if v is not None)]
+    low, high = min(values), max(values)
+    margin = 0.08 * (high - low) or 0.5
+    return low - margin, high + margin
+
+
+def _paired_panel(ax: Axes, series: Sequence[PairedSeries], metric: str, colors: Sequence[str]) -> None:
+    for y, (s, color) in enumerate(zip(series, colors)):
+        ax.scatter(s.points, np.full(len(s.points), y), color=color, s=8, alpha=0.6, zorder=2)
+        if s.low is not None and s.high is not None:
+            ax.errorbar(s.mean, y, xerr=[[s.mean - s.low], [s.high - s.mean]], fmt="none", color=color,
+                        capsize=2.5, lw=1.5)  # fmt: skip
+        ax.scatter([s.mean], [y], marker="D", color=color, edgecolor="black", linewidths=0.5, s=18, zorder=3)
+        flag = "no CI: 1 seed" if s.low is None else "CI of zero width" if s.low == s.high else ""
+        if flag:
+            _flag(ax, s.mean, y, flag)
+    ax.axvline(0, color="black", lw=0.8)
+    ax.set_yticks(range(len(series)), [tick_name(s.label) for s in series])
+    ax.set_ylim(len(series) - 0.5, -0.5)
+    ax.set_title(metric)
+    ax.grid(axis="y", visible=False)
+
+
+def _flag(ax: Axes, x: float, y: int, text: str) -> None:
+    """A warning beside a drawn mean, on the side of the panel with room for it."""
+    low, high = ax.get_xlim()
+    right = x > (low + high) / 2
+    ax.annotate(f"⚠ {text}", (x, y), xytext=(-5 if right else 5, 4), textcoords="offset points",
+                ha="right" if right else "left", va="bottom", color=OKABE_ITO[4])  # fmt: skip
+
+
+@styled
+def paired_figure(panels: Mapping[str, Sequence[PairedSeries]], baseline: str, title: str = "") -> Figure:
+    """Per metric, each arm's difference from the baseline on the same seed, with its 95 % CI.
+
+    Every panel shares one x range; the arms keep the colours of the comparison figure (the
+    baseline's black unused); an interval of zero width, or none, is flagged where it is drawn.
+    """
+    arms = max((len(s) for s in panels.values()), default=1)
+    fig, axes = new_figure(len(panels), 1.6 + (0.9 + 0.22 * arms) * len(panels), sharex=True)
+    labels = list(dict.fromkeys(s.label for series in panels.values() for s in series))
+    styles = arm_styles([baseline, *labels])
+    axes[0].set_xlim(*shared_range(panels))  # shared: every panel has it before flags are placed
+    for ax, (metric, series) in zip(axes, panels.items()):
+        _paired_panel(ax, series, metric, [styles[s.label]["color"] for s in series])
+    axes[-1].set_xlabel(f"arm − {display_name(baseline)}, accuracy points")
+    handles = [
+        Line2D([], [], color="0.4", marker="o", ls="", alpha=0.6, label="one seed"),
+        Line2D([], [], color="0.4", marker="D", markeredgecolor="black", ls="", label="mean difference"),
+        Line2D([], [], color="0.4", lw=1.5, label="95 % CI (Student's t)"),
+    ]
+    legend_below(fig, handles)
+    fig.suptitle(wrapped(title or f"difference from {display_name(baseline)}"))
+    return fig
+
+
+def plot_paired(
+    panels: Mapping[str, Sequence[PairedSeries]], baseline: str, path: Path, title: str = ""
+) -> list[Path]:
+    return save(paired_figure(panels, baseline, title), path)
+
+
+# --- against the bytes sent ------------------------------------------------------------------------
+
+
+def cumulative_bytes(rows: Rows, keys: Sequence[str]) -> np.ndarray:
+    """Bytes of `keys` (bytes_up, bytes_down) sent in rounds 1..r, for each round r (rows in round order)."""
+    return np.cumsum([sum(row.get(key) or 0 for key in keys) for row in rows], dtype=np.int64)
+
+
+def _bytes_panel(
+    ax: Axes, curves: Mapping[str, Sequence[Rows]], keys: Sequence[str], styles: Mapping[str, dict]
+) -> None:
+    """Each arm's mean accuracy (%) over seeds, with its ± 1 std band, at the mean MB (10^6 bytes)
+    its seeds had sent by each round that every seed evaluated."""
+    for label, runs in curves.items():
+        rounds, acc = seed_matrix(runs)
+        if not len(rounds):
+            continue
+        mb = np.mean([cumulative_bytes(rows, keys)[rounds - 1] for rows in runs], axis=0) / 1e6
+        mean, std = mean_band(100 * acc)
+        ax.plot(
+            mb, mean, label=display_name(label), marker="." if len(rounds) < 30 else None, **styles[label]
+        )
+        if std is not None:
+            ax.fill_between(mb, mean - std, mean + std, color=styles[label]["color"], alpha=0.15, lw=0)
+    ax.set_xlim(left=0)
+    ax.set_ylabel("test accuracy (%)")
+
+
+@styled
+def bytes_figure(
+    curves: Mapping[str, Sequence[Rows]], traffic: Mapping[str, Sequence[str]], title: str = ""
+) -> Figure:
+    """The comparison figure's curves against the bytes sent instead of the round: one panel per
+    kind of traffic (`traffic`: its name -> the metrics.jsonl keys summed), arms as there."""
+    styles = arm_styles(list(curves))
+    fig, axes = new_figure(len(traffic), 1.2 + 1.9 * len(traffic))
+    for ax, (name, keys) in zip(axes, traffic.items()):
+        _bytes_panel(ax, curves, keys, styles)
+        ax.set_xlabel(f"MB sent, cumulative ({name})")
+    seeds = max((len(runs) for runs in curves.values()), default=0)
+    band = Patch(color="0.6", alpha=0.3, label=BAND_TEXT if seeds > 1 else "no band: 1 seed")
+    legend_below(fig, axes[0].get_legend_handles_labels()[0] + [band])
+    fig.suptitle(wrapped(title or "accuracy against the bytes sent"))
+    return fig
+
+
+def plot_bytes(
+    curves: Mapping[str, Sequence[Rows]], traffic: Mapping[str, Sequence[str]], path: Path, title: str = ""
+) -> list[Path]:
+    return save(bytes_figure(curves, traffic, title), path)
