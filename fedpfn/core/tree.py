@@ -36,12 +36,10 @@ TREE_ERRORS = (OSError, ValueError, KeyError, TypeError, EOFError, UnicodeDecode
 
 
 def encode(value: Any, leaf: Callable[[Any], Any]) -> Any:
-    """`value` with its dicts and lists (tuples become lists) walked and every other value
-    replaced by `leaf(value)`, which raises TypeError for one the tree cannot hold."""
-    if isinstance(value, dict):
-        odd = next((k for k in value if not isinstance(k, str)), None)
-        if odd is not None:
-            raise TypeError(f"a tree's keys are strings, not {type(odd).__name__}")
+    """`value` with its dicts of string keys and its lists walked (tuples become lists), and
+    every other value replaced by `leaf(value)`, which raises TypeError for one the tree
+    cannot hold."""
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
         return {k: encode(v, leaf) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [encode(v, leaf) for v in value]
@@ -71,6 +69,8 @@ def tree_bytes(tree: Any) -> bytes:
             return {ARRAY: key}
         if isinstance(value, PLAIN):
             return value
+        if isinstance(value, dict):  # keys other than strings: JSON writes them as strings, as it always has
+            return {k: encode(v, stored) for k, v in value.items()}
         raise TypeError(f"a checkpoint holds arrays and plain values only, not {type(value).__name__}")
 
     skeleton = json.dumps(encode(tree, stored))
