@@ -275,7 +275,7 @@ def timed_simulation(cfg: RunConfig, trace: bool = True, chunk: int = 0) -> SimT
     `trace`: run the traced ClientApp (actor of each update, GPU peaks, query times);
     `chunk`: ask at most this many nodes their partition at a time (0: all at once).
     """
-    from fedpfn.runtime.app import client_app
+    from fedpfn.runtime.client_app import client_app
     from fedpfn.runtime.flower import run_simulation
     from fedpfn.runtime.engines.ray import backend_config
     from fedpfn.runtime.simulation import check_runnable, quiet_flower

@@ -28,7 +28,7 @@ traced_client_app = ClientApp()
 
 @traced_client_app.train()
 def train(msg: Message, context: Context) -> Message:
-    from fedpfn.runtime import app
+    from fedpfn.runtime import client_app as app
     from fedpfn.core import protocol
 
     reply = app.train(msg, context)
@@ -46,7 +46,7 @@ def train(msg: Message, context: Context) -> Message:
 
 @traced_client_app.query()
 def query(msg: Message, context: Context) -> Message:
-    from fedpfn.runtime import app
+    from fedpfn.runtime import client_app as app
 
     start = time.perf_counter()
     reply = app.query(msg, context)

@@ -1,35 +1,37 @@
-"""The client side of every algorithm: FedAvg's rule and its small subclasses, the anchor
-methods, and the program that trains a round's clients (one, or a stacked cohort).
+"""The client side of every algorithm: FedAvg's rule, its small subclasses and the anchor
+methods, one file each. Each registers itself (`@client_rule`, `@anchor_method`); every
+module here is imported below, so adding a rule is adding its file.
 
-`fedpfn.runtime.algorithms` registers the rules by name.
+`fedpfn.runtime.engines` composes the rules' hooks and trains a round's clients;
+`fedpfn.runtime.algorithms` joins each rule to its server part.
 """
 
 from __future__ import annotations
 
-from clients.anchored import FedPFNClient, FedPNUClient
-from clients.base import ClientRule, FedAvgClient, RoundInfo
-from clients.fedbn import FedBNClient
-from clients.feddyn import FedDynClient
-from clients.fednova import FedNovaClient
-from clients.fedprox import FedProxClient
-from clients.moon import MoonClient
-from clients.program import ClientJob, Cohort, CohortResult, local_round
-from clients.scaffold import ScaffoldClient
+import importlib
+import pkgutil
+
+from clients.base import (
+    ANCHOR_METHODS,
+    CLIENT_RULES,
+    ClientRule,
+    FedAvgClient,
+    Round,
+    anchor_method,
+    client_rule,
+    load_client_rule,
+)
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
-    "ClientJob",
+    "ANCHOR_METHODS",
+    "CLIENT_RULES",
     "ClientRule",
-    "Cohort",
-    "CohortResult",
     "FedAvgClient",
-    "FedBNClient",
-    "FedDynClient",
-    "FedNovaClient",
-    "FedPFNClient",
-    "FedPNUClient",
-    "FedProxClient",
-    "MoonClient",
-    "RoundInfo",
-    "ScaffoldClient",
-    "local_round",
+    "Round",
+    "anchor_method",
+    "client_rule",
+    "load_client_rule",
 ]

@@ -3,33 +3,42 @@
 A client is its client rule (FedAvg's local SGD, or a small subclass) followed, optionally,
 by an anchor method (fedpfn.runtime.algorithms states the composition rule). A rule changes
 local training only through hooks, each a function of one client's tensors, so that the
-sequential ClientApp calls it on one client and the batched engine on a stack of clients
-under `torch.func.vmap` (clients/program.py runs both):
+ClientApp calls it on one client and the batched engine on a stack of clients under
+`torch.func.vmap` (fedpfn.runtime.engines composes and runs them):
 
-    __init__(round)        once per round, from the message the round's clients share
-    inputs(client)         this client's tensors for the round (its state): stacked in a cohort
-    loss_term(view, own)   added to every step's cross-entropy (FedProx, FedDyn, MOON)
-    correct(grads, ...)    changes every step's gradient (SCAFFOLD)
-    after_step(params)     after every optimizer step (the anchor freeze)
-    frozen(own)            the entries that do not train (the anchors), for the other rules
-    finish(trained, own)   after the last step: tensors to keep or send (SCAFFOLD's c_i)
-    upload(trained, own)   the parameters the reply carries (FedNova's normalised update)
-    reply(outputs)         the records every reply carries, from the stacked outputs
-    keep / metrics         on the host, per client: state saved, metrics added to the reply
+    __init__(this_round)            once per round, from the message the round's clients share
+    inputs(client)                  this client's tensors for the round (its state): stacked in a cohort
+    start(client, params, buffers)  what this client trains from (default: the model received)
+    criterion(logits, targets, ..)  the loss (FedLC); None: cross-entropy
+    loss_term(view, per_client)     added to every step's loss (FedProx, FedDyn, MOON)
+    correct(grads, ...)             changes every step's gradient (SCAFFOLD)
+    after_step(params, ...)         after every optimizer step (the anchor freeze)
+    frozen(per_client)              the entries that do not train (the anchors), for the other rules
+    outputs(trained, ...)           after the last step: tensors this client keeps or sends
+    uploaded(params, ...)           the parameters its reply carries (FedNova's normalised model)
+    save_state(client, uploaded, outputs)   on the host: what it keeps for its next round
 
-`own` is this client's `inputs`, everything else on `self` is shared by the round's clients.
+and two declarations: `reply_records` (outputs every reply carries as records: SCAFFOLD's
+delta) and `reply_metrics` (outputs added to its metrics: FedNova's normaliser).
+`per_client` is this client's `inputs`; everything on `self` is shared by the round's clients.
+
+A rule registers itself with `@client_rule` (or `@anchor_method`); every module of this
+package is imported by its `__init__`, so a new rule is one file. A user's own rule in any
+importable module runs by dotted path (`--algorithm mypkg.rules:MyRule`).
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
 from flwr.app import RecordDict
 from torch import nn
 
+from fedpfn.core.protocol import Arrays
 from fedpfn.core.training import OPTIMIZERS, StepView, Tensors
 
 if TYPE_CHECKING:
@@ -37,7 +46,6 @@ if TYPE_CHECKING:
     from fedpfn.core.cache import ClientData
     from fedpfn.core.config import RunConfig
 
-Arrays = dict[str, np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -46,7 +54,7 @@ class NoParams:
 
 
 @dataclass
-class RoundInfo:
+class Round:
     """What every client of one round shares, decoded once from the round's message."""
 
     cfg: RunConfig
@@ -94,12 +102,14 @@ class ClientRule:
     # layers whose entries every client keeps for itself (FedBN: BatchNorm), beside `--personal`
     personal_layers: ClassVar[tuple[type[nn.Module], ...]] = ()
     # its hooks hold where a client starts from its own personal entries, not the global
-    # model's (they never read `info.start` as the client's start); False: refused with them
+    # model's (they never read `round.start` as the client's start); False: refused with them
     personal_start: ClassVar[bool] = False
+    reply_records: ClassVar[tuple[str, ...]] = ()  # `outputs` prefixes each reply carries as a record
+    reply_metrics: ClassVar[tuple[str, ...]] = ()  # `outputs` entries each reply carries as a metric
 
-    def __init__(self, info: RoundInfo) -> None:
-        self.info = info
-        self.params: Any = info.cfg.params(self.Params)
+    def __init__(self, this_round: Round) -> None:
+        self.round = this_round
+        self.params: Any = this_round.cfg.params(self.Params)
 
     @classmethod
     def problems(cls, params: Any) -> list[str]:
@@ -112,47 +122,89 @@ class ClientRule:
         """This client's tensors for the round, on the device (its state, its step count)."""
         return {}
 
+    def start(self, client: ClientRound, params: Tensors, buffers: Tensors) -> tuple[Tensors, Tensors]:
+        """(params, buffers) this client trains from: the model received, its personal entries
+        in place; a rule may start elsewhere (its own model of an earlier round)."""
+        return params, buffers
+
     # --- per client, as functions of tensors (vmapped in a cohort) ---------------------------
 
-    def loss_term(self, view: StepView, own: Tensors) -> torch.Tensor | None:
+    def criterion(self, logits: torch.Tensor, targets: torch.Tensor, per_client: Tensors) -> torch.Tensor | None:
+        """The batch's loss from its logits, or None: cross-entropy (the first rule's own counts)."""
         return None
 
-    def correct(self, grads: Tensors, view: StepView, own: Tensors) -> Tensors:
+    def loss_term(self, view: StepView, per_client: Tensors) -> torch.Tensor | None:
+        return None
+
+    def correct(self, grads: Tensors, view: StepView, per_client: Tensors) -> Tensors:
         return grads
 
-    def after_step(self, params: Tensors, own: Tensors) -> Tensors:
+    def after_step(self, params: Tensors, per_client: Tensors) -> Tensors:
         return params
 
-    def finish(self, trained: Trained, own: Tensors) -> Tensors:
-        """Tensors this client keeps or sends, by name (`keep` and `reply` read them)."""
-        return {}
-
-    def frozen(self, own: Tensors) -> Tensors:
+    def frozen(self, per_client: Tensors) -> Tensors:
         """The entries this part keeps from training this round (bool masks by parameter name)."""
         return {}
 
-    def upload(self, params: Tensors, own: Tensors) -> Tensors:
+    def outputs(self, trained: Trained, per_client: Tensors) -> Tensors:
+        """Tensors this client keeps or sends, by name (`save_state` and the reply read them)."""
+        return {}
+
+    def uploaded(self, params: Tensors, per_client: Tensors) -> Tensors:
         """The parameters this client's reply carries (the trained ones unless a rule says otherwise)."""
         return params
 
     # --- per client, on the host, after training ---------------------------------------------
 
-    def keep(self, client: ClientRound, sent: Arrays, outputs: Arrays) -> None:
-        """Save this client's state for its next round (`sent`: the model its reply carries)."""
-
-    def reply(self, outputs: Tensors) -> dict[str, Tensors]:
-        """Records added to every client's reply, by record name, from the stacked `finish` outputs."""
-        return {}
-
-    def metrics(self, outputs: Arrays) -> dict[str, float]:
-        """Entries added to this client's reply metrics."""
-        return {}
+    def save_state(self, client: ClientRound, uploaded: Arrays, outputs: Arrays) -> None:
+        """Save this client's state for its next round (`uploaded`: the model its reply carries)."""
 
     def upload_mask(self) -> Arrays | None:
         """Entries every reply leaves out (True), known to the server from the round's message."""
         return None
 
 
+CLIENT_RULES: dict[str, type[ClientRule]] = {}  # by name: FedAvg and the rules that change its loop
+ANCHOR_METHODS: dict[str, type[ClientRule]] = {}  # by name: the methods that sit after any rule
+Rule = TypeVar("Rule", bound=type[ClientRule])
+
+
+def client_rule(cls: Rule) -> Rule:
+    """Register a client rule under its `name` (the decorator every rule's file uses)."""
+    return _register(CLIENT_RULES, cls)
+
+
+def anchor_method(cls: Rule) -> Rule:
+    """Register an anchor method under its `name`: it composes after any client rule."""
+    return _register(ANCHOR_METHODS, cls)
+
+
+def _register(registry: dict[str, type[ClientRule]], cls: Rule) -> Rule:
+    if not (isinstance(cls, type) and issubclass(cls, ClientRule)) or not isinstance(cls.__dict__.get("name"), str):
+        raise TypeError(f"{cls!r} is not a ClientRule with a `name` of its own")
+    known = CLIENT_RULES.get(cls.name) or ANCHOR_METHODS.get(cls.name)
+    if known is not None and known is not cls:
+        raise TypeError(f"client rule '{cls.name}' is registered twice: {known.__module__} and {cls.__module__}")
+    registry[cls.name] = cls
+    return cls
+
+
+def load_client_rule(spec: str) -> type[ClientRule]:
+    """A user's rule by dotted path, `package.module:Class`, registered under that path.
+
+    Raises ValueError, one line, where the module or class is missing or is not a ClientRule."""
+    module_name, _, attribute = spec.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ValueError(f"'{spec}' does not load ({type(err).__name__}: {err})") from None
+    if not (isinstance(cls, type) and issubclass(cls, ClientRule)) or cls in ANCHOR_METHODS.values():
+        raise ValueError(f"'{spec}' is not a client rule (a subclass of clients.base.ClientRule)")
+    CLIENT_RULES.setdefault(spec, cls)
+    return cls
+
+
+@client_rule
 class FedAvgClient(ClientRule):
     """FedAvg's rule: local SGD from the received model, the whole trained model sent back."""
 

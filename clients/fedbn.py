@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from torch import nn
 
-from clients.base import FedAvgClient
+from clients.base import FedAvgClient, client_rule
 
 
+@client_rule
 class FedBNClient(FedAvgClient):
     name = "fedbn"
     personal_layers = (nn.modules.batchnorm._BatchNorm,)

@@ -22,7 +22,16 @@ from dataclasses import dataclass
 
 import torch
 
-from clients.base import Arrays, ClientRound, ClientRule, Trained, prefixed, tensors_of, unprefixed
+from clients.base import (
+    Arrays,
+    ClientRound,
+    ClientRule,
+    Trained,
+    client_rule,
+    prefixed,
+    tensors_of,
+    unprefixed,
+)
 from fedpfn.core.protocol import to_array_record, to_numpy
 from fedpfn.core.settings import above, setting
 from fedpfn.core.training import StepView, Tensors
@@ -35,6 +44,7 @@ class FedDynParams:
     feddyn_alpha: float = setting(0.01, "FedDyn regularisation coefficient alpha", above(0))
 
 
+@client_rule
 class FedDynClient(ClientRule):
     name = "feddyn"
     Params = FedDynParams
@@ -42,19 +52,19 @@ class FedDynClient(ClientRule):
 
     def inputs(self, client: ClientRound) -> Tensors:
         stored = client.state.load(GRAD)
-        return prefixed(GRAD, tensors_of(to_numpy(stored) if stored is not None else None, self.info.start))
+        return prefixed(GRAD, tensors_of(to_numpy(stored) if stored is not None else None, self.round.start))
 
-    def loss_term(self, view: StepView, own: Tensors) -> torch.Tensor | None:
-        alpha, start, dyn_grad = self.params.feddyn_alpha, self.info.start, unprefixed(GRAD, own)
+    def loss_term(self, view: StepView, per_client: Tensors) -> torch.Tensor | None:
+        alpha, start, dyn_grad = self.params.feddyn_alpha, self.round.start, unprefixed(GRAD, per_client)
         linear = quadratic = 0.0
         for name, p in view.params.items():
             linear = linear + (dyn_grad[name] * p).sum()
             quadratic = quadratic + (p - start[name]).pow(2).sum()
         return -linear + 0.5 * alpha * quadratic
 
-    def finish(self, trained: Trained, own: Tensors) -> Tensors:
-        alpha, start, dyn_grad = self.params.feddyn_alpha, self.info.start, unprefixed(GRAD, own)
+    def outputs(self, trained: Trained, per_client: Tensors) -> Tensors:
+        alpha, start, dyn_grad = self.params.feddyn_alpha, self.round.start, unprefixed(GRAD, per_client)
         return prefixed(GRAD, {name: dyn_grad[name] - alpha * (p - start[name]) for name, p in trained.params.items()})
 
-    def keep(self, client: ClientRound, sent: Arrays, outputs: Arrays) -> None:
-        client.state.save(GRAD, to_array_record(unprefixed(GRAD, outputs)), self.info.server_round)
+    def save_state(self, client: ClientRound, uploaded: Arrays, outputs: Arrays) -> None:
+        client.state.save(GRAD, to_array_record(unprefixed(GRAD, outputs)), self.round.server_round)

@@ -21,27 +21,26 @@ from __future__ import annotations
 
 import torch
 
-from clients.base import Arrays, ClientRound, ClientRule
+from clients.base import ClientRound, ClientRule, client_rule
 from fedpfn.core.training import Tensors, effective_steps
 
 NORMALISER = "fednova-a"  # METRICS entry, client -> server: this client's a_i
 
 
+@client_rule
 class FedNovaClient(ClientRule):
     name = "fednova"
+    reply_metrics = (NORMALISER,)
     optimizers = ("sgd",)
 
     def inputs(self, client: ClientRound) -> Tensors:
-        a = effective_steps(client.steps, self.info.cfg.momentum)
-        like = next(iter(self.info.start.values()))
+        a = effective_steps(client.steps, self.round.cfg.momentum)
+        like = next(iter(self.round.start.values()))
         return {NORMALISER: torch.tensor(a, dtype=like.dtype, device=like.device)}
 
-    def finish(self, trained, own: Tensors) -> Tensors:
-        return {NORMALISER: own[NORMALISER]}
+    def outputs(self, trained, per_client: Tensors) -> Tensors:
+        return {NORMALISER: per_client[NORMALISER]}
 
-    def upload(self, params: Tensors, own: Tensors) -> Tensors:
-        start = self.info.start
-        return {name: start[name] + (p - start[name]) / own[NORMALISER] for name, p in params.items()}
-
-    def metrics(self, outputs: Arrays) -> dict[str, float]:
-        return {NORMALISER: float(outputs[NORMALISER])}
+    def uploaded(self, params: Tensors, per_client: Tensors) -> Tensors:
+        start = self.round.start
+        return {name: start[name] + (p - start[name]) / per_client[NORMALISER] for name, p in params.items()}

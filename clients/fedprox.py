@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from clients.base import ClientRule
+from clients.base import ClientRule, client_rule
 from fedpfn.core.settings import at_least, setting
 from fedpfn.core.training import StepView, Tensors
 
@@ -16,16 +16,17 @@ class FedProxParams:
     prox_mu: float = setting(0.01, "FedProx proximal coefficient mu", at_least(0))
 
 
+@client_rule
 class FedProxClient(ClientRule):
     """FedAvg's loop with the proximal term added to every step's loss."""
 
     name = "fedprox"
     Params = FedProxParams
 
-    def loss_term(self, view: StepView, own: Tensors) -> torch.Tensor | None:
+    def loss_term(self, view: StepView, per_client: Tensors) -> torch.Tensor | None:
         mu = self.params.prox_mu
         if mu == 0:
             return None
-        start = self.info.start
+        start = self.round.start
         prox = sum((p - start[name]).pow(2).sum() for name, p in view.params.items())
         return 0.5 * mu * prox

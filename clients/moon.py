@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from clients.base import Arrays, ClientRound, ClientRule, prefixed, tensors_of, unprefixed
+from clients.base import Arrays, ClientRound, ClientRule, client_rule, prefixed, tensors_of, unprefixed
 from fedpfn.core.protocol import to_array_record, to_numpy
 from fedpfn.core.settings import above, at_least, setting
 from fedpfn.core.training import StepView, Tensors, target_features
@@ -46,6 +46,7 @@ def contrastive_loss(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor
     return F.cross_entropy(logits, torch.zeros(len(z), dtype=torch.long, device=z.device))
 
 
+@client_rule
 class MoonClient(ClientRule):
     name = "moon"
     Params = MoonParams
@@ -54,21 +55,22 @@ class MoonClient(ClientRule):
     def inputs(self, client: ClientRound) -> Tensors:
         stored = client.state.load(PREVIOUS)
         if stored is None:  # the client's first round: the global model
-            return {**prefixed("params", self.info.start), **prefixed("buffers", self.info.start_buffers)}
+            return {**prefixed("params", self.round.start), **prefixed("buffers", self.round.start_buffers)}
         saved = to_numpy(stored)
         return {
-            **prefixed("params", tensors_of(saved, self.info.start)),
-            **prefixed("buffers", tensors_of(saved, self.info.start_buffers)),
+            **prefixed("params", tensors_of(saved, self.round.start)),
+            **prefixed("buffers", tensors_of(saved, self.round.start_buffers)),
         }
 
-    def loss_term(self, view: StepView, own: Tensors) -> torch.Tensor | None:
+    def loss_term(self, view: StepView, per_client: Tensors) -> torch.Tensor | None:
         mu = self.params.moon_mu
         if mu == 0:
             return None
-        info = self.info
-        z_glob = target_features(view.model, info.start, info.start_buffers, view.inputs)
-        z_prev = target_features(view.model, unprefixed("params", own), unprefixed("buffers", own), view.inputs)
+        this_round = self.round
+        z_glob = target_features(view.model, this_round.start, this_round.start_buffers, view.inputs)
+        previous = unprefixed("params", per_client), unprefixed("buffers", per_client)
+        z_prev = target_features(view.model, *previous, view.inputs)
         return mu * contrastive_loss(view.features, z_glob, z_prev, self.params.moon_temperature)
 
-    def keep(self, client: ClientRound, sent: Arrays, outputs: Arrays) -> None:
-        client.state.save(PREVIOUS, to_array_record(sent), self.info.server_round)
+    def save_state(self, client: ClientRound, uploaded: Arrays, outputs: Arrays) -> None:
+        client.state.save(PREVIOUS, to_array_record(uploaded), self.round.server_round)

@@ -24,7 +24,17 @@ from __future__ import annotations
 
 import torch
 
-from clients.base import Arrays, ClientRound, ClientRule, RoundInfo, Trained, prefixed, tensors_of, unprefixed
+from clients.base import (
+    Arrays,
+    ClientRound,
+    ClientRule,
+    Round,
+    Trained,
+    client_rule,
+    prefixed,
+    tensors_of,
+    unprefixed,
+)
 from fedpfn.core.protocol import to_array_record, to_numpy
 from fedpfn.core.training import StepView, Tensors, effective_steps
 
@@ -33,22 +43,24 @@ SCAFFOLD_DELTA = "scaffold-delta"  # client -> server: the change of the client'
 CLIENT_C = "scaffold-ci"  # the client's own c_i, kept across rounds
 
 
+@client_rule
 class ScaffoldClient(ClientRule):
     name = "scaffold"
+    reply_records = (SCAFFOLD_DELTA,)
     optimizers = ("sgd",)
     state_keys = (CLIENT_C,)
 
-    def __init__(self, info: RoundInfo) -> None:
-        super().__init__(info)
-        sent = info.content.array_records.get(SCAFFOLD_C)
-        self.c_global = tensors_of(to_numpy(sent) if sent is not None else None, info.start)
+    def __init__(self, this_round: Round) -> None:
+        super().__init__(this_round)
+        sent = this_round.content.array_records.get(SCAFFOLD_C)
+        self.c_global = tensors_of(to_numpy(sent) if sent is not None else None, this_round.start)
 
     def inputs(self, client: ClientRound) -> Tensors:
         stored = client.state.load(CLIENT_C)
-        c_local = tensors_of(to_numpy(stored) if stored is not None else None, self.info.start)
+        c_local = tensors_of(to_numpy(stored) if stored is not None else None, self.round.start)
         # the gradient correction is the same at every step: computed once
         correction = {name: self.c_global[name] - c_local[name] for name in c_local}
-        scale = effective_steps(client.steps, self.info.cfg.momentum) * self.info.lr
+        scale = effective_steps(client.steps, self.round.cfg.momentum) * self.round.lr
         like = next(iter(c_local.values()))
         return {
             **prefixed("c_local", c_local),
@@ -56,24 +68,21 @@ class ScaffoldClient(ClientRule):
             "scale": torch.tensor(scale, dtype=like.dtype, device=like.device),
         }
 
-    def correct(self, grads: Tensors, view: StepView, own: Tensors) -> Tensors:
-        correction = unprefixed("correction", own)
+    def correct(self, grads: Tensors, view: StepView, per_client: Tensors) -> Tensors:
+        correction = unprefixed("correction", per_client)
         return {name: g.add(correction[name]) for name, g in grads.items()}
 
-    def finish(self, trained: Trained, own: Tensors) -> Tensors:
-        start, frozen, c_local = self.info.start, trained.frozen, unprefixed("c_local", own)
+    def outputs(self, trained: Trained, per_client: Tensors) -> Tensors:
+        start, frozen, c_local = self.round.start, trained.frozen, unprefixed("c_local", per_client)
         new_local, delta = {}, {}
         for name, y in trained.params.items():
             c_i = c_local[name]
-            c_plus = c_i - self.c_global[name] + (start[name] - y) / own["scale"]
+            c_plus = c_i - self.c_global[name] + (start[name] - y) / per_client["scale"]
             if name in frozen:
                 c_plus = torch.where(frozen[name], c_i, c_plus)
             new_local[name] = c_plus
             delta[name] = c_plus - c_i
         return {**prefixed(CLIENT_C, new_local), **prefixed(SCAFFOLD_DELTA, delta)}
 
-    def keep(self, client: ClientRound, sent: Arrays, outputs: Arrays) -> None:
-        client.state.save(CLIENT_C, to_array_record(unprefixed(CLIENT_C, outputs)), self.info.server_round)
-
-    def reply(self, outputs: Tensors) -> dict[str, Tensors]:
-        return {SCAFFOLD_DELTA: unprefixed(SCAFFOLD_DELTA, outputs)}
+    def save_state(self, client: ClientRound, uploaded: Arrays, outputs: Arrays) -> None:
+        client.state.save(CLIENT_C, to_array_record(unprefixed(CLIENT_C, outputs)), self.round.server_round)

@@ -1,35 +1,44 @@
 """The server side of every algorithm: any Flower strategy, with the algorithms' server parts
-around it, server algorithms by name, and seeded client sampling."""
+around it, server algorithms by name, and seeded client sampling.
+
+A server part registers itself for its client rule (`@server_part("scaffold")`); every
+module here is imported below, so adding one is adding its file.
+"""
 
 from __future__ import annotations
 
-from strategies.anchored import AnchorServer
+import importlib
+import pkgutil
+
 from strategies.composed import ComposedStrategy
-from strategies.feddyn import FedDynServer
-from strategies.fednova import FedNovaServer
-from strategies.parts import ServerContext, ServerPart
+from strategies.parts import SERVER_PARTS, ServerContext, ServerPart, server_part
 from strategies.personal import PersonalServer
-from strategies.registry import SERVER_RULES, build_inner_strategy, load_strategy_class, registration_of, server_rule
+from strategies.registry import (
+    SERVER_RULES,
+    build_inner_strategy,
+    load_strategy_class,
+    registration_of,
+    server_rule,
+)
 from strategies.sampling import SampledGrid, sample_clients
-from strategies.scaffold import ScaffoldServer
-from strategies.totals import ReplyTotals, RoundTotals
+from strategies.totals import RoundTotals
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
+    "SERVER_PARTS",
     "SERVER_RULES",
-    "AnchorServer",
     "ComposedStrategy",
-    "FedDynServer",
-    "FedNovaServer",
     "PersonalServer",
-    "ReplyTotals",
     "RoundTotals",
     "SampledGrid",
-    "ScaffoldServer",
     "ServerContext",
     "ServerPart",
     "build_inner_strategy",
     "load_strategy_class",
     "registration_of",
     "sample_clients",
+    "server_part",
     "server_rule",
 ]

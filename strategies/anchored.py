@@ -23,14 +23,14 @@ from typing import Any
 import numpy as np
 from flwr.app import RecordDict
 
-from clients.anchored import ANCHOR_SEED, round_mask
-from fedpfn.core.anchors import anchored_fraction, as_numpy
+from fedpfn.core.anchors import ANCHOR_SEED, anchored_fraction, as_numpy, round_mask
 from fedpfn.core.protocol import ARRAYS, Arrays, to_array_record, to_numpy, unpack
 from fedpfn.core.seeding import Stream, seed_for
-from strategies.parts import Scalar, ServerContext, ServerPart
+from strategies.parts import Scalar, ServerContext, ServerPart, server_part
 from strategies.totals import RoundTotals
 
 
+@server_part("fedpfn", "fedpnu")
 class AnchorServer(ServerPart):
     def __init__(self, ctx: ServerContext) -> None:
         super().__init__(ctx)

@@ -41,7 +41,7 @@ from flwr.serverapp.strategy import Strategy
 from fedpfn.core.protocol import ARRAYS, METRICS, NUM_EXAMPLES, Arrays, to_array_record, to_numpy
 from strategies.parts import ServerPart
 from strategies.state import load_strategy_state, strategy_state
-from strategies.totals import ReplyTotals, RoundTotals
+from strategies.totals import RoundTotals
 
 
 class ComposedStrategy(Strategy):
@@ -88,7 +88,7 @@ class ComposedStrategy(Strategy):
         good = [reply.content for reply in replies if not reply.has_error()]
         for part in reversed(self.parts):
             part.restore(server_round, good, self.sent)
-        totals = ReplyTotals(good, self.sent, self.param_names)
+        totals = RoundTotals.of_replies(good, self.sent, self.param_names)
         for content in good:  # the inner's own slim copy (FedMedian, Krum pop what they read)
             record = content[ARRAYS]
             for key in list(content.array_records):

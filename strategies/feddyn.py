@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 
 from fedpfn.core.protocol import Arrays
-from strategies.parts import ServerPart
+from strategies.parts import ServerPart, server_part
 from strategies.totals import RoundTotals
 
 
+@server_part("feddyn")
 class FedDynServer(ServerPart):
     h: Arrays | None = None
 

@@ -17,10 +17,11 @@ import numpy as np
 
 from clients.fednova import NORMALISER
 from fedpfn.core.protocol import Arrays
-from strategies.parts import ServerPart
+from strategies.parts import ServerPart, server_part
 from strategies.totals import RoundTotals
 
 
+@server_part("fednova")
 class FedNovaServer(ServerPart):
     def adjust(self, server_round: int, params: Arrays, sent: Arrays, totals: RoundTotals) -> Arrays:
         tau_eff = totals.metric_mean(NORMALISER)

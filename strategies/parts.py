@@ -8,8 +8,9 @@ aggregate. `fedpfn.runtime.algorithms` states the order in which parts compose;
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from flwr.app import ArrayRecord, RecordDict
 from torch import nn
@@ -22,6 +23,22 @@ if TYPE_CHECKING:
     from fedpfn.core.config import RunConfig
 
 Scalar = int | float | str | bool
+SERVER_PARTS: dict[str, type[ServerPart]] = {}  # by the name of the client rule they serve
+Part = TypeVar("Part", bound="type[ServerPart]")
+
+
+def server_part(*rules: str) -> Callable[[Part], Part]:
+    """Register a server part for the client rules of these names (its file's one decorator)."""
+
+    def register(cls: Part) -> Part:
+        for rule in rules:
+            known = SERVER_PARTS.get(rule)
+            if known is not None and known is not cls:
+                raise TypeError(f"client rule '{rule}' has two server parts: {known.__name__} and {cls.__name__}")
+            SERVER_PARTS[rule] = cls
+        return cls
+
+    return register
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,11 @@ from flwr.app import ArrayRecord
 
 from clients.scaffold import SCAFFOLD_C, SCAFFOLD_DELTA
 from fedpfn.core.protocol import Arrays, to_array_record
-from strategies.parts import ServerPart
+from strategies.parts import ServerPart, server_part
 from strategies.totals import RoundTotals
 
 
+@server_part("scaffold")
 class ScaffoldServer(ServerPart):
     c: Arrays | None = None
 

@@ -2,137 +2,142 @@
 
 Every server part aggregates linearly (SCAFFOLD sums the Δc_i, FedDyn the updates, FedNova
 and the anchors take example-weighted means, buffers are example-weighted means), so a part
-reads `RoundTotals`, never the replies themselves. Two kinds give them:
+reads `RoundTotals`, never the replies themselves. There is one arithmetic, over the
+round's clients stacked (client first), with two sources:
 
-- `ReplyTotals`: from the replies the server received (Ray, deployment, robust strategies),
-  computed when first asked, with the arithmetic the parts always used;
-- the batched engine's totals, computed where the clients trained, so a round of K clients
-  is never K serialised models (fedpfn.runtime.engines.batched).
+- the replies the server received (Ray, deployment, robust strategies): `of_replies`;
+- the batched engine's cohort, where the clients trained, so a round of K clients is never
+  K serialised models (fedpfn.runtime.engines.grid).
+
+Sums run in the dtypes Flower's FedAvg and the server parts use, on the CPU client after
+client in the replies' order (`client_sum`), so a round aggregates to the same bits from
+either source.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 
 import numpy as np
-from flwr.app import ArrayRecord, RecordDict
-from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords, aggregate_metricrecords
+import torch
+from flwr.app import RecordDict
 
 from fedpfn.core.protocol import ARRAYS, METRICS, NUM_EXAMPLES, Arrays, to_numpy
 
+Tensors = dict[str, torch.Tensor]
 
-class RoundTotals(ABC):
-    """A round's successful replies, as the server parts need them."""
+
+class RoundTotals:
+    """A round's successful replies, stacked, as the server parts need them."""
+
+    def __init__(
+        self,
+        params: Tensors,
+        buffers: Tensors,
+        records: Mapping[str, Tensors],
+        metrics: Sequence[Mapping[str, object]],
+        sent: Arrays,
+        param_names: Sequence[str] = (),
+    ) -> None:
+        """`params`, `buffers`, `records`: stacked over the replies; `metrics`: each reply's METRICS;
+        `param_names`: the parameters' names where no reply came."""
+        self.params, self.buffers, self.records, self.sent = params, buffers, records, sent
+        self.param_names = list(params) or list(param_names)
+        self.reply_metrics = list(metrics)
+        self.weights = np.array([float(m[NUM_EXAMPLES]) for m in self.reply_metrics])  # type: ignore[arg-type]
+
+    @classmethod
+    def of_replies(cls, replies: Sequence[RecordDict], sent: Arrays, param_names: Sequence[str]) -> RoundTotals:
+        """The totals of replies received, each with its full model (FedPNU's unpacked)."""
+        arrays = [to_numpy(content[ARRAYS]) for content in replies]
+        stack = lambda name, items: torch.stack([torch.from_numpy(np.asarray(a[name])) for a in items])  # noqa: E731
+        params = {name: stack(name, arrays) for name in param_names} if arrays else {}
+        buffers = {name: stack(name, arrays) for name in sent if name not in set(param_names)} if arrays else {}
+        records: dict[str, Tensors] = {}
+        for key in (key for key in replies[0].array_records if key != ARRAYS) if replies else ():
+            stacked = [to_numpy(content[key]) for content in replies]
+            records[key] = {name: stack(name, stacked) for name in stacked[0]}
+        return cls(params, buffers, records, [dict(content[METRICS]) for content in replies], sent, param_names)
 
     @property
-    @abstractmethod
     def replies(self) -> int:
         """How many replies the totals cover."""
+        return len(self.reply_metrics)
 
     @property
-    @abstractmethod
     def examples(self) -> float:
         """Σ n_k, the replies' `num-examples`."""
+        return float(self.weights.sum())
 
-    @property
-    @abstractmethod
-    def param_mean(self) -> Arrays:
-        """The example-weighted mean of the parameters, in the dtypes sent."""
-
-    @property
-    @abstractmethod
-    def buffer_mean(self) -> Arrays:
-        """The example-weighted mean of the buffers, in the dtypes sent (integer counters rounded)."""
-
-    @property
-    @abstractmethod
-    def update_sum(self) -> Arrays:
-        """Σ_k (w_k − w_sent) over the parameters, in float64 (unweighted)."""
-
-    @abstractmethod
-    def record_sum(self, key: str, like: Arrays) -> Arrays:
-        """Σ_k of the replies' record `key`, in float64, shaped like `like` (zeros without replies)."""
-
-    @abstractmethod
-    def metric_mean(self, key: str) -> float:
-        """The example-weighted mean of the replies' metric `key`."""
-
-    @property
-    @abstractmethod
-    def metrics(self) -> dict[str, float]:
-        """The example-weighted mean of every numeric metric but `num-examples` (FedAvg's train metrics)."""
-
-
-class ReplyTotals(RoundTotals):
-    """Totals of replies received, each a RecordDict with its full model (FedPNU's unpacked)."""
-
-    def __init__(self, replies: Sequence[RecordDict], sent: Arrays, param_names: Sequence[str]) -> None:
-        # the records as received: the composed strategy hands the inner strategy slimmer copies
-        self._arrays = [content[ARRAYS] for content in replies]
-        self._metric_records = [content[METRICS] for content in replies]
-        self._records = [dict(content.array_records) for content in replies]
-        self._sent = sent
-        self._params = list(param_names)
-        self._weights = np.array([float(m[NUM_EXAMPLES]) for m in self._metric_records])
-
-    @property
-    def replies(self) -> int:
-        return len(self._arrays)
-
-    @property
-    def examples(self) -> float:
-        return float(self._weights.sum())
+    def _factors(self, like: torch.Tensor, dtype: torch.dtype, scale: bool) -> torch.Tensor:
+        """Per-reply weights shaped to broadcast over `like`: w_k / Σw (Flower's) or w_k."""
+        values = self.weights / self.weights.sum() if scale else self.weights
+        return torch.tensor(values, dtype=dtype, device=like.device).view(-1, *[1] * (like.dim() - 1))
 
     @cached_property
     def param_mean(self) -> Arrays:
-        """As Flower's FedAvg averages them (float32 sums in reply order)."""
-        if not self._arrays:
-            return {}
-        params = [
-            RecordDict({ARRAYS: ArrayRecord({n: record[n] for n in self._params}), METRICS: metrics})
-            for record, metrics in zip(self._arrays, self._metric_records)
-        ]
-        return to_numpy(aggregate_arrayrecords(params, NUM_EXAMPLES))
-
-    @cached_property
-    def buffer_mean(self) -> Arrays:
-        """In float64, back in each buffer's dtype."""
-        names = [n for n in self._sent if n not in set(self._params)]
+        """The example-weighted mean of the parameters as Flower's FedAvg takes it: Σ x_k · (w_k / Σw)
+        in their dtype (float32), reply after reply."""
         return {
-            name: weighted_mean([record[name].numpy() for record in self._arrays], self._weights, self._sent[name])
-            for name in names
+            name: client_sum(stack * self._factors(stack, stack.dtype, scale=True)).cpu().numpy()
+            for name, stack in self.params.items()
         }
 
     @cached_property
+    def buffer_mean(self) -> Arrays:
+        """The example-weighted mean of the buffers: Σ w_k · x_k / Σw in float64, back in the dtypes
+        sent (integer counters rounded)."""
+        out = {}
+        for name, stack in self.buffers.items():
+            total = client_sum(stack.to(torch.float64) * self._factors(stack, torch.float64, scale=False))
+            mean = total.cpu().numpy() / self.weights.sum()
+            like = self.sent[name]
+            out[name] = np.asarray(np.rint(mean) if np.issubdtype(like.dtype, np.integer) else mean).astype(like.dtype)
+        return out
+
+    @cached_property
     def update_sum(self) -> Arrays:
-        total = {name: np.zeros(self._sent[name].shape, dtype=np.float64) for name in self._params}
-        for record in self._arrays:
-            for name in total:
-                total[name] += record[name].numpy().astype(np.float64) - self._sent[name]
-        return total
+        """Σ_k (w_k − w_sent) over the parameters, in float64 (unweighted)."""
+        if not self.params:
+            return {name: np.zeros(self.sent[name].shape, dtype=np.float64) for name in self.param_names}
+        out = {}
+        for name, stack in self.params.items():
+            sent = torch.from_numpy(self.sent[name]).to(stack.device, torch.float64)
+            out[name] = client_sum(stack.to(torch.float64) - sent).cpu().numpy()
+        return out
 
     def record_sum(self, key: str, like: Arrays) -> Arrays:
-        total = {name: np.zeros(value.shape, dtype=np.float64) for name, value in like.items()}
-        for records in self._records:
-            arrays = to_numpy(records[key])
-            for name in total:
-                total[name] += arrays[name]
-        return total
+        """Σ_k of the replies' record `key`, in float64, shaped like `like` (zeros without replies)."""
+        stacks = self.records.get(key)
+        if not stacks:
+            return {name: np.zeros(value.shape, dtype=np.float64) for name, value in like.items()}
+        return {name: client_sum(stacks[name].to(torch.float64)).cpu().numpy() for name in like}
 
     def metric_mean(self, key: str) -> float:
+        """The example-weighted mean of the replies' metric `key`."""
         return float(self.metrics[key])
 
     @cached_property
     def metrics(self) -> dict[str, float]:
-        contents = [RecordDict({METRICS: m}) for m in self._metric_records]
-        return {k: v for k, v in aggregate_metricrecords(contents, NUM_EXAMPLES).items() if isinstance(v, int | float)}
+        """The example-weighted mean of every numeric metric but `num-examples`, as Flower's
+        FedAvg weighs them: Σ value · (n_k / Σn), in the replies' order."""
+        total = float(sum(self.weights.tolist()))
+        out: dict[str, float] = {}
+        for metrics, weight in zip(self.reply_metrics, self.weights.tolist()):
+            for key, value in metrics.items():
+                if key != NUM_EXAMPLES and isinstance(value, int | float):
+                    out[key] = value * (weight / total) if key not in out else out[key] + value * (weight / total)
+        return out
 
 
-def weighted_mean(values: list[np.ndarray], weights: np.ndarray, like: np.ndarray) -> np.ndarray:
-    """The example-weighted mean, in float64, back in `like`'s dtype (integers rounded)."""
-    total = sum(w * v.astype(np.float64) for w, v in zip(weights, values)) / weights.sum()
-    if np.issubdtype(like.dtype, np.integer):
-        total = np.rint(total)
-    return np.asarray(total).astype(like.dtype).reshape(like.shape)
+def client_sum(terms: torch.Tensor) -> torch.Tensor:
+    """Σ over the first (client) dimension: one reduction on a GPU; on the CPU one addition per
+    client in order, in the terms' dtype, as Flower sums replies (a reduction, or torch's
+    cumsum, which accumulates float32 in float64, gives other bits)."""
+    if terms.device.type != "cpu":
+        return terms.sum(0)
+    total = terms[0].clone()
+    for term in terms[1:]:
+        total += term
+    return total

@@ -38,7 +38,7 @@ def no_engine_starts(monkeypatch, engine_run) -> None:
     """Every engine's `run` replaced by `engine_run`: what a test sees when a run would start."""
     import dataclasses
 
-    from fedpfn.runtime.engines import ENGINES
+    from fedpfn.runtime.engines.registry import ENGINES
 
     for name, engine in ENGINES.items():
         monkeypatch.setitem(ENGINES, name, dataclasses.replace(engine, run=engine_run))
@@ -77,7 +77,7 @@ def client_replies(cfg: RunConfig, strategy, arrays: ArrayRecord, server_round: 
 
     `states` keeps each client's context.state across calls. Replies come sorted by partition.
     """
-    from clients import local_round
+    from fedpfn.runtime.engines.program import local_round
     from fedpfn.runtime.algorithms import client_rules
     from fedpfn.runtime.server import train_config, with_accepted_round
     from strategies import sample_clients

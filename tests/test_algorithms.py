@@ -17,9 +17,16 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from conftest import tiny_config
 from fedpfn.core import protocol
-from fedpfn.runtime.algorithms import ANCHOR_METHODS, CLIENT_RULES, hparam_classes, hparam_fields
 from fedpfn.core.config import RunConfig
-from fedpfn.runtime.algorithms import flower_run_config, load_config, validated
+from fedpfn.runtime.algorithms import (
+    ANCHOR_METHODS,
+    CLIENT_RULES,
+    flower_run_config,
+    hparam_classes,
+    hparam_fields,
+    load_config,
+    validated,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,9 +49,9 @@ def test_every_declared_setting_is_a_flag_a_config_key_and_a_flower_key():
 
 def test_every_algorithm_declares_a_name_and_its_parameters():
     for name, algorithm in {**CLIENT_RULES, **ANCHOR_METHODS}.items():
-        assert algorithm.client.name == name
-        assert dataclasses.is_dataclass(algorithm.client.Params)
-        for f in dataclasses.fields(algorithm.client.Params):
+        assert algorithm.name == name
+        assert dataclasses.is_dataclass(algorithm.Params)
+        for f in dataclasses.fields(algorithm.Params):
             assert f.metadata["help"], f"{name}.{f.name} has no help"
     assert len(hparam_classes()) == len(set(hparam_classes()))
 
@@ -68,10 +75,10 @@ def test_resolved_config_names_the_granularity():
 
 def test_moon_step_matches_the_papers_loss_on_a_tiny_case():
     """One SGD step of MOON's client equals w − lr·∇(CE + mu·l_con), l_con written out by hand."""
-    from clients import local_round
     from clients.moon import PREVIOUS, MoonClient
     from clients.state import SAVED_IN
     from fedpfn.core.cache import client_indices, dataset_for, initial_model
+    from fedpfn.runtime.engines.program import local_round
     from fedpfn.runtime.server import train_config
 
     cfg = tiny_config(algorithm="moon", num_clients=1000, clients_per_round=2, momentum=0.0,
@@ -114,7 +121,8 @@ def test_moon_step_matches_the_papers_loss_on_a_tiny_case():
 
 
 def _fedavg_step(cfg, pid, model):
-    from clients import FedAvgClient, local_round
+    from clients import FedAvgClient
+    from fedpfn.runtime.engines.program import local_round
     from fedpfn.runtime.server import train_config
 
     content = RecordDict({"arrays": ArrayRecord(model.state_dict()), "config": train_config(cfg, 2)})

@@ -15,19 +15,22 @@ import pytest
 import torch
 from flwr.app import ArrayRecord, RecordDict
 
-from clients import FedAvgClient, local_round
+from clients import FedAvgClient
+from clients.anchored import AnchorParams, round_mask
 from clients.feddyn import GRAD, FedDynClient
 from clients.fedprox import FedProxClient
-from clients.anchored import AnchorParams, round_mask
-from clients.scaffold import CLIENT_C, SCAFFOLD_C as SERVER_C, SCAFFOLD_DELTA as DELTA, ScaffoldClient
+from clients.scaffold import CLIENT_C, ScaffoldClient
+from clients.scaffold import SCAFFOLD_C as SERVER_C
+from clients.scaffold import SCAFFOLD_DELTA as DELTA
 from clients.state import ClientStateStore
 from conftest import NodeGrid, run_round, tiny_config
-from fedpfn.runtime.algorithms import anchor_method, build_strategy, client_rules
 from fedpfn.core.cache import client_indices, initial_model
 from fedpfn.core.protocol import ACCEPTED_ROUND, to_array_record, to_numpy
-from fedpfn.core.training import effective_steps
-from fedpfn.runtime.runfolder import read_tree, tree_bytes
 from fedpfn.core.seeding import Stream, seed_for
+from fedpfn.core.training import effective_steps
+from fedpfn.runtime.algorithms import anchor_method, build_strategy, client_rules
+from fedpfn.runtime.engines.program import local_round
+from fedpfn.runtime.runfolder import read_tree, tree_bytes
 from fedpfn.runtime.server import train_config
 from strategies.feddyn import FedDynServer
 from strategies.scaffold import ScaffoldServer

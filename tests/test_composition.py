@@ -68,7 +68,7 @@ def check_case(rule: str, anchor: str, server: str, model: str) -> None:
     assert all(np.array_equal(again[n], end[n]) for n in end), "not reproducible bit for bit"
 
 
-MLP_CASES = [c for c in itertools.product(RULES, ANCHORS, SERVERS) if not CLIENT_RULES[c[0]].client.personal_layers]  # FedBN: BatchNorm
+MLP_CASES = [c for c in itertools.product(RULES, ANCHORS, SERVERS) if not CLIENT_RULES[c[0]].personal_layers]  # FedBN: BatchNorm
 RESNET_CASES = [
     (RULES[i % len(RULES)], anchor, server)
     for i, (anchor, server) in enumerate(itertools.product(ANCHORS, SERVERS))

@@ -33,12 +33,14 @@ import pytest
 import torch
 from flwr.app import ArrayRecord, Message, RecordDict
 
-from clients import ClientJob, Cohort, local_round
 from conftest import NodeGrid, tiny_config
 from fedpfn.core import protocol
 from fedpfn.core.cache import initial_model
 from fedpfn.core.files import CLIENT_STATE, CLIENTS, CONFIG, METRICS, read_jsonl
 from fedpfn.runtime.algorithms import ANCHOR_METHODS, CLIENT_RULES, build_strategy, client_rules
+from fedpfn.runtime.engines import stacked
+from fedpfn.runtime.engines.prepared import ClientJob
+from fedpfn.runtime.engines.program import Cohort, local_round
 from fedpfn.runtime.server import train_config, with_accepted_round
 from fedpfn.runtime.simulation import simulate
 from strategies import sample_clients
@@ -51,12 +53,12 @@ RESNET_FLOAT32 = (1e-4, 1e-2)
 
 
 def optimizers(rule: str) -> list[str]:
-    return [o for o in ("sgd", "adam") if o in CLIENT_RULES[rule].client.optimizers]
+    return [o for o in ("sgd", "adam") if o in CLIENT_RULES[rule].optimizers]
 
 
 # the whole matrix on the MLP and the CNN; on ResNet-20 (BatchNorm) every rule, the anchor
 # method and the optimizer cycling (a float64 ResNet-20 round is slow on a 2-core machine)
-NO_NORM = [r for r in CLIENT_RULES if not CLIENT_RULES[r].client.personal_layers]  # FedBN needs BatchNorm layers
+NO_NORM = [r for r in CLIENT_RULES if not CLIENT_RULES[r].personal_layers]  # FedBN needs BatchNorm layers
 FULL = [(r, a, m, o) for m in ("mlp", "cnn") for r in NO_NORM for a in ANCHORS for o in optimizers(r)]
 RESNET = [
     (rule, ANCHORS[i % len(ANCHORS)], "resnet20", optimizers(rule)[i % len(optimizers(rule))])
@@ -218,17 +220,17 @@ def test_chunked_rounds_and_a_chunk_out_of_memory_give_the_numbers_of_one_progra
         return case_config("scaffold", "fedpnu", "resnet20", "sgd", clients_per_round=4, out=str(tmp_path / name))
 
     whole = cohort_round(config("whole"), torch.float64, None)
-    real_train = Cohort._train_stacked
+    real_train = stacked.train_stacked
 
-    def out_of_memory_above_one(self, members):
+    def out_of_memory_above_one(cohort, members):
         if len(members) > 1:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
-        return real_train(self, members)
+        return real_train(cohort, members)
 
     for name, chunk in (("ones", 1), ("threes", 3)):
         gaps = [compare_contents(a, b, name) for a, b in zip(cohort_round(config(name), torch.float64, chunk), whole)]
         assert max(max(g) for g in gaps) < 1e-12, (name, gaps)
-    monkeypatch.setattr(Cohort, "_train_stacked", out_of_memory_above_one)
+    monkeypatch.setattr(stacked, "train_stacked", out_of_memory_above_one)
     halved = cohort_round(config("halved"), torch.float64, None)
     assert max(max(compare_contents(a, b, "halved")) for a, b in zip(halved, whole)) < 1e-12
 

@@ -21,7 +21,7 @@ from flwr.app import ArrayRecord, RecordDict
 
 from fedpfn.runtime import nodedata
 from fedpfn.core import protocol
-from clients import local_round
+from fedpfn.runtime.engines.program import local_round
 from fedpfn.runtime.algorithms import build_strategy, client_rules
 from fedpfn.core.cache import SplitKey, client_indices, dataset_for, initial_model, local_split
 from fedpfn.core.config import RunConfig

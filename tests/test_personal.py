@@ -132,7 +132,8 @@ def check_same_run(out, reference) -> None:
 def test_the_batched_cohort_keeps_the_heads_the_clientapp_keeps(partition, tmp_path):
     """Two rounds of a vmapped cohort against the ClientApp, client by client (float64); with
     `tasks`, ColD fusion's rounds: each contributor its own task and head."""
-    from clients import ClientJob, Cohort, local_round
+    from fedpfn.runtime.engines.prepared import ClientJob
+    from fedpfn.runtime.engines.program import Cohort, local_round
     from conftest import NodeGrid
     from fedpfn.runtime.algorithms import client_rules
     from fedpfn.runtime.server import train_config, with_accepted_round

@@ -103,7 +103,7 @@ def test_compare_reports_export_and_flwr_run_never_import_what_a_folder_names(tm
     )
     os.rename(cmp_run, scene.folder.path)
     from fedpfn.runtime.algorithms import parse_config
-    from fedpfn.runtime.app import resumes_in_place
+    from fedpfn.runtime.server_app import resumes_in_place
 
     with pytest.raises(
         RuntimeError, match="holds a run of other settings"

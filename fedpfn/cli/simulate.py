@@ -110,8 +110,8 @@ def hparam_groups() -> dict[str, list[type]]:
     from strategies.registry import USER_RULE
 
     return {
-        "client rule": list(dict.fromkeys(a.client.Params for a in CLIENT_RULES.values())),
-        "anchors": list(dict.fromkeys(a.client.Params for a in ANCHOR_METHODS.values())),
+        "client rule": list(dict.fromkeys(a.Params for a in CLIENT_RULES.values())),
+        "anchors": list(dict.fromkeys(a.Params for a in ANCHOR_METHODS.values())),
         "server": list(dict.fromkeys(rule.Params for rule in (*SERVER_RULES.values(), USER_RULE))),
     }
 
@@ -188,8 +188,22 @@ def read_overrides(tokens: list[str], names: dict[str, str], prog: str = PROG) -
     return values, problems
 
 
+def load_user_rule(argv: list[str]) -> None:
+    """A client rule named by dotted path (`--algorithm mypkg.rules:MyRule`) imported before the
+    flags are built, so that its hyperparameters are flags too (ConfigError where it does not load)."""
+    from fedpfn.runtime.algorithms import split_algorithm
+
+    for k, token in enumerate(argv):
+        named = argv[k + 1] if token == "--algorithm" and k + 1 < len(argv) else None
+        for prefix in ("--algorithm=", "algorithm="):
+            named = token[len(prefix) :] if token.startswith(prefix) else named
+        if named and ":" in named:
+            split_algorithm(named.strip("'\""))
+
+
 def parse_args(argv: list[str] | None, prog: str = PROG) -> dict[str, Any]:
     """Flags and KEY=VALUE overrides as one dict of the given settings (argparse's SUPPRESS: no defaults)."""
+    load_user_rule(sys.argv[1:] if argv is None else argv)
     parser = build_parser(prog)
     known, unknown = parser.parse_known_intermixed_args(argv)
     flags = [token for token in unknown if token.startswith("-")]

@@ -10,10 +10,13 @@ FedPNU (clients/anchored.py) and the LMC analysis (fedpfn.analysis.fusion) draw 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
+
+from fedpfn.core.settings import between, one_of, setting
 
 AnchorMask = dict[str, torch.Tensor]  # parameter name -> bool tensor of its shape
 
@@ -103,3 +106,53 @@ def anchored_fraction(mask: AnchorMask) -> float:
 
 def as_numpy(mask: AnchorMask) -> dict[str, np.ndarray]:
     return {name: m.numpy() for name, m in mask.items()}
+
+
+# --- FedPFN / FedPNU's settings and round mask: what its client and server sides share ---------
+
+ANCHOR_SEED = "anchor-seed"  # CONFIG entry, server -> client: the seed of the round's mask
+SCHEDULES = ("round", "fixed")
+SERVER_STEPS = ("keep", "reset")
+MASKS = ("shared", "client")
+
+
+@dataclass(frozen=True)
+class AnchorParams:
+    """The settings of FedPFN and FedPNU, shared by their client and server sides."""
+
+    anchor_ratio: float = setting(0.4, "fraction of entries fixed as anchors", between(0, 1, high_open=True))
+    anchor_granularity: str | None = setting(
+        None, "weight or neuron (default: weight for fedpfn, neuron for fedpnu)", one_of(GRANULARITIES)
+    )
+    anchor_schedule: str = setting(
+        "round", "round: a new mask every round; fixed: one mask, the initial weights, all run", one_of(SCHEDULES)
+    )
+    anchor_classifier: bool = setting(True, "anchor the classifier layer too")
+    anchor_norm: bool = setting(True, "anchor norm-layer scales and shifts too")
+    anchor_server_step: str = setting(
+        "keep",
+        "round schedule under a server optimizer: keep its own step on anchored entries, "
+        "or reset them to their anchor values",
+        one_of(SERVER_STEPS),
+    )
+    anchor_masks: str = setting(
+        "shared",
+        "shared: every client of a round anchors the same entries (TNA-PFN); client: each its own "
+        "(the control: as much freezing, nothing shared; fedpfn only)",
+        one_of(MASKS),
+    )
+
+
+def round_mask(model: nn.Module, params: AnchorParams, seed: int, personal: Collection[str] = ()) -> AnchorMask:
+    """The anchors of one mask seed: the same on every client and on the server (never a personal entry)."""
+    if params.anchor_granularity is None:
+        raise ValueError("anchor_granularity is unresolved; build the config with load_config")
+    return draw_mask(
+        model,
+        params.anchor_ratio,
+        seed,
+        params.anchor_granularity,
+        include_classifier=params.anchor_classifier,
+        include_norm=params.anchor_norm,
+        exclude=personal,
+    )

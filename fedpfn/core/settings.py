@@ -92,8 +92,8 @@ def each(check: Check) -> Check:
 
 
 def _kind(f: dataclasses.Field) -> tuple[str, bool, bool]:
-    """(scalar type name, optional, tuple) of a field annotated as a string."""
-    text = str(f.type).replace(" ", "")
+    """(scalar type name, optional, tuple) of a field, annotated as a string or (a user's) as a type."""
+    text = (f.type.__name__ if isinstance(f.type, type) else str(f.type)).replace(" ", "")
     optional = "|None" in text
     text = text.replace("|None", "")
     if text.startswith("tuple["):

@@ -4,7 +4,8 @@ Every engine trains with these functions: the sequential ClientApp calls them on
 the batched engine calls the same functions under `torch.func.vmap` on a stack of clients,
 and the analysis tools (fusion, LMC) on one model. A step is
 
-    grads = ∇ [ cross-entropy(logits, targets) + loss_term ]     (loss_term: FedProx, FedDyn, MOON)
+    grads = ∇ [ criterion(logits, targets) + loss_term ]         (criterion: cross-entropy, FedLC's;
+                                                                  loss_term: FedProx, FedDyn, MOON)
     grads = correct(grads)                                       (SCAFFOLD)
     params, state = optimizer_step(params, grads, state)         (SGD with momentum and weight decay, Adam)
     params = after_step(params)                                  (the anchor freeze)
@@ -19,7 +20,7 @@ separate ones (every operation is element-wise).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -28,6 +29,7 @@ from torch import nn
 from torch.func import functional_call, grad
 
 Tensors = dict[str, torch.Tensor]
+Criterion = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (logits, targets) -> the batch's loss
 LossTerm = Callable[["StepView"], "torch.Tensor | None"]
 Correction = Callable[[Tensors, "StepView"], Tensors]
 AfterStep = Callable[[Tensors], Tensors]
@@ -140,7 +142,7 @@ def freeze(params: Tensors, anchors: Tensors, masks: Tensors) -> Tensors:
 class StepOutput:
     params: Tensors
     optimizer_state: Tensors
-    loss: torch.Tensor  # the batch's mean cross-entropy, without the loss terms
+    loss: torch.Tensor  # the batch's criterion (mean cross-entropy by default), without the loss terms
     correct: torch.Tensor  # how many of the batch's samples the model classified right
 
 
@@ -156,12 +158,13 @@ def local_step(
     loss_term: LossTerm | None = None,
     correct: Correction | None = None,
     after_step: AfterStep | None = None,
+    criterion: Criterion | None = None,
 ) -> StepOutput:
     """One optimizer step of one client on one batch (see the module docstring)."""
 
     def objective(p: Tensors, b: Tensors) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         logits, features = forward(model, p, b, inputs)
-        ce = F.cross_entropy(logits, targets)
+        ce = criterion(logits, targets) if criterion is not None else F.cross_entropy(logits, targets)
         extra = loss_term(StepView(model, p, logits, features, inputs, targets)) if loss_term else None
         return (ce if extra is None else ce + extra), (ce.detach(), logits.detach(), features.detach())
 
@@ -185,6 +188,51 @@ def minibatches(
         yield from order.split(batch_size)
 
 
+@dataclass
+class Tally:
+    """One model's running figures while it trains: summed batch losses and hits, samples seen."""
+
+    loss: torch.Tensor
+    correct: torch.Tensor
+    steps: int = 0
+    seen: int = 0
+
+    @classmethod
+    def zeros(cls, device: torch.device, dtype: torch.dtype = torch.float32) -> Tally:
+        return cls(torch.zeros((), device=device, dtype=dtype), torch.zeros((), device=device, dtype=torch.int64))
+
+    def add(self, out: StepOutput, samples: int) -> None:
+        self.loss += out.loss
+        self.correct += out.correct
+        self.steps += 1
+        self.seen += samples
+
+    @property
+    def mean_loss(self) -> float:
+        return float(self.loss) / max(self.steps, 1)
+
+    @property
+    def accuracy(self) -> float:
+        return int(self.correct) / max(self.seen, 1)
+
+
+Step = Callable[[Tensors, Tensors, torch.Tensor, torch.Tensor, int], StepOutput]  # (params, state, inputs, targets, step)
+Load = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]  # index batch -> (inputs, targets) on the device
+
+
+def run_steps(
+    step: Step, params: Tensors, state: Tensors, batches: Iterable[torch.Tensor], load: Load, tally: Tally
+) -> tuple[Tensors, Tensors]:
+    """THE loop around the one step, for one model: every engine's client and every analysis
+    tool trains through it. Returns the parameters and optimizer state after the last batch."""
+    for batch in batches:
+        inputs, targets = load(batch)
+        out = step(params, state, inputs, targets, tally.steps + 1)
+        params, state = out.params, out.optimizer_state
+        tally.add(out, len(batch))
+    return params, state
+
+
 @dataclass(frozen=True)
 class TrainResult:
     loss: float  # mean cross-entropy over the steps (without loss terms)
@@ -204,8 +252,9 @@ def train_local(
 ) -> TrainResult:
     """Train `model` in place on `x[batch], y[batch]` for each index batch, `masks`' entries fixed.
 
-    The analysis tools' loop (one model, no client rule): `local_step` with the anchor freeze;
-    `loss_term` adds to the loss (label smoothing), `augment` transforms each batch's inputs.
+    The analysis tools' client (one model, no client rule): `local_step` with the anchor
+    freeze through `run_steps`; `loss_term` adds to the loss (label smoothing), `augment`
+    transforms each batch's inputs.
     """
     model.train()
     params = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -213,24 +262,22 @@ def train_local(
     anchors = {n: params[n].clone() for n in masks or {}}
     masks = {n: m.to(params[n].device) for n, m in (masks or {}).items()}
     after = (lambda p: freeze(p, anchors, masks)) if masks else None
-    state = optimizer_state(spec, params)
-    total_loss = torch.zeros((), device=next(iter(params.values())).device)
-    correct = torch.zeros((), dtype=torch.int64, device=total_loss.device)
-    steps = seen = 0
-    for batch in batches:
+    device = next(iter(params.values())).device
+
+    def load(batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         batch = batch.to(x.device)
-        inputs, targets = x[batch].to(total_loss.device), y[batch].to(total_loss.device)
-        inputs = augment(inputs) if augment is not None else inputs
-        out = local_step(model, params, buffers, state, inputs, targets, steps + 1, spec, loss_term, after_step=after)
-        params, state = out.params, out.optimizer_state
-        total_loss += out.loss
-        correct += out.correct
-        steps += 1
-        seen += len(batch)
+        inputs, targets = x[batch].to(device), y[batch].to(device)
+        return (augment(inputs) if augment is not None else inputs), targets
+
+    def step(p: Tensors, state: Tensors, inputs: torch.Tensor, targets: torch.Tensor, number: int) -> StepOutput:
+        return local_step(model, p, buffers, state, inputs, targets, number, spec, loss_term, after_step=after)
+
+    tally = Tally.zeros(device)
+    params, _ = run_steps(step, params, optimizer_state(spec, params), batches, load, tally)
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.copy_(params[name])
-    return TrainResult(float(total_loss) / max(steps, 1), int(correct) / max(seen, 1), steps)
+    return TrainResult(tally.mean_loss, tally.accuracy, tally.steps)
 
 
 @torch.no_grad()

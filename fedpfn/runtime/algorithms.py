@@ -32,30 +32,16 @@ from typing import Any
 from flwr.serverapp.strategy import Strategy
 from torch import nn
 
-from clients import (
-    ClientRule,
-    FedAvgClient,
-    FedBNClient,
-    FedDynClient,
-    FedNovaClient,
-    FedPFNClient,
-    FedPNUClient,
-    FedProxClient,
-    MoonClient,
-    ScaffoldClient,
-)
+from clients import ANCHOR_METHODS, CLIENT_RULES, ClientRule, load_client_rule
 from fedpfn.core.config import RunConfig, core_fields
 from fedpfn.core.personal import PERSONAL, meta_model, personal_entries
 from fedpfn.core.settings import ConfigError, is_set, one_per_setting
 from fedpfn.core.settings import problems as setting_problems
 from strategies import (
+    SERVER_PARTS,
     SERVER_RULES,
-    AnchorServer,
     ComposedStrategy,
-    FedDynServer,
-    FedNovaServer,
     PersonalServer,
-    ScaffoldServer,
     ServerContext,
     ServerPart,
     build_inner_strategy,
@@ -77,31 +63,26 @@ class Algorithm:
         return self.client.name
 
 
-def _by_name(*algorithms: Algorithm) -> dict[str, Algorithm]:
-    return {a.name: a for a in algorithms}
-
-
-CLIENT_RULES = _by_name(
-    Algorithm(FedAvgClient),
-    Algorithm(FedProxClient),
-    Algorithm(ScaffoldClient, ScaffoldServer),
-    Algorithm(FedDynClient, FedDynServer),
-    Algorithm(MoonClient),
-    Algorithm(FedNovaClient, FedNovaServer),
-    Algorithm(FedBNClient),
-)
-ANCHOR_METHODS = _by_name(Algorithm(FedPFNClient, AnchorServer), Algorithm(FedPNUClient, AnchorServer))
+def algorithm_of(rule: type[ClientRule]) -> Algorithm:
+    """A registered client rule with the server part registered for its name, if any."""
+    return Algorithm(rule, SERVER_PARTS.get(rule.name))
 
 
 # --- names -----------------------------------------------------------------------------------
 
 
 def split_algorithm(algorithm: str) -> tuple[str | None, str]:
-    """`fedpfn+fedprox` -> ('fedpfn', 'fedprox'); `fedpnu` -> ('fedpnu', 'fedavg'); `scaffold` -> (None, 'scaffold')."""
+    """`fedpfn+fedprox` -> ('fedpfn', 'fedprox'); `fedpnu` -> ('fedpnu', 'fedavg'); `scaffold` -> (None, 'scaffold').
+
+    A rule named by dotted path (`fedpfn+mypkg.rules:MyRule`) is imported and registered here."""
     head, _, rest = algorithm.partition("+")
-    if head in ANCHOR_METHODS:
-        return head, rest or "fedavg"
-    return None, algorithm
+    anchor, rule = (head, rest or "fedavg") if head in ANCHOR_METHODS else (None, algorithm)
+    if ":" in rule and rule not in CLIENT_RULES:
+        try:
+            load_client_rule(rule)
+        except ValueError as err:
+            raise ConfigError(f"algorithm: {err}") from None
+    return anchor, rule
 
 
 def anchor_method(cfg: RunConfig) -> str | None:
@@ -113,14 +94,9 @@ def algorithm_names() -> list[str]:
     return [*CLIENT_RULES, *ANCHOR_METHODS]
 
 
-def compositions() -> list[str]:
-    """Every algorithm a run may name: each client rule, alone and under each anchor method."""
-    return [*CLIENT_RULES] + [f"{a}+{r}" if r != "fedavg" else a for a in ANCHOR_METHODS for r in CLIENT_RULES]
-
-
 def _parts(algorithm: str) -> list[Algorithm]:
     anchor, rule = split_algorithm(algorithm)
-    return [CLIENT_RULES[rule]] + ([ANCHOR_METHODS[anchor]] if anchor else [])
+    return [algorithm_of(CLIENT_RULES[rule])] + ([algorithm_of(ANCHOR_METHODS[anchor])] if anchor else [])
 
 
 # --- hyperparameters ----------------------------------------------------------------------
@@ -133,7 +109,7 @@ def declared_by(algorithm: str, server: str) -> list[type]:
 
 def hparam_classes() -> list[type]:
     """Every hyperparameter class: of each client rule, anchor method and server rule."""
-    classes = [a.client.Params for a in (*CLIENT_RULES.values(), *ANCHOR_METHODS.values())]
+    classes = [rule.Params for rule in (*CLIENT_RULES.values(), *ANCHOR_METHODS.values())]
     classes += [rule.Params for rule in (*SERVER_RULES.values(), USER_RULE)]
     return list(dict.fromkeys(classes))
 
@@ -157,7 +133,7 @@ def resolve_hparams(cfg: RunConfig) -> dict[str, Any]:
         values.update(dataclasses.asdict(cfg.params(cls)))
     anchor = anchor_method(cfg)
     if anchor is not None and values.get("anchor_granularity") is None:
-        values["anchor_granularity"] = ANCHOR_METHODS[anchor].client.default_granularity  # type: ignore[attr-defined]
+        values["anchor_granularity"] = ANCHOR_METHODS[anchor].default_granularity  # type: ignore[attr-defined]
     return values
 
 
@@ -166,6 +142,9 @@ def resolve_hparams(cfg: RunConfig) -> dict[str, Any]:
 
 def parse_config(values: dict[str, Any], given: set[str] | None = None) -> RunConfig:
     """A config from loosely typed values (keys with '-' or '_'); every problem at once, unchecked otherwise."""
+    named = str(values.get("algorithm", ""))
+    if ":" in named:  # a user's rule: imported first, so that its hyperparameters parse
+        split_algorithm(named)
     cfg, unparsed = RunConfig.parse(values, hparam_fields())
     if unparsed:  # what did not parse, and what the rest fails (not what reads a value that did not parse)
         failed = {line.split(":")[0] for line in unparsed}
@@ -207,18 +186,22 @@ def problems(cfg: RunConfig, given: set[str] | None = None, unknown: set[str] | 
 
 def _algorithm_problems(cfg: RunConfig, given: set[str] | None = None) -> list[str]:
     """Names, optimizer, the algorithms' hyperparameters."""
-    anchor, rule = split_algorithm(cfg.algorithm)
+    try:
+        rule = split_algorithm(cfg.algorithm)[1]
+    except ConfigError as err:
+        return [str(err)]
     if rule not in CLIENT_RULES or "+" in rule:
         return [
             f"algorithm: unknown '{cfg.algorithm}'; use one of {', '.join(algorithm_names())}, "
-            "or METHOD+RULE with METHOD in fedpfn, fedpnu (e.g. fedpfn+fedprox)"
+            f"METHOD+RULE with METHOD in {', '.join(ANCHOR_METHODS)} (e.g. fedpfn+fedprox), "
+            "or a rule of your own as package.module:Class"
         ]
     out = []
     try:
         used = declared_by(cfg.algorithm, cfg.server)
     except ConfigError as err:
         return [str(err)]
-    client = CLIENT_RULES[rule].client
+    client = CLIENT_RULES[rule]
     if cfg.optimizer not in client.optimizers:
         out.append(
             f"optimizer: {rule} is defined for {', '.join(client.optimizers)} only, not '{cfg.optimizer}' "
@@ -247,7 +230,7 @@ def _personal_problems(cfg: RunConfig) -> list[str]:
     if not (cfg.personal or layers):
         return []
     if not all(cls.personal_start for cls in rules):
-        able = [name for name, a in {**CLIENT_RULES, **ANCHOR_METHODS}.items() if a.client.personal_start]
+        able = [name for name, cls in {**CLIENT_RULES, **ANCHOR_METHODS}.items() if cls.personal_start]
         name = "personal" if cfg.personal else "algorithm"
         line = f"{name}: {cfg.algorithm} reads the global model as each client's start; per-client entries run with "
         return [line + ", ".join(able) + " only"]

@@ -24,11 +24,19 @@ from fedpfn.analysis.render import markdown, write_report
 from fedpfn.analysis.runs import read_run
 from fedpfn.analysis.stats import Report, analyse
 from fedpfn.core.config import PLACEMENT, TRACKERS, ConfigError, RunConfig
-from fedpfn.core.files import COMPARISON_CONFIG, CONFIG, PROVENANCE, SUMMARY, DamagedFile, OwnOutputs, read_json
+from fedpfn.core.files import (
+    COMPARISON_CONFIG,
+    CONFIG,
+    PROVENANCE,
+    SUMMARY,
+    DamagedFile,
+    OwnOutputs,
+    read_json,
+)
 from fedpfn.core.seeding import MAX_SEED
 from fedpfn.core.settings import is_set
 from fedpfn.runtime.algorithms import for_algorithm, hparam_fields, problems, validated
-from fedpfn.runtime.engines import ENGINES
+from fedpfn.runtime.engines.registry import ENGINES
 from fedpfn.runtime.simulation import simulate
 
 LAST_ROUNDS = 5

@@ -35,7 +35,7 @@ from fedpfn.core.data import DataError, find_data_problem
 from fedpfn.core.files import LOCK, LOG, append_text, stop_writing
 from fedpfn.runtime import env, lifecycle, reaper
 from fedpfn.runtime.algorithms import parse_config, validated
-from fedpfn.runtime.engines import ENGINES
+from fedpfn.runtime.engines.registry import ENGINES
 from fedpfn.runtime.runfolder import RunFolder
 from fedpfn.runtime.tracking import check_available
 from partitions import PartitionError

@@ -1,35 +1,17 @@
-"""The engines that train a simulation's clients, by the name `--engine` takes.
+"""The engines that train a simulation's clients, and the program every engine runs, by concern:
 
-An engine prepares a run's placement (resolving and checking what it needs: Ray's
-resources, a device), describes it in one header line, and runs the rounds of a claimed
-run with the same ServerApp, ServerLoop and strategies (fedpfn.runtime.lifecycle).
+    registry.py       the engines by the name `--engine` takes
+    batched.py ray.py each engine: prepare (placement checked), describe (the header), run
+    client_step.py    one algorithm's rules composed into one client's step
+    prepared.py       a round's cohort decoded once: clients, their data, state, starts, tensors
+    program.py        the cohort trained one of three ways (loop, threads, vmap); the ClientApp's round
+    sequential.py     loop and threads: one client at a time, each unvmapped
+    stacked.py        vmap over stacked clients, in chunks, with the memory probe and OOM retry
+    result.py         the trained cohort as replies, metrics and each client's saved state
+    grid.py           the in-process Flower Grid the batched engine serves a round through
+    cohort.py         a cohort's device, mode and chunk in this process; actors.py on Ray actors
+    placement.py      one set of placement checks for every engine (actors per GPU or node)
+    trees.py          per-client pytrees stacked and joined
+
+This file imports nothing, so the ClientApp can import the program without the engines.
 """
-
-from __future__ import annotations
-
-from collections.abc import Callable
-from dataclasses import dataclass
-
-from fedpfn.core.config import ENGINES as ENGINE_NAMES
-from fedpfn.core.config import RunConfig
-from fedpfn.runtime.engines import batched, ray
-from fedpfn.runtime.lifecycle import RunPlan
-from fedpfn.runtime.tracking import Tracking
-
-
-@dataclass(frozen=True)
-class Engine:
-    name: str
-    prepare: Callable[[RunConfig], RunConfig]  # placement resolved and checked (ConfigError)
-    describe: Callable[[RunConfig], str]  # the header's compute line
-    run: Callable[[RunPlan, Tracking], None]  # the rounds of a claimed run
-
-
-ENGINES = {
-    engine.name: engine
-    for engine in (
-        Engine("batched", batched.prepare, batched.describe, batched.run),
-        Engine("ray", ray.prepare, ray.describe, ray.run),
-    )
-}
-assert set(ENGINES) == set(ENGINE_NAMES)

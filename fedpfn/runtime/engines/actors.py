@@ -21,12 +21,13 @@ import numpy as np
 import torch
 from flwr.app import RecordDict
 
-from clients import ClientJob, CohortResult
 from clients.state import ClientStateStore
 from fedpfn.core.config import RunConfig
 from fedpfn.core.files import atomic_write_bytes
 from fedpfn.runtime.engines.cohort import CohortRunner
 from fedpfn.runtime.engines.placement import Slot, batched_slots, join
+from fedpfn.runtime.engines.prepared import ClientJob
+from fedpfn.runtime.engines.result import CohortResult
 
 log = logging.getLogger("fedpfn.engines")
 PLACE_SECONDS = 120.0  # an actor not started by then is reported, not waited on

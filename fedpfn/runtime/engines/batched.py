@@ -3,10 +3,10 @@
 The unchanged ServerApp, ServerLoop and strategies run over `BatchedGrid`, an in-process
 implementation of Flower's `Grid`. A round's train messages arrive in one push (the server
 loop pushes the whole round at once); they are decoded once and trained as one cohort
-(clients/program.py) on one device, the GPU when one is visible, else the CPU, and each
+(program.py) on one device, the GPU when one is visible, else the CPU, and each
 client is answered with the reply the ClientApp would send. With a mean-based server
 algorithm (strategies/registry.py) the replies carry metrics and their upload size only,
-and the round's totals are computed on the device (strategies/totals.py): no client's model
+and the round's totals are taken on the device (strategies/totals.py): no client's model
 is serialised. Query messages, and any message that is not training, go through the same
 ClientApp in-process. No Ray is started (start-up is the process, the data and the model)
 unless the round is spread over Ray actors: several GPUs, `--engine-workers`, or a cluster
@@ -25,9 +25,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterable
-from functools import cached_property
 
-import numpy as np
 import torch
 from flwr.app import ConfigRecord, Context, Error, Message, MessageType, MetricRecord, RecordDict
 from flwr.app.user_config import UserConfig
@@ -36,17 +34,19 @@ from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
-from clients import ClientJob, CohortResult
 from fedpfn.core import protocol
 from fedpfn.core.config import RunConfig
 from fedpfn.core.settings import ConfigError
 from fedpfn.core.training import pick_device
 from fedpfn.runtime.algorithms import mean_based
-from fedpfn.runtime.app import SimulatedFailure, client_app, fails_this_round, make_server_app
+from fedpfn.runtime.client_app import SimulatedFailure, client_app, fails_this_round
 from fedpfn.runtime.engines.actors import RayRunner, start_ray
 from fedpfn.runtime.engines.cohort import CohortRunner, device_of, mode_of
 from fedpfn.runtime.engines.placement import batched_slots, local_problem, ray_env_problem
+from fedpfn.runtime.engines.prepared import ClientJob
+from fedpfn.runtime.engines.result import CohortResult
 from fedpfn.runtime.lifecycle import RunPlan
+from fedpfn.runtime.server_app import make_server_app
 from fedpfn.runtime.tracking import Tracking
 from strategies import RoundTotals
 
@@ -234,7 +234,8 @@ class BatchedGrid(Grid):
                     protocol.UPLOAD: ConfigRecord({protocol.UPLOAD_BYTES: upload}),
                 })  # fmt: skip
                 self._replies[message.metadata.message_id] = Message(content, reply_to=message)
-            return CohortTotals(result, protocol.to_numpy(messages[0].content[protocol.ARRAYS]))
+            sent = protocol.to_numpy(messages[0].content[protocol.ARRAYS])
+            return RoundTotals(result.params, result.buffers, result.records, result.metrics, sent)
         for k, message in enumerate(messages):
             self._replies[message.metadata.message_id] = Message(result.reply_content(k), reply_to=message)
         return None
@@ -252,91 +253,3 @@ def error_reply(message: Message, err: BaseException) -> Message:
     """The error reply of a ClientApp that raised (Flower's code for it, the exception as its reason)."""
     reason = f"{type(err).__name__}: {err}"
     return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=message)
-
-
-# --- the round's totals, where the clients trained ---------------------------------------------
-
-
-def client_sum(terms: torch.Tensor) -> torch.Tensor:
-    """Σ over the first (client) dimension: one reduction on a GPU; on the CPU one addition per
-    client in order, in the terms' dtype, as the server sums replies (a reduction, or torch's
-    cumsum, which accumulates float32 in float64, gives other bits)."""
-    if terms.device.type != "cpu":
-        return terms.sum(0)
-    total = terms[0].clone()
-    for term in terms[1:]:
-        total += term
-    return total
-
-
-class CohortTotals(RoundTotals):
-    """A cohort's totals from its stacked tensors, with the arithmetic `ReplyTotals` uses.
-
-    Sums run in the dtypes Flower's FedAvg and the server parts use; on the CPU client after
-    client in the replies' order (`client_sum`), so a round whose clients trained like the
-    ClientApp's (`loop`, `threads`) aggregates to the same bits as through Ray.
-    """
-
-    def __init__(self, result: CohortResult, sent: dict[str, np.ndarray]) -> None:
-        self.result = result
-        self.sent = sent
-        self.weights = np.array([float(m[protocol.NUM_EXAMPLES]) for m in result.metrics])
-
-    @property
-    def replies(self) -> int:
-        return len(self.result.metrics)
-
-    @property
-    def examples(self) -> float:
-        return float(self.weights.sum())
-
-    def _factors(self, like: torch.Tensor, dtype: torch.dtype, scale: bool) -> torch.Tensor:
-        """Per-client weights shaped to broadcast over `like`: w_k / Σw (Flower's) or w_k."""
-        values = self.weights / self.weights.sum() if scale else self.weights
-        return torch.tensor(values, dtype=dtype, device=like.device).view(-1, *[1] * (like.dim() - 1))
-
-    @cached_property
-    def param_mean(self) -> dict[str, np.ndarray]:
-        """As Flower's FedAvg: Σ x_k · (w_k / Σw) in float32, client after client."""
-        return {
-            name: client_sum(stack * self._factors(stack, stack.dtype, scale=True)).cpu().numpy()
-            for name, stack in self.result.params.items()
-        }
-
-    @cached_property
-    def buffer_mean(self) -> dict[str, np.ndarray]:
-        """As `strategies.totals.weighted_mean`: Σ w_k · x_k / Σw in float64, integers rounded."""
-        out = {}
-        for name, stack in self.result.buffers.items():
-            total = client_sum(stack.to(torch.float64) * self._factors(stack, torch.float64, scale=False))
-            mean = total.cpu().numpy() / self.weights.sum()
-            like = self.sent[name]
-            out[name] = np.asarray(np.rint(mean) if np.issubdtype(like.dtype, np.integer) else mean).astype(like.dtype)
-        return out
-
-    @cached_property
-    def update_sum(self) -> dict[str, np.ndarray]:
-        out = {}
-        for name, stack in self.result.params.items():
-            sent = torch.from_numpy(self.sent[name]).to(stack.device, torch.float64)
-            out[name] = client_sum(stack.to(torch.float64) - sent).cpu().numpy()
-        return out
-
-    def record_sum(self, key: str, like: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        stacks = self.result.records.get(key, {})
-        return {name: client_sum(stacks[name].to(torch.float64)).cpu().numpy() for name in like}
-
-    def metric_mean(self, key: str) -> float:
-        return float(self.metrics[key])
-
-    @cached_property
-    def metrics(self) -> dict[str, float]:
-        """As Flower's FedAvg weighs them: Σ value · (n_k / Σn), in the replies' order."""
-        total = float(sum(self.weights.tolist()))
-        out: dict[str, float] = {}
-        for metrics, weight in zip(self.result.metrics, self.weights.tolist()):
-            for key, value in metrics.items():
-                if key != protocol.NUM_EXAMPLES and isinstance(value, int | float):
-                    out[key] = value * (weight / total) if key not in out else out[key] + value * (weight / total)
-        return out
-

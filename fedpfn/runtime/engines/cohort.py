@@ -8,10 +8,13 @@ import os
 import torch
 from flwr.app import RecordDict
 
-from clients import ClientJob, Cohort, CohortResult
 from fedpfn.core.config import RunConfig
 from fedpfn.core.training import pick_device
 from fedpfn.runtime.algorithms import client_rules
+from fedpfn.runtime.engines.prepared import ClientJob
+from fedpfn.runtime.engines.program import Cohort
+from fedpfn.runtime.engines.result import CohortResult
+from fedpfn.runtime.engines.stacked import fitting_chunk
 
 CONV_MODELS = ("cnn", "resnet20", "vgg11")  # models whose convolutions are slow under vmap on the CPU
 
@@ -49,33 +52,4 @@ class CohortRunner:
 
     def close(self) -> None:
         """Nothing to let go of in this process."""
-
-
-STATE_COPIES = 6  # per parameter a client holds: its parameters, gradient, update, optimizer state, inputs, upload
-MEMORY_MARGIN = 0.7  # of the free memory a chunk may plan to use
-
-
-def fitting_chunk(cohort: Cohort, device: torch.device) -> int:
-    """How many clients one vmapped program can hold in the device's free memory.
-
-    One client's activations and gradients are measured on its first batch (the peak of
-    one forward and backward); its tensors are counted as STATE_COPIES of its parameters.
-    """
-    info = cohort.info
-    model, batch = info.model, cohort.clients[0].batches[0]
-    data = cohort.clients[0].data
-    inputs = data.x[batch.to(data.x.device)].to(device, cohort.dtype)
-    torch.cuda.synchronize(device)
-    before = torch.cuda.memory_allocated(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    params = {n: p.detach().clone().requires_grad_(True) for n, p in info.start.items()}
-    buffers = {n: b.clone() for n, b in info.start_buffers.items()}
-    out = torch.func.functional_call(model, (params, buffers), (inputs,))
-    out.float().sum().backward()
-    peak = torch.cuda.max_memory_allocated(device) - before
-    param_bytes = sum(p.numel() * p.element_size() for p in info.start.values())
-    del params, buffers, out
-    per_client = peak + STATE_COPIES * param_bytes
-    free, _ = torch.cuda.mem_get_info(device)
-    return max(1, int(MEMORY_MARGIN * free / per_client))
 

@@ -18,11 +18,12 @@ import torch
 
 from fedpfn.core.config import BATCHED_SETTINGS, RunConfig
 from fedpfn.core.settings import ConfigError
-from fedpfn.runtime.app import client_app, make_server_app
+from fedpfn.runtime.client_app import client_app
 from fedpfn.runtime.engines.placement import client_fits, local_problem, ray_env_problem
 from fedpfn.runtime.flower import run_simulation
 from fedpfn.runtime.lifecycle import RunPlan
 from fedpfn.runtime.resources import gpu_share
+from fedpfn.runtime.server_app import make_server_app
 from fedpfn.runtime.tracking import Tracking
 
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")

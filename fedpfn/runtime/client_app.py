@@ -1,0 +1,93 @@
+"""The Flower ClientApp: one client's round from its train message, for simulation (Ray) and
+deployment (SuperNodes) alike; the batched engine answers other messages with it too."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+import torch
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+
+from fedpfn.core import protocol
+from fedpfn.core.config import RunConfig
+from fedpfn.core.seeding import Stream, numpy_rng
+from fedpfn.core.training import pick_device
+from fedpfn.runtime import nodedata
+from fedpfn.runtime.algorithms import client_rules, config_from_json
+from fedpfn.runtime.engines.program import local_round
+from fedpfn.runtime.resources import client_wants_gpu
+
+
+class SimulatedFailure(RuntimeError):
+    """Raised on purpose by `--simulate-failures` to exercise the server's fault handling."""
+
+
+@lru_cache(maxsize=8)
+def _config(config_json: str) -> RunConfig:
+    return config_from_json(config_json)
+
+
+def fails_this_round(cfg: RunConfig, server_round: int, partition_id: int) -> bool:
+    """Seeded, so a rerun (or a resumed run) sees the same failures."""
+    if cfg.simulate_failures <= 0:
+        return False
+    return bool(numpy_rng(cfg.seed, Stream.FAILURES, server_round, partition_id).random() < cfg.simulate_failures)
+
+
+client_app = ClientApp()
+
+
+def test_delay(node_config: Mapping[str, Any], server_round: int) -> float:
+    """Seconds a node sleeps before it trains: the deploy tests' slow node, off by default.
+
+    Node-config test knobs: `test-delay-s=S`, and `test-delay-rounds="1,3"` to sleep only then.
+    """
+    seconds = float(node_config.get("test-delay-s", 0))
+    rounds = str(node_config.get("test-delay-rounds", "")).replace(",", " ").split()
+    return seconds if not rounds or str(server_round) in rounds else 0.0
+
+
+def node_view(cfg: RunConfig, node_config: Mapping[str, Any]) -> RunConfig:
+    """The run's settings as this node applies them: with its own `data-root` if it has one.
+
+    The run's data-root is a path on the server's machine; a SuperNode keeps its data where
+    its machine has it (`--node-config 'data-root="/srv/data"'`).
+    """
+    root = node_config.get("data-root")
+    return cfg if root is None else dataclasses.replace(cfg, data_root=str(root))
+
+
+@client_app.train()
+def train(msg: Message, context: Context) -> Message:
+    config = msg.content.config_records[protocol.CONFIG]
+    cfg = node_view(_config(str(config[protocol.RUN_CONFIG])), context.node_config)
+    partition_id = int(context.node_config[protocol.PARTITION_ID])
+    server_round = int(config[protocol.SERVER_ROUND])
+    if fails_this_round(cfg, server_round, partition_id):
+        raise SimulatedFailure(f"client {partition_id} failed in round {server_round} (simulated)")
+    time.sleep(test_delay(context.node_config, server_round))
+    torch.set_num_threads(max(1, int(cfg.client_cpus)))
+    device = pick_device(want_gpu=client_wants_gpu(cfg.client_gpus))
+    data = nodedata.for_node(cfg, partition_id, context.node_config)  # deployed: the node's own copy
+    state_root = nodedata.state_root(cfg, context.node_config)
+    content = local_round(
+        client_rules(cfg), cfg, partition_id, context.state, device, msg.content, data=data, state_root=state_root
+    )
+    return Message(content=content, reply_to=msg)
+
+
+@client_app.query()
+def query(msg: Message, context: Context) -> Message:
+    """Tell the server which partition this node holds (it only knows node ids), and of how many."""
+    config = context.node_config
+    node = ConfigRecord({protocol.PARTITION_ID: int(config[protocol.PARTITION_ID])})
+    if protocol.NUM_PARTITIONS in config:
+        node[protocol.NUM_PARTITIONS] = int(config[protocol.NUM_PARTITIONS])
+    return Message(content=RecordDict({protocol.NODE: node}), reply_to=msg)
+
+

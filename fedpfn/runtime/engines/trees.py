@@ -1,0 +1,39 @@
+"""Per-client pytrees (lists and dicts of tensors) stacked, indexed and joined: what the
+vmapped program and a round's results are made of."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+
+def stack(trees: Sequence[Any]) -> Any:
+    """Per-client pytrees as one pytree of stacked tensors (client first)."""
+    first = trees[0]
+    if isinstance(first, dict):
+        return {key: stack([t[key] for t in trees]) for key in first}
+    if isinstance(first, list):
+        return [stack([t[i] for t in trees]) for i in range(len(first))]
+    return torch.stack(list(trees))
+
+
+def tree_map(tree: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """`fn` applied to every tensor of a pytree."""
+    if isinstance(tree, dict):
+        return {key: tree_map(value, fn) for key, value in tree.items()}
+    if isinstance(tree, list):
+        return [tree_map(value, fn) for value in tree]
+    return fn(tree)
+
+
+def concatenate(parts: Sequence[Any]) -> Any:
+    """Results of consecutive clients (chunks, or parts of a round) as one: tensors concatenated
+    along the client dimension, per-client lists joined."""
+    first = parts[0]
+    if isinstance(first, dict):
+        return {key: concatenate([p[key] for p in parts]) for key in first}
+    if isinstance(first, list):
+        return [item for part in parts for item in part]
+    return torch.cat(list(parts))
