@@ -73,7 +73,9 @@ contributors' tasks and after fine-tuning a fresh head on tasks no contributor t
 contributors are clients (`--partition tasks`, `--personal 'classifier.*'`: configs/cold_fusion.toml).
 Does sharing one anchor mask each round (FedPFN) fuse a better body than plain averaging, and is
 any gain from sharing the anchors rather than from freezing as much (the control: each contributor
-its own mask at the same ratio)? The pretrained start, unfused, is the reference.
+its own mask at the same ratio)? The pretrained start, unfused, is the reference. The held-out
+probes fit on images no contributor trained on; the start's own pretraining split (pretrain.json)
+is drawn apart from the runs' and may include some of them.
 
 **Reading.** This study is small ({seeds} seeds, {rounds} rounds of the {model} on a 2-core machine):
 the lines under the tables say, comparison by comparison, what it resolves and, where it does not,

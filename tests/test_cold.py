@@ -182,3 +182,17 @@ def test_a_folder_of_runs_with_other_settings_is_never_reused(tmp_path: Path, ca
     (out / cold.SETTINGS_FILE).write_text(json.dumps({**before, "rounds": 2, "start_sha256": "0" * 64}))
     code, err = _main(["--start", str(start), "--model", "mlp", "--out", str(out)], capsys)
     assert code == 2 and "(differing: start_sha256)" in err, err  # the same path, another file
+
+
+def test_the_committed_fusion_page_is_what_its_stored_results_write(tmp_path: Path, monkeypatch) -> None:
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.syspath_prepend(str(root))
+    from scripts import fusion_page
+
+    (tmp_path / "docs").mkdir()
+    monkeypatch.setattr(fusion_page, "PAGE", tmp_path / "docs" / "fusion.md")
+    monkeypatch.setattr(fusion_page, "ROOT", tmp_path)
+    assert fusion_page.main(["--stored"]) == 0
+    written = (tmp_path / "docs" / "fusion.md").read_text()
+    assert written == (root / "docs" / "fusion.md").read_text()
+    assert "## ColD fusion" in written and "not built" not in written
