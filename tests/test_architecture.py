@@ -144,7 +144,8 @@ def _message_keys() -> dict[str, str]:
     return keys
 
 
-MESSAGE_MODULES = ("app.py", "server.py", "transport.py", "algorithms.py", "batched.py")
+MESSAGE_MODULES = ("client_app.py", "server_app.py", "server.py", "transport.py", "algorithms.py", "batched.py",
+                   "prepared.py", "program.py", "result.py")
 
 
 def test_message_keys_are_written_once_where_they_belong():
@@ -207,3 +208,52 @@ def test_no_function_in_the_packages_is_longer_than_60_lines():
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= 60:
                 long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
     assert not long, long
+
+
+def test_no_file_in_the_packages_is_longer_than_400_lines():
+    long = [f"{p.relative_to(ROOT)}: {n}" for p in python_files(*PACKAGES) if (n := len(p.read_text().splitlines())) > 400]
+    assert not long, long
+
+
+def test_the_engine_setting_names_the_engine_modules():
+    """`--engine`'s choices (checked in fedpfn.core before any engine loads) are the engines' modules."""
+    from fedpfn.core.config import ENGINES as CHOICES
+    from fedpfn.runtime.engines.registry import ENGINES
+
+    assert set(ENGINES) == set(CHOICES)
+
+
+RULE = """
+from clients.base import FedAvgClient, client_rule
+
+
+@client_rule
+class ThrowawayClient(FedAvgClient):
+    name = "throwaway"
+"""
+
+
+def test_a_client_rule_is_one_file(tmp_path):
+    """Add a rule to a copy of the packages: one new file, no other file changed, and the copy's
+    registry, config checks and flags know it (the count docs/architecture.md promises)."""
+    import shutil
+    import subprocess
+    import sys
+
+    for package in PACKAGES:
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*.py")}
+    (tmp_path / "clients" / "throwaway.py").write_text(RULE)
+    after = {p: p.read_bytes() for p in tmp_path.rglob("*.py")}
+    touched = [p for p in after if before.get(p) != after[p]]
+    assert [p.relative_to(tmp_path).as_posix() for p in touched] == ["clients/throwaway.py"]
+    probe = (
+        "from fedpfn.runtime.algorithms import algorithm_names, load_config, client_rules\n"
+        "assert 'throwaway' in algorithm_names()\n"
+        "cfg = load_config({'algorithm': 'fedpfn+throwaway'})\n"
+        "print([cls.__name__ for cls in client_rules(cfg)])\n"
+    )
+    shown = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=False,
+                           env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert shown.returncode == 0, shown.stderr[-1500:]
+    assert shown.stdout.strip() == "['ThrowawayClient', 'FedPFNClient']"

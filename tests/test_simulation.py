@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from conftest import tiny_config
-from fedpfn.runtime.client_app import fails_this_round
+from fedpfn.runtime.transport import fails_this_round
 from fedpfn.core.config import RunConfig
 from fedpfn.core.protocol import to_numpy
 from fedpfn.runtime.simulation import resume_config, simulate

@@ -15,7 +15,6 @@ from flwr.clientapp import ClientApp
 
 from fedpfn.core import protocol
 from fedpfn.core.config import RunConfig
-from fedpfn.core.seeding import Stream, numpy_rng
 from fedpfn.core.training import pick_device
 from fedpfn.runtime import nodedata
 from fedpfn.runtime.algorithms import client_rules, config_from_json
@@ -23,20 +22,9 @@ from fedpfn.runtime.engines.program import local_round
 from fedpfn.runtime.resources import client_wants_gpu
 
 
-class SimulatedFailure(RuntimeError):
-    """Raised on purpose by `--simulate-failures` to exercise the server's fault handling."""
-
-
 @lru_cache(maxsize=8)
 def _config(config_json: str) -> RunConfig:
     return config_from_json(config_json)
-
-
-def fails_this_round(cfg: RunConfig, server_round: int, partition_id: int) -> bool:
-    """Seeded, so a rerun (or a resumed run) sees the same failures."""
-    if cfg.simulate_failures <= 0:
-        return False
-    return bool(numpy_rng(cfg.seed, Stream.FAILURES, server_round, partition_id).random() < cfg.simulate_failures)
 
 
 client_app = ClientApp()
@@ -68,8 +56,6 @@ def train(msg: Message, context: Context) -> Message:
     cfg = node_view(_config(str(config[protocol.RUN_CONFIG])), context.node_config)
     partition_id = int(context.node_config[protocol.PARTITION_ID])
     server_round = int(config[protocol.SERVER_ROUND])
-    if fails_this_round(cfg, server_round, partition_id):
-        raise SimulatedFailure(f"client {partition_id} failed in round {server_round} (simulated)")
     time.sleep(test_delay(context.node_config, server_round))
     torch.set_num_threads(max(1, int(cfg.client_cpus)))
     device = pick_device(want_gpu=client_wants_gpu(cfg.client_gpus))

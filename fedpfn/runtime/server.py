@@ -29,7 +29,7 @@ from fedpfn.runtime.recording import evaluation_set, write_partition_report, wri
 from fedpfn.runtime.resume import accepted_rounds
 from fedpfn.runtime.runfolder import RunFolder
 from fedpfn.runtime.tracking import Tracking, local_test_summary
-from fedpfn.runtime.transport import NodeDirectory, send_round
+from fedpfn.runtime.transport import NodeDirectory, send_round, simulated_failures
 from strategies import RoundTotals, SampledGrid, sample_clients
 
 log = logging.getLogger("fedpfn")
@@ -176,8 +176,11 @@ class ServerLoop:
         nodes = self.nodes.refresh()  # the nodes connected now; new ones are asked their partition
         present = [p for p in chosen if p in nodes]
         missing = [p for p in chosen if p not in nodes]
-        sent = self.train_messages(server_round, {p: nodes[p] for p in present}) if present else {}
+        failing = simulated_failures(cfg, server_round, present)
+        to_send = {p: nodes[p] for p in present if p not in failing}
+        sent = self.train_messages(server_round, to_send) if to_send else {}
         replies = send_round(self.grid, sent, self.round_timeout)
+        replies.failed.update(failing)
         good = [replies.replies[p] for p in sorted(replies.replies)]
         stop_if_a_worker_died(server_round, replies.failed)
         report_failures(server_round, replies.failed, missing)

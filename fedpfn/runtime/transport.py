@@ -31,6 +31,8 @@ from flwr.app import Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
 from fedpfn.core import protocol
+from fedpfn.core.config import RunConfig
+from fedpfn.core.seeding import Stream, numpy_rng
 from strategies import RoundTotals
 
 log = logging.getLogger("fedpfn")
@@ -59,6 +61,27 @@ class TotalsGrid(Protocol):
     """
 
     def round_totals(self, message_ids: list[str]) -> RoundTotals | None: ...
+
+
+def fails_this_round(cfg: RunConfig, server_round: int, partition_id: int) -> bool:
+    """`--simulate-failures`: whether this client fails this round. Seeded, so a rerun (or a
+    resumed run) sees the same failures."""
+    if cfg.simulate_failures <= 0:
+        return False
+    return bool(numpy_rng(cfg.seed, Stream.FAILURES, server_round, partition_id).random() < cfg.simulate_failures)
+
+
+def simulated_failures(cfg: RunConfig, server_round: int, partitions: Collection[int]) -> dict[int, str]:
+    """The clients of `partitions` that fail this round, with the reason a failed reply gives.
+
+    The one place failures are simulated, for every engine and deployment alike: the server
+    never sends such a client its message, as if the client had crashed on receiving it.
+    """
+    return {
+        p: f"SimulatedFailure: client {p} failed in round {server_round} (simulated)"
+        for p in partitions
+        if fails_this_round(cfg, server_round, p)
+    }
 
 
 def send_round(grid: Grid, messages: Mapping[K, Message], timeout: float | None) -> RoundReplies[K]:

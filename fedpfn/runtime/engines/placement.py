@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -224,3 +225,15 @@ def client_fits(cfg: RunConfig) -> None:
             raise ConfigError(f"client_cpus, client_gpus: a client needs {wanted} on one node, but {described(nodes, where)}")
 
     cluster_checked(cfg, check)
+
+
+def check_placement(cfg: RunConfig, uses_ray: bool, plan: Callable[[RunConfig], object] | None) -> None:
+    """Every engine's placement checks, in one order, before anything starts: Ray's environment
+    where Ray runs, this machine's CPUs and GPUs unless a cluster is joined, then `plan`
+    (joining the cluster and reading its nodes, where there is one)."""
+    if uses_ray and (problem := ray_env_problem(cfg)):
+        raise ConfigError(problem)
+    if not cfg.ray_address and (problem := local_problem(cfg)):
+        raise ConfigError(problem)
+    if plan is not None:
+        plan(cfg)

@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 
-from fedpfn.core.config import BATCHED_SETTINGS, RunConfig
+from fedpfn.core.config import RunConfig
 from fedpfn.core.settings import ConfigError
 from fedpfn.runtime.client_app import client_app
-from fedpfn.runtime.engines.placement import client_fits, local_problem, ray_env_problem
+from fedpfn.runtime.engines.placement import check_placement, client_fits
 from fedpfn.runtime.flower import run_simulation
 from fedpfn.runtime.lifecycle import RunPlan
 from fedpfn.runtime.resources import gpu_share
@@ -32,17 +32,11 @@ os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 
 def prepare(cfg: RunConfig) -> RunConfig:
     """The placement as config.json records it (the GPU share resolved), checked before Ray starts."""
-    refuse_batched_settings(cfg)
     cfg = resolve_client_gpus(cfg)
     check_ray_precision(cfg)
-    if problem := ray_env_problem(cfg):
-        raise ConfigError(problem)
-    if cfg.ray_address:
-        client_fits(cfg)  # joins the cluster: Flower's engine then runs on this connection
-        return cfg
-    if problem := local_problem(cfg):
-        raise ConfigError(problem)
-    warn_unused_gpu(cfg)
+    check_placement(cfg, True, client_fits if cfg.ray_address else None)  # joined: Flower's engine runs on it
+    if not cfg.ray_address:
+        warn_unused_gpu(cfg)
     return cfg
 
 
@@ -58,14 +52,6 @@ def check_ray_precision(cfg: RunConfig) -> None:
                 f"{name}: {value:g} is below Ray's smallest share of a resource ({RAY_RESOURCE_UNIT:g}); "
                 f"give 0 or at least {RAY_RESOURCE_UNIT:g}"
             )
-
-
-def refuse_batched_settings(cfg: RunConfig) -> None:
-    """The batched engine's settings mean nothing here: set, they are refused, not ignored."""
-    defaults = RunConfig()
-    named = [name for name in BATCHED_SETTINGS if getattr(cfg, name) != getattr(defaults, name)]
-    if named:
-        raise ConfigError(f"{', '.join(named)}: a setting of --engine batched; the Ray engine runs one ClientApp per client")
 
 
 def resolve_client_gpus(cfg: RunConfig) -> RunConfig:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 
-from fedpfn.core.config import ENGINES as ENGINE_NAMES
 from fedpfn.core.config import RunConfig
 from fedpfn.runtime.engines import batched, ray
 from fedpfn.runtime.lifecycle import RunPlan
@@ -25,11 +25,13 @@ class Engine:
     run: Callable[[RunPlan, Tracking], None]  # the rounds of a claimed run
 
 
-ENGINES = {
-    engine.name: engine
-    for engine in (
-        Engine("batched", batched.prepare, batched.describe, batched.run),
-        Engine("ray", ray.prepare, ray.describe, ray.run),
-    )
-}
-assert set(ENGINES) == set(ENGINE_NAMES)
+    @classmethod
+    def of(cls, module: ModuleType) -> Engine:
+        """The engine a module implements, under its module's name (the name `--engine` takes)."""
+        return cls(module.__name__.rpartition(".")[2], module.prepare, module.describe, module.run)
+
+
+# each name is a choice of the `engine` setting (fedpfn.core.config.ENGINES, checked before
+# anything imports an engine) and the module that implements it; tests/test_engines.py holds
+# the two in step
+ENGINES = {engine.name: engine for engine in map(Engine.of, (batched, ray))}

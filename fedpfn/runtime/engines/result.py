@@ -58,9 +58,15 @@ class CohortResult:
     @classmethod
     def merge(cls, parts: Sequence[CohortResult]) -> CohortResult:
         """Parts of one round (in client order) as one result."""
-        first = parts[0]
-        joined = {f: concatenate([getattr(p, f) for p in parts]) for f in ("partition_ids", "params", "buffers", "records", "metrics")}
-        return cls(entries=first.entries, upload_mask=first.upload_mask, **joined)
+        return cls(
+            partition_ids=concatenate([part.partition_ids for part in parts]),
+            entries=parts[0].entries,
+            params=concatenate([part.params for part in parts]),
+            buffers=concatenate([part.buffers for part in parts]),
+            records=concatenate([part.records for part in parts]),
+            metrics=concatenate([part.metrics for part in parts]),
+            upload_mask=parts[0].upload_mask,
+        )
 
 
 def cohort_result(cohort: PreparedCohort, trained: ClientTrained) -> CohortResult:

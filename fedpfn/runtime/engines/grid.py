@@ -1,0 +1,157 @@
+"""The in-process Flower Grid the batched engine serves a round through.
+
+The unchanged ServerApp, ServerLoop and strategies run over `BatchedGrid`: one node per
+partition. A round's train messages arrive in one push (the server loop pushes the whole
+round at once); they are decoded once and trained as one cohort by the runner (this
+process's CohortRunner, or the RayRunner's actors), and each client is answered with the
+reply the ClientApp would send. With a mean-based server algorithm the replies carry
+metrics and their upload size only, and the round's totals are taken where the clients
+trained (strategies.totals.RoundTotals): no client's model is serialised. Query messages,
+and any message that is not training, go through the same ClientApp in-process.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+
+from flwr.app import ConfigRecord, Context, Error, Message, MessageType, MetricRecord, RecordDict
+from flwr.app.user_config import UserConfig
+from flwr.common.constant import ErrorCode
+from flwr.serverapp import Grid
+from flwr.supercore.run import Run
+
+from fedpfn.core import protocol
+from fedpfn.core.config import RunConfig
+from fedpfn.runtime.algorithms import mean_based
+from fedpfn.runtime.client_app import client_app
+from fedpfn.runtime.engines.prepared import ClientJob
+from fedpfn.runtime.engines.result import CohortResult
+from strategies import RoundTotals
+
+RUN_ID = 1
+SERVER_NODE = 1  # Flower's SUPERLINK_NODE_ID: the sender of every instruction message
+FIRST_NODE = 2  # node ids are partition ids from here
+
+Runner = Callable[[RecordDict, list[ClientJob]], CohortResult]
+
+
+class BatchedGrid(Grid):
+    """Flower's Grid in this process: one node per partition, a round's training as one cohort."""
+
+    def __init__(self, cfg: RunConfig, runner: Runner) -> None:
+        self.cfg = cfg
+        self.runner = runner
+        self.totals_wanted = mean_based(cfg)  # else every reply carries its arrays
+        self._run = Run.create_empty(RUN_ID)
+        self.contexts = {
+            FIRST_NODE + pid: Context(
+                run_id=RUN_ID,
+                node_id=FIRST_NODE + pid,
+                node_config={protocol.PARTITION_ID: pid, protocol.NUM_PARTITIONS: cfg.num_clients},
+                state=RecordDict(),
+                run_config=UserConfig(),
+            )
+            for pid in range(cfg.num_clients)
+        }
+        self._replies: dict[str, Message] = {}
+        self._totals: dict[frozenset[str], RoundTotals] = {}
+
+    # --- Grid -------------------------------------------------------------------------------
+
+    def set_run(self, run: Run) -> None:
+        self._run = run
+
+    @property
+    def run(self) -> Run:
+        return self._run
+
+    def create_message(
+        self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str, ttl: float | None = None
+    ) -> Message:
+        return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return list(self.contexts)
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        """Answer every message at once: training as one cohort, the rest through the ClientApp."""
+        messages = list(messages)
+        for message in messages:
+            message.metadata.__dict__["_message_id"] = str(uuid.uuid4())
+        train = [m for m in messages if m.metadata.message_type == MessageType.TRAIN]
+        for message in messages:
+            if message.metadata.message_type != MessageType.TRAIN:
+                self._answer(message)
+        if train:
+            self._train(train)
+        return [m.metadata.message_id for m in messages]
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return [self._replies.pop(mid) for mid in message_ids if mid in self._replies]
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        return self.pull_messages(self.push_messages(messages))
+
+    def round_totals(self, message_ids: list[str]) -> RoundTotals | None:
+        """The totals of the round these messages trained (once), if the replies carried no arrays."""
+        return self._totals.pop(frozenset(message_ids), None)
+
+    # --- answering ---------------------------------------------------------------------------
+
+    def _answer(self, message: Message) -> None:
+        """A message through the ClientApp, as a node would run it; an exception is its error reply."""
+        try:
+            reply = client_app(message, self.contexts[message.metadata.dst_node_id])
+        except Exception as err:  # noqa: BLE001  (a node reports any failure as an error reply)
+            reply = error_reply(message, err)
+        self._replies[message.metadata.message_id] = reply
+
+    def _train(self, messages: list[Message]) -> None:
+        """The round's train messages as one cohort, in partition order (the order the server
+        loop reads replies in, so totals sum alike)."""
+        trained = sorted(messages, key=self._partition)
+        shared = {id(m.content[protocol.ARRAYS]) for m in trained}
+        if len(shared) > 1:  # not one round's messages: each as a cohort of its own, with arrays
+            for message in trained:
+                self._train_cohort([message], totals=False)
+            return
+        full = bool(trained[0].content.config_records[protocol.CONFIG].get(protocol.FULL_REPLY, False))
+        totals = self._train_cohort(trained, totals=self.totals_wanted and not full)
+        if totals is not None:  # asked for by the ids of the round's messages
+            self._totals[frozenset(m.metadata.message_id for m in messages)] = totals
+
+    def _train_cohort(self, messages: list[Message], totals: bool) -> RoundTotals | None:
+        """Train `messages`' clients as one cohort and answer them; their totals if `totals`."""
+        jobs = [
+            ClientJob(self._partition(m), self.contexts[m.metadata.dst_node_id].state, accepted_round(m))
+            for m in messages
+        ]
+        result = self.runner(messages[0].content, jobs)
+        if totals:
+            upload = protocol.arrays_bytes(result.reply_content(0))  # every client's arrays have one shape
+            for k, message in enumerate(messages):
+                content = RecordDict({
+                    protocol.METRICS: MetricRecord(result.metrics[k]),
+                    protocol.UPLOAD: ConfigRecord({protocol.UPLOAD_BYTES: upload}),
+                })  # fmt: skip
+                self._replies[message.metadata.message_id] = Message(content, reply_to=message)
+            sent = protocol.to_numpy(messages[0].content[protocol.ARRAYS])
+            return RoundTotals(result.params, result.buffers, result.records, result.metrics, sent)
+        for k, message in enumerate(messages):
+            self._replies[message.metadata.message_id] = Message(result.reply_content(k), reply_to=message)
+        return None
+
+    def _partition(self, message: Message) -> int:
+        return int(self.contexts[message.metadata.dst_node_id].node_config[protocol.PARTITION_ID])
+
+
+def accepted_round(message: Message) -> int | None:
+    named = message.content.config_records[protocol.CONFIG].get(protocol.ACCEPTED_ROUND)
+    return None if named is None else int(named)
+
+
+def error_reply(message: Message, err: BaseException) -> Message:
+    """The error reply of a ClientApp that raised (Flower's code for it, the exception as its reason)."""
+    reason = f"{type(err).__name__}: {err}"
+    return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=message)
