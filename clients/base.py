@@ -29,7 +29,6 @@ importable module runs by dotted path (`--algorithm mypkg.rules:MyRule`).
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -39,7 +38,9 @@ from flwr.app import RecordDict
 from torch import nn
 
 from fedpfn.core.protocol import Arrays
+from fedpfn.core.settings import ConfigError
 from fedpfn.core.training import OPTIMIZERS, StepView, Tensors
+from fedpfn.core.user_code import import_user_class
 
 if TYPE_CHECKING:
     from clients.state import ClientState
@@ -190,16 +191,13 @@ def _register(registry: dict[str, type[ClientRule]], cls: Rule) -> Rule:
 
 
 def load_client_rule(spec: str) -> type[ClientRule]:
-    """A user's rule by dotted path, `package.module:Class`, registered under that path.
-
-    Raises ValueError, one line, where the module or class is missing or is not a ClientRule."""
-    module_name, _, attribute = spec.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError, ValueError) as err:
-        raise ValueError(f"'{spec}' does not load ({type(err).__name__}: {err})") from None
-    if not (isinstance(cls, type) and issubclass(cls, ClientRule)) or cls in ANCHOR_METHODS.values():
-        raise ValueError(f"'{spec}' is not a client rule (a subclass of clients.base.ClientRule)")
+    """A user's rule by dotted path, `package.module:Class`, registered under that path; a module
+    in the current folder is found, one in a run folder never imported (fedpfn.core.user_code).
+    ConfigError, one line, where it does not load or is not a ClientRule."""
+    kind = "a client rule (a subclass of clients.base.ClientRule)"
+    cls = import_user_class(spec, "algorithm", ClientRule, kind, "rule")
+    if cls in ANCHOR_METHODS.values():
+        raise ConfigError(f"algorithm: '{spec}' is an anchor method; name it as {cls.name}+RULE")
     CLIENT_RULES.setdefault(spec, cls)
     return cls
 

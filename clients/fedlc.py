@@ -36,12 +36,10 @@ class FedLCClient(ClientRule):
     personal_start = True  # its hooks never read the global model as the client's start
 
     def inputs(self, client: ClientRound) -> Tensors:
-        data = client.data
-        counts = torch.bincount(data.y[data.train.to(data.y.device)], minlength=data.num_classes)
-        like = next(iter(self.round.start.values()))
-        counts = counts.to(device=like.device, dtype=like.dtype)
+        y = client.data.y[client.data.train.to(client.data.y.device)]
+        counts = torch.bincount(y, minlength=client.data.num_classes).to(next(iter(self.round.start.values())))
         shift = self.params.fedlc_tau * counts.clamp(min=1).pow(-0.25)
-        return {SHIFT: torch.where(counts > 0, shift, torch.full_like(shift, float("inf")))}
+        return {SHIFT: torch.where(counts > 0, shift, torch.inf)}
 
     def criterion(self, logits: torch.Tensor, targets: torch.Tensor, per_client: Tensors) -> torch.Tensor:
         return F.cross_entropy(logits - per_client[SHIFT], targets)

@@ -10,20 +10,17 @@ alone (then the batched engine may hand it the round's mean instead of K replies
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import logging
-import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedAvg, FedAvgM, FedYogi, Strategy
 
-from fedpfn.core.files import DamagedFile, enclosing_run_folder, module_locations, parse_json
+from fedpfn.core.files import DamagedFile, parse_json
 from fedpfn.core.settings import ConfigError, above, between, setting
+from fedpfn.core.user_code import import_user_class
 
 # Sampling happens before the strategy sees the grid (strategies.sampling), so the inner
 # strategy takes every node it is shown and never runs federated evaluation.
@@ -122,34 +119,8 @@ def server_rule(server: str) -> ServerRule:
 
 
 def load_strategy_class(path: str) -> type[Strategy]:
-    """`package.module:Class` -> the class; a module in the current folder is found too.
-
-    Code inside a run (or comparison) folder is never imported: such a folder holds what a
-    run wrote, or what someone who could write there put in it, and a `server` named in an
-    edited config.json must not run it. Where the module would come from is found first,
-    without running anything; a current folder inside a run folder is not searched.
-    """
-    module_name, _, class_name = path.partition(":")
-    if os.getcwd() not in sys.path and enclosing_run_folder(Path(os.getcwd())) is None:
-        sys.path.append(os.getcwd())
-    try:
-        locations = module_locations(module_name)
-    except (ImportError, ValueError):
-        locations = []  # the import below says what is wrong with the name
-    inside = next((folder for folder in map(enclosing_run_folder, locations) if folder is not None), None)
-    if inside is not None:
-        raise ConfigError(
-            f"server: module '{module_name}' lies in the run folder '{inside}'; fedpfn never imports code "
-            "from a run folder: put the strategy in a package of your own"
-        )
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as err:  # noqa: BLE001  (a user module may raise anything on import)
-        raise ConfigError(f"server: cannot import module '{module_name}' ({type(err).__name__}: {err})") from None
-    cls = getattr(module, class_name, None)
-    if not (inspect.isclass(cls) and issubclass(cls, Strategy)):
-        raise ConfigError(f"server: '{path}' is not a flwr.serverapp.strategy.Strategy subclass")
-    return cls
+    """`package.module:Class` -> the strategy class (fedpfn.core.user_code: never from a run folder)."""
+    return import_user_class(path, "server", Strategy, "a flwr.serverapp.strategy.Strategy subclass", "strategy")
 
 
 def _user_kwargs(text: str | None) -> dict[str, Any]:
