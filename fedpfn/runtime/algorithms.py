@@ -14,8 +14,9 @@ The composition rule, the same on both sides:
   correction first, the anchors last). The inner strategy sees trainable parameters only
   (strategies.composed).
 - A client rule is a file in clients/ (its name, Params, message keys and hooks); its
-  server part, if it has one, a file in strategies/ that reads those declarations; and one
-  `Algorithm(...)` line below. Server algorithms register in strategies/registry.py.
+  server part, if it has one, a file in strategies/ that reads those declarations; each
+  registers itself (`@client_rule`, `@server_part`). Server algorithms register in
+  strategies/registry.py.
 
 The core settings (fedpfn.core.config) know no algorithm: a config is built here, where
 the algorithms' declared hyperparameters join them (`load_config`).
