@@ -11,6 +11,7 @@ import os
 import shutil
 import tempfile
 
+import pytest
 import torch
 from flwr.app import ArrayRecord, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
@@ -107,3 +108,13 @@ def run_round(cfg: RunConfig, strategy, arrays: ArrayRecord, server_round: int, 
     bytes_up = sum(arrays_bytes(r.content) for r in replies)
     new_arrays, metrics = strategy.aggregate_train(server_round, replies)
     return new_arrays, metrics, replies, bytes_up
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models run far faster on one thread, above all on a busy shared CPU; restored after
+    (a module asks for it with `pytestmark = pytest.mark.usefixtures("one_torch_thread")`)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -24,12 +24,7 @@ SHAPE = (1, 6, 6)
 SPEC = ProbeSpec(OptimizerSpec("adam", 0.01), samples=120, epochs=2, batch_size=20)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _images() -> Images:

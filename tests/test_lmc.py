@@ -31,13 +31,7 @@ def _data(n: int = 240, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run far faster on one thread, above all on a busy shared CPU; restored after."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

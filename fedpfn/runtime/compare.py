@@ -37,9 +37,9 @@ from fedpfn.core.seeding import MAX_SEED
 from fedpfn.core.settings import is_set
 from fedpfn.runtime.algorithms import for_algorithm, hparam_fields, problems, validated
 from fedpfn.runtime.engines.registry import ENGINES
+from fedpfn.runtime.recording import LAST_ROUNDS
 from fedpfn.runtime.simulation import simulate
 
-LAST_ROUNDS = 5
 MIN_SEEDS = 3  # fewer: the paired intervals are zero-width or huge (1 degree of freedom)
 NOT_COMPARED = ("out", "overwrite", PROVENANCE, *PLACEMENT, *TRACKERS)  # may differ in a reused sub-run
 
