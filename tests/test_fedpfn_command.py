@@ -10,7 +10,7 @@ import pytest
 
 from fedpfn.cli.main import VERBS, main
 
-IN_PROCESS = ("run", "report", "align", "partition", "pretrain", "soup")  # verbs whose help needs no subprocess
+IN_PROCESS = ("run", "report", "align", "partition", "pretrain", "soup", "cold")  # verbs whose help needs no subprocess
 
 
 def test_help_lists_every_verb(capsys) -> None:
