@@ -346,6 +346,7 @@ def test_fedpnu_partial_upload_through_the_rule_wrappers(rule):
 # --- one real Ray simulation ----------------------------------------------------------------
 
 
+@pytest.mark.slow  # about 27 s idle: a run on Flower's Ray engine
 def test_ray_simulation_runs_feddyn_under_fedadam(tmp_path):
     """FedDyn's client and server state through Ray (fedpfn+scaffold: tests/test_simulation.py)."""
     from fedpfn.runtime.simulation import simulate

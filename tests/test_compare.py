@@ -18,6 +18,7 @@ from fedpfn.runtime.algorithms import flower_run_config, parse_config, problems
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
+@pytest.mark.slow  # about 17 s idle: the comparison runs its arms, then again to reuse them
 def test_compare_writes_the_report_and_reuses_only_equal_runs(tmp_path, capsys):
     """One real comparison (two tiny runs); then a reuse, then a request of other settings."""
     root = tmp_path / "cmp"

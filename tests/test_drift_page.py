@@ -81,6 +81,7 @@ def study(tmp_path: Path) -> Study:
     return study
 
 
+@pytest.mark.slow  # about 15 to 28 s idle: the page script on a whole synthetic study
 def test_the_page_answers_the_preregistered_questions_from_the_runs(study: Study, tmp_path: Path) -> None:
     assert set(ARM_SETTINGS) == set(ARMS)
     page = tmp_path / "results.md"

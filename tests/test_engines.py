@@ -175,6 +175,7 @@ def rows(folder: Path, name: str) -> list[dict]:
     return [{k: v for k, v in row.items() if k not in TIMING} for row in read_jsonl(folder / name)]
 
 
+@pytest.mark.slow  # about 25 s idle: Ray's start and a run on each engine
 def test_a_batched_run_equals_a_ray_run(tmp_path):
     """SCAFFOLD under FedPFN with seeded failures, min-replies, a local test split and evaluation
     every 2 rounds: metrics.jsonl and clients.jsonl of the batched engine (`threads`: each client
@@ -235,6 +236,7 @@ def test_chunked_rounds_and_a_chunk_out_of_memory_give_the_numbers_of_one_progra
     assert max(max(compare_contents(a, b, "halved")) for a, b in zip(halved, whole)) < 1e-12
 
 
+@pytest.mark.slow  # about 18 s idle: Ray's actors start and load the data
 def test_a_round_split_over_two_ray_actors_equals_one_program(tmp_path):
     """--engine-workers 2 on the CPU: SCAFFOLD's clients trained in two Ray actors (their state
     sent with each job and written back into the run folder by this process) give the run of

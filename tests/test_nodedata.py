@@ -165,6 +165,7 @@ def export(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(EXPORT), *args], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # about 13 to 20 s idle: the export script as a subprocess, twice
 def test_export_script_writes_what_the_node_reads(tmp_path: Path) -> None:
     cfg = tiny_config(**SPLIT, out=str(tmp_path / "run"))
     config = tmp_path / "config.json"

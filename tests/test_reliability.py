@@ -252,7 +252,9 @@ def wait_until(condition, limit: float) -> bool:
     return False
 
 
-@pytest.mark.parametrize("moment", ["start-up", "mid-run"])
+@pytest.mark.parametrize(
+    "moment", ["start-up", pytest.param("mid-run", marks=pytest.mark.slow)]
+)  # mid-run: about 29 s idle
 def test_sigterm_exits_143_within_20_s_with_the_resume_line_and_stops_ray(tmp_path, moment):
     """start-up: Ray's processes are starting (the folder is claimed); mid-run: round 1 is recorded."""
     out = tmp_path / "run"

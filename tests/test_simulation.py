@@ -105,6 +105,7 @@ def test_run_folder_is_complete(reference):
     assert set(final) == set(torch.load(reference / "model_round_0.pt", weights_only=True))
 
 
+@pytest.mark.slow  # about 48 s idle: a run in a subprocess, stopped and resumed
 def test_ctrl_c_stops_within_seconds_and_the_run_resumes_to_the_same_numbers(reference, tmp_path):
     out = tmp_path / "stopped"
     proc = start(resumable_config(out))
@@ -129,6 +130,7 @@ def test_ctrl_c_stops_within_seconds_and_the_run_resumes_to_the_same_numbers(ref
     assert summary["wall_seconds"] > before + resumed_rounds  # both processes counted
 
 
+@pytest.mark.slow  # about 50 s idle
 def test_kill_9_before_the_first_checkpoint_resumes_from_round_1(reference, tmp_path):
     out = tmp_path / "killed"
     proc = start(resumable_config(out, checkpoint_every=0))
@@ -158,6 +160,7 @@ def ray_actors(session: int) -> list[int]:
     return found
 
 
+@pytest.mark.slow  # about 36 s idle
 def test_a_batched_run_killed_mid_run_resumes_on_ray_to_the_same_numbers(reference, tmp_path):
     """kill -9 of the batched engine (each client trained as the ClientApp trains it), then
     `--resume --engine ray`: the reference's numbers, and the provenance says who ran what."""
@@ -175,6 +178,7 @@ def test_a_batched_run_killed_mid_run_resumes_on_ray_to_the_same_numbers(referen
     assert resumed["engine"] == "ray" and 2 <= resumed["first_round"] <= 4
 
 
+@pytest.mark.slow  # about 55 s idle
 def test_a_dead_simulation_worker_stops_the_run_and_it_resumes_to_the_same_numbers(reference, tmp_path):
     out = tmp_path / "worker"
     proc = start(resumable_config(out))
@@ -193,6 +197,7 @@ def test_a_dead_simulation_worker_stops_the_run_and_it_resumes_to_the_same_numbe
     assert stable(out) == stable(reference)
 
 
+@pytest.mark.slow  # about 41 s idle: two runs and a resume
 def test_a_finished_run_continues_to_more_rounds_with_the_numbers_of_a_longer_run(reference, tmp_path):
     out = tmp_path / "short"
     simulate(resumable_config(out, rounds=2), show_progress=False)
