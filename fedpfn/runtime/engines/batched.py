@@ -21,13 +21,12 @@ import os
 import torch
 from flwr.app import Context, RecordDict
 from flwr.app.user_config import UserConfig
-from flwr.supercore.task_identity import TaskIdentity
 
 from fedpfn.core.config import RunConfig
 from fedpfn.core.training import pick_device
 from fedpfn.runtime.engines.actors import RayRunner, start_ray
 from fedpfn.runtime.engines.cohort import CohortRunner, device_of, mode_of
-from fedpfn.runtime.engines.grid import RUN_ID, SERVER_NODE, BatchedGrid
+from fedpfn.runtime.engines.grid import RUN_ID, SERVER_NODE, BatchedGrid, act_as_server
 from fedpfn.runtime.engines.placement import batched_slots, check_placement
 from fedpfn.runtime.lifecycle import RunPlan
 from fedpfn.runtime.server_app import make_server_app
@@ -75,13 +74,12 @@ def describe(cfg: RunConfig) -> str:
         "threads": f"clients side by side on {os.cpu_count()} threads, one each",
         "loop": "one client after another",
     }[mode]
-    why = " (auto: convolutions under vmap are slow on the CPU)" if cfg.engine_mode == "auto" and mode == "threads" else ""
-    return f"batched engine in this process on {where} ({device.type}): {how}{why}; server evaluates on {pick_device()}"
+    return f"batched engine in this process on {where} ({device.type}): {how}; server evaluates on {pick_device()}"
 
 
 def run(run: RunPlan, tracker: Tracking) -> None:
     """The rounds over a BatchedGrid, through the same ServerApp as the Ray engine."""
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, RUN_ID, SERVER_NODE
+    act_as_server()
     runner: CohortRunner | RayRunner = RayRunner(run.cfg, start_ray(run.cfg)) if uses_ray(run.cfg) else CohortRunner(run.cfg)
     grid = BatchedGrid(run.cfg, runner)
     context = Context(run_id=RUN_ID, node_id=SERVER_NODE, node_config=UserConfig(), state=RecordDict(), run_config=UserConfig())

@@ -20,6 +20,7 @@ from flwr.app.user_config import UserConfig
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from flwr.supercore.run import Run
+from flwr.supercore.task_identity import TaskIdentity
 
 from fedpfn.core import protocol
 from fedpfn.core.config import RunConfig
@@ -32,6 +33,11 @@ from strategies import RoundTotals
 RUN_ID = 1
 SERVER_NODE = 1  # Flower's SUPERLINK_NODE_ID: the sender of every instruction message
 FIRST_NODE = 2  # node ids are partition ids from here
+
+
+def act_as_server() -> None:
+    """This process builds messages as the ServerApp's (Flower stamps each with these ids)."""
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, RUN_ID, SERVER_NODE
 
 Runner = Callable[[RecordDict, list[ClientJob]], CohortResult]
 
