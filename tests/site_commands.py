@@ -183,6 +183,8 @@ def why_it_takes_long(words: list[str]) -> NotRun | None:
             )
         case ["tensorboard", *_]:
             return NotRun("serves until stopped", "help")
+        case ["python", "-m", "pytest", *_]:
+            return NotRun("the test suite itself, which this test is part of", "help")
     return None
 
 

@@ -174,7 +174,7 @@ def test_every_readme_command_runs_as_written(checkout, monkeypatch):
     """In the README's order, as a newcomer types them (`--resume runs/pfn` needs the run before it)."""
     as_a_newcomer(checkout, monkeypatch)  # `~/data` lands in the copy
     commands = page_commands(ROOT / "README.md")
-    assert len(commands) >= 15, commands
+    assert len(commands) >= 14, commands  # the README shows 14: fewer means some were not read
     for command in commands:
         try:
             check(checkout, command, monkeypatch)

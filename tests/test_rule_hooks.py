@@ -154,7 +154,9 @@ def run_cli(folder: Path, out: Path, *flags: str) -> subprocess.CompletedProcess
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=400, cwd=str(ROOT))
 
 
-@pytest.mark.parametrize("engine", ["batched", "ray"])
+@pytest.mark.parametrize(
+    "engine", ["batched", pytest.param("ray", marks=pytest.mark.slow)]
+)  # ray: a run on Flower's Ray engine, 65 s at load average 5
 def test_a_users_rule_runs_by_dotted_path_on_both_engines(user_module, tmp_path, engine):
     spec = "user_rules_test:LabelSmoothing"
     done = run_cli(user_module, tmp_path / "run", "--algorithm", spec, "--smoothing", "0.3", "--engine", engine)
