@@ -46,12 +46,13 @@ run: setup data
 	$(BIN)/python run_sim.py --config configs/fmnist_default.toml --overwrite
 	@echo "To run more (python run_sim.py --help), first: . $(VENV)/bin/activate"
 
-# The suite on two pytest-xdist workers (PYTEST_WORKERS=0: one process), a file to a worker so
-# a module's SuperLink or reference run starts once; then the deployment rehearsal alone, whose
-# rounds have deadlines that a second worker's Ray runs on 2 cores could make it miss.
+# The suite on two pytest-xdist workers (PYTEST_WORKERS=0: one process), test by test, except
+# that a module sharing a module-scoped fixture (a SuperLink, a reference run) stays on one
+# worker (tests/conftest.py groups it); then the deployment rehearsal alone, whose rounds have
+# deadlines that a second worker's Ray runs on 2 cores could make it miss.
 # Figures, before and after: docs/development/testing.md.
 PYTEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
+PYTEST := $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 
 test: setup data
 	$(PYTEST) -m "not deploy"

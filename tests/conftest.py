@@ -36,13 +36,17 @@ TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
 
 
 def no_engine_starts(monkeypatch, engine_run) -> None:
-    """Every engine's `run` replaced by `engine_run`: what a test sees when a run would start."""
+    """Every engine's `run` replaced by `engine_run`: what a test sees when a run would start.
+    Nothing trains before it either: the batched engine's auto mode takes its fixed rule, untimed."""
     import dataclasses
 
+    from fedpfn.runtime.engines import batched
     from fedpfn.runtime.engines.registry import ENGINES
 
+    untimed = lambda run: batched.settle(run, timed=False)  # noqa: E731
     for name, engine in ENGINES.items():
-        monkeypatch.setitem(ENGINES, name, dataclasses.replace(engine, run=engine_run))
+        settle = untimed if name == "batched" else engine.settle
+        monkeypatch.setitem(ENGINES, name, dataclasses.replace(engine, run=engine_run, settle=settle))
 
 
 def tiny_config(**overrides) -> RunConfig:
@@ -78,8 +82,8 @@ def client_replies(cfg: RunConfig, strategy, arrays: ArrayRecord, server_round: 
 
     `states` keeps each client's context.state across calls. Replies come sorted by partition.
     """
-    from fedpfn.runtime.engines.program import local_round
     from fedpfn.runtime.algorithms import client_rules
+    from fedpfn.runtime.engines.program import local_round
     from fedpfn.runtime.server import train_config, with_accepted_round
     from strategies import sample_clients
 
@@ -118,3 +122,18 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    """Under `--dist loadgroup` (make test), a module whose tests share a module-scoped fixture (a
+    SuperLink, a reference run, a Ray cluster, a copy of the checkout) runs on one worker, so that
+    it starts once; every other test goes to whichever worker is free. Runs before xdist reads
+    the marks (tryfirst)."""
+    for item in items:
+        shared = [
+            name for name, defs in item._fixtureinfo.name2fixturedefs.items()
+            if defs[-1].scope in ("module", "session") and name != "one_torch_thread"
+        ]  # fmt: skip
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))

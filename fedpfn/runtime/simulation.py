@@ -196,7 +196,7 @@ def simulate(cfg: RunConfig, resume: bool = False, show_progress: bool = True) -
         run = lifecycle.plan(cfg, resume)  # the folder and every part of a checkpoint, nothing written
         check_runnable(cfg)
         quiet_flower()
-        run, why = recorded_mode(run)  # config.json records the mode the engine resolved
+        run, why = engine.settle(run)  # config.json records what the engine resolved (a timed mode)
         claimed = lifecycle.claimed(run, cfg.engine)
         compute = engine.describe(run.cfg) + (f" ({why})" if why else "")
         with claimed, lifecycle.tracking(run, compute, show_progress) as tracker:
@@ -204,22 +204,6 @@ def simulate(cfg: RunConfig, resume: bool = False, show_progress: bool = True) -
     if not run.folder.is_finished():
         raise RuntimeError(f"the simulation ended without finishing; see {run.folder.path}")
     return run.folder.read_summary()
-
-
-def recorded_mode(run: lifecycle.RunPlan) -> tuple[lifecycle.RunPlan, str]:
-    """The batched engine's `auto` mode as it resolves on this machine (timed on the CPU:
-    fedpfn.runtime.engines.auto_mode), with why, so that config.json says what computed the
-    numbers and a resume continues in it (a GPU machine picks vmap, a CPU one may pick threads:
-    they agree within rounding, not bit for bit). Ray actors resolve their own."""
-    from fedpfn.runtime.engines.auto_mode import choose_mode
-    from fedpfn.runtime.engines.batched import workers_of
-
-    cfg = run.cfg
-    if cfg.engine != "batched" or cfg.engine_mode != "auto" or cfg.ray_address or workers_of(cfg):
-        return run, ""
-    choice = choose_mode(cfg)
-    cpus = {"client_cpus": choice.client_cpus} if choice.client_cpus is not None else {}
-    return dataclasses.replace(run, cfg=dataclasses.replace(cfg, engine_mode=choice.mode, **cpus)), choice.why
 
 
 def arithmetic(cfg: RunConfig) -> str | None:

@@ -46,15 +46,17 @@ class ModeChoice:
     client_cpus: float | None = None  # `loop`'s threads, where the timing chose it
 
 
-def choose_mode(cfg: RunConfig) -> ModeChoice:
-    """How the batched engine in this process runs `cfg`'s rounds when its mode is `auto`."""
+def choose_mode(cfg: RunConfig, timed: bool = True) -> ModeChoice:
+    """How the batched engine in this process runs `cfg`'s rounds when its mode is `auto`
+    (`timed` False: the fixed rule, for checks that must not train)."""
     device = device_of(cfg)
     if device.type == "cuda":
         return ModeChoice("vmap", "auto: vmap on the GPU")
-    if cfg.clients_per_round < TIMED_FROM:
+    if cfg.clients_per_round < TIMED_FROM or not timed:
         mode = mode_of(cfg, device)
         rule = "convolutions under vmap are slow on the CPU" if mode == "threads" else "no convolutions"
-        return ModeChoice(mode, f"auto: {mode}, {rule} (fewer than {TIMED_FROM} clients a round: not timed)")
+        small = f"fewer than {TIMED_FROM} clients a round" if timed else "not timed here"
+        return ModeChoice(mode, f"auto: {mode}, {rule} ({small})")
     seconds = time_modes(cfg)
     mode = min(seconds, key=seconds.__getitem__)
     times = ", ".join(f"{name} {value:.2f} s" for name, value in seconds.items())

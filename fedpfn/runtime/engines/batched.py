@@ -16,6 +16,7 @@ out of GPU memory is retried in halves, never lost.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import torch
@@ -25,6 +26,7 @@ from flwr.app.user_config import UserConfig
 from fedpfn.core.config import RunConfig
 from fedpfn.core.training import pick_device
 from fedpfn.runtime.engines.actors import RayRunner, start_ray
+from fedpfn.runtime.engines.auto_mode import choose_mode
 from fedpfn.runtime.engines.cohort import CohortRunner, device_of, mode_of
 from fedpfn.runtime.engines.grid import RUN_ID, SERVER_NODE, BatchedGrid, act_as_server
 from fedpfn.runtime.engines.placement import batched_slots, check_placement
@@ -56,6 +58,19 @@ def prepare(cfg: RunConfig) -> RunConfig:
     """
     check_placement(cfg, uses_ray(cfg), batched_slots if uses_ray(cfg) else None)
     return cfg
+
+
+def settle(run: RunPlan, timed: bool = True) -> tuple[RunPlan, str]:
+    """`auto` resolved on this machine once the folder is checked (timed on the CPU unless not
+    `timed`: fedpfn.runtime.engines.auto_mode), with why, so that config.json says what computed
+    the numbers and a resume continues in it (a GPU machine picks vmap, a CPU one may pick
+    threads: they agree within rounding, not bit for bit). Ray actors resolve their own."""
+    cfg = run.cfg
+    if cfg.engine_mode != "auto" or uses_ray(cfg):
+        return run, ""
+    choice = choose_mode(cfg, timed)
+    cpus = {"client_cpus": choice.client_cpus} if choice.client_cpus is not None else {}
+    return dataclasses.replace(run, cfg=dataclasses.replace(cfg, engine_mode=choice.mode, **cpus)), choice.why
 
 
 def describe(cfg: RunConfig) -> str:

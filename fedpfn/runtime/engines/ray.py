@@ -43,6 +43,11 @@ def prepare(cfg: RunConfig) -> RunConfig:
 RAY_RESOURCE_UNIT = 1e-4  # Ray counts resources in steps of 0.0001: a smaller share is 0 to it
 
 
+def settle(run: RunPlan) -> tuple[RunPlan, str]:
+    """Nothing left to resolve once the folder is checked: prepare resolved the placement."""
+    return run, ""
+
+
 def check_ray_precision(cfg: RunConfig) -> None:
     """A share Ray would refuse once started (its workers then hang): refused here, in one line."""
     for name in ("client_cpus", "client_gpus"):

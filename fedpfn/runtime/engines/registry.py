@@ -22,13 +22,14 @@ class Engine:
     name: str
     prepare: Callable[[RunConfig], RunConfig]  # placement resolved and checked (ConfigError)
     describe: Callable[[RunConfig], str]  # the header's compute line
+    settle: Callable[[RunPlan], tuple[RunPlan, str]]  # what it resolves once the folder is checked, and why
     run: Callable[[RunPlan, Tracking], None]  # the rounds of a claimed run
 
 
     @classmethod
     def of(cls, module: ModuleType) -> Engine:
         """The engine a module implements, under its module's name (the name `--engine` takes)."""
-        return cls(module.__name__.rpartition(".")[2], module.prepare, module.describe, module.run)
+        return cls(module.__name__.rpartition(".")[2], module.prepare, module.describe, module.settle, module.run)
 
 
 # each name is a choice of the `engine` setting (fedpfn.core.config.ENGINES, checked before
