@@ -129,7 +129,7 @@ def pytest_collection_modifyitems(config, items) -> None:
     """Under `--dist loadgroup` (make test), a module whose tests share a module-scoped fixture (a
     SuperLink, a reference run, a Ray cluster, a copy of the checkout) runs on one worker, so that
     it starts once; every other test goes to whichever worker is free. Runs before xdist reads
-    the marks (tryfirst)."""
+    the marks (tryfirst); the groups are collected first."""
     for item in items:
         shared = [
             name for name, defs in item._fixtureinfo.name2fixturedefs.items()
@@ -137,3 +137,7 @@ def pytest_collection_modifyitems(config, items) -> None:
         ]  # fmt: skip
         if shared:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    # a group is one unit of work: started first, the single tests fill in around it rather than
+    # a large group starting last and holding one worker after the other is done (stable: a
+    # module's tests keep their order)
+    items[:] = sorted(items, key=lambda item: item.get_closest_marker("xdist_group") is None)

@@ -33,7 +33,7 @@ from test_report import write_run
 import run_sim
 from conftest import no_engine_starts, tiny_config
 from fedpfn.core.data import DataError, load_dataset
-from fedpfn.core.files import append_text, atomic_write_bytes
+from fedpfn.core.files import CHECKPOINT, append_text, atomic_write_bytes
 from fedpfn.core.settings import ConfigError
 from fedpfn.runtime.algorithms import parse_config
 from fedpfn.runtime.runfolder import RunFolder, RunWriteError, read_tree
@@ -256,7 +256,8 @@ def wait_until(condition, limit: float) -> bool:
     "moment", ["start-up", pytest.param("mid-run", marks=pytest.mark.slow)]
 )  # mid-run: about 29 s idle
 def test_sigterm_exits_143_within_20_s_with_the_resume_line_and_stops_ray(tmp_path, moment):
-    """start-up: Ray's processes are starting (the folder is claimed); mid-run: round 1 is recorded."""
+    """start-up: Ray's processes are starting (the folder is claimed); mid-run: round 1 is recorded
+    (its metrics row, then its checkpoint: a stop between the two resumes from round 1, said so)."""
     out = tmp_path / "run"
     flags = ["--engine", "ray", "--model", "mlp", "--num-clients", "4", "--clients-per-round", "2",
              "--rounds", "30", "--partition", "iid", "--out", str(out)]  # fmt: skip
@@ -267,7 +268,7 @@ def test_sigterm_exits_143_within_20_s_with_the_resume_line_and_stops_ray(tmp_pa
     def ready() -> bool:
         if moment == "start-up":  # claimed, and Ray's processes are coming up
             return (out / "run.log").exists() and len(session_processes(proc.pid)) > 3
-        return metrics.exists() and metrics.read_text().count("\n") >= 1
+        return metrics.exists() and metrics.read_text().count("\n") >= 1 and (out / CHECKPOINT).exists()
 
     assert wait_until(lambda: ready() or proc.poll() is not None, 240), "the run did not get there in time"
     assert proc.poll() is None, proc.stderr.read()
