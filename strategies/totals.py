@@ -16,16 +16,17 @@ either source.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 
 import numpy as np
 import torch
 from flwr.app import RecordDict
 
-from fedpfn.core.protocol import ARRAYS, METRICS, NUM_EXAMPLES, Arrays, to_numpy
+from fedpfn.core.protocol import ARRAYS, METRICS, NUM_EXAMPLES, Arrays
 
 Tensors = dict[str, torch.Tensor]
+Stacks = tuple[Tensors, Tensors, Mapping[str, Tensors]]  # params, buffers, records: client first
 
 
 class RoundTotals:
@@ -33,32 +34,50 @@ class RoundTotals:
 
     def __init__(
         self,
-        params: Tensors,
-        buffers: Tensors,
-        records: Mapping[str, Tensors],
+        stacks: Callable[[], Stacks],
         metrics: Sequence[Mapping[str, object]],
         sent: Arrays,
-        param_names: Sequence[str] = (),
+        param_names: Sequence[str],
     ) -> None:
-        """`params`, `buffers`, `records`: stacked over the replies; `metrics`: each reply's METRICS;
-        `param_names`: the parameters' names where no reply came."""
-        self.params, self.buffers, self.records, self.sent = params, buffers, records, sent
-        self.param_names = list(params) or list(param_names)
+        """`stacks`: (params, buffers, records) stacked over the replies, made when a part first
+        reads them (a round whose parts read nothing stacks nothing); `metrics`: each reply's
+        METRICS; `param_names`: the model's parameters."""
+        self._stacks, self.sent, self.param_names = stacks, sent, list(param_names)
         self.reply_metrics = list(metrics)
         self.weights = np.array([float(m[NUM_EXAMPLES]) for m in self.reply_metrics])  # type: ignore[arg-type]
 
     @classmethod
     def of_replies(cls, replies: Sequence[RecordDict], sent: Arrays, param_names: Sequence[str]) -> RoundTotals:
-        """The totals of replies received, each with its full model (FedPNU's unpacked)."""
-        arrays = [to_numpy(content[ARRAYS]) for content in replies]
-        stack = lambda name, items: torch.stack([torch.from_numpy(np.asarray(a[name])) for a in items])  # noqa: E731
-        params = {name: stack(name, arrays) for name in param_names} if arrays else {}
-        buffers = {name: stack(name, arrays) for name in sent if name not in set(param_names)} if arrays else {}
-        records: dict[str, Tensors] = {}
-        for key in (key for key in replies[0].array_records if key != ARRAYS) if replies else ():
-            stacked = [to_numpy(content[key]) for content in replies]
-            records[key] = {name: stack(name, stacked) for name in stacked[0]}
-        return cls(params, buffers, records, [dict(content[METRICS]) for content in replies], sent, param_names)
+        """The totals of replies received, each with its full model (FedPNU's unpacked): their
+        records as received (the composed strategy hands the inner strategy slimmer copies)."""
+        received = [dict(content.array_records) for content in replies]
+
+        def stacks() -> Stacks:
+            if not received:
+                return {}, {}, {}
+            stack = lambda key, name: torch.stack([torch.from_numpy(r[key][name].numpy()) for r in received])  # noqa: E731
+            buffers = [name for name in sent if name not in set(param_names)]
+            keys = [key for key in received[0] if key != ARRAYS]
+            records = {key: {name: stack(key, name) for name in received[0][key]} for key in keys}
+            return {n: stack(ARRAYS, n) for n in param_names}, {n: stack(ARRAYS, n) for n in buffers}, records
+
+        return cls(stacks, [dict(content[METRICS]) for content in replies], sent, param_names)
+
+    @cached_property
+    def _stacked(self) -> Stacks:
+        return self._stacks()
+
+    @property
+    def params(self) -> Tensors:
+        return self._stacked[0]
+
+    @property
+    def buffers(self) -> Tensors:
+        return self._stacked[1]
+
+    @property
+    def records(self) -> Mapping[str, Tensors]:
+        return self._stacked[2]
 
     @property
     def replies(self) -> int:
