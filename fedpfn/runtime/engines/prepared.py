@@ -82,10 +82,7 @@ class PreparedCohort:
     def _decode(self) -> Round:
         config = self.content.config_records[protocol.CONFIG]
         received = self.content.array_records[protocol.ARRAYS].to_torch_state_dict()
-        first = self.jobs[0]
-        own_data = first.data if first.data is not None else None
-        model = model_skeleton(self.cfg, self.device, own_data)
-        self.entries = list(received)
+        model = model_skeleton(self.cfg, self.device, self.jobs[0].data)
         layers = [kind for cls in self.rule_classes for kind in cls.personal_layers]
         param_names = [name for name, _ in model.named_parameters()]
         on_device = {name: value.to(self.device) for name, value in received.items()}
@@ -99,6 +96,11 @@ class PreparedCohort:
             content=self.content,
             personal=personal_entries(model, self.cfg.personal, layers),
         )
+
+    @property
+    def entries(self) -> list[str]:
+        """The model's state_dict names, in the order the message carries them."""
+        return list(self.content.array_records[protocol.ARRAYS])
 
     def _client_round(self, job: ClientJob, data: ClientData) -> ClientRound:
         state = ClientState.of(self.cfg, job.partition_id, job.context_state, job.accepted_round, job.state_root)
