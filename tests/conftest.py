@@ -141,3 +141,19 @@ def pytest_collection_modifyitems(config, items) -> None:
     # a large group starting last and holding one worker after the other is done (stable: a
     # module's tests keep their order)
     items[:] = sorted(items, key=lambda item: item.get_closest_marker("xdist_group") is None)
+
+
+def pytest_configure(config) -> None:
+    """pytest-xdist (3.8 and older) groups a test by a suffix on its node id, which pytest 9.2
+    no longer takes (pytest-xdist issue #1386): every group would be split over the workers
+    without a word, each starting the module's SuperLink or reference run again. Refused."""
+    from importlib.metadata import version
+
+    from packaging.version import Version
+
+    if config.getoption("dist", "no") == "loadgroup" and Version(pytest.__version__) >= Version("9.2"):
+        if Version(version("pytest-xdist")) < Version("3.9"):
+            raise pytest.UsageError(
+                f"--dist loadgroup needs pytest below 9.2 with pytest-xdist {version('pytest-xdist')} "
+                "(pytest-xdist issue #1386): pip install -e '.[test]' installs it"
+            )

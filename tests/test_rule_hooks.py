@@ -19,6 +19,7 @@ from flwr.app import RecordDict
 from clients import CLIENT_RULES, FedAvgClient
 from clients.fedlc import SHIFT, FedLCClient
 from conftest import tiny_config
+from test_cli import refused
 from fedpfn.core.cache import initial_model
 from fedpfn.core.protocol import ACCEPTED_ROUND, to_array_record
 from fedpfn.core.settings import ConfigError
@@ -167,18 +168,21 @@ def test_a_users_rule_runs_by_dotted_path_on_both_engines(user_module, tmp_path,
     assert rows and np.isfinite(rows[-1]["test_accuracy"])
 
 
-def test_a_dotted_path_that_does_not_load_is_refused_in_one_line(user_module, tmp_path):
+def test_a_dotted_path_that_does_not_load_is_refused_in_one_line(user_module, tmp_path, capsys, monkeypatch):
+    """As typed (one subprocess: the exit code and the one line), then the other cases in-process."""
+    done = run_cli(user_module, tmp_path / "refused", "--algorithm", "user_rules_test:Missing")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: algorithm: 'user_rules_test:Missing' is not a client rule"), lines
+    monkeypatch.syspath_prepend(str(user_module))
     cases = (
-        ("user_rules_test:Missing", "'user_rules_test:Missing' is not a client rule"),
         ("no_such_module_x:Rule", "cannot import module 'no_such_module_x' (ModuleNotFoundError"),
         ("user_rules_test:SmoothingParams", "'user_rules_test:SmoothingParams' is not a client rule"),
         ("fedpfn.core.anchors:AnchorParams", "is not a client rule"),
     )
     for spec, reason in cases:
-        done = run_cli(user_module, tmp_path / "refused", "--algorithm", spec)
-        assert done.returncode == 2, done.stderr
-        lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error: algorithm: ") and reason in lines[0], lines
+        (line,) = refused(capsys, monkeypatch, "--algorithm", spec, "--out", str(tmp_path / "refused"))
+        assert line.startswith("error: algorithm: ") and reason in line, line
     assert not (tmp_path / "refused").exists()
     with pytest.raises(ConfigError, match="no_such_module_y"):
         tiny_config(algorithm="no_such_module_y:Rule")

@@ -1,8 +1,10 @@
-"""End to end on Flower's Ray simulation engine: the run folder, faults, and every way to resume.
+"""End to end: the run folder, faults, and every way to resume, on both engines.
 
-One uninterrupted run is the reference. Every interrupted run below (Ctrl-C, kill -9 before
-any checkpoint, a simulation worker killed, a finished run extended) must end with the
-reference's numbers exactly: same rounds, no duplicates, bit-for-bit metrics.
+One uninterrupted run on the batched engine is the reference (threads: each client trained
+as Flower's ClientApp trains it, so Ray gives the same numbers). Every interrupted run below
+(Ctrl-C and a dead simulation worker on Ray, kill -9 before any checkpoint, the batched engine
+killed and resumed on Ray, a finished run extended) must end with the reference's numbers
+exactly: same rounds, no duplicates, bit-for-bit metrics.
 """
 
 from __future__ import annotations
@@ -37,9 +39,11 @@ def stable(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in VOLATILE} for r in rows(run_dir)]
 
 
-def resumable_config(out: Path, **overrides):
+def resumable_config(out: Path, engine: str = "batched", **overrides):
     """SCAFFOLD under FedPFN with FedAdam: client state, server state and anchors at once."""
-    values = dict(algorithm="fedpfn+scaffold", server="fedadam", server_lr=0.003, rounds=4, out=str(out), engine="ray")
+    values = dict(algorithm="fedpfn+scaffold", server="fedadam", server_lr=0.003, rounds=4, out=str(out), engine=engine)
+    if engine == "batched":
+        values["engine_mode"] = "threads"
     values.update(overrides)
     return tiny_config(**values)
 
@@ -105,10 +109,10 @@ def test_run_folder_is_complete(reference):
     assert set(final) == set(torch.load(reference / "model_round_0.pt", weights_only=True))
 
 
-@pytest.mark.slow  # about 48 s idle: a run in a subprocess, stopped and resumed
+@pytest.mark.slow  # about 44 s idle: a run on Ray in a subprocess, stopped and resumed
 def test_ctrl_c_stops_within_seconds_and_the_run_resumes_to_the_same_numbers(reference, tmp_path):
     out = tmp_path / "stopped"
-    proc = start(resumable_config(out))
+    proc = start(resumable_config(out, engine="ray"))
     wait_for_round(proc, out / "metrics.jsonl", 1)
     asked = time.monotonic()
     os.kill(proc.pid, signal.SIGINT)
@@ -130,12 +134,12 @@ def test_ctrl_c_stops_within_seconds_and_the_run_resumes_to_the_same_numbers(ref
     assert summary["wall_seconds"] > before + resumed_rounds  # both processes counted
 
 
-@pytest.mark.slow  # about 50 s idle
+@pytest.mark.slow  # about 25 s idle: a run in a subprocess, killed and resumed
 def test_kill_9_before_the_first_checkpoint_resumes_from_round_1(reference, tmp_path):
     out = tmp_path / "killed"
     proc = start(resumable_config(out, checkpoint_every=0))
     wait_for_round(proc, out / "metrics.jsonl", 2)
-    os.killpg(proc.pid, signal.SIGKILL)  # the driver and every Ray process it started
+    os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (out / "checkpoint.npz").exists()
     result = resume(out)
@@ -160,12 +164,12 @@ def ray_actors(session: int) -> list[int]:
     return found
 
 
-@pytest.mark.slow  # about 36 s idle
+@pytest.mark.slow  # about 33 s idle: the resume starts Ray
 def test_a_batched_run_killed_mid_run_resumes_on_ray_to_the_same_numbers(reference, tmp_path):
-    """kill -9 of the batched engine (each client trained as the ClientApp trains it), then
-    `--resume --engine ray`: the reference's numbers, and the provenance says who ran what."""
+    """kill -9 of the batched engine, then `--resume --engine ray`: the reference's numbers, and
+    the provenance says who ran what."""
     out = tmp_path / "batched"
-    proc = start(resumable_config(out, engine="batched", engine_mode="threads"))
+    proc = start(resumable_config(out))
     wait_for_round(proc, out / "metrics.jsonl", 2)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
@@ -178,10 +182,10 @@ def test_a_batched_run_killed_mid_run_resumes_on_ray_to_the_same_numbers(referen
     assert resumed["engine"] == "ray" and 2 <= resumed["first_round"] <= 4
 
 
-@pytest.mark.slow  # about 55 s idle
+@pytest.mark.slow  # about 54 s idle: Ray, twice
 def test_a_dead_simulation_worker_stops_the_run_and_it_resumes_to_the_same_numbers(reference, tmp_path):
     out = tmp_path / "worker"
-    proc = start(resumable_config(out))
+    proc = start(resumable_config(out, engine="ray"))
     wait_for_round(proc, out / "metrics.jsonl", 2)
     actors = ray_actors(proc.pid)
     assert actors, "no Ray actor found"
@@ -197,7 +201,6 @@ def test_a_dead_simulation_worker_stops_the_run_and_it_resumes_to_the_same_numbe
     assert stable(out) == stable(reference)
 
 
-@pytest.mark.slow  # about 41 s idle: two runs and a resume
 def test_a_finished_run_continues_to_more_rounds_with_the_numbers_of_a_longer_run(reference, tmp_path):
     out = tmp_path / "short"
     simulate(resumable_config(out, rounds=2), show_progress=False)
