@@ -131,9 +131,9 @@ def pytest_collection_modifyitems(config, items) -> None:
     it starts once; every other test goes to whichever worker is free. Runs before xdist reads
     the marks (tryfirst); the groups are collected first."""
     for item in items:
-        shared = [
+        shared = [  # the suite's own (pytest's tmp_path_factory, say, is session-scoped as well)
             name for name, defs in item._fixtureinfo.name2fixturedefs.items()
-            if defs[-1].scope in ("module", "session") and name != "one_torch_thread"
+            if defs[-1].scope in ("module", "session") and defs[-1].baseid and name != "one_torch_thread"
         ]  # fmt: skip
         if shared:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
