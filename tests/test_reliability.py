@@ -128,6 +128,7 @@ def test_no_module_inside_a_run_folder_is_imported_from_any_current_folder(tmp_p
         load_strategy_class("evil:S")  # the current folder is not searched
     assert sys.path == path_before
     monkeypatch.syspath_prepend(str(folder.path))  # nor is a run folder found another way
+    monkeypatch.delitem(sys.modules, "tensorboard", raising=False)  # the real one, if a test imported it
     with pytest.raises(ConfigError, match="lies in the run folder .* never imports code from a run folder"):
         load_strategy_class("tensorboard.evil:S")
     assert not marker.exists()
