@@ -48,15 +48,15 @@ run: setup data
 
 # The suite on two pytest-xdist workers (PYTEST_WORKERS=0: one process), test by test, except
 # that a module sharing a module-scoped fixture (a SuperLink, a reference run) stays on one
-# worker (tests/conftest.py groups it); then the deployment rehearsal alone, whose rounds have
-# deadlines that a second worker's Ray runs on 2 cores could make it miss.
+# worker (tests/conftest.py groups it); then the tests marked `alone` (the deployment rehearsal),
+# whose rounds have deadlines that a second worker's Ray runs on 2 cores could make them miss.
 # Figures, before and after: docs/development/testing.md.
 PYTEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 
 test: setup data
-	$(PYTEST) -m "not deploy"
-	$(BIN)/python -m pytest -q -m deploy
+	$(PYTEST) -m "not alone"
+	$(BIN)/python -m pytest -q -m alone
 
 # The documentation site from docs/ (mkdocs.yml), served at http://127.0.0.1:8000 while it runs.
 docs: setup

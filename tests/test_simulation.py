@@ -182,7 +182,7 @@ def test_a_batched_run_killed_mid_run_resumes_on_ray_to_the_same_numbers(referen
     assert resumed["engine"] == "ray" and 2 <= resumed["first_round"] <= 4
 
 
-@pytest.mark.slow  # about 54 s idle: Ray, twice
+@pytest.mark.slow  # about 40 s idle: a run on Ray, resumed on the batched engine
 def test_a_dead_simulation_worker_stops_the_run_and_it_resumes_to_the_same_numbers(reference, tmp_path):
     out = tmp_path / "worker"
     proc = start(resumable_config(out, engine="ray"))
@@ -196,7 +196,7 @@ def test_a_dead_simulation_worker_stops_the_run_and_it_resumes_to_the_same_numbe
     assert "; continue with: python run_sim.py --resume" in err
     done = [r["round"] for r in rows(out)]
     assert done and done == list(range(1, len(done) + 1)) and len(done) < 4
-    result = resume(out)
+    result = resume(out, "--engine", "batched", "--engine-mode", "threads")  # Ray to Ray: the Ctrl-C test
     assert result.returncode == 0, result.stderr[-2000:]
     assert stable(out) == stable(reference)
 
