@@ -100,6 +100,12 @@ def client_replies(cfg: RunConfig, strategy, arrays: ArrayRecord, server_round: 
     return sorted(replies, key=lambda r: int(r.content.metric_records["metrics"]["partition-id"]))
 
 
+def first_fast(cases: list[tuple]) -> list:
+    """A costly model family's cases (ResNet-20's) as pytest params: the first stays in `make
+    test-fast`, so the quick suite still trains that family once; `make test` runs them all."""
+    return [pytest.param(*case, marks=() if i == 0 else pytest.mark.slow) for i, case in enumerate(cases)]
+
+
 def run_round(cfg: RunConfig, strategy, arrays: ArrayRecord, server_round: int, states=None):
     """One whole round in-process: `client_replies`, then aggregate_train.
 

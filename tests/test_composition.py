@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from flwr.app import ArrayRecord
 
-from conftest import client_replies, run_round, tiny_config
+from conftest import client_replies, first_fast, run_round, tiny_config
 from fedpfn.core.cache import initial_model
 from fedpfn.core.protocol import to_numpy
 from fedpfn.runtime.algorithms import ANCHOR_METHODS, CLIENT_RULES, build_strategy
@@ -81,7 +81,7 @@ def test_mlp_matrix(rule, anchor, server):
     check_case(rule, anchor, server, "mlp")
 
 
-@pytest.mark.parametrize("rule,anchor,server", RESNET_CASES, ids=["-".join(c) for c in RESNET_CASES])
+@pytest.mark.parametrize("rule,anchor,server", first_fast(RESNET_CASES), ids=["-".join(c) for c in RESNET_CASES])
 def test_resnet20_every_server_and_anchor(rule, anchor, server):
     check_case(rule, anchor, server, "resnet20")
 
