@@ -45,7 +45,7 @@ from fedpfn.analysis.cold_eval import (
     own_task_figures,
     read_cold_run,
 )
-from fedpfn.analysis.command import build_parser, fail, output_problems, read_settings, write_files
+from fedpfn.analysis.command import build_parser, fail, read_command_line, write_files
 from fedpfn.analysis.soup import _distinct_seeds
 from fedpfn.core.anchors import GRANULARITIES
 from fedpfn.core.cache import validation_indices
@@ -267,10 +267,8 @@ def evaluate_study(cfg: ColdConfig, out: Path, log: Callable[[str], None] = prin
 
 def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.cold") -> int:
     parser = build_parser(prog, __doc__, ColdConfig, " and ".join(OUTPUT_FILES))
-    args = vars(parser.parse_args(argv))
-    out, overwrite = Path(args.pop("out")).expanduser(), bool(args.pop("overwrite", False))
-    cfg, found = read_settings(ColdConfig, args)
-    found += relation_problems(cfg, out) + output_problems(out, overwrite, OUTPUT_FILES)
+    cfg, out, _, found = read_command_line(parser, ColdConfig, OUTPUT_FILES, argv)
+    found += relation_problems(cfg, out)
     if found:
         return fail(found)
     out.mkdir(parents=True, exist_ok=True)

@@ -2,8 +2,9 @@
 a refusal as one line each with exit 2, an output folder checked before any work, files
 written whole.
 
-The lmc, pretrain and soup commands use these; a command declares its settings as a dataclass of
-`fedpfn.core.settings.setting(...)` fields and names the files it writes.
+The lmc, pretrain, soup and cold commands use these; a command declares its settings as a
+dataclass of `fedpfn.core.settings.setting(...)` fields and names the files it writes, and its
+`main` starts with `read_command_line`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NamedTuple, NoReturn, TypeVar
 
 from fedpfn.core.files import atomic_write_bytes
 from fedpfn.core.settings import ConfigError, add_flags, field_map, parse_values, problems
@@ -55,6 +56,26 @@ def read_settings(cls: Callable[..., C], values: Mapping[str, Any]) -> tuple[C, 
             found.append(str(err))
     cfg = cls(**parsed)
     return cfg, found + problems(cfg)
+
+
+class CommandLine(NamedTuple):
+    """A command line read whole: its settings, --out, the settings given as flags, and every
+    problem found so far (unreadable or failed settings, an output folder that cannot take the files)."""
+
+    cfg: Any
+    out: Path
+    given: set[str]
+    problems: list[str]
+
+
+def read_command_line(
+    parser: Parser, settings: type, files: Sequence[str], argv: Sequence[str] | None
+) -> CommandLine:
+    """The shared start of an analysis command's `main`: parse, read the settings, check `--out`."""
+    args = vars(parser.parse_args(argv))
+    out, overwrite = Path(args.pop("out")).expanduser(), bool(args.pop("overwrite", False))
+    cfg, found = read_settings(settings, args)
+    return CommandLine(cfg, out, set(args), found + output_problems(out, overwrite, files))
 
 
 def _nearest_existing(path: Path) -> Path:

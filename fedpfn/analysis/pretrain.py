@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from fedpfn.analysis.command import build_parser, fail, output_problems, read_settings, write_files
+from fedpfn.analysis.command import build_parser, fail, read_command_line, read_settings, write_files
 from fedpfn.core.data import CLASS_NAMES, DATASETS, DataError, find_data_problem, load_dataset
 from fedpfn.core.models import build_model, model_problem
 from fedpfn.core.seeding import MAX_SEED, Stream, seed_for, torch_generator
@@ -197,10 +197,8 @@ def read_record(start: Path) -> tuple[PretrainConfig | None, list[str]]:
 
 def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.pretrain") -> int:
     parser = build_parser(prog, __doc__, PretrainConfig, " and ".join(OUTPUT_FILES))
-    args = vars(parser.parse_args(argv))
-    out, overwrite = Path(args.pop("out")).expanduser(), bool(args.pop("overwrite", False))
-    cfg, found = read_settings(PretrainConfig, args)
-    found += relation_problems(cfg, set(args)) + output_problems(out, overwrite, OUTPUT_FILES)
+    cfg, out, given, found = read_command_line(parser, PretrainConfig, OUTPUT_FILES, argv)
+    found += relation_problems(cfg, given)
     if found:
         return fail(found)
     if cfg.threads:

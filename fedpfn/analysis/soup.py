@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from fedpfn.analysis import pretrain
-from fedpfn.analysis.command import build_parser, fail, output_problems, read_settings, write_files
+from fedpfn.analysis.command import build_parser, fail, read_command_line, write_files
 from fedpfn.analysis.fusion import EvalData, Probe, has_batchnorm, snapshot
 from fedpfn.analysis.soup_run import ARMS, Draw, SeedData, compare_arms, recipes, run_arm
 from fedpfn.core.anchors import GRANULARITIES
@@ -209,10 +209,8 @@ def run_soups(cfg: SoupConfig, setups: list[Any], train: tuple[torch.Tensor, tor
 
 def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.soup") -> int:
     parser = build_parser(prog, __doc__, SoupConfig, ", ".join(OUTPUT_FILES))
-    args = vars(parser.parse_args(argv))
-    out, overwrite = Path(args.pop("out")).expanduser(), bool(args.pop("overwrite", False))
-    cfg, found = read_settings(SoupConfig, args)
-    found += relation_problems(cfg, set(args)) + output_problems(out, overwrite, OUTPUT_FILES)
+    cfg, out, given, found = read_command_line(parser, SoupConfig, OUTPUT_FILES, argv)
+    found += relation_problems(cfg, given)
     if found:
         return fail(found)
     if cfg.threads:
