@@ -52,11 +52,14 @@ class RoundTotals:
         records as received (the composed strategy hands the inner strategy slimmer copies)."""
         received = [dict(content.array_records) for content in replies]
 
+        def stack(key: str, name: str) -> torch.Tensor:
+            return torch.stack([torch.from_numpy(r[key][name].numpy()) for r in received])
+
         def stacks() -> Stacks:
             if not received:
                 return {}, {}, {}
-            stack = lambda key, name: torch.stack([torch.from_numpy(r[key][name].numpy()) for r in received])  # noqa: E731
-            buffers = [name for name in sent if name not in set(param_names)]
+            parameters = set(param_names)
+            buffers = [name for name in sent if name not in parameters]
             keys = [key for key in received[0] if key != ARRAYS]
             records = {key: {name: stack(key, name) for name in received[0][key]} for key in keys}
             return {n: stack(ARRAYS, n) for n in param_names}, {n: stack(ARRAYS, n) for n in buffers}, records

@@ -39,11 +39,12 @@ def no_engine_starts(monkeypatch, engine_run) -> None:
     """Every engine's `run` replaced by `engine_run`: what a test sees when a run would start.
     Nothing trains before it either: the batched engine's auto mode takes its fixed rule, untimed."""
     import dataclasses
+    import functools
 
     from fedpfn.runtime.engines import batched
     from fedpfn.runtime.engines.registry import ENGINES
 
-    untimed = lambda run: batched.settle(run, timed=False)  # noqa: E731
+    untimed = functools.partial(batched.settle, timed=False)
     for name, engine in ENGINES.items():
         settle = untimed if name == "batched" else engine.settle
         monkeypatch.setitem(ENGINES, name, dataclasses.replace(engine, run=engine_run, settle=settle))
@@ -157,9 +158,11 @@ def pytest_configure(config) -> None:
 
     from packaging.version import Version
 
-    if config.getoption("dist", "no") == "loadgroup" and Version(pytest.__version__) >= Version("9.2"):
-        if Version(version("pytest-xdist")) < Version("3.9"):
-            raise pytest.UsageError(
-                f"--dist loadgroup needs pytest below 9.2 with pytest-xdist {version('pytest-xdist')} "
-                "(pytest-xdist issue #1386): pip install -e '.[test]' installs it"
-            )
+    if config.getoption("dist", "no") != "loadgroup":  # without xdist there is no `dist` either
+        return
+    xdist = version("pytest-xdist")
+    if Version(pytest.__version__) >= Version("9.2") and Version(xdist) < Version("3.9"):
+        raise pytest.UsageError(
+            f"--dist loadgroup needs pytest below 9.2 with pytest-xdist {xdist} "
+            "(pytest-xdist issue #1386): pip install -e '.[test]' installs it"
+        )

@@ -111,7 +111,7 @@ def test_run_folder_is_complete(reference):
     assert set(final) == set(torch.load(reference / "model_round_0.pt", weights_only=True))
 
 
-@pytest.mark.slow  # about 44 s idle: a run on Ray in a subprocess, stopped and resumed
+@pytest.mark.slow  # about 43 s idle: a run on Ray in a subprocess, stopped and resumed
 def test_ctrl_c_stops_within_seconds_and_the_run_resumes_to_the_same_numbers(reference, tmp_path):
     out = tmp_path / "stopped"
     proc = start(resumable_config(out, engine="ray"))
@@ -136,7 +136,7 @@ def test_ctrl_c_stops_within_seconds_and_the_run_resumes_to_the_same_numbers(ref
     assert summary["wall_seconds"] > before + resumed_rounds  # both processes counted
 
 
-@pytest.mark.slow  # about 25 s idle: a run in a subprocess, killed and resumed
+@pytest.mark.slow  # about 18 s idle: a run in a subprocess, killed and resumed
 def test_kill_9_before_the_first_checkpoint_resumes_from_round_1(reference, tmp_path):
     out = tmp_path / "killed"
     proc = start(resumable_config(out, checkpoint_every=0))
@@ -166,7 +166,7 @@ def ray_actors(session: int) -> list[int]:
     return found
 
 
-@pytest.mark.slow  # about 33 s idle: the resume starts Ray
+@pytest.mark.slow  # about 32 s idle: the resume starts Ray
 def test_a_batched_run_killed_mid_run_resumes_on_ray_to_the_same_numbers(reference, tmp_path):
     """kill -9 of the batched engine, then `--resume --engine ray`: the reference's numbers, and
     the provenance says who ran what."""
@@ -184,7 +184,7 @@ def test_a_batched_run_killed_mid_run_resumes_on_ray_to_the_same_numbers(referen
     assert resumed["engine"] == "ray" and 2 <= resumed["first_round"] <= 4
 
 
-@pytest.mark.slow  # about 40 s idle: a run on Ray, resumed on the batched engine
+@pytest.mark.slow  # about 36 s idle: a run on Ray, resumed on the batched engine
 def test_a_dead_simulation_worker_stops_the_run_and_it_resumes_to_the_same_numbers(reference, tmp_path):
     out = tmp_path / "worker"
     proc = start(resumable_config(out, engine="ray"))

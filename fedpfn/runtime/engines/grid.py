@@ -143,8 +143,8 @@ class BatchedGrid(Grid):
                 })  # fmt: skip
                 self._replies[message.metadata.message_id] = Message(content, reply_to=message)
             sent = protocol.to_numpy(messages[0].content[protocol.ARRAYS])
-            stacks = lambda: (result.params, result.buffers, result.records)  # noqa: E731  (already stacked)
-            return RoundTotals(stacks, result.metrics, sent, list(result.params))
+            already_stacked = (result.params, result.buffers, result.records)
+            return RoundTotals(lambda: already_stacked, result.metrics, sent, list(result.params))
         for k, message in enumerate(messages):
             self._replies[message.metadata.message_id] = Message(result.reply_content(k), reply_to=message)
         return None
