@@ -77,6 +77,14 @@ def test_the_closing_line_names_the_next_commands_ready_to_paste(tmp_path: Path)
 
     folder = tmp_path / "a run's folder"
     line = next_commands(folder, 20)
-    assert f"fedpfn report {shlex.quote(str(folder))} " in line and "--rounds 30" in line
+    assert f"fedpfn report {shlex.quote(str(folder))} " in line
     pasted = shlex.split(line.split("more rounds: ")[1])
-    assert pasted == ["fedpfn", "resume", str(folder), "--rounds", "30"]
+    assert pasted == ["fedpfn", "resume", str(folder), "--rounds", "40"]
+
+
+@pytest.mark.parametrize(("rounds", "suggested"), [(1, 2), (2, 4), (20, 40), (200, 400)])
+def test_the_closing_line_suggests_as_many_rounds_again(rounds: int, suggested: int, tmp_path: Path) -> None:
+    """After 2 rounds it suggested 12 (10 more, whatever the run's length): now the run's own length again."""
+    from fedpfn.runtime.progress import next_commands
+
+    assert next_commands(tmp_path, rounds).endswith(f" --rounds {suggested}")

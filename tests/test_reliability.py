@@ -279,7 +279,7 @@ def test_sigterm_exits_143_within_20_s_with_the_resume_line_and_stops_ray(tmp_pa
     assert proc.returncode == 143 and time.monotonic() - asked < 20, err[-2000:]
     assert "Traceback" not in err and "SIGTERM received" not in err, err[-2000:]
     last = [line for line in err.splitlines() if line.strip()][-1]
-    assert last.startswith("stopped ") and last.endswith(f"; continue with: python run_sim.py --resume {out}"), err
+    assert last.startswith("stopped ") and last.endswith(f"; continue with: fedpfn resume {out}"), err
     assert wait_until(lambda: not session_processes(proc.pid), 10), "Ray's processes outlived the run"
     assert not (out / ".fedpfn.lock").exists() and not list(out.glob("*.tmp"))
     done = RunFolder(out).read_metrics()
@@ -394,7 +394,7 @@ def test_a_failed_write_mid_run_ends_in_one_line_and_resumes_exactly(small_disk,
         run_in_process(cfg, sink=After(1, action))
     message = str(stopped.value)
     assert "\n" not in message and message.startswith(f"cannot write {cfg.run_dir}/"), message
-    assert message.endswith(f"stopped after round 1; continue with: python run_sim.py --resume {cfg.run_dir}")
+    assert message.endswith(f"stopped after round 1; continue with: fedpfn resume {cfg.run_dir}")
     if fault == "disk full":
         (small_disk / "filler").unlink()
     else:

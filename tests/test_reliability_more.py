@@ -241,12 +241,7 @@ def test_a_stop_in_the_first_half_second_is_one_line_and_the_right_code(tmp_path
 def test_the_continue_line_pastes_into_a_shell(tmp_path):
     folder = RunFolder(tmp_path / "it's a run")
     line = folder.stop_message()
-    assert shlex.split(line.split("continue with: ")[1]) == [
-        "python",
-        "run_sim.py",
-        "--resume",
-        str(folder.path),
-    ]
+    assert shlex.split(line.split("continue with: ")[1]) == ["fedpfn", "resume", str(folder.path)]
 
 
 # --- silently unused flags and second lines ----------------------------------------------------

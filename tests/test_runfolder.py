@@ -6,6 +6,7 @@ import io
 import json
 import os
 import pickle
+import shlex
 import zipfile
 
 import numpy as np
@@ -50,8 +51,9 @@ def test_overwrite_replaces_only_the_tools_own_files(tmp_path):
     folder.append_metrics({"round": 1, "test_accuracy": 0.5})
     (folder.path / "model_round_0.pt").write_bytes(b"x")
     (folder.path / "client_state" / "0").mkdir(parents=True)
-    with pytest.raises(RunFolderError, match="holds an unfinished run; pass --overwrite"):
+    with pytest.raises(RunFolderError, match="holds an unfinished run; pass --overwrite") as refused:
         folder.check_new_run(overwrite=False)
+    assert str(refused.value).endswith(f"or continue it with fedpfn resume {shlex.quote(str(folder.path))}")
     with folder.exclusive():
         folder.start({"algorithm": "fedprox"}, overwrite=True)
     assert sorted(p.name for p in folder.path.iterdir()) == ["config.json"]

@@ -122,7 +122,7 @@ def test_ctrl_c_stops_within_seconds_and_the_run_resumes_to_the_same_numbers(ref
     assert proc.returncode == 130 and time.monotonic() - asked < 10
     assert "Traceback" not in err
     stop_lines = [line for line in err.splitlines() if line.startswith("stopped after round ")]
-    assert len(stop_lines) == 1 and f"; continue with: python run_sim.py --resume {out}" in stop_lines[0], err
+    assert len(stop_lines) == 1 and f"; continue with: fedpfn resume {out}" in stop_lines[0], err
     assert not (out / ".fedpfn.lock").exists() and not (out / "summary.json").exists()
     from fedpfn.runtime.runfolder import read_tree
 
@@ -195,7 +195,7 @@ def test_a_dead_simulation_worker_stops_the_run_and_it_resumes_to_the_same_numbe
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, err[-2000:]
     assert "simulation worker" in err and "died" in err and "Traceback" not in err
-    assert "; continue with: python run_sim.py --resume" in err
+    assert "; continue with: fedpfn resume" in err
     done = [r["round"] for r in rows(out)]
     assert done and done == list(range(1, len(done) + 1)) and len(done) < 4
     result = resume(out, "--engine", "batched", "--engine-mode", "threads")  # Ray to Ray: the Ctrl-C test

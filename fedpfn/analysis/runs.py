@@ -80,7 +80,7 @@ def find_run_folders(paths: Iterable[str | Path]) -> list[Path]:
     if unfinished:
         raise ConfigError(
             f"runs: unfinished (no {SUMMARY}): {', '.join(unfinished)}; resume them "
-            "(python run_sim.py --resume DIR) or leave them out"
+            "(fedpfn resume DIR) or leave them out"
         )
     return list(dict.fromkeys(p.resolve() for p in found))
 

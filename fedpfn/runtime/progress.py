@@ -146,11 +146,12 @@ class Progress:
 
 
 def next_commands(run_dir: Path, rounds: int) -> str:
-    """The closing line: what a user does next with the run folder, ready to paste."""
+    """The closing line: what a user does next with the run folder, ready to paste; more rounds
+    means as many again (a fixed +10 would be five times a 2-round run, half of a 20-round one)."""
     folder = shlex.quote(str(run_dir))
     return (
         f"  next: fedpfn report {folder} (tables, intervals) · the figure {shlex.quote(str(run_dir / 'accuracy.png'))}"
-        f" · more rounds: fedpfn resume {folder} --rounds {rounds + 10}"
+        f" · more rounds: fedpfn resume {folder} --rounds {2 * rounds}"
     )
 
 

@@ -89,7 +89,7 @@ class RunFolder(FolderConfig, FolderMetrics, FolderCheckpoints, FolderOutputs):
         except RunFolderError:
             done = 0
         line = f"stopped after round {done}" if done else "stopped before its first round finished"
-        line += f"; continue with: python run_sim.py --resume {shlex.quote(str(self.path))}"
+        line += f"; continue with: fedpfn resume {shlex.quote(str(self.path))}"
         restart = self.checkpoint_round()
         if restart < done:
             line += f" (from its checkpoint of round {restart})" if restart else " (from round 1: no checkpoint yet)"
