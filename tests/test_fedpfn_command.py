@@ -88,3 +88,23 @@ def test_the_closing_line_suggests_as_many_rounds_again(rounds: int, suggested: 
     from fedpfn.runtime.progress import next_commands
 
     assert next_commands(tmp_path, rounds).endswith(f" --rounds {suggested}")
+
+
+def test_the_terminal_prints_accuracy_in_percent_as_the_pages_do(tmp_path: Path, capsys) -> None:
+    """The round lines and the summary said 0.8443 where the README and the reports say 84.43 %."""
+    from fedpfn.runtime.progress import Progress
+
+    progress = Progress(2, tmp_path / "run.log", show=True)
+    record = dict(test_accuracy=0.84434, test_loss=0.5, train_loss=0.6, num_clients=2, num_failures=0,
+                  skipped=False, local_accuracy_before_mean=0.712, local_accuracy_after_mean=0.8)  # fmt: skip
+    progress.round_done({**record, "round": 1, "seconds": 1.0}, [])
+    progress.round_done({**record, "round": 2, "seconds": 1.0, "test_accuracy": None}, [])
+    progress.summary({"rounds": 2, "wall_seconds": 3, "final_test_accuracy": 0.84434, "last5_mean_accuracy": 0.8,
+                      "last5_window": "last 2 of 2 evaluated rounds", "bytes_up_total": 0, "bytes_down_total": 0,
+                      "num_failures_total": 0})  # fmt: skip
+    progress.close()
+    first, second, done = capsys.readouterr().out.splitlines()[:3]
+    assert "test acc 84.43 %" in first and "local 71.2 % -> 80.0 %" in first, first
+    assert "test acc    -   " in second and second.index("loss") == first.index("loss"), second  # columns kept
+    assert "final test accuracy 84.43 %, mean 80.00 % over the last 2" in done, done
+    assert "0.84" not in first + done

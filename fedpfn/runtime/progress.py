@@ -40,6 +40,11 @@ def duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
+def percent(fraction: float, digits: int = 2) -> str:
+    """84.43 %: an accuracy as the pages and reports print it (metrics.jsonl keeps the fraction)."""
+    return f"{100 * fraction:.{digits}f} %"
+
+
 def header_lines(cfg: RunConfig, first_round: int, resources: str) -> list[str]:
     """The run in a few labelled lines: algorithm, data, federation, rounds, folder, compute."""
     split = f"Dirichlet({cfg.alpha:g})" if cfg.partition == "dirichlet" else cfg.partition
@@ -99,11 +104,11 @@ class Progress:
         self.seconds.append(record["seconds"])
         split = "val" if "val_accuracy" in record else "test"
         acc, loss = record[f"{split}_accuracy"], record[f"{split}_loss"]
-        shown = "   -  " if acc is None else f"{acc:.4f}"
+        shown = f"{'-':^7}" if acc is None else percent(acc)  # as wide as 84.43 %
         failed = f" [red]failed {record['num_failures']}[/red]" if record["num_failures"] else ""
         skipped = " [red]skipped[/red]" if record["skipped"] else ""
         before, after = record.get("local_accuracy_before_mean"), record.get("local_accuracy_after_mean")
-        local = f"  local {before:.3f}->{after:.3f}" if before is not None and after is not None else ""
+        local = f"  local {percent(before, 1)} -> {percent(after, 1)}" if before is not None and after is not None else ""
         left = self.total - record["round"]
         eta = duration(sum(self.seconds) / len(self.seconds) * left) if left else ""
         self.say(
@@ -132,8 +137,8 @@ class Progress:
         last = summary["last5_mean_val_accuracy" if split == "val" else "last5_mean_accuracy"]
         self.say(
             f"[bold]done[/bold] {summary['rounds']} rounds in {duration(summary['wall_seconds'])}: "
-            f"final {split} accuracy [bold]{summary[f'final_{split}_accuracy']:.4f}[/bold], "
-            f"mean {last:.4f} over the {summary['last5_window']}"
+            f"final {split} accuracy [bold]{percent(summary[f'final_{split}_accuracy'])}[/bold], "
+            f"mean {percent(last)} over the {summary['last5_window']}"
         )
         self.say(
             f"  up {summary['bytes_up_total'] / 1e6:.1f} MB, "
