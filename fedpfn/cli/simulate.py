@@ -328,6 +328,5 @@ def compare_main(args: dict[str, Any], argv: list[str] | None, prog: str = PROG)
         compare(base, algorithms, seeds, command, given=given_names(values))
     except ConfigError as err:
         return fail(str(err))
-    print(f"comparison written to {base.run_dir}: comparison.md, .csv, .json, the figures (.png and .pdf)")
-    return 0
+    return 0  # compare ended with its table and a next: line naming the report it wrote
 

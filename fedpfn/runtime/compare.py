@@ -20,9 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fedpfn.analysis.render import markdown, write_report
+from fedpfn.analysis.render import write_report
 from fedpfn.analysis.runs import read_run
 from fedpfn.analysis.stats import Report, analyse
+from fedpfn.analysis.terminal import show
 from fedpfn.core.config import PLACEMENT, TRACKERS, ConfigError, RunConfig
 from fedpfn.core.files import (
     COMPARISON_CONFIG,
@@ -37,6 +38,7 @@ from fedpfn.core.seeding import MAX_SEED
 from fedpfn.core.settings import is_set
 from fedpfn.runtime.algorithms import for_algorithm, hparam_fields, problems, validated
 from fedpfn.runtime.engines.registry import ENGINES
+from fedpfn.runtime.progress import as_part_of_a_comparison
 from fedpfn.runtime.recording import LAST_ROUNDS
 from fedpfn.runtime.simulation import simulate
 
@@ -185,7 +187,8 @@ def run_one(cfg: RunConfig, action: str) -> None:
         print(f"{cfg.run_dir}: finished earlier with the same settings, reused", flush=True)
         return
     print(f"== {cfg.algorithm} seed {cfg.seed}" + (" (resumed)" if action == "resume" else ""), flush=True)
-    simulate(cfg, resume=action == "resume")
+    with as_part_of_a_comparison():  # its next steps are the comparison's (`show`)
+        simulate(cfg, resume=action == "resume")
 
 
 def check_root(root: Path) -> None:
@@ -237,5 +240,5 @@ def compare(
     runs = [read_run(cfg.run_dir.resolve()) for cfg in configs]
     report = analyse(runs, algorithms[0], k=LAST_ROUNDS, target=base.target_accuracy, command=command)
     write_report(report, root, name="comparison")
-    print(markdown(report))
+    show(report, root / "comparison.md")  # the headline table and one next: line; the files hold the rest
     return report

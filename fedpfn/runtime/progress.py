@@ -14,6 +14,8 @@ import logging
 import os
 import shlex
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -146,8 +148,21 @@ class Progress:
             f"failures {summary['num_failures_total']}"
             + (f"; run folder {self.log_path.parent}" if self.log_path is not None else "")
         )
-        if self.log_path is not None:
+        if self.log_path is not None and not _AS_PART[0]:
             self.say(next_commands(self.log_path.parent, int(summary["rounds"])))
+
+
+_AS_PART = [False]  # set while a comparison runs its sub-runs: their next steps are the comparison's
+
+
+@contextmanager
+def as_part_of_a_comparison() -> Iterator[None]:
+    """Sub-runs close without a `next:` line of their own: the comparison ends with one for its report."""
+    _AS_PART[0] = True
+    try:
+        yield
+    finally:
+        _AS_PART[0] = False
 
 
 def next_commands(run_dir: Path, rounds: int) -> str:
