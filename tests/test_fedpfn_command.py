@@ -68,6 +68,8 @@ def test_run_help_shows_the_first_settings_and_help_all_every_one(capsys) -> Non
     flags = [line.split()[0] for line in short.splitlines() if line.startswith("  --")]
     assert len(flags) == 12 and "--algorithm" in flags and "--anchor-ratio" not in short
     assert "--help-all" in short and "--anchor-ratio" in full and "--prox-mu" in full
+    every = len([line for line in full.splitlines() if line.startswith("  --")]) - 1  # less --help-all
+    assert f"the 12 common settings of {every}; fedpfn run --help-all shows every one, grouped" in short
 
 
 def test_the_closing_line_names_the_next_commands_ready_to_paste(tmp_path: Path) -> None:

@@ -92,7 +92,9 @@ class FirstSettingsHelp(argparse.Action):
         formatter.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups)
         formatter.add_text(parser.description)
         by_dest = {a.dest: a for a in parser._actions if a.option_strings}
-        formatter.start_section(f"the settings most runs change first ({parser.prog} --help-all: every one, grouped)")
+        every = [a for a in by_dest.values() if not isinstance(a, (FirstSettingsHelp, argparse._HelpAction))]
+        formatter.start_section(f"the {len(FIRST)} common settings of {len(every)}; "
+                                f"{parser.prog} --help-all shows every one, grouped")  # fmt: skip
         formatter.add_arguments([by_dest[name] for name in FIRST])
         formatter.end_section()
         parser._print_message(formatter.format_help(), sys.stdout)
@@ -123,7 +125,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = Parser(prog=prog, usage=f"{prog} [--config FILE] [--FLAG VALUE ...] [KEY=VALUE ...]",
                     description=__doc__.split("\n\n")[0], argument_default=argparse.SUPPRESS,
                     allow_abbrev=False, add_help=False)  # fmt: skip
-    parser.add_argument("-h", "--help", action=FirstSettingsHelp, help="the settings most runs change first")
+    parser.add_argument("-h", "--help", action=FirstSettingsHelp, help="the common settings (those most runs change)")
     parser.add_argument("--help-all", action="help", help="every setting, grouped")
     groups = {name: parser.add_argument_group(name, about) for name, about in GROUPS.items()}
     run = groups["run"]
