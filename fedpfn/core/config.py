@@ -153,8 +153,8 @@ class RunConfig:
     engine_mode: str = setting(
         "auto",
         "how the batched engine runs a round: vmap (one stacked program), threads (clients side by side, "
-        "one CPU thread each), loop (one after another); auto: vmap on a GPU and for models without "
-        "convolutions, threads otherwise",
+        "one CPU thread each), loop (one after another); auto: vmap on a GPU, threads on the CPU (never "
+        "timed: the same command gives the same numbers whatever the load)",
         one_of(ENGINE_MODES),
         kind="placement",
     )

@@ -7,9 +7,9 @@ in-process implementation of Flower's `Grid`: a round's clients are trained as o
 at `--ray-address` (actors.py; where they go and what is refused: placement.py).
 
 How a cohort runs (`--engine-mode`): `vmap` stacks the clients and takes each step for all
-of them at once (the GPU, and models without convolutions on the CPU); `threads` trains
-clients side by side, one CPU thread each (convolutions under vmap become grouped
-convolutions, slow on the CPU); `loop` one after another. A round is split into chunks of
+of them at once (auto's choice on a GPU); `threads` trains clients side by side, one CPU
+thread each (auto's choice on the CPU: the numbers of `loop` and of the Ray engine, bit for
+bit, whatever the load); `loop` one after another. A round is split into chunks of
 `--engine-chunk` clients (0: as many as the device's free memory holds); a chunk that runs
 out of GPU memory is retried in halves, never lost.
 """
@@ -26,8 +26,7 @@ from flwr.app.user_config import UserConfig
 from fedpfn.core.config import RunConfig
 from fedpfn.core.training import pick_device
 from fedpfn.runtime.engines.actors import RayRunner, start_ray
-from fedpfn.runtime.engines.auto_mode import choose_mode
-from fedpfn.runtime.engines.cohort import CohortRunner, device_of, mode_of
+from fedpfn.runtime.engines.cohort import CohortRunner, auto_reason, device_of, mode_of
 from fedpfn.runtime.engines.grid import RUN_ID, SERVER_NODE, BatchedGrid, act_as_server
 from fedpfn.runtime.engines.placement import batched_slots, check_placement
 from fedpfn.runtime.lifecycle import RunPlan
@@ -60,17 +59,16 @@ def prepare(cfg: RunConfig) -> RunConfig:
     return cfg
 
 
-def settle(run: RunPlan, timed: bool = True) -> tuple[RunPlan, str]:
-    """`auto` resolved on this machine once the folder is checked (timed on the CPU unless not
-    `timed`: fedpfn.runtime.engines.auto_mode), with why, so that config.json says what computed
-    the numbers and a resume continues in it (a GPU machine picks vmap, a CPU one may pick
-    threads: they agree within rounding, not bit for bit). Ray actors resolve their own."""
+def settle(run: RunPlan) -> tuple[RunPlan, str]:
+    """`auto` resolved on this machine once the folder is checked, by the hardware alone
+    (cohort.mode_of), with why, so that config.json says what computed the numbers and a resume
+    continues in it (a GPU machine picks vmap, a CPU one threads: they agree within rounding,
+    not bit for bit). Ray actors resolve their own by the same rule."""
     cfg = run.cfg
     if cfg.engine_mode != "auto" or uses_ray(cfg):
         return run, ""
-    choice = choose_mode(cfg, timed)
-    cpus = {"client_cpus": choice.client_cpus} if choice.client_cpus is not None else {}
-    return dataclasses.replace(run, cfg=dataclasses.replace(cfg, engine_mode=choice.mode, **cpus)), choice.why
+    device = device_of(cfg)
+    return dataclasses.replace(run, cfg=dataclasses.replace(cfg, engine_mode=mode_of(cfg, device))), auto_reason(device)
 
 
 def describe(cfg: RunConfig) -> str:

@@ -16,8 +16,6 @@ from fedpfn.runtime.engines.program import Cohort
 from fedpfn.runtime.engines.result import CohortResult
 from fedpfn.runtime.engines.stacked import fitting_chunk
 
-CONV_MODELS = ("cnn", "resnet20", "vgg11")  # models whose convolutions are slow under vmap on the CPU
-
 
 def device_of(cfg: RunConfig) -> torch.device:
     """The GPU when one is visible and the clients may use it (`client_gpus` not 0), else the CPU."""
@@ -25,10 +23,20 @@ def device_of(cfg: RunConfig) -> torch.device:
 
 
 def mode_of(cfg: RunConfig, device: torch.device) -> str:
-    """`engine_mode`, with auto resolved: vmap on a GPU or for a model without convolutions."""
+    """`engine_mode`, with auto resolved by the hardware alone, never by a timing: vmap on a GPU,
+    threads on the CPU. Threads give the numbers of loop with one thread per client and of the
+    Ray engine bit for bit, whatever the load or the cores, so the same command on the same
+    machine gives the same numbers; vmap (another order of sums) only when named on the CPU."""
     if cfg.engine_mode != "auto":
         return cfg.engine_mode
-    return "vmap" if device.type == "cuda" or cfg.model not in CONV_MODELS else "threads"
+    return "vmap" if device.type == "cuda" else "threads"
+
+
+def auto_reason(device: torch.device) -> str:
+    """Why auto chose what mode_of chose: for the header, beside the compute line."""
+    if device.type == "cuda":
+        return "auto: vmap on the GPU"
+    return "auto: threads on the CPU, the numbers of loop and of the Ray engine bit for bit, whatever the load"
 
 
 class CohortRunner:
