@@ -29,6 +29,7 @@ importable module runs by dotted path (`--algorithm mypkg.rules:MyRule`).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -191,14 +192,18 @@ def _register(registry: dict[str, type[ClientRule]], cls: Rule) -> Rule:
 
 
 def load_client_rule(spec: str) -> type[ClientRule]:
-    """A user's rule by dotted path, `package.module:Class`, registered under that path; a module
-    in the current folder is found, one in a run folder never imported (fedpfn.core.user_code).
-    ConfigError, one line, where it does not load or is not a ClientRule."""
+    """A user's rule by dotted path, `package.module:Class`, imported but not yet registered (its
+    settings are checked against the others' first); a module in the current folder is found, one
+    in a run folder never imported (fedpfn.core.user_code). ConfigError, one line, where it does
+    not load or is not a ClientRule with a name and a dataclass of settings."""
     kind = "a client rule (a subclass of clients.base.ClientRule)"
     cls = import_user_class(spec, "algorithm", ClientRule, kind, "rule")
     if cls in ANCHOR_METHODS.values():
         raise ConfigError(f"algorithm: '{spec}' is an anchor method; name it as {cls.name}+RULE")
-    CLIENT_RULES.setdefault(spec, cls)
+    if not isinstance(cls.__dict__.get("name"), str):
+        raise ConfigError(f"algorithm: '{spec}' has no `name` of its own (a str class attribute: what runs call it)")
+    if not (isinstance(cls.Params, type) and dataclasses.is_dataclass(cls.Params)):
+        raise ConfigError(f"algorithm: '{spec}'.Params is not a dataclass of settings (see clients/fedlc.py)")
     return cls
 
 

@@ -17,6 +17,7 @@ from flwr.app import ArrayRecord, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedpfn.core.config import RunConfig
+from fedpfn.core.user_code import name_code
 from fedpfn.runtime.algorithms import load_config
 
 # One thread per process: tests start Ray workers and subprocesses beside this one on
@@ -36,18 +37,13 @@ TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
 
 
 def no_engine_starts(monkeypatch, engine_run) -> None:
-    """Every engine's `run` replaced by `engine_run`: what a test sees when a run would start.
-    Nothing trains before it either: the batched engine's auto mode takes its fixed rule, untimed."""
+    """Every engine's `run` replaced by `engine_run`: what a test sees when a run would start."""
     import dataclasses
-    import functools
 
-    from fedpfn.runtime.engines import batched
     from fedpfn.runtime.engines.registry import ENGINES
 
-    untimed = functools.partial(batched.settle, timed=False)
     for name, engine in ENGINES.items():
-        settle = untimed if name == "batched" else engine.settle
-        monkeypatch.setitem(ENGINES, name, dataclasses.replace(engine, run=engine_run, settle=settle))
+        monkeypatch.setitem(ENGINES, name, dataclasses.replace(engine, run=engine_run))
 
 
 def tiny_config(**overrides) -> RunConfig:
@@ -65,6 +61,7 @@ def tiny_config(**overrides) -> RunConfig:
         out=tempfile.mkdtemp(dir=_SCRATCH),
     )
     values.update(overrides)
+    name_code(values.get("algorithm"), values.get("server"))  # the settings a test gives, as if typed
     return load_config(values)
 
 

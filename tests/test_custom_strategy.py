@@ -90,7 +90,7 @@ def test_the_readme_strategy_steps_beta_of_the_way_to_the_mean(tmp_path, monkeyp
 @pytest.mark.parametrize("line", ROBUST)
 def test_the_readme_robust_aggregators_are_accepted_and_keywords_checked(line, tmp_path, capsys):
     argv = shlex.split(line)[2:]
-    cfg = validated(run_sim.config_from_args(vars(run_sim.build_parser().parse_args(argv))))
+    cfg = validated(run_sim.config_from_args(run_sim.parse_args(argv)))
     strategy = build_strategy(cfg, initial_model(cfg))
     assert type(strategy.inner).__name__ == argv[1].split(":")[1]
     assert run_sim.main([*argv[:2], "--server-args", '{"gamma": 1}', "--out", str(tmp_path / "r")]) == 2

@@ -29,6 +29,7 @@ env.flower_defaults()  # before Flower is imported: its telemetry reads the swit
 
 from fedpfn.core.config import ConfigError, RunConfig  # noqa: E402
 from fedpfn.core.settings import add_flags, read_toml  # noqa: E402
+from fedpfn.core.user_code import keep_out_of_imports, name_code  # noqa: E402
 from fedpfn.runtime.algorithms import parse_config, validated  # noqa: E402
 from fedpfn.runtime.runfolder import RunWriteError  # noqa: E402
 from fedpfn.runtime.server import WorkerLost  # noqa: E402
@@ -192,15 +193,25 @@ def read_overrides(tokens: list[str], names: dict[str, str], prog: str = PROG) -
 
 def load_user_rule(argv: list[str]) -> None:
     """A client rule named by dotted path (`--algorithm mypkg.rules:MyRule`) imported before the
-    flags are built, so that its hyperparameters are flags too (ConfigError where it does not load)."""
+    flags are built, so that its hyperparameters are flags too (ConfigError where it does not load).
+    The command line names it, so fedpfn.core.user_code may import it."""
     from fedpfn.runtime.algorithms import split_algorithm
 
+    for k, token in enumerate(argv[:-1]):
+        if token == "--resume":  # the folder resumed is data, whatever files it holds: no code from it
+            keep_out_of_imports(Path(argv[k + 1]))
     for k, token in enumerate(argv):
         named = argv[k + 1] if token == "--algorithm" and k + 1 < len(argv) else None
         for prefix in ("--algorithm=", "algorithm="):
             named = token[len(prefix) :] if token.startswith(prefix) else named
         if named and ":" in named:
+            name_code(named.strip("'\""))
             split_algorithm(named.strip("'\""))
+
+
+def name_given_code(args: dict[str, Any]) -> None:
+    """The dotted paths this command line gives (server, the algorithms compared): its own, not a file's."""
+    name_code(args.get("algorithm"), args.get("server"), *str(args.get("compare", "")).split(","))
 
 
 def parse_args(argv: list[str] | None, prog: str = PROG) -> dict[str, Any]:

@@ -1,9 +1,12 @@
 """A user's class by dotted path (`package.module:Class`): a server strategy or a client rule.
 
-Code inside a run (or comparison) folder is never imported: such a folder holds what a run
-wrote, or what someone who could write there put in it, and a class named in an edited
-config.json must not run it. Where the module would come from is found first, without running
-anything; a current folder inside a run folder is not searched.
+The one guard every name that becomes code passes. A file never chooses code: a dotted path is
+imported only when the command itself names it (its own line, `flwr run`'s run config, or the
+server's message to its clients: `name_code`), never because a folder's config.json, a preset
+or a forged fingerprint says so; a resume must be given the path again. Code inside a run (or
+comparison) folder is never imported either, wherever the module lies (found first, without
+running anything), and a current folder inside one is not searched. A module that misbehaves
+on import (raises, exits, is a program's `__main__`) is refused in one line.
 """
 
 from __future__ import annotations
@@ -17,19 +20,55 @@ from pathlib import Path
 from fedpfn.core.files import enclosing_run_folder, module_locations
 from fedpfn.core.settings import ConfigError
 
+_NAMED_BY_COMMAND: set[str] = set()  # the dotted paths this process's command named
+_DATA_FOLDERS: set[Path] = set()  # folders this command reads as data, run folder or not by their files
+
+
+def keep_out_of_imports(folder: Path) -> None:
+    """Never import code from `folder` (a folder being resumed, whatever files it holds)."""
+    _DATA_FOLDERS.add(Path(os.path.realpath(folder)))
+
+
+def _data_folder(path: Path) -> Path | None:
+    """The run folder, or folder read as data, that `path` lies in, if any."""
+    real = Path(os.path.realpath(path))
+    named = next((folder for folder in _DATA_FOLDERS if real == folder or folder in real.parents), None)
+    return named or enclosing_run_folder(real)
+
+
+def code_paths(value: object) -> list[str]:
+    """The dotted paths in a setting's value: itself, or each `+`-part of an algorithm."""
+    return [part for part in value.split("+") if ":" in part] if isinstance(value, str) else []
+
+
+def name_code(*values: object) -> None:
+    """Record the dotted paths in `values` as named by this process's command (see the module's
+    docstring for who may call it): the only ones `import_user_class` imports."""
+    for value in values:
+        _NAMED_BY_COMMAND.update(code_paths(value))
+
 
 def import_user_class(path: str, setting: str, base: type, kind: str, noun: str) -> type:
     """The class `path` names, a subclass of `base`; a module in the current folder is found too.
 
-    ConfigError, one line naming `setting`, where it does not load or is not a `kind` (`noun`: what it is called)."""
+    ConfigError, one line naming `setting`, where the command did not name it, it does not load
+    or is not a `kind` (`noun`: what it is called)."""
     module_name, _, class_name = path.partition(":")
-    if os.getcwd() not in sys.path and enclosing_run_folder(Path(os.getcwd())) is None:
+    if path not in _NAMED_BY_COMMAND:
+        raise ConfigError(
+            f"{setting}: '{path}' is code that only a file names (a run folder's config.json or a preset); "
+            f"fedpfn imports a user's code only when the command names it: give it again on the command line "
+            f"(--{setting.replace('_', '-')} or {setting}=)"
+        )
+    if "__main__" in module_name.split("."):
+        raise ConfigError(f"{setting}: '{module_name}' is a program's entry point, not a module that holds a {noun}")
+    if os.getcwd() not in sys.path and _data_folder(Path(os.getcwd())) is None:
         sys.path.append(os.getcwd())
     try:
         locations = module_locations(module_name)
     except (ImportError, ValueError):
         locations = []  # the import below says what is wrong with the name
-    inside = next((folder for folder in map(enclosing_run_folder, locations) if folder is not None), None)
+    inside = next((folder for folder in map(_data_folder, locations) if folder is not None), None)
     if inside is not None:
         raise ConfigError(
             f"{setting}: module '{module_name}' lies in the run folder '{inside}'; fedpfn never imports code "
@@ -37,7 +76,7 @@ def import_user_class(path: str, setting: str, base: type, kind: str, noun: str)
         )
     try:
         module = importlib.import_module(module_name)
-    except Exception as err:  # noqa: BLE001  (a user module may raise anything on import)
+    except BaseException as err:  # noqa: BLE001  (a user module may raise anything on import, SystemExit too)
         raise ConfigError(f"{setting}: cannot import module '{module_name}' ({type(err).__name__}: {err})") from None
     cls = getattr(module, class_name, None)
     if not (inspect.isclass(cls) and issubclass(cls, base)):

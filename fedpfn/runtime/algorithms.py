@@ -35,9 +35,11 @@ from torch import nn
 
 from clients import ANCHOR_METHODS, CLIENT_RULES, ClientRule, load_client_rule
 from fedpfn.core.config import RunConfig, core_fields
+from fedpfn.core.init_file import file_sha256
 from fedpfn.core.personal import PERSONAL, meta_model, personal_entries
 from fedpfn.core.settings import ConfigError, is_set, one_per_setting
 from fedpfn.core.settings import problems as setting_problems
+from fedpfn.core.user_code import name_code
 from strategies import (
     SERVER_PARTS,
     SERVER_RULES,
@@ -79,8 +81,20 @@ def split_algorithm(algorithm: str) -> tuple[str | None, str]:
     head, _, rest = algorithm.partition("+")
     anchor, rule = (head, rest or "fedavg") if head in ANCHOR_METHODS else (None, algorithm)
     if ":" in rule and rule not in CLIENT_RULES:
-        load_client_rule(rule)  # ConfigError where it does not load
+        cls = load_client_rule(rule)  # ConfigError where it does not load
+        check_own_settings(rule, cls.Params)
+        CLIENT_RULES[rule] = cls
     return anchor, rule
+
+
+def check_own_settings(spec: str, params: type) -> None:
+    """A user's rule declares no setting that a core setting or another algorithm declares: one
+    line naming both (until settings are namespaced per algorithm, names are shared)."""
+    owners = {f.name: "is a core setting" for f in dataclasses.fields(RunConfig)}
+    owners |= {f.name: f"{cls.__qualname__} declares too" for cls in hparam_classes() for f in dataclasses.fields(cls)}
+    for f in dataclasses.fields(params):
+        if f.name in owners:
+            raise ConfigError(f"algorithm: '{spec}' declares the setting '{f.name}', which {owners[f.name]}; rename it")
 
 
 def anchor_method(cfg: RunConfig) -> str | None:
@@ -151,13 +165,15 @@ def parse_config(values: dict[str, Any], given: set[str] | None = None) -> RunCo
 
 
 def validated(cfg: RunConfig, given: set[str] | None = None) -> RunConfig:
-    """`cfg` with its algorithms' hyperparameters resolved, or ConfigError listing every problem.
+    """`cfg` with its algorithms' hyperparameters resolved and its start file's sha256 recorded
+    (`--init`: checked against the file where recorded), or ConfigError listing every problem.
 
     `given`: the settings the user named (fedpfn.core.settings.is_set), None where that is not known."""
     found = problems(cfg, given)
     if found:
         raise ConfigError("\n".join(found))
-    return dataclasses.replace(cfg, hparams=resolve_hparams(cfg))
+    digest = cfg.init_sha256 or (file_sha256(cfg.init) if cfg.init else None)
+    return dataclasses.replace(cfg, hparams=resolve_hparams(cfg), init_sha256=digest)
 
 
 def load_config(values: dict[str, Any]) -> RunConfig:
@@ -166,8 +182,11 @@ def load_config(values: dict[str, Any]) -> RunConfig:
 
 
 def config_from_json(text: str) -> RunConfig:
-    """The config a train message carries (already checked where the run started)."""
-    return parse_config(json.loads(text))
+    """The config a train message carries (already checked where the run started): the server's
+    word, so the code it names is the command's (fedpfn.core.user_code)."""
+    values = json.loads(text)
+    name_code(values.get("algorithm"), values.get("server"))
+    return parse_config(values)
 
 
 def for_algorithm(cfg: RunConfig, algorithm: str) -> RunConfig:

@@ -50,6 +50,7 @@ def deployed_main(grid: Grid, context: Context) -> None:
     problem = env.runtime_env_problem()
     if problem is not None:
         raise RuntimeError(problem)
+    name_code(context.run_config.get("algorithm"), context.run_config.get("server"))  # flwr run's command
     cfg = load_config(dict(context.run_config))
     check_simulated_nodes(grid, cfg.num_clients)
     cfg = dataclasses.replace(cfg, out=str(cfg.run_dir.resolve()))  # relative: to the SuperLink's folder

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from types import FrameType
+from pathlib import Path
 from typing import Any
 
 from fedpfn.core.cache import client_indices, initial_model
@@ -33,6 +34,7 @@ from fedpfn.core.config import (
 )
 from fedpfn.core.data import DataError, find_data_problem
 from fedpfn.core.files import LOCK, LOG, append_text, stop_writing
+from fedpfn.core.user_code import code_paths, keep_out_of_imports
 from fedpfn.runtime import env, lifecycle, reaper
 from fedpfn.runtime.algorithms import parse_config, validated
 from fedpfn.runtime.engines.registry import ENGINES
@@ -196,7 +198,7 @@ def simulate(cfg: RunConfig, resume: bool = False, show_progress: bool = True) -
         run = lifecycle.plan(cfg, resume)  # the folder and every part of a checkpoint, nothing written
         check_runnable(cfg)
         quiet_flower()
-        run, why = engine.settle(run)  # config.json records what the engine resolved (a timed mode)
+        run, why = engine.settle(run)  # config.json records what the engine resolved (auto)
         claimed = lifecycle.claimed(run, cfg.engine)
         compute = engine.describe(run.cfg) + (f" ({why})" if why else "")
         with claimed, lifecycle.tracking(run, compute, show_progress) as tracker:
@@ -224,13 +226,15 @@ def resume_config(run_dir: str, overrides: dict[str, Any]) -> RunConfig:
 
     Any other flag that differs from the run's value is refused: a resumed run keeps its
     settings, so its numbers stay those of one uninterrupted run. A run folder is data: what it
-    names is neither imported nor downloaded unless this command asks too (check_folder_choices).
+    names is neither imported nor downloaded unless this command asks too (check_folder_code,
+    check_folder_download).
     """
     folder = resumable_folder(run_dir)
     raw = folder.read_config()
+    check_folder_code(raw, overrides, folder.path)
     folder.check_belongs({k: v for k, v in raw.items() if k not in NOT_IN_FINGERPRINT})
     stored = parse_config(raw)
-    check_folder_choices(stored, overrides)
+    check_folder_download(stored, overrides)
     requested = parse_config({**stored.to_dict(), **overrides})
     conflicts = requested.differences(stored, ignore=("out", "rounds", "overwrite", *PLACEMENT, *TRACKERS))
     if conflicts:
@@ -264,15 +268,27 @@ def resume_config(run_dir: str, overrides: dict[str, Any]) -> RunConfig:
     return cfg
 
 
-def check_folder_choices(stored: RunConfig, overrides: dict[str, Any]) -> None:
+def check_folder_code(raw: dict[str, Any], overrides: dict[str, Any], folder: Path) -> None:
     """A run folder is data: whoever could write it (a shared or downloaded folder) must not choose
-    code that runs (a `server` module:Class is imported only when this command names it too) or a
-    download into a folder of its naming (only when `--download` is given again)."""
-    if ":" in stored.server and "server" not in overrides:
-        raise ConfigError(
-            f"resume: the run's server is the class '{stored.server}', which only its config.json names; fedpfn "
-            f"imports code a command names, never a file: pass --server {shlex.quote(stored.server)} to resume it"
-        )
+    code that runs, whatever its fingerprint says. A client rule or `server` given as module:Class
+    is imported only when this command names the same (fedpfn.core.user_code), and never from a
+    module inside the folder, even one that holds only its config.json."""
+    keep_out_of_imports(folder)
+    for setting, noun in (("algorithm", "client rule"), ("server", "server")):
+        stored = raw.get(setting)
+        if not code_paths(stored):
+            continue
+        given = overrides.get(setting)
+        if given != stored:
+            now = f"; this command names '{given}'" if given is not None else ""
+            raise ConfigError(
+                f"resume: the run's {noun} is the class '{stored}', which only its config.json names{now}; fedpfn "
+                f"imports code a command names, never a file: pass --{setting} {shlex.quote(str(stored))} to resume it"
+            )
+
+
+def check_folder_download(stored: RunConfig, overrides: dict[str, Any]) -> None:
+    """A file never decides what is downloaded where: only a command's `--download` does."""
     missing = find_data_problem(stored.dataset, stored.data_root, download=False)
     if stored.download and missing and "download" not in overrides:
         raise ConfigError(
