@@ -231,6 +231,7 @@ def parse_args(argv: list[str] | None, prog: str = PROG) -> dict[str, Any]:
                  for key in overrides if key in args]  # fmt: skip
     if problems:
         raise ConfigError("\n".join(problems))
+    name_given_code({**args, **overrides})
     return {**args, **overrides}
 
 
