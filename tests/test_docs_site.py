@@ -131,3 +131,60 @@ def test_a_command_that_cannot_run_here_is_checked_and_listed(page, command, not
     checked = {"help": "; its flags checked against its --help", "settings": "; its settings checked",
                "run config": "; its run config checked as Flower fuses it"}.get(not_run.checked, "")  # fmt: skip
     pytest.skip(f"not run here: {page}: `{command}`: {not_run.why}{checked}")
+
+
+# --- the site in a real browser (issue 44): whole tables, the verdict column on screen -------------
+
+
+def check_site():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import check_site as module
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    return module
+
+
+@pytest.mark.slow  # about 15 s: a strict build, then Chromium twice
+@pytest.mark.skipif(mkdocs_missing() or not shutil.which("chromium"), reason="needs mkdocs-material and chromium")
+def test_results_tables_are_whole_at_1280_px_in_chromium(tmp_path):
+    """scripts/check_site.py on results.md: no table hides a column, and the screenshot (cropped to
+    the first table with a verdict column) shows that column inside a 1280 px window."""
+    shot = tmp_path / "results-1280.png"
+    assert check_site().check(["results"], 1280, shot) == []
+    from PIL import Image
+
+    with Image.open(shot) as image:
+        assert image.width == 1280 and image.height > 300
+
+
+def test_the_browser_check_reports_a_clipped_table():
+    """The check can fail: a table wider than its frame, or past the content column, is one line."""
+    measured = {"tables": [
+        {"index": 0, "columns": 10, "head": ["arm", "verdict"], "hidden": 112, "right": 900, "column_right": 980},
+        {"index": 1, "columns": 4, "head": ["a", "final round"], "hidden": 0, "right": 1100, "column_right": 980},
+        {"index": 2, "columns": 3, "head": ["a", "b"], "hidden": 0, "right": 700, "column_right": 980},
+    ]}  # fmt: skip
+    assert check_site().problems("results", measured) == [
+        "results.md table 1 (10 columns, last 'verdict'): 112 px are hidden behind its scroll bar",
+        "results.md table 2 (4 columns, last 'final round'): its last column ends 120 px past the content column",
+    ]
+
+
+def test_code_references_link_to_the_repository():
+    """A file name in code on a page links to it at repo_url (mkdocs.yml); names of no file, code
+    blocks and existing links stay as they are."""
+    import yaml
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from mkdocs_hooks import link_code_references
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    repo = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["repo_url"]
+    page = "`clients/fedlc.py` and `strategies/`, not `no/such.py` nor `--rounds`\n```\n`clients/base.py`\n```\n[`run_sim.py`](x)"
+    assert link_code_references(page, repo).splitlines() == [
+        f"[`clients/fedlc.py`]({repo}/blob/main/clients/fedlc.py) and [`strategies/`]({repo}/tree/main/strategies), "
+        "not `no/such.py` nor `--rounds`",
+        "```", "`clients/base.py`", "```", "[`run_sim.py`](x)",
+    ]

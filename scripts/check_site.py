@@ -1,0 +1,150 @@
+"""The site as a reader's browser shows it: every table whole inside the content column.
+
+    python scripts/check_site.py                     # build the site, check the table pages, screenshot
+    python scripts/check_site.py --width 1280 --shot /tmp/results-1280.png --pages results,fusion
+
+Builds the site (`mkdocs build --strict`, as tests/test_docs_site.py does), opens each page in
+headless Chromium at the given window width (1280 px: a laptop) and measures every table: a
+table wider than its frame, or reaching past the content column's right edge, hides columns
+(the results tables' last ones are the verdicts), so it is reported, one line each, and the
+script exits 1. It then screenshots the first page at that width, cropped to its first table with
+a `verdict` column, and checks that column is inside the window. Needs `chromium` (Debian:
+`apt-get install chromium`); exit 2 without it. Documented in docs/development/testing.md;
+tests/test_docs_site.py runs it on results.md where Chromium is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = ("results", "alignment", "alignment_federated", "fusion", "results_earlier", "architecture")
+# Run in the page once it has loaded: every table's geometry, and the page's height, as JSON in the DOM.
+PROBE = """<script>
+window.addEventListener("load", () => {
+  const column = document.querySelector(".md-content__inner").getBoundingClientRect();
+  const tables = [...document.querySelectorAll(".md-typeset table")].map((table, index) => {
+    const frame = table.closest(".md-typeset__scrollwrap") || table.parentElement;
+    const heads = [...table.querySelectorAll("thead th")];
+    const last = heads.length ? heads[heads.length - 1].getBoundingClientRect() : table.getBoundingClientRect();
+    const box = table.getBoundingClientRect();
+    return {index, columns: heads.length, head: heads.map(h => h.textContent.trim()),
+            hidden: frame.scrollWidth - frame.clientWidth, right: last.right, column_right: column.right,
+            top: box.top + window.scrollY, bottom: box.bottom + window.scrollY, left: box.left};
+  });
+  const found = document.createElement("pre");
+  found.id = "fedpfn-probe";
+  found.textContent = JSON.stringify({height: document.documentElement.scrollHeight, tables});
+  document.body.appendChild(found);
+});
+</script>"""
+
+
+def chromium() -> str | None:
+    return next((found for name in ("chromium", "chromium-browser", "google-chrome") if (found := shutil.which(name))), None)
+
+
+def build(site: Path) -> None:
+    """The site as the docs test builds it: strict, so a broken link fails here too."""
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f", str(ROOT / "mkdocs.yml"),
+                           "-d", str(site)], capture_output=True, text=True, check=False, timeout=300,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"error: mkdocs build --strict failed:\n{done.stderr[-3000:]}")
+
+
+def browser(page: Path, width: int, height: int, *extra: str) -> str:
+    """Headless Chromium's output for a page at a window size: the DOM after load, or a screenshot."""
+    command = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--mute-audio",
+               f"--window-size={width},{height}", "--virtual-time-budget=5000", *extra, page.as_uri()]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
+    if done.returncode != 0:
+        raise SystemExit(f"error: chromium failed on {page}: {done.stderr[-2000:]}")
+    return done.stdout
+
+
+def measure(site: Path, name: str, width: int) -> dict:
+    """Every table's geometry on one page, read by the probe from a copy of the page."""
+    page = site / name / "index.html"
+    probed = page.with_name("probed.html")
+    probed.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
+    dom = browser(probed, width, 900, "--dump-dom")
+    found = re.search(r'<pre id="fedpfn-probe">(.*?)</pre>', dom, re.DOTALL)
+    if not found:
+        raise SystemExit(f"error: the probe did not run on {name} (Chromium printed no measurements)")
+    return json.loads(found[1].replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
+
+
+def problems(name: str, measured: dict) -> list[str]:
+    """One line per table that a reader sees only in part."""
+    found = []
+    for table in measured["tables"]:
+        where = f"{name}.md table {table['index'] + 1} ({table['columns']} columns, last '{table['head'][-1] if table['head'] else ''}')"
+        if table["hidden"] > 1:
+            found.append(f"{where}: {table['hidden']} px are hidden behind its scroll bar")
+        elif table["right"] > table["column_right"] + 1:
+            found.append(f"{where}: its last column ends {table['right'] - table['column_right']:.0f} px past the content column")
+    return found
+
+
+def screenshot(site: Path, name: str, measured: dict, width: int, shot: Path) -> str | None:
+    """The page at `width`, cropped to its first table with a verdict column; a problem, or None."""
+    table = next((t for t in measured["tables"] if t["head"] and "verdict" in t["head"][-1].lower()), None)
+    if table is None:
+        return f"{name}.md has no table whose last column is a verdict"
+    page = site / name / "index.html"
+    scrolled = page.with_name("shot.html")  # the page moved up to the table: a window-sized shot of it
+    top = max(0, int(table["top"]) - 120)
+    lift = f"<style>.md-container {{ margin-top: -{top}px; }}</style>"
+    scrolled.write_text(page.read_text().replace("</head>", lift + "</head>"))
+    height = min(2400, int(table["bottom"]) - top + 60)
+    browser(scrolled, width, height, f"--screenshot={shot}", "--hide-scrollbars")
+    if table["right"] > width or table["hidden"] > 1:
+        return f"{name}.md: the verdict column is not inside a {width} px window"
+    return None
+
+
+def check(pages: list[str], width: int, shot: Path, site: Path | None = None) -> list[str]:
+    """Builds the site (unless `site` holds one), measures `pages`, screenshots the first; the problems."""
+    with tempfile.TemporaryDirectory(prefix="fedpfn-site-") as temporary:
+        site = site or Path(temporary) / "site"
+        if not (site / "index.html").exists():
+            build(site)
+        found, first = [], None
+        for name in pages:
+            measured = measure(site, name, width)
+            first = first or measured
+            found += problems(name, measured)
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        seen = screenshot(site, pages[0], first, width, shot)
+        return found + ([seen] if seen else [])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python scripts/check_site.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--width", type=int, default=1280, help="the browser window's width in px (1280)")
+    parser.add_argument("--pages", default=",".join(PAGES), help="pages to measure, the first screenshotted")
+    parser.add_argument("--shot", type=Path, default=Path(tempfile.gettempdir()) / "fedpfn-site" / "results-1280.png",
+                        help="where the screenshot goes")  # fmt: skip
+    parser.add_argument("--site", type=Path, help="a site already built (mkdocs build -d DIR); built afresh otherwise")
+    args = parser.parse_args(argv)
+    if chromium() is None:
+        print("error: no chromium on PATH (Debian: apt-get install chromium)", file=sys.stderr)
+        return 2
+    found = check([p.strip() for p in args.pages.split(",") if p.strip()], args.width, args.shot, args.site)
+    for line in found:
+        print(f"error: {line}", file=sys.stderr)
+    print(f"screenshot: {args.shot}")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
