@@ -16,6 +16,7 @@ import torch
 
 from fedpfn.analysis import cold, cold_eval
 from fedpfn.analysis.cold_eval import Images, ProbeSpec
+from fedpfn.core.init_file import storage_budget
 from fedpfn.core.models import build_model
 from fedpfn.core.training import OptimizerSpec, evaluate
 from partitions.tasks import FMNIST_TASKS, HELD_OUT_TASKS, SOURCE_CLASSES, label_map
@@ -117,12 +118,12 @@ def test_a_run_folder_gives_its_final_body_and_each_newest_head_and_no_pickle(tm
     heads.mkdir(parents=True)
     for r in (1, 2):
         np.savez(heads / f"r{r}.npz", **{"classifier.bias": np.full(SOURCE_CLASSES, r, dtype=np.float32)})
-    config, body, read = cold_eval.read_cold_run(folder)
+    config, body, read = cold_eval.read_cold_run(folder, storage_budget(model))
     assert config["rounds"] == 2 and all(torch.equal(body[n], v) for n, v in model.state_dict().items())
     assert read[0]["classifier.bias"].tolist() == [2.0] * SOURCE_CLASSES
     np.savez(heads / "r3.npz", **{"classifier.bias": np.array([{"x": 1}], dtype=object)})
     with pytest.raises(ValueError, match="allow_pickle"):
-        cold_eval.read_cold_run(folder)
+        cold_eval.read_cold_run(folder, storage_budget(model))
 
 
 def test_held_out_tasks_are_no_contributors_and_relabel_every_class() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -169,6 +170,7 @@ def test_pretrain_then_soup_write_their_files(tmp_path: Path, capsys) -> None:
     assert set(result["arms"]) == set(soup_run.ARMS)
     assert len(result["comparisons"]) == len(soup_run.COMPARISONS) * len(soup_run.METRICS)
     assert "outside the pretraining's upstream share" in result["downstream"]
+    assert result["start_sha256"] == hashlib.sha256((start / "model.safetensors").read_bytes()).hexdigest()
     assert {p.name for p in (tmp_path / "soup").iterdir()} == set(soup.OUTPUT_FILES)
     assert "| shared − independent | greedy_acc |" in (tmp_path / "soup" / "soup.md").read_text()
     code, err = _run(soup.main, argv, capsys)

@@ -17,7 +17,6 @@ one line each, exit 2, before any run starts; a folder holding runs of other set
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import subprocess
@@ -51,7 +50,14 @@ from fedpfn.core.anchors import GRANULARITIES
 from fedpfn.core.cache import validation_indices
 from fedpfn.core.data import DataError, find_data_problem, load_dataset
 from fedpfn.core.files import CONFIG, SUMMARY, DamagedFile, atomic_write_json, read_json
-from fedpfn.core.init_file import init_file_problem, read_state_file
+from fedpfn.core.init_file import (
+    InitError,
+    file_sha256,
+    init_file_problem,
+    load_start,
+    read_state_file,
+    storage_budget,
+)
 from fedpfn.core.models import build_model, model_problem
 from fedpfn.core.seeding import Stream, torch_generator
 from fedpfn.core.settings import above, at_least, between, one_of, setting
@@ -60,6 +66,7 @@ from partitions.tasks import TASK_NAMES
 
 OUTPUT_FILES = ("cold.json", "cold.md")
 SETTINGS_FILE = "cold_config.json"  # what the runs under DIR/runs were started with
+IMAGE_SHAPE, CLASSES = (1, 28, 28), 10  # Fashion-MNIST's, whose tasks ColD's are
 NOT_COMPARED = ("threads",)  # may differ when a folder's runs are reused
 RUN_FLAGS = {  # the federated arms; `independent` is the control
     "plain": ("--algorithm", "fedavg"),
@@ -99,7 +106,8 @@ class ColdConfig:
 
 
 def start_problems(cfg: ColdConfig) -> list[str]:
-    """The start file, and its pretrain record against --model."""
+    """The start file, its pretrain record against --model, and its tensors loaded into the model
+    (every run starts from it: a file no run could start from is refused before the first)."""
     if cfg.start is None:
         return ["start: give the start file (python -m fedpfn.analysis.pretrain writes one)"]
     if problem := init_file_problem(cfg.start):
@@ -108,13 +116,21 @@ def start_problems(cfg: ColdConfig) -> list[str]:
     if record is not None and (record.model, record.dataset) != (cfg.model, "fmnist"):
         found.append(f"start: pretrained as {record.model} on {record.dataset}; ColD's tasks are "
                      f"Fashion-MNIST's, with --model {record.model}")  # fmt: skip
-    return found
+    if found or model_problem(cfg.model):
+        return found
+    with torch.random.fork_rng(devices=[]):
+        model = build_model(cfg.model, IMAGE_SHAPE, CLASSES)
+    try:
+        load_start(model, cfg.start, label="start")
+    except InitError as err:
+        return str(err).splitlines()
+    return []
 
 
 def folder_settings(cfg: ColdConfig) -> dict[str, Any]:
     """What the runs of a folder are tied to: the settings and the start file's content."""
     start = Path(str(cfg.start)).expanduser()
-    digest = hashlib.sha256(start.read_bytes()).hexdigest() if start.is_file() else None
+    digest = file_sha256(start) if start.is_file() else None
     return json.loads(json.dumps({**asdict(cfg), "start_sha256": digest}))
 
 
@@ -214,20 +230,22 @@ def evaluate_seed(
 ) -> dict[str, dict[str, Any]]:
     """The start and every fused arm of one seed."""
     device = pick_device()
-    runs = {arm: read_cold_run(out / "runs" / arm / f"s{seed}") for arm in FUSED}
-    images = images_for(runs["plain"][0], cfg.test_subset, device)
+    folders = {arm: out / "runs" / arm / f"s{seed}" for arm in FUSED}
+    images = images_for(read_json(folders["plain"] / CONFIG), cfg.test_subset, device)
     with torch.random.fork_rng(devices=[]):
-        model = build_model(cfg.model, tuple(images.train_x.shape[1:]), 10).to(device)
-    start = read_state_file(out / "runs" / "plain" / f"s{seed}" / "model_round_0.pt")
+        model = build_model(cfg.model, tuple(images.train_x.shape[1:]), CLASSES).to(device)
+    budget = storage_budget(model)  # what a file of this model may declare, checked before it is read
+    runs = {arm: read_cold_run(folder, budget) for arm, folder in folders.items()}
+    start = read_state_file(folders["plain"] / "model_round_0.pt", budget)
     spec = probe_spec(cfg)
     figures = {START: {"seed": seed, **held_out_figures(model, start, seed, images, spec)}}
     figures[START]["is_start_file"] = all(
-        torch.equal(start[n], v) for n, v in read_state_file(str(cfg.start)).items() if n in start
+        torch.equal(start[n], v) for n, v in read_state_file(str(cfg.start), budget).items() if n in start
     )
     for arm, (config, body, heads) in runs.items():
         figures[arm] = {
-            "seed": seed, "run": str(out / "runs" / arm / f"s{seed}"),
-            "started_at_start": same_state(read_state_file(Path(config["out"]) / "model_round_0.pt"), start),
+            "seed": seed, "run": str(folders[arm]),
+            "started_at_start": same_state(read_state_file(folders[arm] / "model_round_0.pt", budget), start),
             **own_task_figures(model, body, heads, images), **held_out_figures(model, body, seed, images, spec),
         }  # fmt: skip
     for arm, f in figures.items():

@@ -173,12 +173,13 @@ def newest_personal(folder: Path, pid: int) -> StateDict:
         return {name: torch.from_numpy(saved[name].copy()) for name in saved.files}
 
 
-def read_cold_run(folder: Path) -> tuple[dict[str, Any], StateDict, dict[int, StateDict]]:
-    """(config.json, the final global model, every contributor's head) of a finished ColD run."""
+def read_cold_run(folder: Path, max_bytes: int) -> tuple[dict[str, Any], StateDict, dict[int, StateDict]]:
+    """(config.json, the final global model, every contributor's head) of a finished ColD run; the
+    model's file may declare at most `max_bytes` (fedpfn.core.init_file.storage_budget of the model)."""
     config = read_json(folder / CONFIG)
     final = folder / f"model_round_{int(config['rounds'])}.pt"
     if not final.is_file() or final.is_symlink():
         raise RunReadError(f"{final}: missing (the run did not finish)")
-    body = read_state_file(final)
+    body = read_state_file(final, max_bytes)
     heads = {pid: newest_personal(folder, pid) for pid in range(int(config["num_clients"]))}
     return config, body, heads

@@ -27,6 +27,7 @@ import torch
 
 from fedpfn.analysis.command import build_parser, fail, read_command_line, read_settings, write_files
 from fedpfn.core.data import CLASS_NAMES, DATASETS, DataError, find_data_problem, load_dataset
+from fedpfn.core.files import DamagedFile, read_json
 from fedpfn.core.models import build_model, model_problem
 from fedpfn.core.seeding import MAX_SEED, Stream, seed_for, torch_generator
 from fedpfn.core.settings import above, at_least, between, each, one_of, setting
@@ -34,6 +35,7 @@ from fedpfn.core.training import OPTIMIZERS, OptimizerSpec, evaluate, minibatche
 
 DEVICES = ("auto", "cpu", "cuda")
 MODEL_FILE, RECORD_FILE = "model.safetensors", "pretrain.json"
+MAX_RECORD_BYTES = 1 << 20  # pretrain.json is a page of settings and figures
 OUTPUT_FILES = (MODEL_FILE, RECORD_FILE)
 
 
@@ -183,15 +185,21 @@ def pretrain(
 
 
 def read_record(start: Path) -> tuple[PretrainConfig | None, list[str]]:
-    """The settings of the pretraining that wrote `start`, from pretrain.json beside it (None if absent)."""
+    """The settings of the pretraining that wrote `start`, from pretrain.json beside it (None if absent).
+
+    The record came with the file, from whoever made it: read through the checked reader (a regular
+    file of at most MAX_RECORD_BYTES, never through a link, nesting bounded)."""
     path = start.expanduser().parent / RECORD_FILE
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None, []
     try:
-        config = json.loads(path.read_text())["config"]
-        cfg, found = read_settings(PretrainConfig, config)
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        return None, [f"start: {path} is not a pretrain record ({err})"]
+        record = read_json(path, MAX_RECORD_BYTES)
+    except (OSError, DamagedFile) as err:
+        return None, [f"start: {err} (the pretrain record beside the start)"]
+    config = record.get("config") if isinstance(record, dict) else None
+    if not isinstance(config, dict):
+        return None, [f"start: {path} is not a pretrain record (no config object)"]
+    cfg, found = read_settings(PretrainConfig, config)
     return cfg, [f"start: {path}: {line}" for line in found]
 
 

@@ -32,7 +32,7 @@ from fedpfn.analysis.fusion import EvalData, Probe, has_batchnorm, snapshot
 from fedpfn.analysis.soup_run import ARMS, Draw, SeedData, compare_arms, recipes, run_arm
 from fedpfn.core.anchors import GRANULARITIES
 from fedpfn.core.data import DATASETS, DataError, DatasetSplits, find_data_problem, load_dataset
-from fedpfn.core.init_file import init_file_problem, load_start
+from fedpfn.core.init_file import file_sha256, fresh_head_setting, init_file_problem, load_start
 from fedpfn.core.models import build_model, model_problem
 from fedpfn.core.seeding import MAX_SEED, Stream, seed_for, torch_generator
 from fedpfn.core.settings import above, at_least, between, each, one_of, setting
@@ -85,9 +85,7 @@ class SoupConfig:
     momentum: float = setting(0.9, "SGD momentum (sgd only)", between(0, 1, high_open=True))
     weight_decay: float = setting(0.0, "weight decay (L2)", at_least(0))
     batch_size: int = setting(128, "training batch size", at_least(1))
-    fresh_head: bool = setting(
-        True, "the classifier starts from the seed, not from the start file (a new task's head)"
-    )
+    fresh_head: bool = fresh_head_setting(True)
     train_subset: int = setting(
         6000, "downstream training samples per seed (0: all the downstream pool)", at_least(0)
     )
@@ -141,7 +139,7 @@ def setup_seed(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed_for(seed, Stream.INIT))
         model = build_model(cfg.model, data.input_shape, data.num_classes).to(device)
-    notes = load_start(model, str(cfg.start), fresh_head=cfg.fresh_head)
+    notes = load_start(model, str(cfg.start), fresh_head=cfg.fresh_head, label="start")
     order = pool[torch.randperm(len(pool), generator=torch_generator(seed, Stream.ANALYSIS, Draw.POOL))]
     held, rest = order[: cfg.held_out], order[cfg.held_out :]
     train = rest[: cfg.train_subset] if cfg.train_subset else rest
@@ -167,7 +165,8 @@ def setup_seed(
 
 
 def prepare(cfg: SoupConfig) -> tuple[list[SeedData], tuple[torch.Tensor, torch.Tensor], dict[str, Any]]:
-    """Load the data and set up every seed; raises DataError or ValueError (InitError) with its lines."""
+    """Load the data and set up every seed; raises DataError or ValueError (InitError) with its lines.
+    The start is recorded by its sha256 beside its path (soup.json)."""
     device = pick_device(cfg.device != "cpu")
     data = load_dataset(cfg.dataset, cfg.data_root)
     pool, described = downstream_pool(cfg, data.train_y)
@@ -185,7 +184,8 @@ def prepare(cfg: SoupConfig) -> tuple[list[SeedData], tuple[torch.Tensor, torch.
         setups.append(setup)
         notes += [note for note in said if note not in notes]
     train = (data.train_x.to(device), data.train_y.to(device))
-    return setups, train, {"downstream": described, "notes": notes, "device": str(device)}
+    recorded = {"downstream": described, "start_sha256": file_sha256(str(cfg.start)), "notes": notes}
+    return setups, train, {**recorded, "device": str(device)}
 
 
 def run_soups(cfg: SoupConfig, setups: list[Any], train: tuple[torch.Tensor, torch.Tensor],

@@ -7,7 +7,6 @@ per-client state lives in Flower's `context.state`.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -138,24 +137,18 @@ def partition_label_counts(cfg: RunConfig):
 
 
 def initial_model(cfg: RunConfig) -> nn.Module:
-    """The global model before round 1: seeded, then loaded from `cfg.init` where given.
+    """The global model before round 1: seeded, then loaded from `cfg.init` where given (its
+    classifier left to the seed with `fresh_head`: the header says which).
 
-    A start file's mismatches raise InitError (a ValueError, one line each); a classifier left
-    to the seed (another class count) is logged once per process.
+    A start file that cannot be used raises InitError (a ConfigError, one line per problem).
     """
     data = dataset_for(cfg)
     with torch.random.fork_rng(devices=[]):  # seeded here, without touching the caller's RNG
         torch.manual_seed(seed_for(cfg.seed, Stream.INIT))
         model = build_model(cfg.model, data.input_shape, data.num_classes, cfg.projection_head)
     if cfg.init:
-        for note in load_start(model, cfg.init):
-            _say_once(note)
+        load_start(model, cfg.init, fresh_head=cfg.fresh_head)
     return model
-
-
-@lru_cache(maxsize=16)
-def _say_once(note: str) -> None:
-    logging.getLogger("fedpfn").warning(note)
 
 
 @lru_cache(maxsize=8)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fedpfn.core.data import DATASETS
-from fedpfn.core.init_file import init_file_problem
+from fedpfn.core.init_file import fresh_head_setting, init_file_problem, sha256_problem, start_changed
 from fedpfn.core.models import MAX_PROJECTION_HEAD, MODELS, TIMM_PREFIX, model_problem
 from fedpfn.core.personal import unmatched_problem
 from fedpfn.core.seeding import MAX_SEED
@@ -63,9 +63,16 @@ class RunConfig:
     init: str | None = setting(
         None,
         "start from this state dict instead of the seeded initialisation: .safetensors, or a tensors-only "
-        ".pt/.pth; a classifier of another class count is initialised from the seed",
+        ".pt/.pth; the header names it with its sha256 and its round-0 accuracy",
         init_file_problem,
     )
+    init_sha256: str | None = setting(
+        None,
+        "the sha256 that --init's file must have (default: the file's, recorded in config.json; a resume "
+        "refuses a start file that changed)",
+        sha256_problem,
+    )
+    fresh_head: bool = fresh_head_setting(False)
     projection_head: int = setting(
         0,
         "a projection head of this width between the model's representation and its classifier "
@@ -249,6 +256,8 @@ class RunConfig:
         out += [line for names, check in RELATIONS if refused.isdisjoint(names) and (line := check(self))]
         if refused.isdisjoint(ALIGNMENT) and (line := _alignment_clients_problem(self, given)):
             out.append(line)
+        if given is not None and "init" in given and self.init is None:  # `--init ""`: not "no start"
+            out.append(f"init: {init_file_problem('')}, or leave --init out")
         defaults = RunConfig()
         return out + [
             f"{name}: {getattr(self, name)} is set, but {why}"
@@ -270,7 +279,10 @@ class RunConfig:
     # --- (de)serialisation ---------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "hparams"}
+        """Every setting, and the hyperparameters; a start's own settings only with a start (as the
+        algorithms' only with their algorithm), so a run without one reads as it did before them."""
+        left_out = ("hparams", *(START_ONLY if self.init is None else ()))
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in left_out}
         return {**values, **self.hparams}
 
     def to_json(self) -> str:
@@ -298,6 +310,7 @@ def _at_most(name: str, limit: str, why: str = "") -> Callable[[RunConfig], str 
 
 
 ALIGNMENT = ("alignment_clients", "clients_per_round", "alignment_every")
+START_ONLY = ("init_sha256", "fresh_head")  # what only a run with --init has
 
 
 def _alignment_clients_problem(cfg: RunConfig, given: Collection[str] | None) -> str | None:
@@ -319,6 +332,7 @@ RELATIONS: list[tuple[tuple[str, ...], Callable[[RunConfig], str | None]]] = [
     (("clients_per_round", "num_clients"), _at_most("clients_per_round", "num_clients")),
     (("min_replies", "clients_per_round"), _at_most("min_replies", "clients_per_round")),
     (("data_root", "download"), _data_root_problem),
+    (("init", "init_sha256"), lambda c: c.init and c.init_sha256 and start_changed(c.init, c.init_sha256)),
     (
         ("partition", "dataset"),
         lambda c: c.partition == "tasks" and c.dataset != "fmnist"
@@ -332,6 +346,8 @@ RELATIONS: list[tuple[tuple[str, ...], Callable[[RunConfig], str | None]]] = [
 # settings a run uses only with others: (whether this run uses it, what the refusal says)
 USED_ONLY_IF: dict[str, tuple[Callable[[RunConfig], bool], str]] = {
     "alpha": (lambda c: c.partition == "dirichlet", "only --partition dirichlet uses it"),
+    "init_sha256": (lambda c: c.init is not None, "only --init uses it"),
+    "fresh_head": (lambda c: c.init is not None, "only --init uses it"),
     "shards_per_client": (lambda c: c.partition == "shards", "only --partition shards uses it"),
     "alignment_clients": (lambda c: c.alignment_every > 0, "only --alignment-every K (K > 0) uses it"),
     "alignment_samples": (lambda c: c.alignment_every > 0, "only --alignment-every K (K > 0) uses it"),

@@ -47,18 +47,32 @@ def percent(fraction: float, digits: int = 2) -> str:
     return f"{100 * fraction:.{digits}f} %"
 
 
-def header_lines(cfg: RunConfig, first_round: int, resources: str) -> list[str]:
-    """The run in a few labelled lines: algorithm, data, federation, rounds, folder, compute."""
+def start_line(cfg: RunConfig, scores: tuple[str, float, float] | None) -> str:
+    """The start file with its sha256, what its classifier became, and round 0's scores (where evaluated)."""
+    head = "classifier from the seed (--fresh-head)" if cfg.fresh_head else "its classifier taken"
+    line = f"  start      {cfg.init} (sha256 {cfg.init_sha256}), {head}"
+    if scores is not None:
+        split, loss, accuracy = scores
+        line += f"; round 0: {split} acc {accuracy:.4f}, loss {loss:.4f}"
+    return line
+
+
+def header_lines(
+    cfg: RunConfig, first_round: int, resources: str, start: tuple[str, float, float] | None = None
+) -> list[str]:
+    """The run in a few labelled lines: algorithm, data, federation, rounds, its start file (with
+    `start`: round 0's split, loss and accuracy), folder, compute."""
     split = f"Dirichlet({cfg.alpha:g})" if cfg.partition == "dirichlet" else cfg.partition
     resumed = f" (resumed after {first_round - 1})" if first_round > 1 else ""
-    start = f"{first_round}..{cfg.rounds}{resumed}"
+    rounds = f"{first_round}..{cfg.rounds}{resumed}"
     every = f"evaluated every {cfg.eval_every}" if cfg.eval_every > 1 else "evaluated every round"
     held = f", local test {cfg.local_test_fraction:g} of each client" if cfg.local_test_fraction else ""
     lines = [
         f"[bold]fedpfn[/bold] {cfg.algorithm} on server {cfg.server} · {cfg.dataset} {cfg.model} "
         f"· seed {cfg.seed}",
         f"  clients    {cfg.num_clients}, {cfg.clients_per_round} a round, {split}{held}",
-        f"  rounds     {start}, {cfg.local_epochs} local epoch(s), {every}",
+        f"  rounds     {rounds}, {cfg.local_epochs} local epoch(s), {every}",
+        *([start_line(cfg, start)] if cfg.init else []),
         f"  out        {cfg.run_dir}",
         f"  compute    {resources}",
     ]

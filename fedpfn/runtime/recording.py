@@ -8,9 +8,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedpfn.core.cache import dataset_on, partition_label_counts, validation_indices
+from fedpfn.core.cache import dataset_on, initial_model, partition_label_counts, validation_indices
 from fedpfn.core.config import RunConfig
 from fedpfn.core.data import CLASS_NAMES
+from fedpfn.core.training import evaluate, pick_device
 from fedpfn.runtime.runfolder import RunFolder
 
 LAST_ROUNDS = 5  # the window of the summary's `last5_mean_accuracy`
@@ -23,6 +24,16 @@ def evaluation_set(cfg: RunConfig, device: torch.device) -> tuple[str, torch.Ten
         return "test", data.test_x, data.test_y
     held = validation_indices(cfg).to(data.train_x.device)
     return "val", data.train_x[held], data.train_y[held]
+
+
+def start_scores(cfg: RunConfig) -> tuple[str, float, float]:
+    """(split, loss, accuracy) of the start file itself (`--init`), before round 1 trains: round 0.
+
+    metrics.jsonl holds rounds 1..n, so the header says it (and run.log keeps the header)."""
+    device = pick_device()
+    split, x, y = evaluation_set(cfg, device)
+    loss, accuracy = evaluate(initial_model(cfg).to(device), x, y)
+    return split, loss, accuracy
 
 
 def write_partition_report(cfg: RunConfig, folder: RunFolder) -> None:

@@ -25,6 +25,7 @@ from fedpfn.core.config import PLACEMENT, TRACKERS, RunConfig
 from fedpfn.core.files import COMPARISON_CONFIG, LOG
 from fedpfn.core.settings import ConfigError, of_kind
 from fedpfn.runtime.progress import Progress, header_lines
+from fedpfn.runtime.recording import start_scores
 from fedpfn.runtime.runfolder import RunFolder
 
 log = logging.getLogger("fedpfn")
@@ -225,8 +226,9 @@ def tracked_run(
     (run.log is written all the same).
     """
     first_round = 1 + (int(checkpoint["round"]) if checkpoint else 0)
+    start = start_scores(cfg) if cfg.init and first_round == 1 else None  # round 0: the start file itself
     progress = Progress(cfg.rounds, folder.path / LOG, show, first_round)
-    progress.header(header_lines(cfg, first_round, compute))
+    progress.header(header_lines(cfg, first_round, compute, start))
     tracker = Tracking([progress])
     try:
         warn_meaningless(cfg)
