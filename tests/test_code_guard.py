@@ -183,3 +183,36 @@ def test_the_guard_imports_what_the_command_named_and_nothing_else(tmp_path, pla
     assert import_user_class("evilrule:Rule", "algorithm", ClientRule, "a rule", "rule").name == "evil"
     assert planted.exists()
     assert os.getcwd() == str(tmp_path)
+
+
+# --- the processes a command starts import nothing from the user's current folder ---------------
+
+SHADOW = "import pathlib\npathlib.Path(__file__).with_name('ran').write_text('ran')\nraise SystemExit('planted')\n"
+
+
+def test_fedpfn_colds_runs_import_nothing_from_the_current_folder(tmp_path, monkeypatch):
+    """A run cold starts as a subprocess (here one refused at once) never imports a planted torch.py."""
+    from fedpfn.analysis.cold import run_once
+
+    (tmp_path / "torch.py").write_text(SHADOW)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RuntimeError, match="exit 2.*rounds"):
+        run_once(tmp_path / "run", ["--rounds", "0"])
+    assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.slow  # Ray's start-up: about 20 s
+def test_ray_workers_import_nothing_from_the_current_folder(tmp_path):
+    """Ray puts the driver's folder first on its workers' path; fedpfn starts Ray from an empty one."""
+    import subprocess
+
+    (tmp_path / "torch.py").write_text(SHADOW)
+    fedpfn = Path(sys.executable).with_name("fedpfn")
+    flags = ["--engine", "ray", "--model", "mlp", "--num-clients", "4", "--clients-per-round", "2", "--rounds", "1",
+             "--partition", "iid", "--batch-size", "256", "--out", str(tmp_path / "run")]  # fmt: skip
+    env = {**os.environ, "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+    done = subprocess.run([str(fedpfn), "run", *flags], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=240)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not (tmp_path / "ran").exists()
+    assert (tmp_path / "run" / "summary.json").exists()

@@ -186,7 +186,7 @@ def run_once(folder: Path, flags: list[str]) -> float:
         verb = (
             ["resume", str(folder)] if (folder / CONFIG).exists() else ["run", *flags, "--out", str(folder)]
         )
-        command = [sys.executable, "-m", "fedpfn.cli.main", *verb]
+        command = [sys.executable, "-P", "-m", "fedpfn.cli.main", *verb]  # -P: nothing from the current folder
         done = subprocess.run(command, check=False, capture_output=True, text=True)
         if done.returncode:
             tail = (done.stderr or done.stdout).strip().splitlines()[-3:]

@@ -19,6 +19,7 @@ from fedpfn.core.training import pick_device
 from fedpfn.runtime import nodedata
 from fedpfn.runtime.algorithms import client_rules, config_from_json
 from fedpfn.runtime.engines.program import local_round
+from fedpfn.runtime.engines.ray_start import enter_driver_folder
 from fedpfn.runtime.resources import client_wants_gpu
 
 
@@ -52,6 +53,7 @@ def node_view(cfg: RunConfig, node_config: Mapping[str, Any]) -> RunConfig:
 
 @client_app.train()
 def train(msg: Message, context: Context) -> Message:
+    enter_driver_folder()
     config = msg.content.config_records[protocol.CONFIG]
     cfg = node_view(_config(str(config[protocol.RUN_CONFIG])), context.node_config)
     partition_id = int(context.node_config[protocol.PARTITION_ID])

@@ -25,8 +25,9 @@ from clients.state import ClientStateStore
 from fedpfn.core.config import RunConfig
 from fedpfn.core.files import atomic_write_bytes
 from fedpfn.runtime.engines.cohort import CohortRunner
-from fedpfn.runtime.engines.placement import Slot, batched_slots, join
+from fedpfn.runtime.engines.placement import Slot, batched_slots
 from fedpfn.runtime.engines.prepared import ClientJob
+from fedpfn.runtime.engines.ray_start import enter_driver_folder, init_ray
 from fedpfn.runtime.engines.result import CohortResult
 
 log = logging.getLogger("fedpfn.engines")
@@ -40,6 +41,7 @@ class CohortWorker:
     def __init__(self, cfg_json: str, cpus: int) -> None:
         from fedpfn.runtime.algorithms import config_from_json
 
+        enter_driver_folder()
         self.runner = CohortRunner(config_from_json(cfg_json), threads=cpus)
 
     def node(self) -> str:
@@ -146,13 +148,7 @@ def sync_files(root: Path, files: Files) -> None:
 
 def start_ray(cfg: RunConfig) -> list[Slot]:
     """Ray joined at `ray_address` or started on this machine; the actors' slots, checked."""
-    import ray
-
     from fedpfn.runtime.engines.ray import backend_config
 
-    if cfg.ray_address:
-        join(cfg.ray_address)
-    elif not ray.is_initialized():
-        logging.getLogger("ray").setLevel(logging.ERROR)
-        ray.init(**backend_config(cfg)["init_args"])
+    init_ray(**backend_config(cfg)["init_args"])
     return batched_slots(cfg)

@@ -16,7 +16,6 @@ that cannot be met is one line and exit 2, never a wait:
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ import torch
 from fedpfn.core.config import RunConfig
 from fedpfn.core.settings import ConfigError
 from fedpfn.runtime import env
+from fedpfn.runtime.engines.ray_start import init_ray
 from fedpfn.runtime.resources import cpus_problem
 
 RAY_ADDRESS = "RAY_ADDRESS"
@@ -172,20 +172,7 @@ def check_free(slots: list[Slot], where: str, wait: float = FREE_WAIT_SECONDS) -
 def join(address: str) -> None:
     """This process joined to the Ray cluster at `address` (once), with the code path Flower's
     Ray backend gives its workers (the same checkout on every node finds the project)."""
-    import logging
-
-    import ray
-
-    if ray.is_initialized():
-        return
-    logging.getLogger("ray").setLevel(logging.ERROR)
-    pythonpath = os.pathsep.join(sys.path)
-    ray.init(
-        address=address,
-        logging_level=logging.ERROR,
-        log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": pythonpath}},
-    )
+    init_ray(address=address)
 
 
 def cluster_checked(cfg: RunConfig, check: Any) -> Any:

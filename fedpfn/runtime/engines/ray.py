@@ -9,7 +9,6 @@ cluster, and runs any part without a batched form; the batched engine is faster 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import sys
 from typing import Any
@@ -20,6 +19,7 @@ from fedpfn.core.config import RunConfig
 from fedpfn.core.settings import ConfigError
 from fedpfn.runtime.client_app import client_app
 from fedpfn.runtime.engines.placement import check_placement, client_fits
+from fedpfn.runtime.engines.ray_start import init_ray
 from fedpfn.runtime.flower import run_simulation
 from fedpfn.runtime.lifecycle import RunPlan
 from fedpfn.runtime.resources import gpu_share
@@ -90,7 +90,7 @@ def backend_config(cfg: RunConfig) -> dict[str, Any]:
     one, Ray starts here ("local"): a bare `ray.init` would join a cluster that `ray start
     --head` (or a test's cluster) left on this machine, and fail there on `num_cpus`.
     """
-    init_args: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
+    init_args: dict[str, Any] = {}  # started by fedpfn.runtime.engines.ray_start, quiet
     if cfg.ray_address:
         init_args["address"] = cfg.ray_address
     else:
@@ -123,7 +123,7 @@ def describe(cfg: RunConfig) -> str:
 
 def run(run: RunPlan, tracker: Tracking) -> None:
     """The rounds on Flower's simulation engine: one ClientApp per client on Ray's workers."""
-    logging.getLogger("ray").setLevel(logging.ERROR)
+    init_ray(**backend_config(run.cfg)["init_args"])  # Flower's engine finds Ray started (or joined in prepare)
     run_simulation(
         server_app=make_server_app(run, tracker),
         client_app=client_app,
