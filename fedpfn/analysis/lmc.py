@@ -147,7 +147,9 @@ class LmcConfig:
         "union", "where figures are measured: test, own (each model's held-out data) or union (a pair's)",
         one_of(WHERE),
     )  # fmt: skip
-    held_out: float = setting(0.2, "fraction of each model's samples held out for own/union", between(0.01, 0.5))
+    held_out: float = setting(
+        0.2, "fraction of each model's samples held out for own/union (--where test holds none out)", between(0.01, 0.5)
+    )
     train_subset: int = setting(
         0, "seeded training subset per seed (0 = the whole training set)", at_least(0)
     )
@@ -241,7 +243,7 @@ def setup_seed(cfg: LmcConfig, train: tuple, test: EvalData, shape: tuple, class
     model, init = initial_model(cfg.model, shape, classes, seed, device, cfg.width)
     pool = sample_pool(len(train[1]), cfg.train_subset, seed, Draw.TRAIN_POOL)
     shards = split_pool(train[1].cpu(), pool, cfg.models, cfg.split, cfg.alpha, seed)
-    indices, held = hold_out(shards, cfg.held_out, seed)
+    indices, held = hold_out(shards, 0.0 if cfg.where == "test" else cfg.held_out, seed)  # test: nothing held out
     trainable = torch.cat(indices).unique()
     spec = train_spec(cfg)
     starts = [train_start(model, init, train, trainable, seed, spec)]
