@@ -53,7 +53,7 @@ def test_a_run_names_its_start_records_its_sha256_and_resumes_only_from_that_fil
     model.load_state_dict(first)
     loss, accuracy = evaluate(model, data.test_x, data.test_y)
     header = f"  start      {start} (sha256 {digest}), classifier from the seed (--fresh-head); round 0: test acc"
-    assert f"{header} {accuracy:.4f}, loss {loss:.4f}" in (out / "run.log").read_text()
+    assert f"{header} {100 * accuracy:.2f} %, loss {loss:.4f}" in (out / "run.log").read_text()
 
     save_file(initial_model(tiny_config(seed=5)).state_dict(), start)  # the same path, another start
     capsys.readouterr()

@@ -53,7 +53,7 @@ def start_line(cfg: RunConfig, scores: tuple[str, float, float] | None) -> str:
     line = f"  start      {cfg.init} (sha256 {cfg.init_sha256}), {head}"
     if scores is not None:
         split, loss, accuracy = scores
-        line += f"; round 0: {split} acc {accuracy:.4f}, loss {loss:.4f}"
+        line += f"; round 0: {split} acc {percent(accuracy)}, loss {loss:.4f}"
     return line
 
 
