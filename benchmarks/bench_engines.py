@@ -51,6 +51,7 @@ from plain import plain_fedavg
 from report import load_average, median, mib, print_header, ratio, spread, table
 
 from fedpfn.core.files import METRICS
+from fedpfn.core.settings import OneLineParser
 from fedpfn.runtime.algorithms import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,7 +171,7 @@ def default_plan(cuda: bool) -> dict[str, str]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     plan = default_plan(torch.cuda.is_available())
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(prog="bench_engines.py", description=__doc__.split("\n\n")[0])  # one line, not a usage dump
     ap.add_argument("--models", default=plan["models"])
     ap.add_argument("--per-round", default=plan["per_round"], help="clients a round, comma-separated")
     ap.add_argument("--algorithms", default=plan["algorithms"], help="fedavg and/or fedpfn")

@@ -60,7 +60,7 @@ script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$script_dir/.." && pwd)"
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
-die_usage() { echo "deploy_local.sh: $*" >&2; echo "(see --help)" >&2; exit 2; }
+die_usage() { echo "deploy_local.sh: $* (see --help)" >&2; exit 2; }  # one line, naming what is wrong
 say() { printf "[deploy %4ss] %s\n" "$SECONDS" "$*"; }
 QUIET_S=20  # a run silent this long gets a line that it is alive
 

@@ -27,7 +27,7 @@ def test_study_report_help_is_help_not_a_folder() -> None:
     [
         ("study_report.py", ["no/such/folder"], "RUNS 'no/such/folder' is not a folder; give the folder of "
                                                   "scripts/study.py's runs"),  # fmt: skip
-        ("study_report.py", ["--bogus"], "unrecognized arguments: --bogus"),
+        ("study_report.py", ["--bogus"], "unknown flag --bogus"),
         ("study.py", ["zzz"], "argument phase: invalid choice: 'zzz' (choose from 'grid', 'main', 'schedule', "
                               "'servers', 'ratios', 'anchors', 'report', 'all')"),  # fmt: skip
     ],

@@ -10,7 +10,6 @@ dataclass of `fedpfn.core.settings.setting(...)` fields and names the files it w
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -18,16 +17,17 @@ from pathlib import Path
 from typing import Any, NamedTuple, NoReturn, TypeVar
 
 from fedpfn.core.files import atomic_write_bytes
-from fedpfn.core.settings import ConfigError, add_flags, field_map, parse_values, problems
+from fedpfn.core.places import out_problem
+from fedpfn.core.settings import ConfigError, OneLineParser, add_flags, field_map, parse_values, problems
 
 C = TypeVar("C")
 
 
-class Parser(argparse.ArgumentParser):
-    """An argument parser whose refusals are one line and exit 2."""
+class Parser(OneLineParser):
+    """An argument parser whose refusals are one line and exit 2 (an unknown flag named first)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"error: {message}\n")
+        self.exit(2, f"error: {message} ({self.prog} --help lists every flag)\n")
 
 
 def build_parser(prog: str, doc: str | None, settings: type, writes: str) -> Parser:
@@ -78,25 +78,15 @@ def read_command_line(
     return CommandLine(cfg, out, set(args), found + output_problems(out, overwrite, files))
 
 
-def _nearest_existing(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
 def output_problems(out: Path, overwrite: bool, files: Sequence[str]) -> list[str]:
-    """Why `files` could not be written into the folder `out`, found before any work."""
+    """Why `files` could not be written into the folder `out`, found before any work: the check
+    every command's --out goes through (fedpfn.core.places), then the files already there."""
     if str(out) in ("", "."):
         return [f"out: give the folder to write {', '.join(files)} into"]
-    if out.exists() and not out.is_dir():
-        return [f"out: {out} is a file; give a folder (created if missing)"]
-    base = _nearest_existing(out)
-    if not base.is_dir():
-        return [f"out: {base} is a file, so {out} cannot be created"]
-    if not os.access(base, os.W_OK | os.X_OK):
-        return [f"out: {base} is not writable; give a folder you can write to"]
+    if (problem := out_problem(out, ", ".join(files))) is not None:
+        return [problem]
     earlier = [name for name in files if (out / name).exists() or (out / name).is_symlink()]
-    if any(not (out / name).is_file() for name in earlier):
+    if any(not (out / name).is_file() or (out / name).is_symlink() for name in earlier):
         return [f"out: {out} holds {', '.join(earlier)} that are not plain files; give another folder"]
     if earlier and not overwrite:
         advice = f"add --overwrite to replace {', '.join(files)} (nothing else in it is touched), or another folder"

@@ -19,6 +19,7 @@ from pathlib import Path
 from fedpfn.analysis.render import markdown, write_report
 from fedpfn.analysis.runs import load_runs
 from fedpfn.analysis.stats import analyse
+from fedpfn.core.places import out_problem
 from fedpfn.core.settings import ConfigError, OneLineParser
 
 
@@ -60,15 +61,21 @@ def build_parser(prog: str = "python -m fedpfn.analysis.report") -> argparse.Arg
     return parser
 
 
+def check_out(out: str | Path | None) -> None:
+    """The check every command's --out goes through (fedpfn.core.places), as a ConfigError."""
+    if out is not None and (problem := out_problem(Path(out), "a report")) is not None:
+        raise ConfigError(problem)
+
+
 def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.report") -> int:
     args = build_parser(prog).parse_args(argv)
     command = "python -m fedpfn.analysis.report " + shlex.join(sys.argv[1:] if argv is None else argv)
     try:
+        check_out(args.out)  # before any folder is read, when it is given
         runs = load_runs(args.runs)
+        out = Path(args.out or os.path.commonpath([run.path.parent for run in runs]))
+        check_out(out)
         report = analyse(runs, args.baseline, args.last_k, args.target, command)
-        out = Path(args.out) if args.out else Path(os.path.commonpath([run.path.parent for run in runs]))
-        if out.exists() and not out.is_dir():
-            raise ConfigError(f"out: '{out}' is a file, not a folder")
         paths = write_report(report, out)
     except (ConfigError, OSError) as err:
         for line in str(err).splitlines():

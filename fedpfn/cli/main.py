@@ -42,16 +42,38 @@ def _simulate(argv: list[str], prog: str) -> int:
     return main(argv, prog)
 
 
-def _compare(argv: list[str], prog: str) -> int:
-    if not argv or argv[0].startswith("-"):
-        return _refuse(f"{prog}: give the algorithms first, e.g. {prog} fedavg,fedpfn --seeds 0,1,2")
-    return _simulate(["--compare", *argv], "fedpfn run")
+HELP = {  # the verbs that lead into `fedpfn run`: their own usage, for --help
+    "compare": (
+        "usage: {prog} ALGOS [--seeds SEEDS] [--out DIR] [SETTINGS ...]\n\n"
+        "Every algorithm of ALGOS (comma-separated, each once) on every seed of --seeds (default 0; give 3 "
+        "or more) with the same partitions, each an ordinary run folder under --out (default runs/compare); "
+        "then the paired comparison against the first algorithm: comparison.md, .csv, .json and figures. "
+        "Run the same command again to reuse finished runs and resume stopped ones.\n\n"
+        "SETTINGS: every setting of fedpfn run but --algorithm, --seed, --resume and --overwrite "
+        "(fedpfn run --help-all lists them)."
+    ),
+    "resume": (
+        "usage: {prog} DIR [--rounds N] [--engine ...] [--tensorboard] [--wandb]\n\n"
+        "The rest of the stopped run in DIR, with the settings it was started with: its numbers are those "
+        "of one uninterrupted run. --rounds N continues a finished run to N rounds; where it runs and what "
+        "logs it (engine, Ray, trackers) may change; any other setting is refused."
+    ),
+}
 
 
-def _resume(argv: list[str], prog: str) -> int:
-    if not argv or argv[0].startswith("-"):
-        return _refuse(f"{prog}: give the run folder first, e.g. {prog} runs/pfn --rounds 30")
-    return _simulate(["--resume", *argv], "fedpfn run")
+def _lead_in(flag: str, first: str, example: str) -> Callable[[list[str], str], int]:
+    """A verb that is `fedpfn run FLAG FIRST ...`: its own help, and FIRST required before any flag."""
+
+    def run(argv: list[str], prog: str) -> int:
+        verb = prog.split()[-1]
+        if argv[:1] in (["-h"], ["--help"]):
+            print(HELP[verb].format(prog=prog))
+            return 0
+        if not argv or argv[0].startswith("-"):
+            return _refuse(f"{prog}: give {first} first, e.g. {prog} {example} ({prog} --help)")
+        return _simulate([flag, *argv], "fedpfn run")
+
+    return run
 
 
 def _module(name: str) -> Callable[[list[str], str], int]:
@@ -80,8 +102,10 @@ def _checkout_script(*command: str) -> Callable[[list[str], str], int]:
 
 VERBS: dict[str, Verb] = {
     "run": Verb("one simulation: every setting a flag (fedpfn run --help)", _simulate),
-    "compare": Verb("algorithms on the same seeds, then the report: fedpfn compare A,B --seeds 0,1,2", _compare),
-    "resume": Verb("the rest of a stopped run: fedpfn resume DIR [--rounds N]", _resume),
+    "compare": Verb("algorithms on the same seeds, then the report: fedpfn compare A,B --seeds 0,1,2",
+                    _lead_in("--compare", "the algorithms", "fedavg,fedpfn --seeds 0,1,2")),  # fmt: skip
+    "resume": Verb("the rest of a stopped run: fedpfn resume DIR [--rounds N]",
+                   _lead_in("--resume", "the run folder", "runs/pfn --rounds 30")),  # fmt: skip
     "report": Verb("tables, intervals and figures of finished runs", _module("fedpfn.analysis.report")),
     "align": Verb("the alignment gate: signed barriers, weight matching, P", _module("fedpfn.analysis.lmc")),
     "partition": Verb("write SuperNodes' own partitions (deployment)", _module("fedpfn.cli.partition")),

@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import re
 import shlex
 import sys
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -28,6 +26,7 @@ from fedpfn.runtime import env
 env.flower_defaults()  # before Flower is imported: its telemetry reads the switch once, at import
 
 from fedpfn.core.config import ConfigError, RunConfig  # noqa: E402
+from fedpfn.core.flags import suggestion  # noqa: E402
 from fedpfn.core.settings import add_flags, read_toml  # noqa: E402
 from fedpfn.core.user_code import keep_out_of_imports, name_code  # noqa: E402
 from fedpfn.runtime.algorithms import parse_config, validated  # noqa: E402
@@ -154,16 +153,6 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
             add_flags(groups[name], cls)
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=argparse.SUPPRESS)
     return parser
-
-
-def suggestion(word: str, choices: Iterable[str]) -> str:
-    """'; did you mean --num-clients?' for --num_clients, --algo or --alhpa; '' if nothing is near."""
-    options = list(choices)
-    normal = word.replace("_", "-").lower()
-    prefixed = [option for option in options if option.startswith(normal)]
-    near = [normal] if normal in options else prefixed if len(prefixed) == 1 else []
-    near = near or difflib.get_close_matches(normal, options, n=1, cutoff=0.75)
-    return f"; did you mean {near[0]}?" if near else ""
 
 
 def flag_names(parser: argparse.ArgumentParser) -> dict[str, str]:

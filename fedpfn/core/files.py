@@ -166,17 +166,6 @@ def atomic_write_json(path: Path, value: Any) -> None:
     atomic_write_bytes(path, (json_text(value, indent=2) + "\n").encode())
 
 
-SYSTEM_FOLDERS = ("/dev", "/proc", "/sys")  # the kernel's and devices' (/dev/shm, plain memory, aside)
-
-
-def system_folder(path: Path) -> str | None:
-    """The system folder (/dev, /proc, /sys) that `path` resolves into, links and `..` followed; else None."""
-    real = os.path.realpath(path)
-    if real == "/dev/shm" or real.startswith("/dev/shm/"):
-        return None
-    return next((top for top in SYSTEM_FOLDERS if real == top or real.startswith(top + "/")), None)
-
-
 # --- reading -------------------------------------------------------------------------------------
 
 

@@ -20,6 +20,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
+from fedpfn.core.flags import FlagNamingParser
+
 Check = Callable[[Any], "str | None"]  # the reason a value is refused, or None
 
 
@@ -346,8 +348,9 @@ def read_toml(path: str | Path, table: str = "run") -> dict[str, Any]:
 # --- command line ------------------------------------------------------------------------
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """argparse whose mistakes are one line on stderr naming the value, exit 2, never the usage dump."""
+class OneLineParser(FlagNamingParser):
+    """argparse whose mistakes are one line on stderr naming the value (an unknown flag first),
+    exit 2, never the usage dump."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (--help lists what is accepted)\n")

@@ -34,6 +34,7 @@ from fedpfn.core.files import (
     OwnOutputs,
     read_json,
 )
+from fedpfn.core.places import out_problem
 from fedpfn.core.seeding import MAX_SEED
 from fedpfn.core.settings import is_set
 from fedpfn.runtime.algorithms import for_algorithm, hparam_fields, problems, validated
@@ -47,9 +48,11 @@ NOT_COMPARED = ("out", "overwrite", PROVENANCE, *PLACEMENT, *TRACKERS)  # may di
 
 
 def parse_list(text: str, name: str, kind: type = str) -> list:
-    items = [item.strip() for item in str(text).split(",") if item.strip()]
-    if not items:
+    items = [item.strip() for item in str(text).split(",")]
+    if not any(items):
         raise ConfigError(f"{name}: '{text}' is empty; give a comma-separated list")
+    if not all(items):
+        raise ConfigError(f"{name}: '{text}' has an empty item; give a comma-separated list without one")
     try:
         return [kind(item) for item in items]
     except ValueError:
@@ -192,8 +195,9 @@ def run_one(cfg: RunConfig, action: str) -> None:
 
 
 def check_root(root: Path) -> None:
-    if root.exists() and not root.is_dir():
-        raise ConfigError(f"out: '{root}' is a file; give a folder for the comparison")
+    """The comparison's folder: the check every command's --out goes through, and not a single run's."""
+    if (problem := out_problem(root, "a comparison")) is not None:
+        raise ConfigError(problem)
     if (root / CONFIG).exists():
         raise ConfigError(f"out: '{root}' holds a single run, not a comparison; use another --out")
 
@@ -215,6 +219,8 @@ def write_request(root: Path, request: dict[str, Any]) -> None:
         outputs.write(COMPARISON_CONFIG, (json.dumps(request, indent=2) + "\n").encode())
     except DamagedFile as err:
         raise ConfigError(str(err)) from None
+    except OSError as err:  # made read-only, or full, since the check
+        raise ConfigError(f"out: {root / COMPARISON_CONFIG} cannot be written ({err.strerror})") from None
 
 
 def compare(

@@ -18,8 +18,8 @@ from fedpfn.core.files import (
     is_own,
     is_own_folder_inside,
     is_own_inside,
-    system_folder,
 )
+from fedpfn.core.places import out_problem
 from fedpfn.runtime.runfolder.folder import FolderBase, RunFolderError
 
 
@@ -104,16 +104,8 @@ class FolderChecks(FolderBase):
     def check_usable(self) -> None:
         """The folder can hold a run: a directory (or creatable), writable, only our files, no links."""
         path = self.path
-        self.check_path()
-        if path.exists() and not path.is_dir():
-            raise RunFolderError(f"out: '{path}' is a file; give a folder")
-        if (system := system_folder(path)) is not None:
-            raise RunFolderError(
-                f"out: '{path}' lies in {system}, the system's, not a place for a run; give another folder"
-            )
-        existing = next((p for p in (path, *path.parents) if p.exists()), None)
-        if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-            raise RunFolderError(f"out: '{path}' cannot be written (no write permission on '{existing}')")
+        if (problem := out_problem(path, "a run")) is not None:  # what every command's --out goes through
+            raise RunFolderError(problem)
         self.check_links()
         foreign = self.foreign_files()
         if foreign:
