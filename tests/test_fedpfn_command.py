@@ -17,6 +17,7 @@ def test_help_lists_every_verb(capsys) -> None:
     assert main(["--help"]) == 0
     listed = capsys.readouterr().out
     assert all(f"  {verb} " in listed for verb in VERBS)
+    assert "gate" not in listed  # the study pages' word, not a newcomer's (docs/glossary.md)
 
 
 @pytest.mark.parametrize("verb", IN_PROCESS)

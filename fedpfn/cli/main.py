@@ -107,7 +107,8 @@ VERBS: dict[str, Verb] = {
     "resume": Verb("the rest of a stopped run: fedpfn resume DIR [--rounds N]",
                    _lead_in("--resume", "the run folder", "runs/pfn --rounds 30")),  # fmt: skip
     "report": Verb("tables, intervals and figures of finished runs", _module("fedpfn.analysis.report")),
-    "align": Verb("the alignment gate: signed barriers, weight matching, P", _module("fedpfn.analysis.lmc")),
+    "align": Verb("how well trained models align: loss barriers, weight matching, P (docs/glossary.md)",
+                  _module("fedpfn.analysis.lmc")),  # fmt: skip
     "partition": Verb("write SuperNodes' own partitions (deployment)", _module("fedpfn.cli.partition")),
     "pretrain": Verb("an offline pretrained start (model.safetensors)", _module("fedpfn.analysis.pretrain")),
     "soup": Verb("model soups of fine-tunes, with shared or independent anchors", _module("fedpfn.analysis.soup")),
