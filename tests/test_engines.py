@@ -249,7 +249,7 @@ def test_a_round_split_over_two_ray_actors_equals_one_program(tmp_path):
     """--engine-workers 2 on the CPU: SCAFFOLD's clients trained in two Ray actors (their state
     sent with each job and written back into the run folder by this process) give the run of
     one in-process cohort, bit for bit, client-state files included."""
-    # the mode pinned: auto times the modes in this process, and the actors take the fixed rule
+    # vmap named: the one program both ways (auto would be threads, bit for bit the same too)
     common = dict(algorithm="scaffold", num_clients=6, clients_per_round=4, rounds=2, batch_size=200, engine="batched",
                   engine_mode="vmap")  # fmt: skip
     here, actors = tmp_path / "here", tmp_path / "actors"
