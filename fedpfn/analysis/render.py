@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from fedpfn.analysis.markup import code, inert
 from fedpfn.analysis.plots import PairedSeries, plot_bytes, plot_comparison, plot_paired
 from fedpfn.analysis.runs import display_value
 from fedpfn.analysis.stats import ALPHA, POWER, TRAFFIC, ArmStats, AtBytes, Paired, Report, std_factors
@@ -60,7 +61,7 @@ def header_lines(report: Report) -> list[str]:
     return [
         f"## {report.title}",
         "",
-        *([f"Command: `{report.command}`", ""] if report.command else []),
+        *([f"Command: {code(report.command)}", ""] if report.command else []),
         (
             f"Seeds: {', '.join(map(str, report.seeds))}, one run per arm and seed; a seed fixes the partition "
             "and the client sampling, so arms are compared seed by seed."
@@ -135,11 +136,7 @@ def verdict(p: Paired, scale: float = 100.0, unit: str = "points") -> str:
 
 def comparison_cells(p: Paired) -> str:
     """The cells of COMPARISON_HEAD for one comparison."""
-    ci = (
-        f"[{_points(p.low)}, {_points(p.high)}]"
-        if p.low is not None and p.high is not None
-        else "n/a (1 seed)"
-    )
+    ci = f"[{_points(p.low)}, {_points(p.high)}]" if p.low is not None and p.high is not None else "n/a (1 seed)"
     ties = f" ({p.ties} tied)" if p.ties else ""
     wins = f"{p.wins} of {len(p.diffs)}{ties}"
     return f"{_points(p.mean)} | {ci} | {_p(p.p_value)} | {_p(p.p_holm)} | {wins} | {verdict(p)}"
@@ -218,9 +215,8 @@ def bytes_table(report: Report, traffic: str) -> list[str]:
 
 
 def markdown(report: Report) -> str:
-    tables = (
-        arm_table(report) + paired_table(report) + [line for t in TRAFFIC for line in bytes_table(report, t)]
-    )
+    report = inert(report)  # its labels and settings come from folders anyone may have written
+    tables = arm_table(report) + paired_table(report) + [ln for t in TRAFFIC for ln in bytes_table(report, t)]
     return "\n".join(header_lines(report) + tables) + "\n"
 
 
@@ -349,7 +345,8 @@ def written_by_report(path: Path) -> bool:
     try:
         if path.suffix == ".json":
             return {"conventions", "arms", "paired"} <= set(read_json(path))
-        text = path.read_bytes()[:4096]
+        with path.open("rb") as fh:  # a regular file (OwnOutputs asks of no other), its start only
+            text = fh.read(4096)
         if path.suffix == ".md":
             return f"mean ± {STD_TEXT}".encode() in text
         if path.suffix == ".csv":

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from fedpfn.core.config import RunConfig
-from fedpfn.core.files import CONFIG, METRICS, PROVENANCE, SUMMARY, DamagedFile, read_jsonl
+from fedpfn.core.files import CONFIG, METRICS, PROVENANCE, SUMMARY, DamagedFile, read_json, read_jsonl
+from fedpfn.core.seeding import MAX_SEED
 from fedpfn.core.settings import ConfigError, of_kind
 
 # Where and how a run was executed, not what it computed: never part of an arm.
@@ -85,15 +86,43 @@ def find_run_folders(paths: Iterable[str | Path]) -> list[Path]:
     return list(dict.fromkeys(p.resolve() for p in found))
 
 
+MAX_ROUND_BYTES = 1 << 50  # bytes one round may record (1 PB): far above any run, far below int64's end
+
+
 def _read_json(path: Path) -> Any:
+    """A folder's JSON file through the checked reader: a regular file, never a link, a FIFO or a
+    device, with size and nesting limits (fedpfn.core.files.read_json)."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        return read_json(path)
+    except (OSError, DamagedFile) as err:
         raise ConfigError(f"runs: cannot read {path} ({err})") from None
 
 
+def _shown(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _whole(value: Any, low: int, high: int | None = None) -> bool:
+    return type(value) is int and low <= value and (high is None or value <= high)
+
+
+def value_problem(key: str, value: Any) -> str | None:
+    """Why a value the report computes with is not what the tool writes there, or None."""
+    if key in ("seed", "rounds", "round"):
+        low, high = (0, MAX_SEED) if key == "seed" else (1, None)
+        accepted = f"a whole number >= {low}" + (f" and <= {high}" if high is not None else "")
+        return None if _whole(value, low, high) else f"{key} is {_shown(value)}, not {accepted}"
+    if key == "test_accuracy" and not (value is None or (type(value) in (int, float) and 0 <= value <= 1)):
+        return f"{key} is {_shown(value)}, not an accuracy in [0, 1] or null"
+    if key in ("bytes_up", "bytes_down") and not (value is None or _whole(value, 0, MAX_ROUND_BYTES)):
+        return f"{key} is {_shown(value)}, not a whole number of bytes in [0, 2^50] or null"
+    return None
+
+
 def read_metrics(path: Path, rounds: int) -> list[dict[str, Any]]:
-    """Strictly: a finished run has rounds 1..rounds once each, the last one evaluated."""
+    """Strictly: a finished run has rounds 1..rounds once each, the last one evaluated, and every
+    value the report reads of the type the tool writes (a foreign folder may hold anything)."""
     try:
         rows = read_jsonl(path)
     except DamagedFile as err:
@@ -101,8 +130,12 @@ def read_metrics(path: Path, rounds: int) -> list[dict[str, Any]]:
     missing = next((number for number, row in enumerate(rows, 1) if "round" not in row), None)
     if missing is not None:
         raise ConfigError(f"runs: {path} line {missing} has no 'round'")
+    for number, row in enumerate(rows, 1):
+        for key in ("round", "test_accuracy", "bytes_up", "bytes_down"):
+            if (problem := value_problem(key, row.get(key))) is not None:
+                raise ConfigError(f"runs: {path} line {number}: {problem}")
     found = [row["round"] for row in rows]
-    if found != list(range(1, rounds + 1)):
+    if len(found) != rounds or found != list(range(1, rounds + 1)):  # the length first: rounds may be huge
         raise ConfigError(
             f"runs: {path} holds rounds {_span(found)}; a finished run holds 1-{rounds} once each"
         )
@@ -119,8 +152,11 @@ def read_run(path: Path) -> Run:
     config = _read_json(path / CONFIG)
     if not isinstance(config, dict) or "seed" not in config or "rounds" not in config:
         raise ConfigError(f"runs: {path / CONFIG} is not a run config (no seed or rounds)")
+    for key in ("seed", "rounds"):
+        if (problem := value_problem(key, config[key])) is not None:
+            raise ConfigError(f"runs: {path / CONFIG}: {problem}")
     config.pop(PROVENANCE, None)
-    return Run(path, config, read_metrics(path / METRICS, int(config["rounds"])))
+    return Run(path, config, read_metrics(path / METRICS, config["rounds"]))
 
 
 def load_runs(paths: Iterable[str | Path]) -> list[Run]:

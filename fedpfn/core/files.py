@@ -217,6 +217,8 @@ def parse_json(text: str, where: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as err:
         raise DamagedFile(f"{where} is not valid JSON ({err.msg} at line {err.lineno})") from None
+    except ValueError:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise DamagedFile(f"{where} holds a number too long to read") from None
 
 
 def _text(path: Path, max_bytes: int) -> str:
@@ -248,7 +250,7 @@ def read_jsonl(path: Path, max_bytes: int = MAX_JSON_BYTES) -> list[dict[str, An
     for number, line in enumerate(text.split("\n")[:-1], start=1):
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:
+        except ValueError:  # not JSON, or an integer too long to convert
             row = None
         if not isinstance(row, dict):
             raise DamagedFile(f"{path} is damaged at line {number}")
