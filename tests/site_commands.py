@@ -193,8 +193,11 @@ def check_not_run(copy: Path, words: list[str], not_run: NotRun) -> None:
     match not_run.checked:
         case "help":
             check_help(copy, words)
-        case "settings":
-            validated(run_sim.config_from_args(run_sim.parse_args(words[2:])))
+        case "settings":  # as the command checks them: a flag the run would not use is refused too
+            from fedpfn.cli.simulate import given_names, settings_from_args
+
+            values = settings_from_args(run_sim.parse_args(words[2:]))
+            validated(run_sim.config_from_args(dict(values)), given_names(values))
         case "run config":
             check_flwr_run(copy, words[2:])
 
@@ -241,8 +244,15 @@ def fresh_checkout(tmp_path_factory) -> Path:
         r"```python\n(.*?)```", page[page.index("## Custom server strategies") :], re.DOTALL
     )[1]
     (copy / "my_strategy.py").write_text(strategy)  # "saved as my_strategy.py"
+    (copy / "my_rule.py").write_text(extending_page_rule())  # "saved as my_rule.py", development/extending.md
     (copy / "home").mkdir()
     return copy
+
+
+def extending_page_rule() -> str:
+    """The client rule of your own that docs/development/extending.md shows, as the reader saves it."""
+    page = (ROOT / "docs" / "development" / "extending.md").read_text()
+    return re.search(r"```python\n(.*?)```", page[page.index("## A client rule of your own") :], re.DOTALL)[1]
 
 
 def shell(copy: Path, command: str) -> subprocess.CompletedProcess:
