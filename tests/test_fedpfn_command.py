@@ -111,3 +111,11 @@ def test_the_terminal_prints_accuracy_in_percent_as_the_pages_do(tmp_path: Path,
     assert "test acc    -   " in second and second.index("loss") == first.index("loss"), second  # columns kept
     assert "final test accuracy 84.43 %, mean 80.00 % over the last 2" in done, done
     assert "0.84" not in first + done
+
+
+def test_client_gpus_help_says_what_it_does_on_each_engine() -> None:
+    """It said "(Ray)", though --client-gpus 0 is how the batched engine is kept off a GPU too."""
+    from fedpfn.cli.simulate import build_parser
+
+    shown = next(a.help for a in build_parser("fedpfn run")._actions if "--client-gpus" in a.option_strings)
+    assert "batched engine" in shown and "Ray engine" in shown and "0: clients on the CPU on both engines" in shown

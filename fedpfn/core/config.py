@@ -182,8 +182,9 @@ class RunConfig:
     client_cpus: float = setting(1.0, "CPUs per simulated client (Ray)", above(0), kind="placement")
     client_gpus: float | None = setting(
         None,
-        "GPU fraction per simulated client (Ray); default: the visible GPUs shared evenly by the clients "
-        "the CPUs run at once (fedpfn/runtime/resources.py); 0: clients on the CPU",
+        "GPU share per client: the Ray engine reserves it for each client (default: the visible GPUs "
+        "shared evenly by the clients the CPUs run at once, fedpfn/runtime/resources.py); the batched engine "
+        "trains on the visible GPU unless it is 0; 0: clients on the CPU on both engines",
         at_least(0),
         kind="placement",
     )
