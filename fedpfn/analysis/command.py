@@ -14,7 +14,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, NoReturn, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from fedpfn.core.files import atomic_write_bytes
 from fedpfn.core.places import out_problem
@@ -26,8 +26,8 @@ C = TypeVar("C")
 class Parser(OneLineParser):
     """An argument parser whose refusals are one line and exit 2 (an unknown flag named first)."""
 
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"error: {message} ({self.prog} --help lists every flag)\n")
+    def refusal(self, message: str) -> str:
+        return f"error: {message} ({self.prog} --help lists every flag)\n"
 
 
 def build_parser(prog: str, doc: str | None, settings: type, writes: str) -> Parser:

@@ -12,7 +12,7 @@ import argparse
 import difflib
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import NoReturn
 
 NUMBER = re.compile(r"-\d+(\.\d*)?|-\.\d+")  # a negative number is a value, never a flag
 
@@ -38,28 +38,47 @@ def unknown_flags(tokens: Sequence[str], options: Iterable[str]) -> str | None:
     return f"unknown flag {flags[0]}{suggestion(flags[0].split('=')[0], options)}"
 
 
+class _Missing(Exception):
+    """argparse found a required argument missing; the flags it did not know are to be named first."""
+
+
 class FlagNamingParser(argparse.ArgumentParser):
     """argparse that names an unknown flag before it says a required argument is missing."""
+
+    _deferring = False
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
-        required = [action for action in self._actions if action.required]
-        for action in required:
-            action.required = False
         try:
+            self._deferring = True  # --help is answered in this pass, with the usage as declared
             known, extra = super().parse_known_args(args, namespace)
+        except _Missing as missing:
+            extra = self._relaxed(args, namespace)  # only to learn what was not recognised
+            self._deferring = False
+            self.error(unknown_flags(extra, self._option_string_actions) or str(missing))
+        finally:
+            self._deferring = False
+        if (unknown := unknown_flags(extra, self._option_string_actions)) is not None:
+            self.error(unknown)
+        return known, extra
+
+    def _relaxed(self, args: Sequence[str] | None, namespace: argparse.Namespace | None) -> list[str]:
+        """What a parse with no argument required leaves unrecognised."""
+        required = [action for action in self._actions if action.required]
+        try:
+            for action in required:
+                action.required = False
+            return super().parse_known_args(args, namespace)[1]
         finally:
             for action in required:
                 action.required = True
-        if (unknown := unknown_flags(extra, self._option_string_actions)) is not None:
-            self.error(unknown)
-        missing = [action for action in required if _absent(getattr(known, action.dest, None))]
-        if missing:
-            names = ", ".join(argparse._get_action_name(action) or action.dest for action in missing)
-            self.error(f"the following arguments are required: {names}")
-        return known, extra
 
+    def error(self, message: str) -> NoReturn:
+        if self._deferring and message.startswith("the following arguments are required"):
+            raise _Missing(message)
+        self.exit(2, self.refusal(message))
 
-def _absent(value: Any) -> bool:
-    return value is None or value == []
+    def refusal(self, message: str) -> str:
+        """The text a refusal prints on stderr; a command's parser words it its own way."""
+        return f"{self.prog}: error: {message}\n"

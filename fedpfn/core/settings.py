@@ -18,7 +18,7 @@ import stat
 import tomllib
 from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from fedpfn.core.flags import FlagNamingParser
 
@@ -352,8 +352,8 @@ class OneLineParser(FlagNamingParser):
     """argparse whose mistakes are one line on stderr naming the value (an unknown flag first),
     exit 2, never the usage dump."""
 
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message} (--help lists what is accepted)\n")
+    def refusal(self, message: str) -> str:
+        return f"{self.prog}: {message} (--help lists what is accepted)\n"
 
 
 def shown_default(value: Any) -> str:
