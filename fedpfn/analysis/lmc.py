@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from fedpfn.analysis import command
+from fedpfn.analysis.bounds import MAX_POINTS, lmc_problems, odd_points
 from fedpfn.analysis.command import output_problems, read_settings
 from fedpfn.analysis.fusion import WHERE, EvalData, Scope
 from fedpfn.analysis.lmc_render import OUTPUT_FILES, markdown_table, write_outputs
@@ -70,7 +71,6 @@ from fedpfn.core.training import pick_device
 DEVICES = ("auto", "cpu", "cuda")
 
 
-MAX_POINTS = 101  # a curve's points; each is a full evaluation, so the count is bounded
 MAX_START_EPOCHS = 1000
 LMC_MODELS = tuple(m for m in MODELS if m != "vit_tiny28")  # weight matching (permspec) has no ViT
 MAX_MODELS = 64  # K models mean K (K - 1) / 2 matched pairs
@@ -86,12 +86,6 @@ def _distinct(check: Callable[[Any], str | None]) -> Callable[[tuple], str | Non
         return reason
 
     return check_all
-
-
-def _odd_points(points: int) -> str | None:
-    """An odd count, so that a = 0.5 (the midpoint) is on the grid, and a bounded one."""
-    reason = between(3, MAX_POINTS)(points)
-    return reason or (None if points % 2 else f"{points} must be odd, so the midpoint a = 0.5 is measured")
 
 
 START = re.compile(r"init|trained:(\d{1,4})")
@@ -136,7 +130,7 @@ class LmcConfig:
     momentum: float = setting(0.9, "SGD momentum, in [0, 1)", between(0, 1, high_open=True))
     weight_decay: float = setting(5e-4, "SGD weight decay", between(0, 1))
     batch_size: int = setting(64, "training batch size", between(1, 1 << 16))
-    points: int = setting(11, f"interpolation points in [0, 1], ends included: odd, at most {MAX_POINTS}", _odd_points)
+    points: int = setting(11, f"interpolation points in [0, 1], ends included: odd, at most {MAX_POINTS}", odd_points)
     split: str = setting(
         "dirichlet",
         "dirichlet: each model its own shard; same-data: all of it, own batch order",
@@ -318,6 +312,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.l
     overwrite = bool(args.pop("overwrite", False))
     cfg, found = read_config(args)
     found += unused_problems(cfg, set(args)) + relation_problems(cfg) + output_problems(out, overwrite, OUTPUT_FILES)
+    found = found or lmc_problems(cfg)  # memory and work, estimated from settings that passed their checks
     if found:
         return command.fail(found)
     if cfg.threads:

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from fedpfn.analysis import pretrain
+from fedpfn.analysis.bounds import MAX_POINTS, odd_points
 from fedpfn.analysis.command import build_parser, fail, read_command_line, write_files
 from fedpfn.analysis.fusion import EvalData, Probe, has_batchnorm, snapshot
 from fedpfn.analysis.soup_run import ARMS, Draw, SeedData, compare_arms, recipes, run_arm
@@ -50,10 +51,6 @@ def _distinct_seeds(seeds: tuple[int, ...]) -> str | None:
 
 
 ANY_OF_THEM = each(lambda _: None)  # a non-empty list of any values
-
-
-def _odd_points(points: int) -> str | None:
-    return None if points >= 3 and points % 2 else f"{points} must be odd and at least 3 (ends and midpoint)"
 
 
 @dataclass(frozen=True)
@@ -93,7 +90,9 @@ class SoupConfig:
     test_subset: int = setting(
         2000, "fixed test subset, the same for every seed (0: the whole test set)", at_least(0)
     )
-    points: int = setting(5, "interpolation points of a pair's barrier (odd, ends included)", _odd_points)
+    points: int = setting(
+        5, f"interpolation points of a pair's barrier (odd, ends included, at most {MAX_POINTS})", odd_points
+    )
     data_root: str | None = setting(None, "folder holding the dataset files (default: Debian's for fmnist)")
     device: str = setting("auto", "auto, cpu or cuda", one_of(DEVICES))
     threads: int = setting(0, "torch CPU threads, 0 for torch's choice", at_least(0))  # fmt: skip
