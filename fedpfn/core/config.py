@@ -132,6 +132,17 @@ class RunConfig:
         between(0, 0.5),
         kind="federation",
     )
+    evaluate_clients: float = setting(
+        0.0,
+        "federated evaluation: this fraction of the clients (seeded, at least one) evaluates the global "
+        "model, and its own where the rule keeps one (FedBN, --personal), on its local test split; "
+        "metrics.jsonl gets the example-weighted and plain mean, the 10th percentile and the worst client; 0: never",
+        between(0, 1),
+        kind="federation",
+    )
+    evaluate_clients_every: int = setting(
+        1, "federated evaluation every K rounds (the last round always)", at_least(1), kind="federation"
+    )
     alignment_every: int = setting(
         0,
         "every K rounds measure how aligned the round's client models are: loss and accuracy barriers "
@@ -282,7 +293,8 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         """Every setting, and the hyperparameters; a start's own settings only with a start (as the
         algorithms' only with their algorithm), so a run without one reads as it did before them."""
-        left_out = ("hparams", *(START_ONLY if self.init is None else ()))
+        optional = (*(START_ONLY if self.init is None else ()), *(() if self.evaluate_clients else EVAL_ONLY))
+        left_out = ("hparams", *optional)
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in left_out}
         return {**values, **self.hparams}
 
@@ -312,6 +324,7 @@ def _at_most(name: str, limit: str, why: str = "") -> Callable[[RunConfig], str 
 
 ALIGNMENT = ("alignment_clients", "clients_per_round", "alignment_every")
 START_ONLY = ("init_sha256", "fresh_head")  # what only a run with --init has
+EVAL_ONLY = ("evaluate_clients", "evaluate_clients_every")  # what only a run with --evaluate-clients has
 
 
 def _alignment_clients_problem(cfg: RunConfig, given: Collection[str] | None) -> str | None:
@@ -340,6 +353,12 @@ RELATIONS: list[tuple[tuple[str, ...], Callable[[RunConfig], str | None]]] = [
         and f"partition: tasks are derived from Fashion-MNIST's classes; use --dataset fmnist, not {c.dataset}",
     ),
     (
+        ("evaluate_clients", "local_test_fraction"),
+        lambda c: c.evaluate_clients > 0 and c.local_test_fraction == 0
+        and f"evaluate_clients: {c.evaluate_clients} evaluates on each client's local test split; "
+        "give it one with --local-test-fraction F (e.g. 0.2)",
+    ),
+    (
         ("personal", "model", "dataset", "projection_head"),
         lambda c: unmatched_problem(c.model, c.dataset, c.projection_head, c.personal),
     ),
@@ -350,6 +369,7 @@ USED_ONLY_IF: dict[str, tuple[Callable[[RunConfig], bool], str]] = {
     "init_sha256": (lambda c: c.init is not None, "only --init uses it"),
     "fresh_head": (lambda c: c.init is not None, "only --init uses it"),
     "shards_per_client": (lambda c: c.partition == "shards", "only --partition shards uses it"),
+    "evaluate_clients_every": (lambda c: c.evaluate_clients > 0, "only --evaluate-clients F (F > 0) uses it"),
     "alignment_clients": (lambda c: c.alignment_every > 0, "only --alignment-every K (K > 0) uses it"),
     "alignment_samples": (lambda c: c.alignment_every > 0, "only --alignment-every K (K > 0) uses it"),
     "client_cpus": (

@@ -20,6 +20,8 @@ from fedpfn.runtime import nodedata
 from fedpfn.runtime.algorithms import client_rules, config_from_json
 from fedpfn.runtime.engines.program import local_round
 from fedpfn.runtime.engines.ray_start import enter_driver_folder
+from fedpfn.runtime.engines.sequential import torch_threads
+from fedpfn.runtime.federated_eval import evaluate_client
 from fedpfn.runtime.resources import client_wants_gpu
 
 
@@ -67,6 +69,21 @@ def train(msg: Message, context: Context) -> Message:
         client_rules(cfg), cfg, partition_id, context.state, device, msg.content, data=data, state_root=state_root
     )
     return Message(content=content, reply_to=msg)
+
+
+@client_app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    """`--evaluate-clients`: the global model (and this client's own) on its local test split."""
+    enter_driver_folder()
+    config = msg.content.config_records[protocol.CONFIG]
+    cfg = node_view(_config(str(config[protocol.RUN_CONFIG])), context.node_config)
+    partition_id = int(context.node_config[protocol.PARTITION_ID])
+    device = pick_device(want_gpu=client_wants_gpu(cfg.client_gpus))
+    data = nodedata.for_node(cfg, partition_id, context.node_config)
+    state_root = nodedata.state_root(cfg, context.node_config)
+    with torch_threads(1):  # float sums depend on the thread count: one, on every engine
+        metrics = evaluate_client(cfg, partition_id, msg.content, context.state, device, data, state_root)
+    return Message(content=RecordDict({protocol.METRICS: metrics}), reply_to=msg)
 
 
 @client_app.query()

@@ -23,7 +23,7 @@ from fedpfn.core.cache import initial_model
 from fedpfn.core.config import RunConfig
 from fedpfn.core.files import CLIENTS
 from fedpfn.core.training import evaluate, pick_device
-from fedpfn.runtime import alignment
+from fedpfn.runtime import alignment, federated_eval
 from fedpfn.runtime.algorithms import build_strategy
 from fedpfn.runtime.recording import evaluation_set, write_partition_report, write_summary
 from fedpfn.runtime.resume import accepted_rounds
@@ -255,6 +255,16 @@ class ServerLoop:
         self.model.load_state_dict(self.arrays.to_torch_state_dict())
         return evaluate(self.model, self.eval_x, self.eval_y)
 
+    def evaluate_by_clients(self, server_round: int, record: dict[str, Any]) -> dict[str, Any]:
+        """`--evaluate-clients`: the sampled clients' figures on their local test splits, when due
+        (`record`: this round's, whose accepted replies decide which personal entries they hold)."""
+        if not federated_eval.due(self.cfg, server_round):
+            return federated_eval.empty_record(self.cfg)
+        accepted = {**self.accepted, **accepted_rounds([record])}
+        return federated_eval.run_evaluation(
+            self.grid, self.cfg, server_round, self.arrays, self.nodes.mapping(), accepted, self.round_timeout
+        )
+
     # --- checkpoints ---------------------------------------------------------------------
 
     def checkpoint(self, completed_round: int, elapsed: float) -> None:
@@ -298,12 +308,14 @@ class ServerLoop:
             record, client_rows = outcome.record, outcome.client_rows
             evaluated = server_round % cfg.eval_every == 0 or server_round == cfg.rounds
             loss, accuracy = self.evaluate_global() if evaluated else (None, None)
+            by_clients = self.evaluate_by_clients(server_round, {"round": server_round, **record})
             record = {
                 "round": server_round,
                 f"{self.eval_name}_accuracy": accuracy,
                 f"{self.eval_name}_loss": loss,
                 **record,
                 **(local_test_summary(client_rows) if cfg.local_test_fraction else {}),
+                **by_clients,
                 "seconds": time.perf_counter() - t0,
             }
             with self.folder.writing():  # the round's rows and its checkpoint, or none of them

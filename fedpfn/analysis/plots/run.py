@@ -26,6 +26,11 @@ LOCAL_SERIES = (  # (metrics.jsonl key, label, colour, line style): recorded wit
     ("local_accuracy_before_mean", "local test, before training (mean)", OKABE_ITO[1], "--"),
     ("local_accuracy_after_mean", "local test, after training (mean)", OKABE_ITO[3], "--"),
     ("local_accuracy_after_worst10", "local test, after training (worst 10 %)", OKABE_ITO[4], ":"),
+    # recorded with --evaluate-clients: the sampled clients' local test splits, global model
+    ("fed_eval_accuracy_weighted", "clients' local test (weighted mean)", OKABE_ITO[2], "-"),
+    ("fed_eval_accuracy_p10", "clients' local test (10th percentile)", OKABE_ITO[2], "--"),
+    ("fed_eval_accuracy_worst", "clients' local test (worst client)", OKABE_ITO[2], ":"),
+    ("fed_eval_personal_accuracy_weighted", "clients' own models (weighted mean)", OKABE_ITO[2], "-."),
 )
 
 
