@@ -14,6 +14,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -100,24 +102,32 @@ def test_a_config_that_links_to_dev_zero_is_never_read(tmp_path):
     assert "a symbolic link, which fedpfn never follows" in done.stderr
 
 
+@contextmanager
+def unblocking(fifo: Path, after: float = 20.0) -> Iterator[None]:
+    """If a reader is stuck opening `fifo` (the bug), give it an end of file after `after` seconds,
+    so that a failing test ends instead of hanging the suite."""
+
+    def unblock() -> None:
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass  # nobody is reading: nothing to unblock
+
+    timer = threading.Timer(after, unblock)
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
 def test_a_config_that_is_a_fifo_does_not_hang(tmp_path, capsys):
     run = write_run(tmp_path / "runs" / "fedavg-s0", [0.5, 0.6], seed=0)
     (run / "config.json").unlink()
     os.mkfifo(run / "config.json")
-
-    def unblock() -> None:  # a reader stuck in open() gets an end of file, so a failing test ends
-        try:
-            os.close(os.open(run / "config.json", os.O_WRONLY | os.O_NONBLOCK))
-        except OSError:
-            pass  # nobody is reading: nothing to unblock
-
-    timer = threading.Timer(20, unblock)
-    timer.start()
     started = time.monotonic()
-    try:
+    with unblocking(run / "config.json"):
         code_, lines = report(capsys, tmp_path / "runs")
-    finally:
-        timer.cancel()
     assert time.monotonic() - started < 10, "the FIFO was opened and waited on"
     assert code_ == 2 and len(lines) == 1 and "not a regular file" in lines[0], lines
 
@@ -158,3 +168,40 @@ def test_inline_shows_text_as_typed(raw, shown):
 
 def test_a_command_with_backticks_stays_one_code_span():
     assert code("run --x `rm -rf /`") == "`` run --x `rm -rf /` ``"
+
+
+# --- a partition folder handed to a SuperNode --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "damage, says",
+    [
+        ("meta-fifo", "no readable partition.json (cannot read"),
+        ("meta-link", "a symbolic link, which fedpfn never follows"),
+        ("x-link", "train_x.npy: a symbolic link, which fedpfn never follows; export it again"),
+        ("x-fifo", "train_x.npy: not a regular file; export it again"),
+        ("x-bytes", "its arrays cannot be read"),
+        ("settings-list", "not a fedpfn-partition/1 folder; export it again"),
+        ("shape-number", "the arrays do not match partition.json; export again"),
+    ],
+)
+def test_a_partition_folder_is_read_as_data(damage, says, tmp_path):
+    from conftest import tiny_config
+
+    from fedpfn.runtime.nodedata import META, X, PartitionDataError, read_partition, write_partition
+
+    cfg, folder = tiny_config(), tmp_path / "part"
+    write_partition(cfg, 0, folder)
+    what, how = damage.split("-")
+    target = folder / (META if what in ("meta", "settings", "shape") else X)
+    if how in ("fifo", "link"):
+        target.rename(tmp_path / target.name)
+        os.mkfifo(target) if how == "fifo" else target.symlink_to(tmp_path / target.name)
+    elif how == "bytes":
+        target.write_bytes(os.urandom(256))
+    else:
+        edit(target, with_key("settings", []) if what == "settings" else with_key("input_shape", 5))
+    started = time.monotonic()
+    with pytest.raises(PartitionDataError) as refused, unblocking(target):
+        read_partition(cfg, 0, folder)
+    assert says in str(refused.value) and "\n" not in str(refused.value) and time.monotonic() - started < 10

@@ -196,6 +196,18 @@ def read_limited(path: Path, max_bytes: int) -> bytes:
     return data
 
 
+def not_a_plain_file(path: Path) -> str | None:
+    """Why `path` is no regular file to read (missing, a link, a FIFO, a device), or None; nothing is
+    opened, for readers that open by name (numpy's memory map, a safetensors file)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError as err:
+        return f"cannot read {path}: {err.strerror}"
+    if stat.S_ISLNK(mode):
+        return f"cannot read {path}: a symbolic link, which fedpfn never follows"
+    return None if stat.S_ISREG(mode) else f"cannot read {path}: not a regular file"
+
+
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _BRACKETS = re.compile(r"[\[\]{}]")
 

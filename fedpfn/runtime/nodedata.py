@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from fedpfn.core.cache import ClientData, SplitKey, client_indices, dataset_for, local_positions, train_labels
-from fedpfn.core.files import atomic_write_bytes
+from fedpfn.core.files import DamagedFile, atomic_write_bytes, not_a_plain_file, read_json
 
 if TYPE_CHECKING:
     from fedpfn.core.config import RunConfig
@@ -104,12 +104,14 @@ def write_partition(cfg: RunConfig, partition_id: int, folder: Path) -> dict[str
 def read_partition(cfg: RunConfig, partition_id: int, folder: Path) -> ClientData:
     """The partition in `folder`, memory-mapped; refused if it was written for other settings."""
     folder = Path(folder)
-    try:
-        meta = json.loads((folder / META).read_text())
-    except (OSError, ValueError) as err:
+    try:  # a folder handed over by whoever exported it: read as data, through the checked reader
+        meta = read_json(folder / META, 1 << 20)
+    except (OSError, DamagedFile) as err:
         raise PartitionDataError(f"partition folder {folder}: no readable {META} ({err})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or not isinstance(meta.get("settings"), dict):
         raise PartitionDataError(f"partition folder {folder}: not a {FORMAT} folder; export it again")
+    if problem := not_a_plain_file(folder / X) or not_a_plain_file(folder / Y):
+        raise PartitionDataError(f"partition folder {folder}: {problem}; export it again")
     stored, wanted = meta.get("settings", {}), partition_settings(cfg, partition_id)
     differ = [
         f"{_SETTING.get(k, k.replace('_', '-'))}: {stored.get(k)!r} there, {v!r} in this run"
@@ -121,9 +123,13 @@ def read_partition(cfg: RunConfig, partition_id: int, folder: Path) -> ClientDat
             f"partition folder {folder} holds a partition of other settings ({'; '.join(differ)}); "
             "export it again with scripts/export_partition.py"
         )
-    x = np.load(folder / X, mmap_mode="c")  # copy-on-write: writable for torch, nothing read yet
-    y = np.load(folder / Y, mmap_mode="c")
-    expected = (meta.get("num_examples"), *meta.get("input_shape", ()))
+    try:  # never unpickled: numpy refuses an object array without allow_pickle
+        x = np.load(folder / X, mmap_mode="c")  # copy-on-write: writable for torch, nothing read yet
+        y = np.load(folder / Y, mmap_mode="c")
+    except (OSError, ValueError) as err:
+        raise PartitionDataError(f"partition folder {folder}: its arrays cannot be read ({err}); export again") from None
+    declared = meta.get("input_shape")
+    expected = (meta.get("num_examples"), *(declared if isinstance(declared, list) else [None]))
     shaped = x.ndim == 4 and x.shape == expected and y.shape == (len(x),)
     if not shaped or not isinstance(meta.get("num_classes"), int):
         raise PartitionDataError(f"partition folder {folder}: the arrays do not match {META}; export again")
