@@ -205,3 +205,19 @@ def test_a_partition_folder_is_read_as_data(damage, says, tmp_path):
     with pytest.raises(PartitionDataError) as refused, unblocking(target):
         read_partition(cfg, 0, folder)
     assert says in str(refused.value) and "\n" not in str(refused.value) and time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link"])
+def test_colds_record_of_a_folder_is_never_read_through(kind, tmp_path, capsys):
+    """DIR/cold_config.json ties a folder's runs to their settings; one that is a FIFO or a link is
+    refused in one line, never opened or followed."""
+    out = tmp_path / "cold"
+    out.mkdir()
+    record = out / "cold_config.json"
+    os.mkfifo(record) if kind == "fifo" else record.symlink_to("/dev/zero")
+    with unblocking(record):
+        code_ = fedpfn(["cold", "--out", str(out)])
+    lines = capsys.readouterr().err.splitlines()
+    said = [line for line in lines if "cold_config.json" in line]
+    why = "not a regular file" if kind == "fifo" else "a symbolic link, which fedpfn never follows"
+    assert code_ == 2 and len(said) == 1 and why in said[0] and said[0].startswith("error: out: "), lines
