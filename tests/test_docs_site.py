@@ -208,3 +208,13 @@ def test_the_extending_pages_own_rule_trains_by_dotted_path(tmp_path, monkeypatc
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["algorithm"] == "my_rule:LabelSmoothing" and saved["smoothing"] == 0.2
     assert (tmp_path / "run" / "summary.json").is_file()
+
+
+def test_compare_and_resume_are_spelt_as_verbs_and_the_run_flags_named_once():
+    """Pages mixed `fedpfn compare` with `run --compare`: the verbs everywhere, the flags (kept for
+    scripts) on the refused-inputs page alone."""
+    import re
+
+    flags = re.compile(r"(fedpfn run|run_sim\.py) --(compare|resume)\b")
+    naming = [str(page.relative_to(ROOT)) for page in [ROOT / "README.md", *site_pages()] if flags.search(page.read_text())]
+    assert naming == ["docs/guide/refused-inputs.md"], naming
