@@ -88,6 +88,16 @@ def test_no_out_lands_in_a_system_folder(verb, tmp_path, capsys, guarded):
         assert not any(path.exists() for path in guarded), out
 
 
+def test_a_partitions_folder_goes_through_the_same_check(tmp_path, capsys, guarded):
+    """`fedpfn partition --to I=FOLDER` writes a SuperNode's partition: the same check as every --out."""
+    for out, system in system_places(tmp_path):
+        argv = ["partition", "--config", str(ROOT / "configs" / "quickstart.toml"), "--to", f"0={out}"]
+        code, lines = call(capsys, *argv)
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("fedpfn partition: --to: '"), lines
+        assert f"lies in {system}, the system's, not a place for partition 0; give another folder" in lines[0]
+        assert not Path(system, NAME).exists()
+
+
 @pytest.mark.parametrize("verb", list(WORK))
 def test_a_read_only_place_is_refused_in_one_line(verb, tmp_path, capsys, guarded, monkeypatch):
     """A folder on a read-only file system (root ignores permissions, never a read-only mount)."""

@@ -31,6 +31,7 @@ from flwr.common.config import parse_config_args  # flwr run's own K=V parser
 from fedpfn.core.config import ConfigError, RunConfig
 from fedpfn.core.data import DataError
 from fedpfn.core.files import MAX_JSON_BYTES, PROVENANCE, DamagedFile, read_json
+from fedpfn.core.places import out_problem
 from fedpfn.core.settings import OneLineParser, read_toml
 from fedpfn.core.user_code import name_code
 from fedpfn.runtime.algorithms import load_config
@@ -94,9 +95,8 @@ def check_targets(targets: list[tuple[int, Path]], num_clients: int) -> None:
             raise ConfigError(f"--to: partition {index} is given twice; export each partition once")
         if any(folder == other for _, other in targets[:number]):
             raise ConfigError(f"--to: {folder} is given twice; give each partition a folder of its own")
-        existing = next(p for p in (folder, *folder.parents) if p.exists())
-        if not existing.is_dir():
-            raise ConfigError(f"--to: {existing} is a file, not a folder; give partition {index} a folder")
+        if (problem := out_problem(folder, f"partition {index}")) is not None:  # every output's one check
+            raise ConfigError(problem.replace("out:", "--to:", 1))
 
 
 def main(argv: list[str] | None = None, prog: str = "export_partition.py") -> int:
