@@ -79,7 +79,7 @@ def test_a_run_folder_never_names_code_that_runs(tmp_path, capsys, monkeypatch, 
     scene.refused(capsys, monkeypatch, "--resume", str(scene.folder.path), "--rounds", "2", expected=expected)
     assert "Zen of Python" not in capsys.readouterr().out
     if checkpoint == "deleted":  # given again, it must be the run's class
-        expected = f"made with other settings (server: fedavg != {server})"
+        expected = f"which only its config.json names; this command names 'fedavg'"
         scene.refused(
             capsys, monkeypatch, "--resume", str(scene.folder.path), "--server", "fedavg", expected=expected
         )
@@ -313,7 +313,7 @@ def test_the_report_and_export_partition_refuse_in_one_line(tmp_path, capsys, mo
     (tmp_path / "file").write_bytes(OUTSIDE)
     config = ["--config", str(folder.path / "config.json")]
     for to, message in ((["--to", "zero"], "expected PARTITION=FOLDER, got 'zero'"),
-                        (["--to", f"0={tmp_path / 'file'}"], f"--to: {tmp_path / 'file'} is a file, not a folder"),
+                        (["--to", f"0={tmp_path / 'file'}"], f"--to: '{tmp_path / 'file'}' is a file; give a folder"),
                         (["--to", f"0={tmp_path / 'a'}", "--to", f"0={tmp_path / 'b'}"], "partition 0 is given twice"),
                         (["--to", f"0={tmp_path / 'a'}", "--to", f"1={tmp_path / 'a'}"], "/a is given twice")):  # fmt: skip
         try:
