@@ -218,3 +218,15 @@ def test_compare_and_resume_are_spelt_as_verbs_and_the_run_flags_named_once():
     flags = re.compile(r"(fedpfn run|run_sim\.py) --(compare|resume)\b")
     naming = [str(page.relative_to(ROOT)) for page in [ROOT / "README.md", *site_pages()] if flags.search(page.read_text())]
     assert naming == ["docs/guide/refused-inputs.md"], naming
+
+
+def test_deployment_leads_with_the_multi_machine_recipe():
+    """The recipe began at line 291 of 573, after start-up profiles; the page said every client is a
+    Ray actor (the default engine starts no Ray) and listed checkpoint.pt (runs write checkpoint.npz)."""
+    text = (ROOT / "docs" / "deployment.md").read_text()
+    first = text.index("\n## ")
+    assert text[first:].startswith("\n## 1. Several machines"), text[first : first + 80]
+    assert text.index("| step | where | what | section |") < min(text.index("```", first), text.index("\n### ", first))
+    assert text.index("| step | where |") < 2000 and "Ray actor in one process tree" not in text
+    for page in [ROOT / "README.md", *site_pages()]:
+        assert "checkpoint.pt`" not in page.read_text(), page
