@@ -72,7 +72,7 @@ def main() -> int:
     run_all(args.out, args.engine, shlex.split(args.run_args))
     now = curves(args.out)
     for name, rows in now.items():
-        print(f"{name:>16}: " + "  ".join(f"{acc:.4f}/{loss:.17g}" for acc, loss in rows))
+        print(f"{name:>16}: " + "  ".join(f"{100 * acc:.2f} %/{loss:.17g}" for acc, loss in rows))  # accuracy in %, as the pages
     if args.compare is None:
         return 0
     before = curves(args.compare)
