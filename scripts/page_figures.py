@@ -65,7 +65,9 @@ def run_once(command: list[str], out: Path, *extra: str) -> dict:
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"error: {' '.join(command)} failed:\n{done.stderr[-2000:]}")
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    from fedpfn.core.files import METRICS
+
+    rows = [json.loads(line) for line in (out / METRICS).read_text().splitlines()]
     return {
         "accuracy": [round(100 * row["test_accuracy"], 2) for row in rows],
         "seconds": round(seconds, 1),
