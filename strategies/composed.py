@@ -85,9 +85,19 @@ class ComposedStrategy(Strategy):
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """The replies as received, one per client: the inner strategy sees each."""
         replies = list(replies)
-        good = [reply.content for reply in replies if not reply.has_error()]
+        self.restore(server_round, [reply.content for reply in replies if not reply.has_error()])
+        return self.aggregate_restored(server_round, replies)
+
+    def restore(self, server_round: int, contents: list[RecordDict]) -> None:
+        """The replies in their full form, in place: FedPNU's unpacked, personal entries filled."""
         for part in reversed(self.parts):
-            part.restore(server_round, good, self.sent)
+            part.restore(server_round, contents, self.sent)
+
+    def aggregate_restored(
+        self, server_round: int, replies: list[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """`aggregate_train` of replies `restore` has seen (a wrapper clipped them in between)."""
+        good = [reply.content for reply in replies if not reply.has_error()]
         totals = RoundTotals.of_replies(good, self.sent, self.param_names)
         for content in good:  # the inner's own slim copy (FedMedian, Krum pop what they read)
             record = content[ARRAYS]

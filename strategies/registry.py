@@ -123,16 +123,17 @@ def load_strategy_class(path: str) -> type[Strategy]:
     return import_user_class(path, "server", Strategy, "a flwr.serverapp.strategy.Strategy subclass", "strategy")
 
 
-def _user_kwargs(text: str | None) -> dict[str, Any]:
+def parse_kwargs(text: str | None, setting: str = "server_args") -> dict[str, Any]:
+    """A JSON object of keyword arguments (`setting`'s value), or ConfigError in one line."""
     if not text:
         return {}
     try:
         # nesting bounded: 30,000 brackets deep is no argument (json.loads would hit its recursion limit)
         kwargs = parse_json(text, f"'{text[:40]}{'...' if len(text) > 40 else ''}'")
     except DamagedFile as err:
-        raise ConfigError(f"server_args: {err}") from None
+        raise ConfigError(f"{setting}: {err}") from None
     if not isinstance(kwargs, dict):
-        raise ConfigError(f"server_args: '{text}' must be a JSON object of keyword arguments")
+        raise ConfigError(f"{setting}: '{text}' must be a JSON object of keyword arguments")
     return kwargs
 
 
@@ -160,7 +161,7 @@ def build_user_strategy(path: str, args: str | None, per_round: int | None = Non
     few of them to mean anything (Krum's n >= 2f + 3) is warned about on the `fedpfn` logger.
     """
     cls = load_strategy_class(path)
-    kwargs = _user_kwargs(args)
+    kwargs = parse_kwargs(args)
     accepted, takes_any = accepted_keywords(cls)
     unknown = sorted(set(kwargs) - set(accepted)) if not takes_any else []
     if unknown:

@@ -17,7 +17,7 @@ from flwr.app import ArrayRecord, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedpfn.core.config import RunConfig
-from fedpfn.core.user_code import name_code
+from fedpfn.core.user_code import code_settings, name_code
 from fedpfn.runtime.algorithms import load_config
 
 # One thread per process: tests start Ray workers and subprocesses beside this one on
@@ -61,7 +61,7 @@ def tiny_config(**overrides) -> RunConfig:
         out=tempfile.mkdtemp(dir=_SCRATCH),
     )
     values.update(overrides)
-    name_code(values.get("algorithm"), values.get("server"))  # the settings a test gives, as if typed
+    name_code(*code_settings(values))  # the settings a test gives, as if typed
     return load_config(values)
 
 

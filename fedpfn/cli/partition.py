@@ -33,7 +33,7 @@ from fedpfn.core.data import DataError
 from fedpfn.core.files import MAX_JSON_BYTES, PROVENANCE, DamagedFile, read_json
 from fedpfn.core.places import out_problem
 from fedpfn.core.settings import OneLineParser, read_toml
-from fedpfn.core.user_code import name_code
+from fedpfn.core.user_code import code_settings, name_code
 from fedpfn.runtime.algorithms import load_config
 from fedpfn.runtime.nodedata import PartitionDataError, write_partition
 
@@ -73,7 +73,7 @@ def run_config(config: Path | None, pairs: list[str]) -> RunConfig:
     """The run's settings: a run's config.json or a preset (TOML), then flwr-style K=V pairs."""
     values = config_values(config) if config is not None else {}
     given = pair_values(pairs)
-    name_code(given.get("algorithm"), given.get("server"))  # the command's own; never the file's
+    name_code(*code_settings(given))  # the command's own; never the file's
     values.update(given)
     return load_config(values)
 

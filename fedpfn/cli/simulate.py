@@ -28,7 +28,7 @@ env.flower_defaults()  # before Flower is imported: its telemetry reads the swit
 from fedpfn.core.config import ConfigError, RunConfig  # noqa: E402
 from fedpfn.core.flags import suggestion  # noqa: E402
 from fedpfn.core.settings import add_flags, read_toml  # noqa: E402
-from fedpfn.core.user_code import keep_out_of_imports, name_code  # noqa: E402
+from fedpfn.core.user_code import code_settings, keep_out_of_imports, name_code  # noqa: E402
 from fedpfn.runtime.algorithms import parse_config, validated  # noqa: E402
 from fedpfn.runtime.runfolder import RunWriteError  # noqa: E402
 from fedpfn.runtime.server import WorkerLost  # noqa: E402
@@ -41,6 +41,7 @@ GROUPS = {
     "client rule": "local training and the client rules' hyperparameters",
     "anchors": "FedPFN and FedPNU (--algorithm fedpfn, fedpnu, or fedpfn+RULE)",
     "server": "server algorithm and aggregation",
+    "privacy": "a wrapper around the server side, a mod around each client (Flower's differential privacy)",
     "resources": "where the clients train (a resume may move a run)",
     "tracking": "where the numbers are logged besides the run folder (a resume may switch these)",
 }
@@ -110,11 +111,13 @@ def hparam_groups() -> dict[str, list[type]]:
     from fedpfn.runtime.algorithms import ANCHOR_METHODS, CLIENT_RULES
     from strategies import SERVER_RULES
     from strategies.registry import USER_RULE
+    from strategies.wrapping import PluginParams
 
     return {
         "client rule": list(dict.fromkeys(a.Params for a in CLIENT_RULES.values())),
         "anchors": list(dict.fromkeys(a.Params for a in ANCHOR_METHODS.values())),
         "server": list(dict.fromkeys(rule.Params for rule in (*SERVER_RULES.values(), USER_RULE))),
+        "privacy": [PluginParams],
     }
 
 
@@ -199,8 +202,9 @@ def load_user_rule(argv: list[str]) -> None:
 
 
 def name_given_code(args: dict[str, Any]) -> None:
-    """The dotted paths this command line gives (server, the algorithms compared): its own, not a file's."""
-    name_code(args.get("algorithm"), args.get("server"), *str(args.get("compare", "")).split(","))
+    """The dotted paths this command line gives (server, its wrapper, the client mod, the algorithms
+    compared): its own, not a file's."""
+    name_code(*code_settings(args), *str(args.get("compare", "")).split(","))
 
 
 def parse_args(argv: list[str] | None, prog: str = PROG) -> dict[str, Any]:

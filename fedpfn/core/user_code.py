@@ -15,6 +15,7 @@ import importlib
 import inspect
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from fedpfn.core.files import enclosing_run_folder, module_locations
@@ -41,6 +42,14 @@ def code_paths(value: object) -> list[str]:
     return [part for part in value.split("+") if ":" in part] if isinstance(value, str) else []
 
 
+CODE_SETTINGS = ("algorithm", "server", "server_wrap", "client_mod")  # the settings whose value may be code
+
+
+def code_settings(values: Mapping[str, object]) -> list[object]:
+    """The values of CODE_SETTINGS in `values` (keys spelled with '-' or '_'): what `name_code` takes."""
+    return [values.get(key, values.get(key.replace("_", "-"))) for key in CODE_SETTINGS]
+
+
 def name_code(*values: object) -> None:
     """Record the dotted paths in `values` as named by this process's command (see the module's
     docstring for who may call it): the only ones `import_user_class` imports."""
@@ -53,6 +62,15 @@ def import_user_class(path: str, setting: str, base: type, kind: str, noun: str)
 
     ConfigError, one line naming `setting`, where the command did not name it, it does not load
     or is not a `kind` (`noun`: what it is called)."""
+    cls = import_user_object(path, setting, noun)
+    if not (inspect.isclass(cls) and issubclass(cls, base)):
+        raise ConfigError(f"{setting}: '{path}' is not {kind}")
+    return cls
+
+
+def import_user_object(path: str, setting: str, noun: str) -> object:
+    """Whatever `path` names (a class, a function), under the same guard as `import_user_class`;
+    the caller checks what it is (None: the module has no such name)."""
     module_name, _, class_name = path.partition(":")
     if path not in _NAMED_BY_COMMAND:
         raise ConfigError(
@@ -78,7 +96,4 @@ def import_user_class(path: str, setting: str, base: type, kind: str, noun: str)
         module = importlib.import_module(module_name)
     except BaseException as err:  # noqa: BLE001  (a user module may raise anything on import, SystemExit too)
         raise ConfigError(f"{setting}: cannot import module '{module_name}' ({type(err).__name__}: {err})") from None
-    cls = getattr(module, class_name, None)
-    if not (inspect.isclass(cls) and issubclass(cls, base)):
-        raise ConfigError(f"{setting}: '{path}' is not {kind}")
-    return cls
+    return getattr(module, class_name, None)

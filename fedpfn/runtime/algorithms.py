@@ -39,7 +39,8 @@ from fedpfn.core.init_file import file_sha256
 from fedpfn.core.personal import PERSONAL, meta_model, personal_entries
 from fedpfn.core.settings import ConfigError, is_set, one_per_setting
 from fedpfn.core.settings import problems as setting_problems
-from fedpfn.core.user_code import name_code
+from fedpfn.core.user_code import code_settings, name_code
+from fedpfn.runtime.plugins import plugin_problems, wrapped
 from strategies import (
     SERVER_PARTS,
     SERVER_RULES,
@@ -52,6 +53,7 @@ from strategies import (
     server_rule,
 )
 from strategies.registry import USER_RULE
+from strategies.wrapping import PluginParams, WrappedStrategy, plugin_values
 
 
 @dataclass(frozen=True)
@@ -115,15 +117,15 @@ def _parts(algorithm: str) -> list[Algorithm]:
 
 
 def declared_by(algorithm: str, server: str) -> list[type]:
-    """The hyperparameter classes an (algorithm, server) pair uses."""
-    return [part.client.Params for part in _parts(algorithm)] + [server_rule(server).Params]
+    """The hyperparameter classes an (algorithm, server) pair uses (and the plug-ins, which any may)."""
+    return [part.client.Params for part in _parts(algorithm)] + [server_rule(server).Params, PluginParams]
 
 
 def hparam_classes() -> list[type]:
     """Every hyperparameter class: of each client rule, anchor method and server rule."""
     classes = [rule.Params for rule in (*CLIENT_RULES.values(), *ANCHOR_METHODS.values())]
     classes += [rule.Params for rule in (*SERVER_RULES.values(), USER_RULE)]
-    return list(dict.fromkeys(classes))
+    return list(dict.fromkeys([*classes, PluginParams]))
 
 
 def hparam_fields() -> dict[str, dataclasses.Field]:
@@ -142,7 +144,8 @@ def resolve_hparams(cfg: RunConfig) -> dict[str, Any]:
     """The used hyperparameters with defaults filled in, the anchor granularity resolved."""
     values: dict[str, Any] = {}
     for cls in declared_by(cfg.algorithm, cfg.server):
-        values.update(dataclasses.asdict(cfg.params(cls)))
+        values.update(dataclasses.asdict(cfg.params(cls)) if cls is not PluginParams else {})
+    values.update(plugin_values(cfg.params(PluginParams)))
     anchor = anchor_method(cfg)
     if anchor is not None and values.get("anchor_granularity") is None:
         values["anchor_granularity"] = ANCHOR_METHODS[anchor].default_granularity  # type: ignore[attr-defined]
@@ -185,7 +188,7 @@ def config_from_json(text: str) -> RunConfig:
     """The config a train message carries (already checked where the run started): the server's
     word, so the code it names is the command's (fedpfn.core.user_code)."""
     values = json.loads(text)
-    name_code(values.get("algorithm"), values.get("server"))
+    name_code(*code_settings(values))
     return parse_config(values)
 
 
@@ -236,7 +239,7 @@ def _algorithm_problems(cfg: RunConfig, given: set[str] | None = None) -> list[s
             out.append(f"{name}: {value} is set, but {cfg.algorithm} with server {cfg.server} does not use it")
     if not out and ":" in cfg.server:
         out += _user_strategy_problems(cfg)
-    return out
+    return out + ([] if out else plugin_problems(cfg, given, client_rules(cfg)))
 
 
 def _personal_problems(cfg: RunConfig) -> list[str]:
@@ -288,7 +291,7 @@ def personal_of(cfg: RunConfig, model: nn.Module) -> frozenset[str]:
     return personal_entries(model, cfg.personal, [kind for cls in client_rules(cfg) for kind in cls.personal_layers])
 
 
-def build_strategy(cfg: RunConfig, model: nn.Module) -> ComposedStrategy:
+def build_strategy(cfg: RunConfig, model: nn.Module) -> ComposedStrategy | WrappedStrategy:
     """The server algorithm with the server parts of the client rule and the anchors, then the
     personal entries' part (where the clients keep some)."""
     personal = personal_of(cfg, model)
@@ -301,12 +304,13 @@ def build_strategy(cfg: RunConfig, model: nn.Module) -> ComposedStrategy:
     inner = build_inner(cfg)
     registration = registration_of(inner)
     state = registration.state if registration is not None else None
-    return ComposedStrategy(inner, parts, names, state_attributes=state)
+    return wrapped(cfg, ComposedStrategy(inner, parts, names, state_attributes=state))
 
 
 def mean_based(cfg: RunConfig) -> bool:
-    """Whether the run's server algorithm aggregates by the example-weighted mean alone."""
-    return server_rule(cfg.server).mean_based
+    """Whether the run's server side aggregates by the example-weighted mean alone (a wrapper reads
+    every reply: Flower's DP wrappers clip each client's update)."""
+    return server_rule(cfg.server).mean_based and not cfg.params(PluginParams).server_wrap
 
 
 def state_keys(cfg: RunConfig) -> tuple[str, ...]:

@@ -18,10 +18,12 @@ from fedpfn.core.config import RunConfig
 from fedpfn.core.training import pick_device
 from fedpfn.runtime import nodedata
 from fedpfn.runtime.algorithms import client_rules, config_from_json
+from fedpfn.runtime.client_mods import run_with_mod
 from fedpfn.runtime.engines.program import local_round
 from fedpfn.runtime.engines.ray_start import enter_driver_folder
 from fedpfn.runtime.engines.sequential import torch_threads
 from fedpfn.runtime.federated_eval import evaluate_client
+from fedpfn.runtime.plugins import client_mod_of
 from fedpfn.runtime.resources import client_wants_gpu
 
 
@@ -65,10 +67,16 @@ def train(msg: Message, context: Context) -> Message:
     device = pick_device(want_gpu=client_wants_gpu(cfg.client_gpus))
     data = nodedata.for_node(cfg, partition_id, context.node_config)  # deployed: the node's own copy
     state_root = nodedata.state_root(cfg, context.node_config)
-    content = local_round(
-        client_rules(cfg), cfg, partition_id, context.state, device, msg.content, data=data, state_root=state_root
-    )
-    return Message(content=content, reply_to=msg)
+
+    def round_of(message: Message) -> Message:  # the rule's round; a --client-mod runs around it
+        content = local_round(
+            client_rules(cfg), cfg, partition_id, context.state, device, message.content, data=data,
+            state_root=state_root,
+        )  # fmt: skip
+        return Message(content=content, reply_to=message)
+
+    mod = client_mod_of(cfg)
+    return round_of(msg) if mod is None else run_with_mod(mod, cfg.seed, partition_id, msg, context, round_of)
 
 
 @client_app.evaluate()

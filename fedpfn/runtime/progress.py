@@ -62,6 +62,8 @@ def header_lines(
 ) -> list[str]:
     """The run in a few labelled lines: algorithm, data, federation, rounds, its start file (with
     `start`: round 0's split, loss and accuracy), folder, compute."""
+    from fedpfn.runtime.plugins import wrapper_line  # a wrapper and its budget, a client mod
+
     split = f"Dirichlet({cfg.alpha:g})" if cfg.partition == "dirichlet" else cfg.partition
     resumed = f" (resumed after {first_round - 1})" if first_round > 1 else ""
     rounds = f"{first_round}..{cfg.rounds}{resumed}"
@@ -73,6 +75,7 @@ def header_lines(
         f"  clients    {cfg.num_clients}, {cfg.clients_per_round} a round, {split}{held}",
         f"  rounds     {rounds}, {cfg.local_epochs} local epoch(s), {every}",
         *([start_line(cfg, start)] if cfg.init else []),
+        *wrapper_line(cfg),
         f"  out        {cfg.run_dir}",
         f"  compute    {resources}",
     ]

@@ -13,6 +13,7 @@ from fedpfn.core.config import RunConfig
 from fedpfn.core.data import CLASS_NAMES
 from fedpfn.core.training import evaluate, pick_device
 from fedpfn.runtime.runfolder import RunFolder
+from strategies.privacy import ACCOUNTANT
 
 LAST_ROUNDS = 5  # the window of the summary's `last5_mean_accuracy`
 
@@ -77,6 +78,8 @@ def summarise_rows(rows: list[dict[str, Any]], split: str = "test") -> dict[str,
     }
     if fractions:
         summary["anchored_fraction"] = float(np.mean(fractions))
+    if rows[-1].get("dp_epsilon") is not None:  # a --server-wrap that adds noise: the budget spent
+        summary.update(dp_epsilon=rows[-1]["dp_epsilon"], dp_delta=rows[-1]["dp_delta"], dp_accountant=ACCOUNTANT)
     return summary
 
 

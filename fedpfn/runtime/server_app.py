@@ -11,6 +11,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedpfn.core.config import PLACEMENT, TRACKERS, RunConfig
+from fedpfn.core.user_code import code_settings, name_code
 from fedpfn.runtime import env
 from fedpfn.runtime.algorithms import load_config, parse_config
 from fedpfn.runtime.lifecycle import RunPlan, claimed, plan, serve, tracking
@@ -50,7 +51,7 @@ def deployed_main(grid: Grid, context: Context) -> None:
     problem = env.runtime_env_problem()
     if problem is not None:
         raise RuntimeError(problem)
-    name_code(context.run_config.get("algorithm"), context.run_config.get("server"))  # flwr run's command
+    name_code(*code_settings(context.run_config))  # flwr run's command
     cfg = load_config(dict(context.run_config))
     check_simulated_nodes(grid, cfg.num_clients)
     cfg = dataclasses.replace(cfg, out=str(cfg.run_dir.resolve()))  # relative: to the SuperLink's folder

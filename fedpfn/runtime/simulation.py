@@ -34,7 +34,7 @@ from fedpfn.core.config import (
 )
 from fedpfn.core.data import DataError, find_data_problem
 from fedpfn.core.files import LOCK, LOG, append_text, stop_writing
-from fedpfn.core.user_code import code_paths, keep_out_of_imports
+from fedpfn.core.user_code import CODE_SETTINGS, code_paths, keep_out_of_imports
 from fedpfn.runtime import env, lifecycle, reaper
 from fedpfn.runtime.algorithms import parse_config, validated
 from fedpfn.runtime.engines.registry import ENGINES
@@ -270,11 +270,13 @@ def resume_config(run_dir: str, overrides: dict[str, Any]) -> RunConfig:
 
 def check_folder_code(raw: dict[str, Any], overrides: dict[str, Any], folder: Path) -> None:
     """A run folder is data: whoever could write it (a shared or downloaded folder) must not choose
-    code that runs, whatever its fingerprint says. A client rule or `server` given as module:Class
-    is imported only when this command names the same (fedpfn.core.user_code), and never from a
-    module inside the folder, even one that holds only its config.json."""
+    code that runs, whatever its fingerprint says. A client rule, `server`, `server_wrap` or
+    `client_mod` given as module:Class is imported only when this command names the same
+    (fedpfn.core.user_code), and never from a module inside the folder, even one that holds only
+    its config.json."""
     keep_out_of_imports(folder)
-    for setting, noun in (("algorithm", "client rule"), ("server", "server")):
+    nouns = ("client rule", "server", "server's wrapper", "client mod")
+    for setting, noun in zip(CODE_SETTINGS, nouns, strict=True):
         stored = raw.get(setting)
         if not code_paths(stored):
             continue
@@ -283,7 +285,8 @@ def check_folder_code(raw: dict[str, Any], overrides: dict[str, Any], folder: Pa
             now = f"; this command names '{given}'" if given is not None else ""
             raise ConfigError(
                 f"resume: the run's {noun} is the class '{stored}', which only its config.json names{now}; fedpfn "
-                f"imports code a command names, never a file: pass --{setting} {shlex.quote(str(stored))} to resume it"
+                f"imports code a command names, never a file: pass --{setting.replace('_', '-')} "
+                f"{shlex.quote(str(stored))} to resume it"
             )
 
 
