@@ -216,3 +216,16 @@ def test_ray_workers_import_nothing_from_the_current_folder(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert not (tmp_path / "ran").exists()
     assert (tmp_path / "run" / "summary.json").exists()
+
+
+def test_the_resume_a_run_suggests_names_its_code_again(tmp_path):
+    """The stop line, the closing line and the out-folder refusal suggest a resume that is accepted."""
+    from fedpfn.runtime.runfolder import RunFolder
+
+    folder = resumable_run(tmp_path / "my run")
+    assert folder.resume_command() == f"fedpfn resume '{folder.path}'"
+    edit_config(folder.path, algorithm="fedpfn+mypkg.rules:Mine", server="flwr.serverapp.strategy:Krum")
+    expected = (f"fedpfn resume '{folder.path}' --algorithm fedpfn+mypkg.rules:Mine "
+                "--server flwr.serverapp.strategy:Krum --rounds 4")  # fmt: skip
+    assert RunFolder(folder.path).resume_command("--rounds", "4") == expected
+    assert "continue with: " + expected.removesuffix(" --rounds 4") in RunFolder(folder.path).stop_message()

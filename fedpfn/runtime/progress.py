@@ -185,10 +185,12 @@ def as_part_of_a_comparison() -> Iterator[None]:
 def next_commands(run_dir: Path, rounds: int) -> str:
     """The closing line: what a user does next with the run folder, ready to paste; more rounds
     means as many again (a fixed +10 would be five times a 2-round run, half of a 20-round one)."""
+    from fedpfn.runtime.runfolder import RunFolder
+
     folder = shlex.quote(str(run_dir))
     return (
         f"  next: fedpfn report {folder} (tables, intervals) · the figure {shlex.quote(str(run_dir / 'accuracy.png'))}"
-        f" · more rounds: fedpfn resume {folder} --rounds {2 * rounds}"
+        f" · more rounds: {RunFolder(run_dir).resume_command('--rounds', str(2 * rounds))}"
     )
 
 

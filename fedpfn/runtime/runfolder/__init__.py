@@ -40,6 +40,7 @@ from contextlib import contextmanager, suppress
 
 from fedpfn.core.files import is_own
 from fedpfn.core.tree import read_tree, read_tree_index, tree_bytes
+from fedpfn.core.user_code import code_paths
 from fedpfn.runtime.runfolder.checkpoints import FolderCheckpoints, checkpoint_problem, fingerprint_hash
 from fedpfn.runtime.runfolder.config import FolderConfig
 from fedpfn.runtime.runfolder.folder import RunFolderError, RunWriteError
@@ -82,6 +83,16 @@ class RunFolder(FolderConfig, FolderMetrics, FolderCheckpoints, FolderOutputs):
             reason = err.strerror or str(err)
             raise RunWriteError(f"cannot write {where} ({reason}); {self.stop_message()}") from None
 
+    def resume_command(self, *more: str) -> str:
+        """`fedpfn resume DIR`, shell-quoted, with the classes its config.json names by dotted path:
+        fedpfn imports those only when the command names them again (fedpfn.core.user_code)."""
+        try:
+            config = self.read_config()
+        except RunFolderError:
+            config = {}
+        flags = [f"--{name} {shlex.quote(config[name])}" for name in ("algorithm", "server") if code_paths(config.get(name))]
+        return " ".join(["fedpfn resume", shlex.quote(str(self.path)), *flags, *more])
+
     def stop_message(self) -> str:
         """What a stopped run prints: where it stopped and how it continues."""
         try:
@@ -89,7 +100,7 @@ class RunFolder(FolderConfig, FolderMetrics, FolderCheckpoints, FolderOutputs):
         except RunFolderError:
             done = 0
         line = f"stopped after round {done}" if done else "stopped before its first round finished"
-        line += f"; continue with: fedpfn resume {shlex.quote(str(self.path))}"
+        line += f"; continue with: {self.resume_command()}"
         restart = self.checkpoint_round()
         if restart < done:
             line += f" (from its checkpoint of round {restart})" if restart else " (from round 1: no checkpoint yet)"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import shlex
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -120,7 +119,7 @@ class FolderChecks(FolderBase):
         if self.holds_run() and not overwrite:
             state = "a finished run" if self.is_finished() else "an unfinished run"
             raise RunFolderError(
-                f"out: '{self.path}' holds {state}; pass --overwrite to replace it, or continue it with fedpfn resume {shlex.quote(str(self.path))}"
+                f"out: '{self.path}' holds {state}; pass --overwrite to replace it, or continue it with {self.resume_command()}"
             )
 
     # --- the lock ------------------------------------------------------------------------
