@@ -20,6 +20,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fedpfn.runtime.runfolder import RunFolder
+
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Task
@@ -185,8 +187,6 @@ def as_part_of_a_comparison() -> Iterator[None]:
 def next_commands(run_dir: Path, rounds: int) -> str:
     """The closing line: what a user does next with the run folder, ready to paste; more rounds
     means as many again (a fixed +10 would be five times a 2-round run, half of a 20-round one)."""
-    from fedpfn.runtime.runfolder import RunFolder
-
     folder = shlex.quote(str(run_dir))
     return (
         f"  next: fedpfn report {folder} (tables, intervals) · the figure {shlex.quote(str(run_dir / 'accuracy.png'))}"
