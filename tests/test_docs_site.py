@@ -230,3 +230,16 @@ def test_deployment_leads_with_the_multi_machine_recipe():
     assert text.index("| step | where |") < 2000 and "Ray actor in one process tree" not in text
     for page in [ROOT / "README.md", *site_pages()]:
         assert "checkpoint.pt`" not in page.read_text(), page
+
+
+def test_long_names_in_table_rows_may_wrap_and_links_code_and_blocks_stay_whole():
+    """anchor_masks=client in a header widened results.md's bytes tables past the column."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from mkdocs_hooks import break_long_names
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    page = "| arm / fedpfn anchor_masks=client | [a_b](x_y.md?q=1) `c_d` |\nnot_a_row\n```\n| a_b |\n```"
+    assert break_long_names(page).splitlines() == [
+        "| arm / fedpfn anchor_<wbr>masks=<wbr>client | [a_<wbr>b](x_y.md?q=1) `c_d` |", "not_a_row", "```", "| a_b |", "```",
+    ]
