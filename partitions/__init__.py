@@ -5,10 +5,12 @@ benchmarked and reused without importing the simulator (Flower, Torch, Ray).
 """
 
 from partitions.dirichlet import DirichletPartitioner, PartitionError, label_counts
+from partitions.flwr import flwr_problem, is_flwr
 from partitions.simple import (
     PARTITION_METHODS,
     iid_partition,
     partition_labels,
+    partition_problem,
     shard_partition,
 )
 from partitions.tasks import TASK_NAMES, task_labels, task_of
@@ -18,9 +20,12 @@ __all__ = [
     "DirichletPartitioner",
     "PartitionError",
     "TASK_NAMES",
+    "flwr_problem",
     "iid_partition",
+    "is_flwr",
     "label_counts",
     "partition_labels",
+    "partition_problem",
     "shard_partition",
     "task_labels",
     "task_of",

@@ -17,9 +17,17 @@ from partitions.dirichlet import (
     shuffled_by_label,
     split_sorted,
 )
+from partitions.flwr import flwr_partition, is_flwr
 from partitions.tasks import restricted_to_tasks
 
 PARTITION_METHODS = ("dirichlet", "iid", "shards", "tasks")  # tasks: partitions/tasks.py
+
+
+def partition_problem(method: str) -> str | None:
+    """Why `method` names no partition: one of PARTITION_METHODS, or flwr:NAME (partitions/flwr.py)."""
+    if method in PARTITION_METHODS or is_flwr(method):
+        return None
+    return f"unknown '{method}'; use one of {', '.join(PARTITION_METHODS)}, or flwr:NAME (a flwr-datasets partitioner)"
 
 
 def iid_partition(labels: np.ndarray, num_clients: int, seed: int) -> list[np.ndarray]:
@@ -66,11 +74,13 @@ def partition_labels(
     shards_per_client: int = 2,
     min_size: int = 10,
     seed: int = 0,
+    flwr_args: str = "",
 ) -> list[np.ndarray]:
     """Split sample indices over clients by ``method`` (one of PARTITION_METHODS).
 
     One entry point keeps the method a plain config string; ``alpha`` and
-    ``min_size`` only apply to "dirichlet", ``shards_per_client`` to "shards".
+    ``min_size`` only apply to "dirichlet", ``shards_per_client`` to "shards", ``flwr_args`` (a JSON
+    object) to "flwr:NAME".
     """
     if method == "dirichlet":
         return DirichletPartitioner(num_clients, alpha, seed, min_size=min_size).split(labels)
@@ -80,4 +90,6 @@ def partition_labels(
         return shard_partition(labels, num_clients, shards_per_client, seed)
     if method == "tasks":
         return restricted_to_tasks(check_labels(labels), iid_partition(labels, num_clients, seed))
+    if is_flwr(method):  # flwr:NAME, one of flwr-datasets' partitioners (partitions/flwr.py)
+        return flwr_partition(check_labels(labels), num_clients, method, flwr_args, seed)
     raise PartitionError(f"method={method!r} is unknown; use one of {', '.join(PARTITION_METHODS)}")

@@ -64,12 +64,13 @@ class SplitKey:
     min_size: int
     validation_fraction: float
     run_seed: int
+    partition_args: str = ""  # a flwr-datasets partitioner's (partitions/flwr.py)
 
     @classmethod
     def of(cls, cfg: RunConfig) -> SplitKey:
         return cls(
             cfg.dataset, cfg.data_root, cfg.download, cfg.num_clients, cfg.partition, cfg.alpha,
-            cfg.shards_per_client, cfg.min_partition_size, cfg.validation_fraction, cfg.seed,
+            cfg.shards_per_client, cfg.min_partition_size, cfg.validation_fraction, cfg.seed, cfg.partition_args,
         )
 
 
@@ -91,6 +92,7 @@ def _split(key: SplitKey) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         shards_per_client=key.shards_per_client,
         min_size=key.min_size,
         seed=seed_for(key.run_seed, Stream.PARTITION),
+        flwr_args=key.partition_args,
     )
     return torch.from_numpy(validation), tuple(torch.from_numpy(pool[p]) for p in parts)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from fedpfn.core.data import DATASETS
+from fedpfn.core.data import DATASETS, dataset_problem
 from fedpfn.core.init_file import fresh_head_setting, init_file_problem, sha256_problem, start_changed
 from fedpfn.core.models import MAX_PROJECTION_HEAD, MODELS, TIMM_PREFIX, model_problem
 from fedpfn.core.personal import unmatched_problem
@@ -37,7 +37,8 @@ from fedpfn.core.settings import (
     setting,
 )
 from fedpfn.core.training import OPTIMIZERS
-from partitions import PARTITION_METHODS
+from fedpfn.core.user_code import is_code
+from partitions import PARTITION_METHODS, flwr_problem, is_flwr, partition_problem
 
 __all__ = ["ConfigError", "RunConfig"]
 
@@ -55,9 +56,11 @@ class RunConfig:
         "fedavg", "client algorithm: a client rule, an anchor method, or METHOD+RULE (fedpfn+fedprox)"
     )
     server: str = setting("fedavg", "server algorithm by name, or package.module:StrategyClass")
-    dataset: str = setting("fmnist", f"one of {', '.join(DATASETS)}", one_of(DATASETS), kind="federation")
+    dataset: str = setting("fmnist", f"one of {', '.join(DATASETS)}, hf:NAME (through flwr-datasets), or package.module:"
+                           "load for your own (docs/guide/data.md)", dataset_problem, kind="federation")  # fmt: skip
     model: str = setting(
-        "cnn", f"one of {', '.join(MODELS)}, or {TIMM_PREFIX}NAME (a timm vision transformer)", model_problem,
+        "cnn", f"one of {', '.join(MODELS)}, {TIMM_PREFIX}NAME (a timm vision transformer), or package.module:build "
+        "for your own (docs/guide/data.md)", model_problem,
         kind="federation",
     )
     init: str | None = setting(
@@ -89,9 +92,10 @@ class RunConfig:
     num_clients: int = setting(20, "clients in the federation", at_least(1), kind="federation")
     clients_per_round: int = setting(10, "clients sampled each round", at_least(1), kind="federation")
     rounds: int = setting(20, "communication rounds", at_least(1), kind="federation")
-    partition: str = setting(
-        "dirichlet", f"one of {', '.join(PARTITION_METHODS)}", one_of(PARTITION_METHODS), kind="federation"
-    )
+    partition: str = setting("dirichlet", f"one of {', '.join(PARTITION_METHODS)}, or flwr:NAME, a flwr-datasets "
+                             "partitioner (docs/guide/data.md)", partition_problem, kind="federation")  # fmt: skip
+    partition_args: str = setting("", "flwr:NAME's keyword arguments, a JSON object, e.g. '{\"alpha\": 0.5}' (fedpfn "
+                                  "sets num_partitions, seed and partition_by)", kind="federation")  # fmt: skip
     alpha: float = setting(0.5, "Dirichlet concentration (smaller = more label skew)", above(0), kind="federation")
     shards_per_client: int = setting(
         2, "shards (classes) per client for --partition shards", at_least(1), kind="federation"
@@ -133,16 +137,11 @@ class RunConfig:
         kind="federation",
     )
     evaluate_clients: float = setting(
-        0.0,
-        "federated evaluation: this fraction of the clients (seeded, at least one) evaluates the global "
-        "model, and its own where the rule keeps one (FedBN, --personal), on its local test split; "
-        "metrics.jsonl gets the example-weighted and plain mean, the 10th percentile and the worst client; 0: never",
-        between(0, 1),
-        kind="federation",
+        0.0, "federated evaluation: this fraction of the clients (seeded, at least one) evaluates the global model, "
+        "and its own where the rule keeps one (FedBN, --personal), on its local test split; metrics.jsonl gets the "
+        "weighted and plain mean, the 10th percentile and the worst client; 0: never", between(0, 1), kind="federation",
     )
-    evaluate_clients_every: int = setting(
-        1, "federated evaluation every K rounds (the last round always)", at_least(1), kind="federation"
-    )
+    evaluate_clients_every: int = setting(1, "clients evaluate every K rounds (and the last)", at_least(1), kind="federation")
     alignment_every: int = setting(
         0,
         "every K rounds measure how aligned the round's client models are: loss and accuracy barriers "
@@ -293,8 +292,8 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         """Every setting, and the hyperparameters; a start's own settings only with a start (as the
         algorithms' only with their algorithm), so a run without one reads as it did before them."""
-        optional = (*(START_ONLY if self.init is None else ()), *(() if self.evaluate_clients else EVAL_ONLY))
-        left_out = ("hparams", *optional)
+        left_out = ["hparams", *(START_ONLY if self.init is None else ()), *(() if self.evaluate_clients else EVAL_ONLY)]
+        left_out += [] if self.partition_args else ["partition_args"]
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in left_out}
         return {**values, **self.hparams}
 
@@ -352,12 +351,10 @@ RELATIONS: list[tuple[tuple[str, ...], Callable[[RunConfig], str | None]]] = [
         lambda c: c.partition == "tasks" and c.dataset != "fmnist"
         and f"partition: tasks are derived from Fashion-MNIST's classes; use --dataset fmnist, not {c.dataset}",
     ),
-    (
-        ("evaluate_clients", "local_test_fraction"),
-        lambda c: c.evaluate_clients > 0 and c.local_test_fraction == 0
-        and f"evaluate_clients: {c.evaluate_clients} evaluates on each client's local test split; "
-        "give it one with --local-test-fraction F (e.g. 0.2)",
-    ),
+    (("partition", "partition_args"), lambda c: is_flwr(c.partition) and flwr_problem(c.partition, c.partition_args)),
+    (("evaluate_clients", "local_test_fraction"), lambda c: c.evaluate_clients > 0 and c.local_test_fraction == 0
+     and f"evaluate_clients: {c.evaluate_clients} evaluates on each client's local test split; give it one with "
+     "--local-test-fraction F (e.g. 0.2)"),  # fmt: skip
     (
         ("personal", "model", "dataset", "projection_head"),
         lambda c: unmatched_problem(c.model, c.dataset, c.projection_head, c.personal),
@@ -366,9 +363,12 @@ RELATIONS: list[tuple[tuple[str, ...], Callable[[RunConfig], str | None]]] = [
 # settings a run uses only with others: (whether this run uses it, what the refusal says)
 USED_ONLY_IF: dict[str, tuple[Callable[[RunConfig], bool], str]] = {
     "alpha": (lambda c: c.partition == "dirichlet", "only --partition dirichlet uses it"),
+    "download": (lambda c: not is_code(c.dataset), "a dataset of your own (--dataset package.module:load) loads itself"),
     "init_sha256": (lambda c: c.init is not None, "only --init uses it"),
     "fresh_head": (lambda c: c.init is not None, "only --init uses it"),
     "shards_per_client": (lambda c: c.partition == "shards", "only --partition shards uses it"),
+    "partition_args": (lambda c: is_flwr(c.partition), "only --partition flwr:NAME uses it"),
+    "min_partition_size": (lambda c: not is_flwr(c.partition), "flwr:NAME takes its own, in --partition-args"),
     "evaluate_clients_every": (lambda c: c.evaluate_clients > 0, "only --evaluate-clients F (F > 0) uses it"),
     "alignment_clients": (lambda c: c.alignment_every > 0, "only --alignment-every K (K > 0) uses it"),
     "alignment_samples": (lambda c: c.alignment_every > 0, "only --alignment-every K (K > 0) uses it"),

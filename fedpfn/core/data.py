@@ -22,6 +22,10 @@ import torch
 
 from fedpfn.core.formats import IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC, DataError, read_idx, read_svhn_mat
 from fedpfn.core.formats import read_cifar_batch as _read_cifar_batch  # the name tests reach for
+from fedpfn.core.hf_data import PREFIX as HF_PREFIX
+from fedpfn.core.hf_data import hf_arrays, hf_problem, is_hf
+from fedpfn.core.settings import ConfigError
+from fedpfn.core.user_code import import_user_function, is_code
 
 DATASETS = ("fmnist", "mnist", "cifar10", "cifar100", "svhn")
 DEBIAN_FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -91,6 +95,56 @@ class DatasetSplits:
         return (int(c), int(h), int(w))
 
 
+def dataset_problem(name: str) -> str | None:
+    """Why `name` is neither a built-in dataset nor a user's loader (package.module:function), or None."""
+    if name in DATASETS or is_code(name) or (is_hf(name) and len(name) > len(HF_PREFIX)):
+        return None
+    return f"unknown '{name}'; use one of {', '.join(DATASETS)}, hf:NAME, or package.module:function for your own"
+
+
+def user_dataset(path: str, data_root: str | None) -> DatasetSplits:
+    """`--dataset package.module:load`: `load(data_root)` (--data-root, or None) must return
+    (train_x, train_y, test_x, test_y), tensors or numpy arrays: x floating point (N, C, H, W), used
+    as given (normalise it yourself), y integer (N,) in 0..K-1 (K >= 2 classes, the largest label
+    + 1). ConfigError, one line, where it does not."""
+    load = import_user_function(path, "dataset", "dataset loader")
+    contract = (
+        f"dataset: {path}(data_root) must return (train_x, train_y, test_x, test_y): x floating point "
+        "(N, C, H, W) with one C x H x W, y integer (N,) in 0..K-1 with K >= 2"
+    )
+    try:
+        splits = load(data_root)
+    except Exception as err:  # noqa: BLE001  (a user's loader may raise anything)
+        raise ConfigError(f"dataset: {path}({data_root!r}) raised {type(err).__name__}: {err}") from None
+    return checked_splits(path, splits, contract)
+
+
+def checked_splits(name: str, splits: object, contract: str) -> DatasetSplits:
+    """`splits` (train_x, train_y, test_x, test_y) as the run's dataset, or ConfigError: `contract`, what broke it."""
+    if not (isinstance(splits, (tuple, list)) and len(splits) == 4):
+        raise ConfigError(f"{contract}; it returned {type(splits).__name__}")
+    try:
+        train_x, train_y, test_x, test_y = (torch.as_tensor(np.asarray(part)) for part in splits)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ConfigError(f"{contract}; its parts are not arrays ({err})") from None
+    for split, x, y in (("train", train_x, train_y), ("test", test_x, test_y)):
+        if problem := _user_split_problem(x, y, train_x.shape[1:]):
+            raise ConfigError(f"{contract}; its {split} split {problem}")
+    num_classes = int(max(train_y.max(), test_y.max())) + 1
+    if num_classes < 2 or min(int(train_y.min()), int(test_y.min())) < 0:
+        raise ConfigError(f"{contract}; its labels span {int(min(train_y.min(), test_y.min()))}..{num_classes - 1}")
+    train_x, test_x = train_x.float().contiguous(), test_x.float().contiguous()
+    return DatasetSplits(name, train_x, train_y.long(), test_x, test_y.long(), num_classes)
+
+
+def _user_split_problem(x: torch.Tensor, y: torch.Tensor, shape: torch.Size) -> str | None:
+    if x.ndim != 4 or not x.is_floating_point() or x.shape[1:] != shape or len(x) == 0:
+        return f"has x of {x.dtype} {tuple(x.shape)}"
+    if y.shape != (len(x),) or y.is_floating_point() or y.dtype == torch.bool:
+        return f"has y of {y.dtype} {tuple(y.shape)} for {len(x)} samples"
+    return None
+
+
 def load_dataset(name: str, data_root: str | None = None, download: bool = False) -> DatasetSplits:
     """Load ``name`` (one of DATASETS); cached per process so each Ray worker reads it once.
 
@@ -105,6 +159,10 @@ def load_dataset(name: str, data_root: str | None = None, download: bool = False
 
 def find_data_problem(name: str, data_root: str | None, download: bool) -> str | None:
     """Cheap pre-flight check (file presence only); returns a one-line problem or None."""
+    if is_code(name):
+        return None  # a user's loader is asked when the data is loaded (user_dataset)
+    if is_hf(name):
+        return hf_problem(name)
     try:
         _check_name(name)
         if data_root is not None:
@@ -124,12 +182,16 @@ def find_data_problem(name: str, data_root: str | None, download: bool) -> str |
 
 
 def _check_name(name: str) -> None:
-    if name not in DATASETS:
+    if dataset_problem(name):
         raise DataError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
 
 
 @functools.cache
 def _load_cached(name: str, root: str | None, download: bool) -> DatasetSplits:
+    if is_code(name):
+        return user_dataset(name, root)
+    if is_hf(name):  # a Hugging Face dataset through flwr-datasets (fedpfn.core.hf_data)
+        return checked_splits(name, hf_arrays(name), f"dataset: {name} must give images and integer labels 0..K-1")
     if download:
         _download_if_missing(name, root)
     train_x, train_y, test_x, test_y = _READERS[name](name, root)

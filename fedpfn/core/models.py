@@ -16,6 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedpfn.core.settings import ConfigError
+from fedpfn.core.user_code import import_user_function, is_code
+
 MODELS = ("mlp", "cnn", "resnet20", "vgg11", "vit_tiny28")  # each has a class in _BUILDERS at the end
 VIT_TINY28_PATCH = 4  # vit_tiny28's patch side
 MAX_PROJECTION_HEAD = 8192  # 32 times MOON's 256; a billion asked a DefaultCPUAllocator for 800 GB
@@ -27,10 +30,13 @@ def model_problem(name: str) -> str | None:
 
     A timm name is looked up without building anything (timm is imported only for it).
     """
-    if name in MODELS:
+    if name in MODELS or is_code(name):  # a user's builder is checked where it is called (user_model)
         return None
     if not name.startswith(TIMM_PREFIX):
-        return f"unknown model '{name}'; use one of {', '.join(MODELS)}, or {TIMM_PREFIX}NAME for a timm vision transformer"
+        return (
+            f"unknown model '{name}'; use one of {', '.join(MODELS)}, {TIMM_PREFIX}NAME for a timm vision "
+            "transformer, or package.module:function for your own"
+        )
     from timm.models import get_arch_name, is_model, is_model_in_modules
 
     arch = name[len(TIMM_PREFIX) :]
@@ -76,11 +82,42 @@ def build_model(
         raise ValueError(f"projection_head={projection_head}: give 0 (none) to {MAX_PROJECTION_HEAD}")
     if width and name != "mlp":
         raise ValueError(f"width={width}: only the mlp takes a hidden width; leave it 0 for {name}")
-    if name.startswith(TIMM_PREFIX):
-        model: ZooModel = TimmViT.named(name[len(TIMM_PREFIX) :], shape, num_classes)
+    if is_code(name):
+        model: ZooModel = user_model(name, shape, num_classes)
+    elif name.startswith(TIMM_PREFIX):
+        model = TimmViT.named(name[len(TIMM_PREFIX) :], shape, num_classes)
     else:
         model = MLP(shape, num_classes, width) if width else _BUILDERS[name](shape, num_classes)
     return WithProjectionHead(model, projection_head, num_classes) if projection_head else model
+
+
+def user_model(path: str, input_shape: tuple[int, int, int], num_classes: int) -> ZooModel:
+    """`--model package.module:build`: `build(input_shape, num_classes)` must return a ZooModel (a
+    `represent` method and a Linear `classifier` of `num_classes` outputs) whose forward maps a
+    float32 batch (N, C, H, W) to logits (N, num_classes). ConfigError, one line, where it does not."""
+    build = import_user_function(path, "model", "model builder")
+    contract = (
+        f"model: {path}({input_shape}, {num_classes}) must return a fedpfn.core.models.ZooModel (a represent "
+        f"method, a Linear classifier with {num_classes} outputs) mapping float32 (N, *{input_shape}) to (N, {num_classes})"
+    )
+    try:
+        model = build(input_shape, num_classes)
+    except Exception as err:  # noqa: BLE001  (a user's builder may raise anything)
+        raise ConfigError(f"model: {path}({input_shape}, {num_classes}) raised {type(err).__name__}: {err}") from None
+    classifier = getattr(model, "classifier", None)
+    if not isinstance(model, ZooModel) or not isinstance(classifier, nn.Linear) or classifier.out_features != num_classes:
+        raise ConfigError(f"{contract}; it returned {type(model).__name__}")
+    if next(model.parameters()).is_meta:  # a check of names and shapes (fedpfn.core.personal): nothing to run
+        return model
+    try:
+        with torch.no_grad():
+            logits = model(torch.zeros(2, *input_shape))
+    except Exception as err:  # noqa: BLE001
+        raise ConfigError(f"{contract}; its forward raised {type(err).__name__}: {err}") from None
+    if not (isinstance(logits, torch.Tensor) and logits.is_floating_point() and logits.shape == (2, num_classes)):
+        shown = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ConfigError(f"{contract}; its forward gave {shown} for a batch of 2")
+    return model
 
 
 class ZooModel(nn.Module, ABC):

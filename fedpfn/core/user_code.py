@@ -15,8 +15,9 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from fedpfn.core.files import enclosing_run_folder, module_locations
 from fedpfn.core.settings import ConfigError
@@ -37,12 +38,20 @@ def _data_folder(path: Path) -> Path | None:
     return named or enclosing_run_folder(real)
 
 
+NAMES_NOT_CODE = ("timm:", "hf:")  # timm:NAME (fedpfn.core.models.TIMM_PREFIX) and hf:NAME name no module
+
+
+def is_code(value: object) -> bool:
+    """Whether a setting's value is a dotted path (`package.module:Name`) rather than a name."""
+    return isinstance(value, str) and ":" in value and not value.startswith(NAMES_NOT_CODE)
+
+
 def code_paths(value: object) -> list[str]:
     """The dotted paths in a setting's value: itself, or each `+`-part of an algorithm."""
-    return [part for part in value.split("+") if ":" in part] if isinstance(value, str) else []
+    return [part for part in value.split("+") if is_code(part)] if isinstance(value, str) else []
 
 
-CODE_SETTINGS = ("algorithm", "server", "server_wrap", "client_mod")  # the settings whose value may be code
+CODE_SETTINGS = ("algorithm", "server", "server_wrap", "client_mod", "model", "dataset")  # values that may be code
 
 
 def code_settings(values: Mapping[str, object]) -> list[object]:
@@ -55,6 +64,14 @@ def name_code(*values: object) -> None:
     docstring for who may call it): the only ones `import_user_class` imports."""
     for value in values:
         _NAMED_BY_COMMAND.update(code_paths(value))
+
+
+def import_user_function(path: str, setting: str, noun: str) -> Callable[..., Any]:
+    """The function (or other callable) `path` names, under the guard of `import_user_object`."""
+    function = import_user_object(path, setting, noun)
+    if not callable(function):
+        raise ConfigError(f"{setting}: '{path}' is not a function (the module has no callable of that name)")
+    return function
 
 
 def import_user_class(path: str, setting: str, base: type, kind: str, noun: str) -> type:

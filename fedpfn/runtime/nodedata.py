@@ -70,6 +70,8 @@ def partition_settings(cfg: RunConfig, partition_id: int) -> dict[str, Any]:
     except LOCATION: a field added there is checked here without a change.
     """
     key = dataclasses.asdict(SplitKey.of(cfg))
+    if not key["partition_args"]:  # none (every partition but flwr-datasets'): as exported before it existed
+        del key["partition_args"]
     return {"partition_id": partition_id, **{k: v for k, v in key.items() if k not in LOCATION}}
 
 

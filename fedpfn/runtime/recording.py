@@ -44,7 +44,7 @@ def write_partition_report(cfg: RunConfig, folder: RunFolder) -> None:
     counts = partition_label_counts(cfg)
     write_partition_json(folder.path / "partition.json", counts)
     title = f"{cfg.num_clients} clients, {split_text(cfg)} · seed {cfg.seed}"
-    plot_partition(folder.path / "partition.png", counts, CLASS_NAMES[cfg.dataset], title)
+    plot_partition(folder.path / "partition.png", counts, CLASS_NAMES.get(cfg.dataset), title)
 
 
 def write_summary(cfg: RunConfig, folder: RunFolder, eval_name: str, wall_seconds: float) -> dict[str, Any]:

@@ -275,7 +275,7 @@ def check_folder_code(raw: dict[str, Any], overrides: dict[str, Any], folder: Pa
     (fedpfn.core.user_code), and never from a module inside the folder, even one that holds only
     its config.json."""
     keep_out_of_imports(folder)
-    nouns = ("client rule", "server", "server's wrapper", "client mod")
+    nouns = ("client rule", "server", "server's wrapper", "client mod", "model builder", "dataset loader")
     for setting, noun in zip(CODE_SETTINGS, nouns, strict=True):
         stored = raw.get(setting)
         if not code_paths(stored):
