@@ -181,6 +181,8 @@ def why_it_takes_long(words: list[str]) -> NotRun | None:
                 "rewrites docs/results.md from docs/study/ (a minute; tests/test_drift_page.py checks that page)",
                 "help",
             )
+        case ["python", "scripts/privacy_page.py", *args] if "--help" not in args:
+            return NotRun("trains the page's six runs (minutes on 2 cores) before it writes the page", "help")
         case ["tensorboard", *_]:
             return NotRun("serves until stopped", "help")
         case ["python", "-m", "pytest", *_]:
