@@ -17,6 +17,7 @@ from fedpfn.core.files import CONFIG, METRICS, read_jsonl
 from fedpfn.core.settings import ConfigError
 from fedpfn.runtime import federated_eval
 from fedpfn.runtime.simulation import simulate
+from fedpfn.runtime.tracking import scalars
 from test_cli import refused
 
 def test_the_summary_weights_by_examples_and_names_the_worst_client():
@@ -83,6 +84,9 @@ def test_a_batched_run_records_the_clients_figures_global_and_personal(tmp_path)
         assert row["fed_eval_worst_partition"] in federated_eval.sample_evaluators(cfg, row["round"])
     saved = json.loads((out / CONFIG).read_text())
     assert (saved["evaluate_clients"], saved["evaluate_clients_every"]) == (0.5, 2)
+    logged = scalars(rows[-1], [])  # TensorBoard's and W&B's names; none in a round without them
+    assert logged["fed_eval/accuracy_p10"] == rows[-1]["fed_eval_accuracy_p10"] and "fed_eval/clients" in logged
+    assert not any(name.startswith("fed_eval/") for name in scalars(rows[0], []))
     assert report_main([str(out), "--out", str(tmp_path / "report")]) == 0  # the report shows them
     lines = (tmp_path / "report" / "report.md").read_text().splitlines()
     shown = {line.split(" | ")[1]: line for line in lines if line.startswith("| ") and " model | 3 | " in line}

@@ -91,6 +91,9 @@ def scalars(record: dict[str, Any], client_rows: list[dict[str, Any]]) -> dict[s
     for key in LOCAL_KEYS:
         for stat in ("mean", "worst10"):
             values[f"local_test/{key.removeprefix('local_')}_{stat}"] = record.get(f"{key}_{stat}")
+    for key, value in record.items():  # --evaluate-clients: fed_eval/accuracy_mean, fed_eval/personal_accuracy_p10, ...
+        if key.startswith("fed_eval_") and key != "fed_eval_worst_partition":
+            values[f"fed_eval/{key.removeprefix('fed_eval_')}"] = value
     for row in client_rows:
         for key in CLIENT_KEYS:
             values[f"client_{key}/{row['partition_id']}"] = row.get(key)
