@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ import torch
 from flwr.app import ArrayRecord, Context, RecordDict
 
 import run_sim
-from conftest import client_replies, tiny_config
+from conftest import NodeGrid, client_replies, tiny_config
 from fedpfn.core.cache import initial_model
 from fedpfn.core.protocol import to_numpy
 from fedpfn.runtime.algorithms import build_strategy, mean_based
@@ -84,14 +85,13 @@ def clientapp_reply(cfg, partition: int, message):
     return train(with_accepted_round(message, 0), context)
 
 
-def first_messages(cfg):
+def first_round(cfg):
+    """(the model sent, the run's strategy, its round-1 train messages)."""
     model = initial_model(cfg)
     strategy = build_strategy(cfg, model)
     arrays = ArrayRecord(model.state_dict())
     chosen = sample_clients(cfg.seed, 1, cfg.num_clients, cfg.clients_per_round)
-    from conftest import NodeGrid
-
-    return to_numpy(arrays), list(strategy.configure_train(1, arrays, train_config(cfg, 1), NodeGrid(chosen)))
+    return to_numpy(arrays), strategy, list(strategy.configure_train(1, arrays, train_config(cfg, 1), NodeGrid(chosen)))
 
 
 @pytest.mark.parametrize("algorithm", ["fedavg", "scaffold"])
@@ -99,8 +99,8 @@ def test_fixedclipping_mod_clips_what_the_clientapp_sends_and_keeps_the_rules_re
     mod = {"client_mod": "flwr.clientapp.mod:fixedclipping_mod"}
     with_mod = wrapped_config(algorithm, "ClientSideFixedClipping", engine="ray", **mod)
     plain = wrapped_config(algorithm, "ClientSideFixedClipping", engine="ray")
-    sent, messages = first_messages(with_mod)
-    _, plain_messages = first_messages(plain)
+    sent, _, messages = first_round(with_mod)
+    _, _, plain_messages = first_round(plain)
     names = [n for n, _ in initial_model(with_mod).named_parameters()]
     for message, plain_message in zip(messages, plain_messages, strict=True):
         partition = message.metadata.dst_node_id
@@ -119,14 +119,36 @@ def test_fixedclipping_mod_clips_what_the_clientapp_sends_and_keeps_the_rules_re
 def test_local_dp_mod_adds_the_noise_its_epsilon_and_delta_declare():
     args = {"clipping_norm": 0.5, "sensitivity": 0.5, "epsilon": 10.0, "delta": 1e-5}
     cfg = tiny_config(engine="ray", client_mod="flwr.clientapp.mod:LocalDpMod", client_mod_args=json.dumps(args))
-    sent, messages = first_messages(cfg)
+    sent, _, messages = first_round(cfg)
     reply = clientapp_reply(cfg, messages[0].metadata.dst_node_id, messages[0])
     got = to_numpy(reply.content["arrays"])
     change = np.concatenate([(got[n].astype(np.float64) - sent[n]).ravel() for n in sent])
     declared = args["sensitivity"] * math.sqrt(2 * math.log(1.25 / args["delta"])) / args["epsilon"]
     assert change.std() == pytest.approx(declared, rel=0.02)  # the clipped update (norm 0.5) is far below it
-    again = clientapp_reply(cfg, messages[0].metadata.dst_node_id, first_messages(cfg)[1][0])
+    again = clientapp_reply(cfg, messages[0].metadata.dst_node_id, first_round(cfg)[2][0])
     assert all(np.array_equal(got[n], to_numpy(again.content["arrays"])[n]) for n in got)  # seeded
+
+
+@pytest.mark.parametrize(("wrapper", "mod"), [("ServerSideAdaptiveClipping", None),
+                                              ("ClientSideAdaptiveClipping", "adaptiveclipping_mod")])
+def test_the_adaptive_wrappers_move_their_clipping_norm_and_a_checkpoint_keeps_it(wrapper, mod):
+    args = json.dumps({"noise_multiplier": 0.05, "initial_clipping_norm": CLIP})  # Flower: count noise K/20 >= z/2
+    mods = {"client_mod": f"flwr.clientapp.mod:{mod}"} if mod else {}
+    cfg = tiny_config(engine="ray", server_wrap=FLOWER + wrapper, server_wrap_args=args, **mods)
+    _, strategy, messages = first_round(cfg)
+    replies = [clientapp_reply(cfg, m.metadata.dst_node_id, m) for m in messages]
+    assert not any(r.has_error() for r in replies)
+    new, _ = strategy.aggregate_train(1, replies)
+    assert new is not None and all(np.isfinite(a).all() for a in to_numpy(new).values())
+    figures = strategy.round_summary()
+    # every update was above the bound; Flower 1.42 counts the clipped ones where Andrew et al. count
+    # the unclipped, so its bound shrinks here (docs/guide/privacy.md): the bound moved, as Flower moves it
+    assert figures["dp_clipping_norm"] == pytest.approx(CLIP * math.exp(-0.2 * (1 - 0.5)), rel=0.05)
+    assert figures["dp_epsilon"] > 0
+    resumed = build_strategy(cfg, initial_model(cfg))
+    resumed.load_state(strategy.state())
+    assert resumed.round_summary()["dp_clipping_norm"] == figures["dp_clipping_norm"]
+    assert resumed.budget.releases == 1
 
 
 def test_the_budget_is_opacus_called_directly_and_moves_with_the_noise():
@@ -224,3 +246,34 @@ def test_client_side_clipping_on_ray_with_scaffold_bounds_every_reply(tmp_path, 
     rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
     assert [r["dp_epsilon"] > 0 for r in rows] == [True, True] and rows[1]["dp_epsilon"] > rows[0]["dp_epsilon"]
     assert torch.isfinite(torch.tensor([r["test_loss"] for r in rows])).all()
+
+
+@pytest.mark.slow
+def test_flwr_run_takes_the_wrapper_and_the_client_mod(tmp_path):
+    """Under `flwr run` the ClientApp runs the mod (a mod that lacked the wrapper's clipping norm, or
+    met SCAFFOLD's extra records, would fail every reply: num_failures 0 says it did not)."""
+    import subprocess
+
+    from flower_link import BIN, simulation_superlink
+
+    preset = tmp_path / "dp.toml"
+    preset.write_text(
+        'algorithm = "scaffold"\ndataset = "fmnist"\nmodel = "mlp"\nnum-clients = 4\nclients-per-round = 2\n'
+        'rounds = 2\npartition = "iid"\nout = "dp-flwr"\n'
+        f'server-wrap = "{FLOWER}ClientSideFixedClipping"\n'
+        f"server-wrap-args = '{json.dumps({'noise_multiplier': NOISE, 'clipping_norm': CLIP})}'\n"
+        'client-mod = "flwr.clientapp.mod:fixedclipping_mod"\n'
+    )
+    with simulation_superlink(tmp_path / "flwr") as link:
+        done = subprocess.run(
+            [str(BIN / "flwr"), "run", ".", "--run-config", str(preset), "--federation-config",
+             "num-supernodes=4 client-resources-num-cpus=1", "--stream"],
+            cwd=Path(__file__).resolve().parents[1], env=link.env, capture_output=True, text=True, timeout=420,
+        )  # fmt: skip
+        metrics = link.folder / "dp-flwr" / "metrics.jsonl"
+        assert metrics.exists(), done.stdout[-3000:] + done.stderr[-3000:]
+        rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["num_failures"] for r in rows] == [0, 0]
+    expected = PrivacyBudget(NOISE, 2 / 4, 1e-5)
+    expected.releases = 2
+    assert rows[-1]["dp_epsilon"] == pytest.approx(expected.epsilon())
