@@ -61,6 +61,7 @@ class ComposedStrategy(Strategy):
         self.param_names = list(param_names)
         self.state_attributes = state_attributes
         self.sent: Arrays = {}
+        self.restored: dict[int, ArrayRecord] = {}  # id(reply content) -> its whole model, this round
 
     # --- Strategy ------------------------------------------------------------------------
 
@@ -68,6 +69,7 @@ class ComposedStrategy(Strategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         self.sent = to_numpy(arrays)
+        self.restored = {}
         params = ArrayRecord({name: arrays[name] for name in self.param_names})
         give_current_model(self.inner, params)
         entries = {k: v for part in self.parts for k, v in part.config_entries(server_round).items()}
@@ -89,9 +91,13 @@ class ComposedStrategy(Strategy):
         return self.aggregate_restored(server_round, replies)
 
     def restore(self, server_round: int, contents: list[RecordDict]) -> None:
-        """The replies in their full form, in place: FedPNU's unpacked, personal entries filled."""
+        """The replies in their full form, in place: FedPNU's unpacked, personal entries filled.
+
+        Their whole models are kept for `client_models` until the next round: aggregation leaves
+        the replies holding the inner strategy's slim copies."""
         for part in reversed(self.parts):
             part.restore(server_round, contents, self.sent)
+        self.restored = {id(content): content[ARRAYS] for content in contents}
 
     def aggregate_restored(
         self, server_round: int, replies: list[Message]
@@ -133,7 +139,11 @@ class ComposedStrategy(Strategy):
 
     def client_models(self, server_round: int, replies: list[Message]) -> list[Arrays]:
         """Each reply's whole model as the client trained it (FedPNU's packed entries restored),
-        the replies left as they are."""
+        the replies left as they are; after aggregation, the models `restore` kept (restoring the
+        replies twice would unpack FedPNU's entries twice)."""
+        kept = [self.restored.get(id(reply.content)) for reply in replies]
+        if replies and all(record is not None for record in kept):
+            return [to_numpy(record) for record in kept]  # type: ignore[arg-type]
         copies = [RecordDict({ARRAYS: reply.content[ARRAYS]}) for reply in replies]
         for part in reversed(self.parts):
             part.restore(server_round, copies, self.sent)

@@ -93,3 +93,22 @@ def test_a_batched_run_measures_the_rounds_due_with_a_mean_based_server(tmp_path
     assert rows[1]["align_clients"] == 2 and rows[1]["align_measured_on"] == "evaluation subset"
     assert rows[1]["align_moved_fraction"] >= 0 and "align_retained_fraction" not in rows[1]
     assert 0 < rows[1]["align_mean_client_acc"] <= 1
+
+
+def test_the_client_models_of_a_round_are_whole_after_it_aggregated():
+    """`--alignment-every` measures after aggregation, when FedPNU's replies are already unpacked in
+    place: unpacking them again raised a traceback (`fedpfn run --algorithm fedpnu --alignment-every 1`)."""
+    from flwr.app import ArrayRecord
+
+    from conftest import client_replies
+    from fedpfn.runtime.algorithms import build_strategy
+
+    cfg = tiny_config(algorithm="fedpnu", alignment_every=1, alignment_clients=2)
+    model = initial_model(cfg)
+    strategy = build_strategy(cfg, model)
+    replies = client_replies(cfg, strategy, ArrayRecord(model.state_dict()), 1)
+    before = strategy.client_models(1, replies)  # the replies as received
+    strategy.aggregate_train(1, replies)
+    after = strategy.client_models(1, replies)
+    assert [sorted(m) for m in after] == [sorted(model.state_dict())] * len(replies)
+    assert all(np.array_equal(a[k], b[k]) for a, b in zip(before, after, strict=True) for k in a)
