@@ -65,7 +65,9 @@ class PluginParams:
         None, "keyword arguments of a --client-mod class as a JSON object (e.g. LocalDpMod's)"
     )
     dp_delta: float = setting(
-        1e-5, "δ of the (ε, δ) privacy budget a --server-wrap with noise_multiplier reports", between(0, 1, low_open=True, high_open=True)
+        1e-5,
+        "δ of the (ε, δ) privacy budget a --server-wrap with noise_multiplier reports",
+        between(0, 1, low_open=True, high_open=True),
     )
 
 

@@ -177,7 +177,9 @@ def test_a_wrapped_run_records_its_budget_and_a_resume_continues_it_exactly(tmp_
               "--partition", "iid", "--local-epochs", "1", *wrap]  # fmt: skip
     whole, part = tmp_path / "whole", tmp_path / "part"
     assert run_sim.main([*common, "--rounds", "2", "--out", str(whole)]) == 0
-    assert "it reads every reply" in capsys.readouterr().out  # the header says the totals shortcut is off
+    shown = capsys.readouterr().out
+    assert "it reads every reply" in shown  # the header says the totals shortcut is off
+    assert "privacy    ε " in shown and "Opacus RDP accountant" in shown  # and the closing lines the budget
     assert run_sim.main([*common, "--rounds", "1", "--out", str(part)]) == 0
     assert run_sim.main(["--resume", str(part), "--rounds", "2"]) == 2  # the wrapper must be named again
     assert "pass --server-wrap" in capsys.readouterr().err

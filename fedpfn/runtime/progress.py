@@ -167,6 +167,9 @@ class Progress:
             f"failures {summary['num_failures_total']}"
             + (f"; run folder {self.log_path.parent}" if self.log_path is not None else "")
         )
+        if summary.get("dp_epsilon") is not None:  # a --server-wrap that adds noise
+            budget = f"ε {summary['dp_epsilon']:.4g} at δ {summary['dp_delta']:g}"
+            self.say(f"  privacy    {budget}, {summary['dp_accountant']}")
         if self.log_path is not None and not _AS_PART[0]:
             self.say(next_commands(self.log_path.parent, int(summary["rounds"])))
 
