@@ -279,3 +279,64 @@ def test_flwr_run_takes_the_wrapper_and_the_client_mod(tmp_path):
     expected = PrivacyBudget(NOISE, 2 / 4, 1e-5)
     expected.releases = 2
     assert rows[-1]["dp_epsilon"] == pytest.approx(expected.epsilon())
+
+
+USER_CODE = '''
+from flwr.app import Array, ArrayRecord
+from flwr.serverapp.strategy import Strategy
+
+
+class Shrink(Strategy):
+    """Moves the model only `factor` of the way to what the strategy it wraps aggregated."""
+
+    def __init__(self, strategy, factor=1.0):
+        self.strategy, self.factor, self.rounds = strategy, factor, 0
+
+    def configure_train(self, server_round, arrays, config, grid):
+        self.sent = {k: v.numpy() for k, v in arrays.items()}
+        return self.strategy.configure_train(server_round, arrays, config, grid)
+
+    def aggregate_train(self, server_round, replies):
+        self.rounds += 1
+        new, metrics = self.strategy.aggregate_train(server_round, replies)
+        step = {k: self.sent[k] + self.factor * (new[k].numpy() - self.sent[k]) for k in new.keys()}
+        return ArrayRecord({k: Array(v) for k, v in step.items()}), metrics
+
+    def configure_evaluate(self, server_round, arrays, config, grid):
+        return []
+
+    def aggregate_evaluate(self, server_round, replies):
+        return None
+
+    def summary(self):
+        pass
+
+
+def tag_mod(msg, ctxt, call_next):
+    """Marks every reply, and checks it was shown what Flower's mods expect."""
+    assert len(msg.content.array_records) == 1 and len(msg.content.config_records) == 1
+    reply = call_next(msg, ctxt)
+    assert len(reply.content.array_records) == 1 and len(msg.content.array_records) == 1
+    reply.content["metrics"]["tagged"] = 1
+    return reply
+'''
+
+
+def test_a_users_wrapper_and_mod_by_dotted_path(tmp_path, monkeypatch):
+    (tmp_path / "h43_user_plugins.py").write_text(USER_CODE)
+    monkeypatch.chdir(tmp_path)
+    wrapped = tiny_config(algorithm="scaffold", engine="ray", server_wrap="h43_user_plugins:Shrink",
+                          server_wrap_args='{"factor": 0.5}', client_mod="h43_user_plugins:tag_mod")  # fmt: skip
+    plain = tiny_config(algorithm="scaffold", engine="ray")
+    sent, strategy, messages = first_round(wrapped)
+    _, reference, plain_messages = first_round(plain)
+    replies = [clientapp_reply(wrapped, m.metadata.dst_node_id, m) for m in messages]
+    plain_replies = [clientapp_reply(plain, m.metadata.dst_node_id, m) for m in plain_messages]
+    assert all(r.content["metrics"]["tagged"] == 1 for r in replies)
+    assert all(set(r.content) == set(p.content) for r, p in zip(replies, plain_replies, strict=True))
+    new, full = to_numpy(strategy.aggregate_train(1, replies)[0]), to_numpy(reference.aggregate_train(1, plain_replies)[0])
+    assert all(np.allclose(new[k], sent[k] + 0.5 * (full[k] - sent[k]), atol=1e-6) for k in sent)
+    assert "dp_epsilon" not in strategy.round_summary()  # no noise_multiplier: no budget
+    resumed = build_strategy(wrapped, initial_model(wrapped))
+    resumed.load_state(strategy.state())
+    assert resumed.wrapper.rounds == 1  # a user's wrapper keeps its plain attributes in checkpoints

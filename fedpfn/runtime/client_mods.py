@@ -79,8 +79,10 @@ def run_with_mod(
 
     def call_next(message: Message, _: Context) -> Message:
         nonlocal reply_aside
-        message.content = _join(message.content, sent_aside)
+        seen = message.content
+        message.content = _join(seen, sent_aside)
         reply = train(message)
+        message.content = seen  # the mod reads what it was shown, after the round as before
         if not reply.has_error():
             reply.content, reply_aside = _split(reply.content, (protocol.ARRAYS, protocol.METRICS))
         return reply
