@@ -19,6 +19,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from fedpfn.core.files import SUMMARY  # noqa: E402  (the run folder's names, from their one place)
+
 PAGE = ROOT / "docs" / "guide" / "privacy-results.md"
 WRAPPER = "flwr.serverapp.strategy:DifferentialPrivacyServerSideFixedClipping"
 CLIP = 0.5
@@ -40,14 +43,14 @@ def run_arm(out: Path, algorithm: str, noise: float | None) -> tuple[Path, list[
     folder = out / f"{algorithm}-{'none' if noise is None else noise}"
     shown = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
     command = ["fedpfn", "run", *arm_flags(algorithm, noise), "--out", str(shown)]
-    if not (folder / "summary.json").exists():
+    if not (folder / SUMMARY).exists():
         argv = [sys.executable, str(ROOT / "run_sim.py"), *command[2:-1], str(folder), "--overwrite"]
         subprocess.run(argv, cwd=ROOT, check=True)
     return folder, command
 
 
 def row(folder: Path, command: list[str], algorithm: str, noise: float | None) -> str:
-    summary = json.loads((folder / "summary.json").read_text())
+    summary = json.loads((folder / SUMMARY).read_text())
     epsilon = "∞ (no noise)" if noise is None else f"{summary['dp_epsilon']:.3g}"
     delta = "" if noise is None else f"{summary['dp_delta']:g}"
     return (

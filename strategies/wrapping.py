@@ -26,13 +26,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Strategy
 
 from fedpfn.core.protocol import ARRAYS, to_array_record, to_numpy
-from fedpfn.core.seeding import Stream, seed_for
+from fedpfn.core.seeding import Stream, numpy_global
 from fedpfn.core.settings import ConfigError, between, setting
 from fedpfn.core.user_code import import_user_class
 from strategies.composed import ComposedStrategy, conform
@@ -195,12 +194,8 @@ class WrappedStrategy:
         contents = [reply.content for reply in replies if not reply.has_error()]
         self.composed.restore(server_round, contents)
         self.view.hold(contents)
-        outer = np.random.get_state()
-        np.random.seed(seed_for(self.seed, Stream.DP_NOISE, server_round) % 2**32)
-        try:
+        with numpy_global(self.seed, Stream.DP_NOISE, server_round):
             aggregated, metrics = self.wrapper.aggregate_train(server_round, replies)
-        finally:
-            np.random.set_state(outer)
         if aggregated is None:
             return None, metrics
         if self.budget is not None:

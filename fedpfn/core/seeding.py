@@ -12,6 +12,8 @@ its seed, so two of its streams coincide with probability about n²/2³³ over n
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import IntEnum
 from typing import TYPE_CHECKING
 
@@ -61,3 +63,15 @@ def torch_generator(run_seed: int, stream: Stream, *keys: int) -> torch.Generato
     import torch
 
     return torch.Generator().manual_seed(seed_for(run_seed, stream, *keys))
+
+
+@contextmanager
+def numpy_global(run_seed: int, stream: Stream, *keys: int) -> Iterator[None]:
+    """NumPy's global generator seeded for the block, and as it was after: for code of others that
+    draws there (Flower's DP wrappers and mods add their noise with np.random.normal)."""
+    outer = np.random.get_state()
+    np.random.seed(int(sequence(run_seed, stream, *keys).generate_state(1)[0]))
+    try:
+        yield
+    finally:
+        np.random.set_state(outer)

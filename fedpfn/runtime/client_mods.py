@@ -21,7 +21,7 @@ import numpy as np
 from flwr.app import ArrayRecord, Context, Message, RecordDict
 
 from fedpfn.core import protocol
-from fedpfn.core.seeding import Stream, seed_for
+from fedpfn.core.seeding import Stream, numpy_global
 from fedpfn.core.settings import ConfigError
 from fedpfn.core.user_code import import_user_object
 
@@ -87,12 +87,8 @@ def run_with_mod(
             reply.content, reply_aside = _split(reply.content, (protocol.ARRAYS, protocol.METRICS))
         return reply
 
-    outer = np.random.get_state()
-    np.random.seed(seed_for(seed, Stream.DP_NOISE, server_round, partition_id) % 2**32)
-    try:
+    with numpy_global(seed, Stream.DP_NOISE, server_round, partition_id):
         out = mod(msg, context, call_next)
-    finally:
-        np.random.set_state(outer)
     if not out.has_error() and reply_aside:
         out.content = _join(out.content, reply_aside)
     return out
