@@ -313,11 +313,13 @@ def test_subprocess_misspelt_flag_is_one_line_exit_2():
 def test_help_is_grouped_with_what_runs_first():
     text = run_sim.build_parser().format_help()
     titles = [line[:-1] for line in text.splitlines() if line and not line[0].isspace() and line.endswith(":")]
-    assert titles[1:] == ["run", "data", "client rule", "anchors", "server", "privacy", "resources", "tracking"], titles
+    assert titles[1:] == ["run", "data", "client rule", "anchors", "server", "privacy", "attacks", "resources",
+                          "tracking"], titles
     sections = dict(zip(titles, re.split(r"^\S.*:$", text, flags=re.M)[1:]))
     for title, flags in {"run": ("--algorithm", "--compare", "--out"), "data": ("--alpha", "--dataset"),
                          "client rule": ("--lr", "--prox-mu"), "anchors": ("--anchor-ratio",),
                          "server": ("--server ", "--server-lr", "--min-replies"),
                          "privacy": ("--server-wrap ", "--client-mod ", "--dp-delta"),
+                         "attacks": ("--attack ", "--attack-fraction", "--attack-scale"),
                          "resources": ("--client-gpus",), "tracking": ("--wandb",)}.items():  # fmt: skip
         assert all(flag in sections[title] for flag in flags), (title, sections[title])

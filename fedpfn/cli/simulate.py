@@ -42,6 +42,7 @@ GROUPS = {
     "anchors": "FedPFN and FedPNU (--algorithm fedpfn, fedpnu, or fedpfn+RULE)",
     "server": "server algorithm and aggregation",
     "privacy": "a wrapper around the server side, a mod around each client (Flower's differential privacy)",
+    "attacks": "a seeded fraction of malicious clients (what robust aggregation defends against)",
     "resources": "where the clients train (a resume may move a run)",
     "tracking": "where the numbers are logged besides the run folder (a resume may switch these)",
 }
@@ -111,6 +112,7 @@ def hparam_groups() -> dict[str, list[type]]:
     from fedpfn.runtime.algorithms import ANCHOR_METHODS, CLIENT_RULES
     from strategies import SERVER_RULES
     from strategies.registry import USER_RULE
+    from clients.attacks import AttackParams
     from strategies.wrapping import PluginParams
 
     return {
@@ -118,6 +120,7 @@ def hparam_groups() -> dict[str, list[type]]:
         "anchors": list(dict.fromkeys(a.Params for a in ANCHOR_METHODS.values())),
         "server": list(dict.fromkeys(rule.Params for rule in (*SERVER_RULES.values(), USER_RULE))),
         "privacy": [PluginParams],
+        "attacks": [AttackParams],
     }
 
 

@@ -41,6 +41,7 @@ class Stream(IntEnum):
     ALIGNMENT = 11  # (round) which client models an alignment measurement interpolates
     DP_NOISE = 13  # (round) a server wrapper's noise (--server-wrap); (round, partition) a client mod's
     EVALUATION = 12  # (round) which clients evaluate on their local test split (--evaluate-clients)
+    ATTACK = 14  # which partitions are malicious (--attack); (round, partition) a gaussian attacker's noise
 
 
 def sequence(run_seed: int, stream: Stream, *keys: int) -> np.random.SeedSequence:

@@ -34,6 +34,7 @@ from flwr.serverapp.strategy import Strategy
 from torch import nn
 
 from clients import ANCHOR_METHODS, CLIENT_RULES, ClientRule, load_client_rule
+from clients.attacks import AttackClient, AttackParams, attack_problems, attack_values
 from fedpfn.core.config import RunConfig, core_fields
 from fedpfn.core.init_file import file_sha256
 from fedpfn.core.personal import PERSONAL, meta_model, personal_entries
@@ -118,14 +119,14 @@ def _parts(algorithm: str) -> list[Algorithm]:
 
 def declared_by(algorithm: str, server: str) -> list[type]:
     """The hyperparameter classes an (algorithm, server) pair uses (and the plug-ins, which any may)."""
-    return [part.client.Params for part in _parts(algorithm)] + [server_rule(server).Params, PluginParams]
+    return [part.client.Params for part in _parts(algorithm)] + [server_rule(server).Params, PluginParams, AttackParams]
 
 
 def hparam_classes() -> list[type]:
     """Every hyperparameter class: of each client rule, anchor method and server rule."""
     classes = [rule.Params for rule in (*CLIENT_RULES.values(), *ANCHOR_METHODS.values())]
     classes += [rule.Params for rule in (*SERVER_RULES.values(), USER_RULE)]
-    return list(dict.fromkeys([*classes, PluginParams]))
+    return list(dict.fromkeys([*classes, PluginParams, AttackParams]))
 
 
 def hparam_fields() -> dict[str, dataclasses.Field]:
@@ -144,8 +145,8 @@ def resolve_hparams(cfg: RunConfig) -> dict[str, Any]:
     """The used hyperparameters with defaults filled in, the anchor granularity resolved."""
     values: dict[str, Any] = {}
     for cls in declared_by(cfg.algorithm, cfg.server):
-        values.update(dataclasses.asdict(cfg.params(cls)) if cls is not PluginParams else {})
-    values.update(plugin_values(cfg.params(PluginParams)))
+        values.update(dataclasses.asdict(cfg.params(cls)) if cls not in (PluginParams, AttackParams) else {})
+    values.update(plugin_values(cfg.params(PluginParams)) | attack_values(cfg.params(AttackParams)))
     anchor = anchor_method(cfg)
     if anchor is not None and values.get("anchor_granularity") is None:
         values["anchor_granularity"] = ANCHOR_METHODS[anchor].default_granularity  # type: ignore[attr-defined]
@@ -231,7 +232,7 @@ def _algorithm_problems(cfg: RunConfig, given: set[str] | None = None) -> list[s
         out += setting_problems(cfg.params(cls))
     for part in _parts(cfg.algorithm):
         out += part.client.problems(cfg.params(part.client.Params))
-    out += _personal_problems(cfg)
+    out += _personal_problems(cfg) + attack_problems(cfg.params(AttackParams), cfg.num_clients, given)
     used_names = {f.name for cls in used for f in dataclasses.fields(cls)}
     fields = hparam_fields()
     for name, value in cfg.hparams.items():
@@ -278,8 +279,10 @@ def flower_run_config() -> dict[str, Any]:
 
 
 def client_rules(cfg: RunConfig) -> list[type[ClientRule]]:
-    """The client side of `cfg.algorithm`: its rule, then its anchor method."""
-    return [part.client for part in _parts(cfg.algorithm)]
+    """The client side of `cfg.algorithm`: its rule, then its anchor method, then a model-poisoning
+    attack (clients.attacks), which replaces what a malicious client would send."""
+    attack = cfg.params(AttackParams).attack
+    return [part.client for part in _parts(cfg.algorithm)] + ([AttackClient] if attack not in ("none", "label-flip") else [])
 
 
 def build_inner(cfg: RunConfig) -> Strategy:

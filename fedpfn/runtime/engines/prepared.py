@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,7 @@ import torch
 from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
+from clients.attacks import AttackParams, flip_labels, malicious_partitions
 from clients.base import ClientRound, ClientRule, Round
 from clients.state import ClientState
 from fedpfn.core import protocol
@@ -116,11 +118,22 @@ class PreparedCohort:
         own = lambda sent: {n: torch.from_numpy(saved[n]).to(v.device) if n in saved else v for n, v in sent.items()}  # noqa: E731,E501
         return own(start), own(start_buffers)
 
-    def load(self, k: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(inputs, targets) of client k's examples `rows` (a batch, or a stack of batches) on the device."""
+    def load(self, k: int, rows: torch.Tensor, stacked: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs, targets) of client k's examples `rows` (a batch, or a stack of batches of the
+        clients `stacked`, which share k's data) on the device; a label-flipping attacker's
+        labels flipped here, the one place a client's batches are read."""
         x, y = self.clients[k].data.x, self.clients[k].data.y
         rows = rows.to(x.device)
-        return x[rows].to(self.device, self.dtype, non_blocking=True), y[rows].to(self.device, non_blocking=True)
+        targets = y[rows].to(self.device, non_blocking=True)
+        flipped = [self.clients[j].partition_id in self.label_flippers for j in (stacked or [k])]
+        inputs = x[rows].to(self.device, self.dtype, non_blocking=True)
+        return inputs, flip_labels(targets, flipped, self.clients[k].data.num_classes)
+
+    @cached_property
+    def label_flippers(self) -> frozenset[int]:
+        """The partitions that train on flipped labels (--attack label-flip)."""
+        params = self.cfg.params(AttackParams)
+        return malicious_partitions(params, self.cfg.seed, self.cfg.num_clients) if params.attack == "label-flip" else frozenset()
 
     def local_accuracy(self, k: int, trained: tuple[Tensors, Tensors], model: nn.Module) -> tuple[float, float] | None:
         """Client k's local test split (`--local-test-fraction`): (the global model's, its own)."""

@@ -77,7 +77,7 @@ def train_stacked(cohort: PreparedCohort, members: range) -> ClientTrained:
             if s < client.steps:
                 groups[len(client.batches[s])].append(j)
         for positions in groups.values():
-            inputs, targets = cohort.load(ks[0], torch.stack([clients[j].batches[s] for j in positions]))
+            inputs, targets = cohort.load(ks[0], torch.stack([clients[j].batches[s] for j in positions]), [ks[j] for j in positions])
             if len(positions) == count:  # every client of the chunk: no gather, buffers update in place
                 params, state, loss, hits = step(params, buffers, state, per_client, inputs, targets, s + 1)
                 losses += loss
