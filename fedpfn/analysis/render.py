@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from fedpfn.analysis.client_eval import client_eval_table
 from fedpfn.analysis.markup import code, inert
 from fedpfn.analysis.plots import PairedSeries, plot_bytes, plot_comparison, plot_paired
+from fedpfn.analysis.row_tables import row_tables
 from fedpfn.analysis.runs import display_value
 from fedpfn.analysis.stats import ALPHA, POWER, TRAFFIC, ArmStats, AtBytes, Paired, Report, std_factors
 from fedpfn.core.files import OUTPUTS_MANIFEST, DamagedFile, OwnOutputs, read_json
@@ -218,7 +218,7 @@ def bytes_table(report: Report, traffic: str) -> list[str]:
 def markdown(report: Report) -> str:
     report = inert(report)  # its labels and settings come from folders anyone may have written
     tables = arm_table(report) + paired_table(report) + [ln for t in TRAFFIC for ln in bytes_table(report, t)]
-    tables += client_eval_table([arm.label for arm in report.arms], list(report.curves.values()))
+    tables += row_tables([arm.label for arm in report.arms], list(report.curves.values()))
     return "\n".join(header_lines(report) + tables) + "\n"
 
 
