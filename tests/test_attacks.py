@@ -11,6 +11,7 @@ FedAvg falls.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -164,3 +165,28 @@ def test_fedmedian_holds_where_fedavg_falls_under_sign_flip_at_30_percent(tmp_pa
         assert run_sim.main([*common, "--server", server, "--out", str(out)]) == 0
         accuracy[server] = json.loads((out / "summary.json").read_text())["final_test_accuracy"]
     assert accuracy["fedavg"] < 0.3 < 0.7 < accuracy["flwr.serverapp.strategy:FedMedian"], accuracy
+
+
+def test_every_arm_of_the_results_page_reaches_its_run(tmp_path, monkeypatch):
+    """scripts/attack_page.py's 24 arms are accepted as they are (the robust aggregators' --server-args
+    included), up to where training would start: the page's commands run as written."""
+    import sys
+
+    from conftest import no_engine_starts
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import attack_page
+
+    class Started(Exception):
+        pass
+
+    def engine_run(*_args, **_kwargs):
+        raise Started
+
+    no_engine_starts(monkeypatch, engine_run)
+    arms = [(a, s, f) for a in attack_page.ALGORITHMS for s in attack_page.SERVERS for f in attack_page.FRACTIONS]
+    for k, (algorithm, server, fraction) in enumerate(arms):
+        argv = [*attack_page.arm_flags(algorithm, server, fraction), "--out", str(tmp_path / f"run{k}")]
+        with pytest.raises(Started):
+            run_sim.main(argv)
+    assert len(arms) == 24
