@@ -190,3 +190,21 @@ def test_every_arm_of_the_results_page_reaches_its_run(tmp_path, monkeypatch):
         with pytest.raises(Started):
             run_sim.main(argv)
     assert len(arms) == 24
+
+
+def test_a_resumed_attack_continues_exactly_and_keeps_its_settings(tmp_path):
+    """The attackers and a gaussian attacker's noise are the seed's: a run stopped after round 1 and
+    resumed ends where the uninterrupted run ends; the attack is part of the fingerprint."""
+    common = ["--model", "mlp", "--num-clients", "4", "--clients-per-round", "4", "--partition", "iid",
+              "--batch-size", "500", "--attack", "gaussian", "--attack-fraction", "0.5", "--attack-scale", "0.01"]  # fmt: skip
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    assert run_sim.main([*common, "--rounds", "2", "--out", str(whole)]) == 0
+    assert run_sim.main([*common, "--rounds", "1", "--out", str(part)]) == 0
+    assert run_sim.main(["--resume", str(part), "--rounds", "2"]) == 0
+    rows = [[json.loads(line) for line in (f / "metrics.jsonl").read_text().splitlines()] for f in (whole, part)]
+    assert [r["test_loss"] for r in rows[0]] == [r["test_loss"] for r in rows[1]]
+    marks = [[(r["partition_id"], r["malicious"]) for r in map(json.loads, (f / "clients.jsonl").read_text().splitlines())]
+             for f in (whole, part)]  # fmt: skip
+    assert marks[0] == marks[1] and sum(m for _, m in marks[0]) == 4
+    config = json.loads((part / "config.json").read_text())
+    assert (config["attack"], config["attack_scale"]) == ("gaussian", 0.01)
