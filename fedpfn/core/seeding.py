@@ -39,8 +39,8 @@ class Stream(IntEnum):
     ANALYSIS = 9  # (setting, model) the LMC analysis
     CLIENT_MASK = 10  # (round's anchor seed, partition) a client's own anchors (anchor_masks=client)
     ALIGNMENT = 11  # (round) which client models an alignment measurement interpolates
-    DP_NOISE = 13  # (round) a server wrapper's noise (--server-wrap); (round, partition) a client mod's
     EVALUATION = 12  # (round) which clients evaluate on their local test split (--evaluate-clients)
+    DP_NOISE = 13  # (round) a server wrapper's noise (--server-wrap); (round, partition) a client mod's
     ATTACK = 14  # which partitions are malicious (--attack); (round, partition) a gaussian attacker's noise
 
 
