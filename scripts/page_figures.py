@@ -145,7 +145,10 @@ ONLY_WHEN = {"client_state/", "tensorboard/", "wandb/"}  # rows of runs with oth
 def pattern(template: str) -> re.Pattern:
     """The template with any text where its figures go: finds the sentence whatever it said before."""
     parts = [r"\s+".join(map(re.escape, part.split(" "))) for part in re.split(r"\{\w+\}", template)]
-    return re.compile(r"[^*\n|]{1,40}".join(parts))  # a page may wrap its words; a figure is short, on one line
+    slots = [r"[^*\n|]{1,40}"] * (len(parts) - 1)  # a page may wrap its words; a figure is short, on one line
+    if slots and not parts[0]:  # a sentence that opens with a figure: one word, not the text before it
+        slots[0] = r"[^\s*|]{1,40}"
+    return re.compile("".join(part + slot for part, slot in zip(parts, [*slots, ""])))
 
 
 def listed_files(text: str) -> set[str]:

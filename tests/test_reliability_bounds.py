@@ -10,10 +10,10 @@ import dataclasses
 import time
 
 import pytest
+from test_reliability_outputs import call
 
 from fedpfn.analysis import bounds
 from fedpfn.analysis.lmc import LmcConfig
-from fedpfn.cli.main import main as fedpfn
 
 MAXIMA = [  # every bound of fedpfn align at its maximum
     "--model", "mlp", "--width", "16384", "--models", "64", "--epochs", "1000", "--batch-size", "65536",
@@ -30,14 +30,6 @@ def started(*_: object, **__: object) -> None:
 def guarded(monkeypatch):
     for target in ("fedpfn.analysis.lmc.prepare", "fedpfn.analysis.soup.prepare"):
         monkeypatch.setattr(target, started)
-
-
-def call(capsys, *argv: str) -> tuple[int, list[str]]:
-    try:
-        code = fedpfn(list(argv))
-    except SystemExit as stop:
-        code = stop.code
-    return code, capsys.readouterr().err.splitlines()
 
 
 @pytest.mark.parametrize(

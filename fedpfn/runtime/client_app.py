@@ -7,6 +7,7 @@ import dataclasses
 import time
 from collections.abc import Mapping
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -14,6 +15,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from fedpfn.core import protocol
+from fedpfn.core.cache import ClientData
 from fedpfn.core.config import RunConfig
 from fedpfn.core.training import pick_device
 from fedpfn.runtime import nodedata
@@ -55,18 +57,24 @@ def node_view(cfg: RunConfig, node_config: Mapping[str, Any]) -> RunConfig:
     return cfg if root is None else dataclasses.replace(cfg, data_root=str(root))
 
 
-@client_app.train()
-def train(msg: Message, context: Context) -> Message:
+def node_setup(msg: Message, context: Context) -> tuple[RunConfig, int, torch.device, ClientData | None, Path | None]:
+    """What this node works with for `msg`: the run's settings as it applies them, its partition,
+    its device, its data (deployed: the node's own copy) and the folder of its clients' state."""
     enter_driver_folder()
     config = msg.content.config_records[protocol.CONFIG]
     cfg = node_view(_config(str(config[protocol.RUN_CONFIG])), context.node_config)
     partition_id = int(context.node_config[protocol.PARTITION_ID])
-    server_round = int(config[protocol.SERVER_ROUND])
+    device = pick_device(want_gpu=client_wants_gpu(cfg.client_gpus))
+    data = nodedata.for_node(cfg, partition_id, context.node_config)
+    return cfg, partition_id, device, data, nodedata.state_root(cfg, context.node_config)
+
+
+@client_app.train()
+def train(msg: Message, context: Context) -> Message:
+    cfg, partition_id, device, data, state_root = node_setup(msg, context)
+    server_round = int(msg.content.config_records[protocol.CONFIG][protocol.SERVER_ROUND])
     time.sleep(test_delay(context.node_config, server_round))
     torch.set_num_threads(max(1, int(cfg.client_cpus)))
-    device = pick_device(want_gpu=client_wants_gpu(cfg.client_gpus))
-    data = nodedata.for_node(cfg, partition_id, context.node_config)  # deployed: the node's own copy
-    state_root = nodedata.state_root(cfg, context.node_config)
 
     def round_of(message: Message) -> Message:  # the rule's round; a --client-mod runs around it
         content = local_round(
@@ -82,13 +90,7 @@ def train(msg: Message, context: Context) -> Message:
 @client_app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
     """`--evaluate-clients`: the global model (and this client's own) on its local test split."""
-    enter_driver_folder()
-    config = msg.content.config_records[protocol.CONFIG]
-    cfg = node_view(_config(str(config[protocol.RUN_CONFIG])), context.node_config)
-    partition_id = int(context.node_config[protocol.PARTITION_ID])
-    device = pick_device(want_gpu=client_wants_gpu(cfg.client_gpus))
-    data = nodedata.for_node(cfg, partition_id, context.node_config)
-    state_root = nodedata.state_root(cfg, context.node_config)
+    cfg, partition_id, device, data, state_root = node_setup(msg, context)
     with torch_threads(1):  # float sums depend on the thread count: one, on every engine
         metrics = evaluate_client(cfg, partition_id, msg.content, context.state, device, data, state_root)
     return Message(content=RecordDict({protocol.METRICS: metrics}), reply_to=msg)
