@@ -18,14 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from fedpfn.analysis.stats import paired  # noqa: E402  (the project's paired statistics)
+from fedpfn.cli.simulate import checked_config, parse_args  # noqa: E402  (fedpfn run's own flags)
 from fedpfn.core.files import SUMMARY  # noqa: E402  (the run folder's names, from their one place)
+from fedpfn.runtime.compare import ensure_run  # noqa: E402  (reuse, resume or start: one primitive)
 
 PAGE = ROOT / "docs" / "guide" / "attacks-results.md"
 FLOWER = "flwr.serverapp.strategy:"
@@ -63,9 +64,7 @@ def run_arm(out: Path, algorithm: str, server: str, fraction: float) -> tuple[di
     for seed in SEEDS:
         folder = out / f"{algorithm}-{server}-f{fraction}-s{seed}"
         command = ["fedpfn", "run", *arm_flags(algorithm, server, fraction), "--seed", str(seed), "--out"]
-        if not (folder / SUMMARY).exists():
-            argv = [sys.executable, str(ROOT / "run_sim.py"), *command[2:], str(folder), "--overwrite"]
-            subprocess.run(argv, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+        ensure_run(checked_config(parse_args([*command[2:], str(folder)])))  # reused only with its settings
         accuracy[seed] = json.loads((folder / SUMMARY).read_text())["final_test_accuracy"]
     shown = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
     return accuracy, [*command[:-3], "--seed", "0", "--out", f"{shown}/{algorithm}-{server}-f{fraction}-s0"]

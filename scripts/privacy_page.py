@@ -14,13 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from fedpfn.cli.simulate import checked_config, parse_args  # noqa: E402  (fedpfn run's own flags)
 from fedpfn.core.files import SUMMARY  # noqa: E402  (the run folder's names, from their one place)
+from fedpfn.runtime.compare import ensure_run  # noqa: E402  (reuse, resume or start: one primitive)
 
 PAGE = ROOT / "docs" / "guide" / "privacy-results.md"
 WRAPPER = "flwr.serverapp.strategy:DifferentialPrivacyServerSideFixedClipping"
@@ -43,9 +44,7 @@ def run_arm(out: Path, algorithm: str, noise: float | None) -> tuple[Path, list[
     folder = out / f"{algorithm}-{'none' if noise is None else noise}"
     shown = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
     command = ["fedpfn", "run", *arm_flags(algorithm, noise), "--out", str(shown)]
-    if not (folder / SUMMARY).exists():
-        argv = [sys.executable, str(ROOT / "run_sim.py"), *command[2:-1], str(folder), "--overwrite"]
-        subprocess.run(argv, cwd=ROOT, check=True)
+    ensure_run(checked_config(parse_args([*command[2:-1], str(folder)])))  # reused only with its settings
     return folder, command
 
 

@@ -269,6 +269,14 @@ def config_from_args(args: dict[str, Any]) -> RunConfig:
     return parse_config(values, given_names(values))
 
 
+def checked_config(args: dict[str, Any]) -> RunConfig:
+    """A new run's config from its parsed command line, checked (every problem at once): what
+    `fedpfn run` runs, and what a script that runs many takes from the same flags."""
+    values = settings_from_args(args)
+    given = given_names(values)
+    return validated(parse_config(values, given), given)
+
+
 def given_names(values: dict[str, Any]) -> set[str]:
     """The settings named in `values`: one given that the run would not use is refused, at its default too."""
     return {str(key).replace("-", "_") for key in values}
@@ -300,9 +308,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         if resuming:
             cfg = resume_config(resume_dir, args)
         else:
-            values = settings_from_args(args)
-            given = given_names(values)
-            cfg = validated(parse_config(values, given), given)
+            cfg = checked_config(args)
         simulate(cfg, resume=resuming)  # prints a header, the rounds and a summary
     except RunWriteError as err:  # the run folder could not be written mid-run: a fault, not bad input
         return fail(str(err), code=1)  # its message names the file and the resume command

@@ -185,6 +185,12 @@ def plan(configs: Sequence[RunConfig]) -> list[str]:
     return actions
 
 
+def ensure_run(cfg: RunConfig) -> None:
+    """A finished run of `cfg` in its folder: reused when it finished with the same settings,
+    resumed when it was stopped, started otherwise; a folder of other settings is refused."""
+    run_one(cfg, sub_run_action(cfg))
+
+
 def run_one(cfg: RunConfig, action: str) -> None:
     if action == "reuse":
         print(f"{cfg.run_dir}: finished earlier with the same settings, reused", flush=True)

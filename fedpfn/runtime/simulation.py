@@ -270,10 +270,10 @@ def resume_config(run_dir: str, overrides: dict[str, Any]) -> RunConfig:
 
 def check_folder_code(raw: dict[str, Any], overrides: dict[str, Any], folder: Path) -> None:
     """A run folder is data: whoever could write it (a shared or downloaded folder) must not choose
-    code that runs, whatever its fingerprint says. A client rule, `server`, `server_wrap` or
-    `client_mod` given as module:Class is imported only when this command names the same
-    (fedpfn.core.user_code), and never from a module inside the folder, even one that holds only
-    its config.json."""
+    code that runs, whatever its fingerprint says. Every setting that may be code (CODE_SETTINGS:
+    a client rule, server, wrapper, mod, model or dataset as module:Name) is imported only when
+    this command names the same (fedpfn.core.user_code), and never from a module inside the
+    folder, even one that holds only its config.json."""
     keep_out_of_imports(folder)
     nouns = ("client rule", "server", "server's wrapper", "client mod", "model builder", "dataset loader")
     for setting, noun in zip(CODE_SETTINGS, nouns, strict=True):

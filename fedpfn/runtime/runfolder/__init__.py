@@ -40,7 +40,7 @@ from contextlib import contextmanager, suppress
 
 from fedpfn.core.files import is_own
 from fedpfn.core.tree import read_tree, read_tree_index, tree_bytes
-from fedpfn.core.user_code import code_paths
+from fedpfn.core.user_code import CODE_SETTINGS, code_paths
 from fedpfn.runtime.runfolder.checkpoints import FolderCheckpoints, checkpoint_problem, fingerprint_hash
 from fedpfn.runtime.runfolder.config import FolderConfig
 from fedpfn.runtime.runfolder.folder import RunFolderError, RunWriteError
@@ -90,7 +90,8 @@ class RunFolder(FolderConfig, FolderMetrics, FolderCheckpoints, FolderOutputs):
             config = self.read_config()
         except RunFolderError:
             config = {}
-        flags = [f"--{name} {shlex.quote(config[name])}" for name in ("algorithm", "server") if code_paths(config.get(name))]
+        named = [name for name in CODE_SETTINGS if code_paths(config.get(name))]
+        flags = [f"--{name.replace('_', '-')} {shlex.quote(config[name])}" for name in named]
         return " ".join(["fedpfn resume", shlex.quote(str(self.path)), *flags, *more])
 
     def stop_message(self) -> str:
