@@ -10,7 +10,8 @@ poor on the other's classes), so where a figure is measured is part of what it m
   INTERIOR points only, so it is negative when the whole path beats the chord; the midpoint's
   excess stands beside it. Accuracy figures are chord minus curve, so positive is worse too;
 - fusion: the models' own figures against their plain average's, on the same data;
-- matched pair (`fedpfn.analysis.matching`): B permuted onto A by weight matching; the matched
+- matched pair: B permuted onto A by a permutation that matching finds, under each matcher
+  asked for (`fedpfn.analysis.matchers`: full, masked, changes, activation); the matched
   barrier, the permutation-attributable loss P = L(avg(A, B)) - L(avg(A, pi(B))) and the
   fraction of units pi moves. P > 0: part of what averaging costs is permutation.
 
@@ -29,7 +30,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from fedpfn.analysis.matching import apply_permutation, moved_fraction, permutation_spec, weight_matching
+from fedpfn.analysis.matchers import NO_START, over_pairs
+from fedpfn.analysis.matchers import match as match_states
+from fedpfn.analysis.matching import apply_permutation, permutation_spec
 from fedpfn.core.training import evaluate
 
 StateDict = dict[str, torch.Tensor]
@@ -255,18 +258,22 @@ def fuse(probe: Probe, states: Sequence[StateDict], scope: Scope) -> dict[str, A
 
 def matched_pair(
     probe: Probe, state_a: StateDict, state_b: StateDict, data: Sequence[EvalData], points: int,
-    plain_midpoint: float,
+    plain_midpoint: float, matcher: str = "full", w0: StateDict | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """B permuted onto A by weight matching: P, the moved fraction and (points > 0) the matched curve.
+    """B permuted onto A by a permutation that `matcher` finds (`fedpfn.analysis.matchers`): P, the
+    units moved, the matcher's diagnostics and (points > 0) the matched curve.
 
     P = L(avg(A, B)) - L(avg(A, pi(B))) on `data` (`plain_midpoint` is the first): the loss of the
     plain average that the permutation accounts for (0 when pi is the identity; negative if
-    matching made the average worse). `points` 0 measures the matched midpoint only.
+    matching made the average worse). `points` 0 measures the matched midpoint only. Activation
+    matching correlates on `data`'s inputs; `changes` without a common start w0 is omitted, with why.
     """
-    spec = permutation_spec(probe.model)
-    perms = weight_matching(spec, state_a, state_b)
-    permuted = apply_permutation(spec, perms, state_b)
-    figures: dict[str, Any] = {"moved_fraction": moved_fraction(perms)}
+    if matcher == "changes" and w0 is None:
+        return {"omitted": NO_START}
+    inputs = torch.cat([d.x for d in data]) if matcher == "activation" else None
+    found = match_states(matcher, probe.model, state_a, state_b, w0=w0, inputs=inputs)
+    permuted = apply_permutation(permutation_spec(probe.model), found.perms, state_b)
+    figures: dict[str, Any] = found.diagnostics()
     if points:
         curve = interpolation_curve(probe, state_a, permuted, data, points)
         matched_midpoint = curve["loss"][points // 2]
@@ -281,12 +288,16 @@ def matched_pair(
 
 
 def analyse(
-    probe: Probe, states: Sequence[StateDict], scope: Scope, points: int = 11, match: str = "curve"
-) -> dict[str, Any]:
-    """Curves and signed barriers for every pair, with matching (`match`: none, midpoint, curve);
-    the mean over pairs of each figure; the fusion figures of all K; where it was all measured."""
+    probe: Probe, states: Sequence[StateDict], scope: Scope, points: int = 11, match: str = "curve",
+    matchers: Sequence[str] = ("full",), w0: StateDict | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Curves and signed barriers for every pair, with matching (`match`: none, midpoint, curve) under
+    each of `matchers` (`full` required: the top-level matched figures are its; w0 the models' common
+    start, None for none); the mean over pairs of each figure; the fusion figures of all K; where."""
     if match not in MATCHING:
         raise ValueError(f"match={match!r}: choose one of {', '.join(MATCHING)}")
+    if match != "none" and "full" not in matchers:
+        raise ValueError(f"matchers={','.join(matchers)}: full is required, the top-level matched figures are its")
     pairs = []
     for i, j in itertools.combinations(range(len(states)), 2):
         data = scope.data_for([i, j])
@@ -294,11 +305,15 @@ def analyse(
         pair = {"models": [i, j], **curve, **curve_barriers(curve)}
         if match != "none":
             matched_points = points if match == "curve" else 0
-            pair.update(matched_pair(probe, states[i], states[j], data, matched_points, curve["loss"][points // 2]))
+            pair["matchers"] = {name: matched_pair(probe, states[i], states[j], data, matched_points,
+                                                   curve["loss"][points // 2], name, w0) for name in matchers}  # fmt: skip
+            pair.update(pair["matchers"]["full"])
         pairs.append(pair)
     keys = BARRIERS + {"none": (), "midpoint": MATCHED[2:], "curve": MATCHED}[match]
     result: dict[str, Any] = {key: sum(p[key] for p in pairs) / len(pairs) for key in keys}
     result.update(fuse(probe, states, scope))
+    if match != "none":
+        result["matchers"] = over_pairs([p["matchers"] for p in pairs])
     result["measured_on"] = scope.where
     result["pairs"] = pairs
     return result

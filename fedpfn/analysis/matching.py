@@ -13,12 +13,15 @@ average of A and pi(B) are not the average of theirs: recompute them before meas
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from scipy.optimize import linear_sum_assignment
 
 from fedpfn.analysis.permspec import PermutationSpec, Site, permutation_spec
 
 __all__ = [
+    "Descent",
     "PermutationSpec",
     "StateDict",
     "apply_permutation",
@@ -27,6 +30,7 @@ __all__ = [
     "moved_fraction",
     "permutation_spec",
     "random_permutation",
+    "weight_descent",
     "weight_matching",
 ]
 
@@ -131,14 +135,24 @@ def _similarity(
     return similarity
 
 
-def weight_matching(
+@dataclass(frozen=True)
+class Descent:
+    """What weight matching found, and whether its descent converged (a sweep changed nothing)."""
+
+    perms: Perms
+    sweeps: int  # full sweeps over the variables, the last (unchanged) one included
+    converged: bool  # False: stopped at max_iter while still improving, a point short of a local optimum
+
+
+def weight_descent(
     spec: PermutationSpec, state_a: StateDict, state_b: StateDict, max_iter: int = 100, seed: int = 0
-) -> Perms:
+) -> Descent:
     """pi maximising sum over sites of <W_A, pi(W_B)> (Git Re-Basin, Alg. 1), from the identity.
 
     A variable takes a new permutation only when it raises its objective (ties keep the old
-    one), so the descent stops: at the first full sweep that changes nothing, or after max_iter.
-    The inner products are computed where A's tensors live (a GPU if so); each assignment on the CPU.
+    one), so the descent stops: at the first full sweep that changes nothing (converged), or
+    after max_iter sweeps (not converged). The inner products are computed where A's tensors
+    live (a GPU if so); each assignment on the CPU.
     """
     if max_iter < 1:
         raise ValueError(f"max_iter must be at least 1, got {max_iter}")
@@ -148,7 +162,7 @@ def weight_matching(
     perms = identity_permutation(spec)
     names = list(spec.sizes)
     generator = torch.Generator().manual_seed(seed)
-    for _ in range(max_iter):
+    for sweep in range(1, max_iter + 1):
         changed = False
         for position in torch.randperm(len(names), generator=generator).tolist():
             name = names[position]
@@ -160,5 +174,12 @@ def weight_matching(
                 perms[name] = torch.as_tensor(cols, dtype=torch.long)
                 changed = True
         if not changed:
-            break
-    return perms
+            return Descent(perms, sweep, True)
+    return Descent(perms, max_iter, False)
+
+
+def weight_matching(
+    spec: PermutationSpec, state_a: StateDict, state_b: StateDict, max_iter: int = 100, seed: int = 0
+) -> Perms:
+    """The permutation of `weight_descent`, without its diagnostics."""
+    return weight_descent(spec, state_a, state_b, max_iter, seed).perms

@@ -17,6 +17,13 @@ positions: the variable of the stage-1 stream acts on stage 1's 0..15, stage 2's
 3's 24..39; the 16 channels added at stage 2 on stage 2's 0..7 and 24..31 and stage 3's 16..23
 and 40..47; the 32 added at stage 3 on stage 3's 0..15 and 48..63. Each block's inner channels
 (conv1's output) are a variable of their own.
+
+Each variable also lists its taps: the module outputs where the forward pass holds its units
+(channel axis 1), for activation matching (`fedpfn.analysis.activations`). Taps are before the
+ReLU where there is one (a unit the ReLU silences on every input would correlate with nothing):
+a chain's variable at its layer's output, or its BatchNorm's; ResNet-20's inner channels at the
+block's bn1; a stream variable at the stem's bn1, and at every block it runs through both at bn2
+(the residual branch, before the sum) and at the block's output (after the sum and its ReLU).
 """
 
 from __future__ import annotations
@@ -49,12 +56,21 @@ class Site:
 
 
 @dataclass(frozen=True)
+class Tap:
+    """A module whose output holds a variable's units on its channel axis (1), at `positions`."""
+
+    module: str
+    positions: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Variable:
-    """One permutation variable: `size` units and every site they occupy."""
+    """One permutation variable: `size` units, every site they occupy, and where activations show them."""
 
     name: str
     size: int
     sites: tuple[Site, ...]
+    taps: tuple[Tap, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,17 +101,27 @@ class _Builder:
     def __init__(self) -> None:
         self.sizes: dict[str, int] = {}
         self.sites: dict[str, list[Site]] = {}
+        self.taps: dict[str, list[Tap]] = {}
 
     def new(self, name: str, size: int) -> None:
         self.sizes[name] = size
         self.sites[name] = []
+        self.taps[name] = []
+
+    def tap(self, layout: Layout | None, module: str | None) -> None:
+        """`module`'s output holds `layout`'s units (nothing to record without either)."""
+        if layout is not None and module is not None:
+            for name, positions in layout:
+                self.taps[name].append(Tap(module, positions))
 
     def add(self, layout: Layout, key: str, axis: int, block: int = 1, weighs: bool = True) -> None:
         for name, positions in layout:
             self.sites[name].append(Site(key, axis, positions, block, weighs))
 
     def spec(self) -> PermutationSpec:
-        return PermutationSpec(tuple(Variable(n, self.sizes[n], tuple(self.sites[n])) for n in self.sizes))
+        return PermutationSpec(
+            tuple(Variable(n, self.sizes[n], tuple(self.sites[n]), tuple(self.taps[n])) for n in self.sizes)
+        )
 
 
 def _width(layout: Layout) -> int:
@@ -136,20 +162,22 @@ def _flatten_block(layout: Layout | None, module: nn.Module, flattened: bool) ->
 
 
 def _chain(b: _Builder, layout: Layout | None, modules: Iterable[tuple[str, nn.Module]]) -> Layout | None:
-    """Walk a plain chain (Linear, Conv2d, BatchNorm2d, Flatten and parameter-free layers)."""
-    flattened = False
+    """Walk a plain chain (Linear, Conv2d, BatchNorm2d, Flatten and parameter-free layers); each
+    variable is tapped at its layer's output, or its BatchNorm's (before the ReLU)."""
+    flattened, tap = False, None
     for name, module in modules:
         if isinstance(module, nn.Linear | nn.Conv2d):
+            b.tap(layout, tap)
             layout = _layer(b, layout, name, module, _flatten_block(layout, module, flattened))
-            flattened = False
+            flattened, tap = False, name
         elif isinstance(module, nn.BatchNorm2d) and layout is not None:
             _batchnorm(b, layout, name)
+            tap = name
         elif isinstance(module, nn.Flatten):
             flattened = True
-        elif isinstance(module, nn.ReLU | nn.MaxPool2d):
-            continue
-        else:
+        elif not isinstance(module, nn.ReLU | nn.MaxPool2d):
             raise ValueError(f"permutation_spec: no rule for {type(module).__name__} at {name!r}")
+    b.tap(layout, tap)
     return layout
 
 
@@ -161,6 +189,7 @@ def _block(b: _Builder, stream: Layout, prefix: str, block: BasicBlock) -> Layou
     """A basic block: its inner channels are a new variable; its output is the (padded) stream."""
     inner = _layer(b, stream, f"{prefix}conv1", block.conv1, 1)
     _batchnorm(b, inner, f"{prefix}bn1")
+    b.tap(inner, f"{prefix}bn1")
     b.add(inner, f"{prefix}conv2.weight", 1)
     if block.extra_planes:
         half = block.extra_planes // 2
@@ -173,12 +202,15 @@ def _block(b: _Builder, stream: Layout, prefix: str, block: BasicBlock) -> Layou
         raise ValueError(f"{prefix}: a stream of {_width(stream)} channels into {block.conv2.out_channels}")
     b.add(stream, f"{prefix}conv2.weight", 0)
     _batchnorm(b, stream, f"{prefix}bn2")
+    b.tap(stream, f"{prefix}bn2")  # the residual branch
+    b.tap(stream, prefix.removesuffix("."))  # the block's output: relu(residual + shortcut)
     return stream
 
 
 def _resnet(b: _Builder, prefix: str, model: ResNet20) -> Layout:
     stream = _layer(b, None, f"{prefix}conv1", model.conv1, 1)
     _batchnorm(b, stream, f"{prefix}bn1")
+    b.tap(stream, f"{prefix}bn1")
     for name, block in _children(f"{prefix}layers.", model.layers):
         if type(block) is not BasicBlock:  # a subclass may route its shortcut otherwise
             raise ValueError(f"permutation_spec: no rule for {type(block).__name__} at {name!r}")
