@@ -6,7 +6,7 @@ Each (algorithm, seed) is an ordinary run folder under the comparison folder, so
 comparison can be stopped and started again: a finished sub-run is reused and a killed one
 resumed, but only if its config.json equals the requested settings (aside from `out`,
 `overwrite`, `provenance` and where it computes or logs: engine, Ray, trackers); anything else
-is refused, for every sub-run, before any run starts.
+is refused, for every sub-run, before any run starts (fedpfn.runtime.ensure, the one primitive).
 The partition depends only on the seed and the federation settings, never on the algorithm.
 The table and figures are `fedpfn.analysis.report`'s, with the first algorithm as the baseline.
 """
@@ -24,12 +24,10 @@ from fedpfn.analysis.render import write_report
 from fedpfn.analysis.runs import read_run
 from fedpfn.analysis.stats import Report, analyse
 from fedpfn.analysis.terminal import show
-from fedpfn.core.config import PLACEMENT, TRACKERS, ConfigError, RunConfig
+from fedpfn.core.config import ConfigError, RunConfig
 from fedpfn.core.files import (
     COMPARISON_CONFIG,
     CONFIG,
-    PROVENANCE,
-    SUMMARY,
     DamagedFile,
     OwnOutputs,
     read_json,
@@ -39,12 +37,10 @@ from fedpfn.core.seeding import MAX_SEED
 from fedpfn.core.settings import is_set
 from fedpfn.runtime.algorithms import for_algorithm, hparam_fields, problems, validated
 from fedpfn.runtime.engines.registry import ENGINES
-from fedpfn.runtime.progress import as_part_of_a_comparison
+from fedpfn.runtime.ensure import ensure_run, run_action  # ensure_run: public here too (scripts import it)
 from fedpfn.runtime.recording import LAST_ROUNDS
-from fedpfn.runtime.simulation import simulate
 
 MIN_SEEDS = 3  # fewer: the paired intervals are zero-width or huge (1 degree of freedom)
-NOT_COMPARED = ("out", "overwrite", PROVENANCE, *PLACEMENT, *TRACKERS)  # may differ in a reused sub-run
 
 
 def parse_list(text: str, name: str, kind: type = str) -> list:
@@ -135,49 +131,12 @@ def unused_settings(
     ]
 
 
-def _comparable(config: dict[str, Any]) -> dict[str, Any]:
-    """The config as JSON stores it (tuples as lists), without the keys a reuse may change."""
-    return {k: v for k, v in json.loads(json.dumps(config)).items() if k not in NOT_COMPARED}
-
-
-def differences(stored: dict[str, Any], requested: dict[str, Any]) -> list[str]:
-    """`lr 0.1 != 0.05`: the stored value, then the requested one, for every differing key."""
-    stored, requested = _comparable(stored), _comparable(requested)
-    absent = "(absent)"
-
-    def text(value: Any) -> str:
-        return value if isinstance(value, str) else json.dumps(value)
-
-    return [
-        f"{key} {text(stored.get(key, absent))} != {text(requested.get(key, absent))}"
-        for key in sorted(set(stored) | set(requested))
-        if stored.get(key, absent) != requested.get(key, absent)
-    ]
-
-
-def sub_run_action(cfg: RunConfig) -> str:
-    """'start', 'resume' or 'reuse' for the sub-run folder; ConfigError if it holds another run."""
-    folder = cfg.run_dir
-    if not (folder / CONFIG).exists():
-        return "start"
-    try:
-        stored = read_json(folder / CONFIG)  # never through a link, never a FIFO, with size and depth limits
-    except (OSError, DamagedFile) as err:
-        raise ConfigError(f"{folder} holds a damaged {CONFIG} ({err}); use another --out") from None
-    if not isinstance(stored, dict):
-        raise ConfigError(f"{folder} holds a damaged {CONFIG} (not a JSON object); use another --out")
-    found = differences(stored, cfg.to_dict())
-    if found:
-        raise ConfigError(f"{folder} holds a run with other settings: {', '.join(found)}; use another --out")
-    return "reuse" if (folder / SUMMARY).exists() else "resume"
-
-
 def plan(configs: Sequence[RunConfig]) -> list[str]:
     """The action for every sub-run, decided before any of them runs; all refusals at once."""
     actions, problems = [], []
     for cfg in configs:
         try:
-            actions.append(sub_run_action(cfg))
+            actions.append(run_action(cfg))
         except ConfigError as err:
             problems.append(str(err))
     if problems:
@@ -185,19 +144,9 @@ def plan(configs: Sequence[RunConfig]) -> list[str]:
     return actions
 
 
-def ensure_run(cfg: RunConfig) -> None:
-    """A finished run of `cfg` in its folder: reused when it finished with the same settings,
-    resumed when it was stopped, started otherwise; a folder of other settings is refused."""
-    run_one(cfg, sub_run_action(cfg))
-
-
 def run_one(cfg: RunConfig, action: str) -> None:
-    if action == "reuse":
-        print(f"{cfg.run_dir}: finished earlier with the same settings, reused", flush=True)
-        return
-    print(f"== {cfg.algorithm} seed {cfg.seed}" + (" (resumed)" if action == "resume" else ""), flush=True)
-    with as_part_of_a_comparison():  # its next steps are the comparison's (`show`)
-        simulate(cfg, resume=action == "resume")
+    """One sub-run through the one primitive (fedpfn.runtime.ensure), as `plan` decided."""
+    ensure_run(cfg, action)
 
 
 def check_root(root: Path) -> None:
