@@ -45,6 +45,26 @@ REGIMES: dict[str, list[str]] = {  # name -> the flags that set it apart, cheape
 }  # fmt: skip
 
 
+def changed(flags: list[str], flag: str, value: str) -> list[str]:
+    """`flags` with `flag`'s value replaced (or the pair added): a regime one setting away."""
+    if flag not in flags:
+        return [*flags, flag, value]
+    at = flags.index(flag) + 1
+    return [*flags[:at], value, *flags[at + 1 :]]
+
+
+CNN = REGIMES["cnn-same-init"]
+REGIMES.update({  # cnn-same-init with one setting changed: is the regime the step, the ratio, the granularity?
+    "cnn-same-init-lr0.01": changed(CNN, "--lr", "0.01"),
+    "cnn-same-init-lr0.03": changed(CNN, "--lr", "0.03"),
+    "cnn-same-init-lr0.06": changed(CNN, "--lr", "0.06"),  # plain's step scaled as the anchored arms' free 60 %
+    "cnn-same-init-r0.1": changed(CNN, "--anchor-ratio", "0.1"),
+    "cnn-same-init-r0.2": changed(CNN, "--anchor-ratio", "0.2"),
+    "cnn-same-init-r0.6": changed(CNN, "--anchor-ratio", "0.6"),
+    "cnn-same-init-neuron": changed(CNN, "--granularity", "neuron"),  # FedPNU's anchors: whole units
+})
+
+
 def cell_flags(regime: str, seed: int) -> list[str]:
     return [*COMMON, *REGIMES[regime], "--seeds", str(seed), "--threads", "1"]
 

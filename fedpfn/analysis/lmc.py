@@ -53,6 +53,7 @@ from fedpfn.analysis.lmc_run import (
     split_pool,
     train_start,
 )
+from fedpfn.core import provenance
 from fedpfn.core.anchors import GRANULARITIES
 from fedpfn.core.data import DATASETS, DataError, find_data_problem, load_dataset
 from fedpfn.core.models import MODELS
@@ -322,6 +323,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.l
     except (DataError, ValueError) as err:
         return command.fail(str(err).splitlines())
     result = run_lmc(cfg, prepared, log=lambda line: print(line, flush=True))
+    result[provenance.KEY] = provenance.collect()  # which code, libraries and machine made these figures
     write_outputs(out, result)
     print(markdown_table(result))
     print(f"wrote {out / 'lmc.json'} and {out / 'lmc.png'} in {result['seconds']:.0f} s")

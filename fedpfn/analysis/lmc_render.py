@@ -33,7 +33,8 @@ def _table(first: str, rows: Sequence[tuple[str, Mapping[str, Any]]]) -> list[st
     lines = [f"| {first} | " + " | ".join(c[0] for c in COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
     for name, stats in rows:
         cells = [
-            f"{stats[key]['mean'] * scale:+.{dec}f} ± {stats[key]['std'] * scale:.{dec}f}"
+            f"{stats[key]['mean'] * scale:+.{dec}f}"
+            + ("" if stats[key]["std"] is None else f" ± {stats[key]['std'] * scale:.{dec}f}")  # null: one seed
             for _, key, scale, dec in COLUMNS
         ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -82,9 +83,9 @@ def _path_panel(ax: Any, curve: Mapping[str, Any], what: str, label: str, color:
     alphas = curve["alpha"]
     for prefix, style in (("", "-"), ("matched_", "--")):
         mean = [scale * v for v in curve[f"{prefix}{what}_mean"]]
-        std = [scale * v for v in curve[f"{prefix}{what}_std"]]
+        std = [None if v is None else scale * v for v in curve[f"{prefix}{what}_std"]]
         ax.plot(alphas, mean, linestyle=style, color=color, label=label if not prefix else None)
-        if not prefix:
+        if not prefix and None not in std:  # one curve has no std (null), so no band
             ax.fill_between(alphas, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
                             color=color, alpha=0.15, linewidth=0)  # fmt: skip
 

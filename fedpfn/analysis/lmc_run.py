@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from fedpfn.analysis.fusion import EvalData, Probe, Scope, StateDict, analyse, has_batchnorm, snapshot
+from fedpfn.analysis.inference import mean_std
 from fedpfn.core.anchors import AnchorMask, anchored_fraction, draw_mask
 from fedpfn.core.models import build_model
 from fedpfn.core.seeding import Stream, seed_for, torch_generator
@@ -219,21 +220,19 @@ def run_arm(setup: SeedSetup, arm: Arm, train: tuple, spec: TrainSpec, granulari
 # --------------------------------------------------------------------------- over seeds
 
 
-def mean_std(values: Sequence[float]) -> dict[str, float]:
-    """Mean and sample standard deviation (n - 1; 0 for a single value)."""
-    n = len(values)
-    mean = sum(values) / n
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
+def spread(values: Sequence[float]) -> dict[str, float | None]:
+    """{'mean', 'std'} as lmc.json keeps them (`inference.mean_std`: no std, null, from one seed)."""
+    mean, std = mean_std(values)
     return {"mean": mean, "std": std}
 
 
 def over_seeds(per_seed: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Mean and std over seeds of each figure, and the mean curve over its `n` curves (seeds x pairs)."""
-    summary: dict[str, Any] = {key: mean_std([s[key] for s in per_seed]) for key in FIGURES}
+    summary: dict[str, Any] = {key: spread([s[key] for s in per_seed]) for key in FIGURES}
     curves = [p for s in per_seed for p in s["pairs"]]
     summary["curve"] = {"alpha": curves[0]["alpha"], "n": len(curves)}
     for what in ("loss", "acc", "matched_loss", "matched_acc"):
-        columns = [mean_std(col) for col in zip(*(c[what] for c in curves))]
+        columns = [spread(col) for col in zip(*(c[what] for c in curves))]
         summary["curve"][f"{what}_mean"] = [c["mean"] for c in columns]
         summary["curve"][f"{what}_std"] = [c["std"] for c in columns]
     return summary
@@ -242,7 +241,7 @@ def over_seeds(per_seed: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def paired_difference(per_seed: Sequence[dict[str, Any]], baseline: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Mean and std over seeds of (arm - baseline) per figure, seed by seed (shared starts and shards)."""
     by_seed = {s["seed"]: s for s in baseline}
-    return {key: mean_std([s[key] - by_seed[s["seed"]][key] for s in per_seed]) for key in FIGURES}
+    return {key: spread([s[key] - by_seed[s["seed"]][key] for s in per_seed]) for key in FIGURES}
 
 
 def held_out_sets(train_x: torch.Tensor, train_y: torch.Tensor, held: Sequence[torch.Tensor]) -> tuple[EvalData, ...]:
