@@ -97,6 +97,7 @@ def test_a_batched_run_measures_the_rounds_due_with_a_mean_based_server(tmp_path
     assert 0 < rows[1]["align_mean_client_acc"] <= 1
     assert rows[1]["align_client_partitions"] == sorted(rows[1]["clients"]) and rows[1]["align_client_reference"] == "aggregate"
     assert len(rows[1]["align_client_permutation_loss_full"]) == 2 and rows[1]["align_client_seconds"] > 0
+    assert len(rows[1]["align_client_permutation_loss_changes"]) == 2
 
 
 def test_the_client_models_of_a_round_are_whole_after_it_aggregated():
@@ -118,38 +119,47 @@ def test_the_client_models_of_a_round_are_whole_after_it_aggregated():
     assert all(np.array_equal(a[k], b[k]) for a, b in zip(before, after, strict=True) for k in a)
 
 
-def _client_figures(cfg, fused, clients):
-    """Every client against the aggregate, on the probe's evaluation subset (the figures of one matcher)."""
+def _client_figures(cfg, start, fused, clients):
+    """Every client against the aggregate, on the probe's evaluation subset: matcher -> figure -> per client."""
     probe = probe_for(cfg)
     as_state = lambda arrays: {k: torch.from_numpy(v) for k, v in arrays.items()}  # noqa: E731
-    figures = probe.against_aggregate(as_state(fused), [as_state(c) for c in clients], [3, 1], [probe.test])
-    return {key.removeprefix("client_").removesuffix("_full"): value for key, value in figures.items()}
+    figures = probe.against_aggregate(as_state(start), as_state(fused), [as_state(c) for c in clients], [3, 1],
+                                      [probe.test])  # fmt: skip
+    assert figures["client_reference"] == "aggregate" and figures["client_partitions"] == [3, 1]
+    assert figures["client_seconds"] > 0
+    by_matcher = {m: {k.removeprefix("client_").removesuffix(f"_{m}"): v for k, v in figures.items() if k.endswith(f"_{m}")}
+                  for m in ("full", "changes")}  # fmt: skip
+    return figures["client_distance"], by_matcher
 
 
 @pytest.mark.parametrize("model", ["mlp", "cnn"])
 def test_clients_identical_to_the_aggregate_read_no_permutation(model):
     cfg = tiny_config(model=model, alignment_every=1, alignment_clients=2, alignment_samples=64)
-    fused = state(initial_model(cfg))
-    figures = _client_figures(cfg, fused, [fused, fused])
-    assert figures["reference"] == "aggregate" and figures["partitions"] == [3, 1]
-    assert figures["permutation_loss"] == [0.0, 0.0] and figures["moved_fraction"] == [0.0, 0.0]
-    assert figures["distance"] == [0.0, 0.0] and figures["matched_distance"] == [0.0, 0.0]
-    assert figures["seconds"] >= 0
+    start, fused = state(initial_model(cfg)), state(initial_model(tiny_config(model=model, seed=1)))
+    distances, by_matcher = _client_figures(cfg, start, fused, [fused, fused])
+    assert distances == [0.0, 0.0]
+    for figures in by_matcher.values():
+        assert figures["permutation_loss"] == [0.0, 0.0] and figures["moved_fraction"] == [0.0, 0.0]
+        assert figures["matched_distance"] == [0.0, 0.0] and figures["converged"] == [True, True]
 
 
 @pytest.mark.parametrize("model", ["mlp", "cnn"])
 def test_a_client_that_is_a_permuted_copy_of_the_aggregate_is_moved_and_undone(model):
-    """The same function with its units shuffled: far from the aggregate, P > 0, and matching puts it back."""
+    """The same function with its units shuffled: far from the aggregate, P > 0, and matching puts it back,
+    on the full weights and on the changes from a start that every permutation leaves as it is."""
     cfg = tiny_config(model=model, alignment_every=1, alignment_clients=2, alignment_samples=200)
     net, data = initial_model(cfg), dataset_on(cfg, torch.device("cpu"))
     batches = minibatches(torch.arange(1280), 64, 1, torch.Generator().manual_seed(0))
     train_local(net, data.train_x, data.train_y, batches, OptimizerSpec("sgd", 0.05, momentum=0.9))
     spec = permutation_spec(net)
     fused = state(net)
+    start = {k: np.full_like(v, 0.01) for k, v in fused.items()}  # constant per tensor: w0 = pi(w0)
     shuffled = apply_permutation(spec, random_permutation(spec, torch.Generator().manual_seed(1)),
                                  {k: torch.from_numpy(v) for k, v in fused.items()})  # fmt: skip
-    figures = _client_figures(cfg, fused, [fused, {k: v.numpy() for k, v in shuffled.items()}])
-    assert figures["permutation_loss"][0] == 0.0 and figures["permutation_loss"][1] > 0
-    assert figures["moved_fraction"][1] > 0.5 and figures["distance"][1] > 1.0
-    assert figures["matched_distance"][1] < 1e-5  # undone: the matched client is the aggregate again
-    assert abs(figures["matched_loss_barrier"][1]) < 1e-5
+    distances, by_matcher = _client_figures(cfg, start, fused, [fused, {k: v.numpy() for k, v in shuffled.items()}])
+    assert distances[0] == 0.0 and distances[1] > 1.0
+    for figures in by_matcher.values():
+        assert figures["permutation_loss"][0] == 0.0 and figures["permutation_loss"][1] > 0
+        assert figures["moved_fraction"][1] > 0.5
+        assert figures["matched_distance"][1] < 1e-5  # undone: the matched client is the aggregate again
+        assert abs(figures["matched_loss_barrier"][1]) < 1e-5

@@ -17,20 +17,25 @@ loses less. Every `alignment_every` rounds the server measures, with the instrum
   is left to `python -m fedpfn.analysis.lmc`: here every point costs a measured round time). Measured on
   the union of the pair's held-out local data when clients hold one, else on a seeded subset of
   the server's evaluation set; `align_measured_on` says which.
-- every client k of the round against the round's aggregate w_bar (`align_client_<figure>_<matcher>`,
-  lists in the order of `align_client_partitions`): the distance ||w_k - w_bar|| over the parameters, and
-  after weight matching w_k onto w_bar (full weights) P_k = L(avg(w_bar, w_k)) - L(avg(w_bar,
-  pi(w_k))), the signed loss barrier of the matched line, the fraction of units moved and
-  ||pi(w_k) - w_bar||. Measured on the union of the round's held-out data (else the evaluation
-  subset), the same set for every client. The reference is the aggregate, not one client: every
-  client then gets a figure on the same footing (a reference client reads 0 against itself, and
-  the figures would hang on which client came first), it is the model each client's update is
-  averaged into, and the cost is one matching per client instead of one per pair. The aggregate
-  holds a share of w_k itself, which pulls matching toward the identity, so P_k is read as a lower
-  bound, looser with fewer clients a round. Cost: one matching and POINTS + 1 evaluations per
-  client and matcher; `align_client_seconds` records it for the round. Measured with one thread
-  (5 clients, 5,450 held-out samples): 1.8 CPU-seconds a round for the MLP, 74 for the paper's
-  CNN (its 30 evaluations, BatchNorm statistics recomputed for each).
+- every client k of the round against the round's aggregate w_bar
+  (`align_client_<figure>_<matcher>`, lists in the order of `align_client_partitions`): the
+  distance ||w_k - w_bar|| over the parameters, and after matching w_k onto w_bar P_k =
+  L(avg(w_bar, w_k)) - L(avg(w_bar, pi(w_k))), the signed loss barrier of the matched line, the
+  fraction of units moved, ||pi(w_k) - w_bar|| and whether the descent converged, under each of
+  MATCHERS: `full` (weight matching on the full weights) and `changes` (on w_k - w_r and w_bar -
+  w_r, the round's start w_r being the common start: full weights from one start lean to the
+  identity). Measured on the union of the round's held-out data (else the evaluation subset), the
+  same set for every client. The reference is the aggregate, not one client: every client then
+  gets a figure on the same footing (a reference client reads 0 against itself, and the figures
+  would hang on which client came first), it is the model each client's update is averaged into,
+  and the cost is one matching per client instead of one per pair. The aggregate holds a share of
+  w_k itself, which pulls matching toward the identity, so P_k leans low, the more so with
+  fewer clients a round. Cost: one evaluation per client, and one matching and POINTS
+  evaluations per client and matcher; `align_client_seconds` records it for the round. Measured
+  with one thread (5 clients, 5,450 held-out samples, both matchers): 2.8 CPU-seconds a round for
+  the MLP; the paper's CNN took 74 with the full matcher alone (30 evaluations, BatchNorm
+  statistics recomputed for each), so about 135 with both (55 evaluations): measure the CNN less
+  often.
 
 BatchNorm statistics of every measured model are recomputed on fixed training batches.
 The figures join the round's row in metrics.jsonl as `align_*`.
@@ -56,7 +61,8 @@ from fedpfn.analysis.fusion import (
     interpolation_curve,
     signed_barrier,
 )
-from fedpfn.analysis.matching import apply_permutation, moved_fraction, permutation_spec, weight_matching
+from fedpfn.analysis.matchers import match
+from fedpfn.analysis.matching import apply_permutation, permutation_spec
 from fedpfn.core.cache import client_data, dataset_on, initial_model
 from fedpfn.core.config import RunConfig
 from fedpfn.core.seeding import Stream, torch_generator
@@ -66,8 +72,8 @@ POINTS = 5  # points on each line between two models: both ends, the midpoint an
 BN_BATCHES, BN_BATCH_SIZE = 4, 64  # training batches that BatchNorm statistics are recomputed on
 PREFIX = "align_"
 PAIR_FIGURES = ("loss_barrier", "loss_midpoint", "permutation_loss", "moved_fraction")
-MATCHERS = ("full",)  # how each client is matched onto the aggregate: weight matching on full weights
-CLIENT_FIGURES = ("permutation_loss", "matched_loss_barrier", "moved_fraction", "matched_distance")
+MATCHERS = ("full", "changes")  # fedpfn.analysis.matchers: full weights, and the changes from the round's start
+CLIENT_FIGURES = ("permutation_loss", "matched_loss_barrier", "moved_fraction", "matched_distance", "converged")
 
 
 def due(cfg: RunConfig, server_round: int) -> bool:
@@ -135,29 +141,35 @@ class AlignmentProbe:
         figures.update(fusion_gap=result["fusion_gap"], fused_acc=result["fused_acc"],
                        mean_client_acc=result["mean_individual_acc"], clients=len(states[:few]))  # fmt: skip
         everyone = Scope("union", held_out=held).data_for(list(range(len(held)))) if local else [self.test]
-        figures.update(self.against_aggregate(to_state(fused, self.device), states, partitions, everyone))
+        figures.update(self.against_aggregate(to_state(start, self.device), to_state(fused, self.device), states,
+                                              partitions, everyone))  # fmt: skip
         return {PREFIX + key: value for key, value in figures.items()}
 
-    def against_aggregate(self, fused: StateDict, states: list[StateDict], partitions: list[int],
+    def against_aggregate(self, start: StateDict, fused: StateDict, states: list[StateDict], partitions: list[int],
                           data: list[EvalData]) -> dict[str, Any]:  # fmt: skip
-        """`client_*` figures: every client of the round against the aggregate (the module's docstring)."""
+        """`client_*` figures: every client of the round against the aggregate, under each of MATCHERS
+        (`changes`: the changes from `start`, the model the round's clients started from)."""
         began = time.perf_counter()
         spec = permutation_spec(self.probe.model)
         weights = [name for name, _ in self.probe.model.named_parameters()]
         figures: dict[str, Any] = {"client_reference": "aggregate", "client_partitions": list(partitions),
                                    "client_distance": [distance(state, fused, weights) for state in states]}  # fmt: skip
-        for matcher in MATCHERS:
-            found = {key: [] for key in CLIENT_FIGURES}
-            for state in states:
-                plain = self.probe.measure(average_states([fused, state]), data)[0]
-                perms = weight_matching(spec, fused, state)
-                permuted = apply_permutation(spec, perms, state)
+        found = {f"client_{key}_{m}": [] for m in MATCHERS for key in CLIENT_FIGURES}  # not *_loss: rows check those
+        for state in states:
+            plain = self.probe.measure(average_states([fused, state]), data)[0]
+            for matcher in MATCHERS:
+                matched = match(matcher, self.probe.model, fused, state, w0=start)
+                permuted = apply_permutation(spec, matched.perms, state)
                 curve = interpolation_curve(self.probe, fused, permuted, data, POINTS)
-                found["permutation_loss"].append(plain - curve["loss"][POINTS // 2] + 0.0)  # + 0.0: never -0.0
-                found["matched_loss_barrier"].append(signed_barrier(curve["alpha"], curve["loss"]))
-                found["moved_fraction"].append(moved_fraction(perms))
-                found["matched_distance"].append(distance(permuted, fused, weights))
-            figures.update({f"client_{key}_{matcher}": values for key, values in found.items()})  # not *_loss: rows check those are numbers
+                for key, value in (
+                    ("permutation_loss", plain - curve["loss"][POINTS // 2] + 0.0),  # + 0.0: never -0.0
+                    ("matched_loss_barrier", signed_barrier(curve["alpha"], curve["loss"])),
+                    ("moved_fraction", matched.moved_fraction),
+                    ("matched_distance", distance(permuted, fused, weights)),
+                    ("converged", matched.converged),
+                ):  # fmt: skip
+                    found[f"client_{key}_{matcher}"].append(value)
+        figures.update(found)
         figures["client_seconds"] = round(time.perf_counter() - began, 3)
         return figures
 
