@@ -1,0 +1,179 @@
+"""The alignment pilot's results: figures from its runs, the rule applied, the page written.
+
+`collect` reads runs/alignment-pilot/ into one JSON-able dict (kept as docs/alignment/pilot.json);
+`results` renders the page's results from that dict alone, so `page --stored` writes the same
+bytes. The rule is docs/alignment_pilot.md's: a (regime, lr) block qualifies when P(plain) in
+round 1 and at the last round are above 0 with intervals excluding 0, the diff-init control
+likewise, and plain's own accuracy is not resolved below anchored's in either round.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from fedpfn.analysis.stats import paired
+from fedpfn.core.files import CLIENTS, METRICS, SUMMARY, atomic_write_bytes, read_jsonl
+from scripts.alignment_pilot import ARMS, BLOCKS, REGIMES, ROOT, RUNS, SEEDS, TIMES, control_path, run_path
+
+PAGE = ROOT / "docs" / "alignment_pilot.md"
+STORED = ROOT / "docs" / "alignment" / "pilot.json"
+MARKER = "<!-- results: everything below is written by scripts/alignment_pilot.py page -->"
+BATCH = 64
+
+
+def run_figures(run: Path) -> dict[str, float]:
+    """One finished run's figures in round 1 and its last round."""
+    rows = read_jsonl(run / METRICS)
+    found: dict[str, float] = {}
+    for when, row in (("r1", rows[0]), ("last", rows[-1])):
+        found[f"P_{when}"] = row["align_permutation_loss"]
+        found[f"moved_{when}"] = row["align_moved_fraction"]
+        found[f"acc_{when}"] = row["align_mean_client_acc"]
+        for matcher in ("full", "changes"):
+            clients = row.get(f"align_client_permutation_loss_{matcher}") or [math.nan]
+            found[f"clientP_{matcher}_{when}"] = sum(clients) / len(clients)
+        found[f"client_seconds_{when}"] = row.get("align_client_seconds", math.nan)
+    found["test_acc_last"] = rows[-1]["test_accuracy"]
+    return found
+
+
+def steps(run: Path, epochs: int) -> float:
+    """Local steps a client took a round in this run, over all its clients' rows."""
+    sizes = [row["num_examples"] for row in read_jsonl(run / CLIENTS)]
+    return sum(math.ceil(n / BATCH) * epochs for n in sizes) / len(sizes)
+
+
+def collect() -> dict[str, Any]:
+    """Every block's finished runs and control, and the CPU seconds the cells took."""
+    blocks: dict[str, Any] = {}
+    for regime, lr in BLOCKS:
+        runs = {arm: {str(s): run_figures(run_path(regime, lr, arm, s)) for s in SEEDS
+                      if (run_path(regime, lr, arm, s) / SUMMARY).exists()} for arm in ARMS}  # fmt: skip
+        control = control_path(regime, lr) / "lmc.json"
+        diff = json.loads(control.read_text())["settings"]["diff-init"]["seeds"] if control.exists() else []
+        done = [run_path(regime, lr, "plain", s) for s in SEEDS if str(s) in runs["plain"]]
+        blocks[f"{regime}/lr{lr}"] = {
+            "regime": regime, "lr": lr, "runs": runs,
+            "control": {str(r["seed"]): r["permutation_loss"] for r in diff},
+            "steps": sum(steps(run, REGIMES[regime][1]) for run in done) / len(done) if done else None,
+        }  # fmt: skip
+    cpu = [json.loads(line) for path in (TIMES, RUNS / "rounds10" / "cpu.jsonl") if path.exists()
+           for line in path.read_text().splitlines()]  # fmt: skip
+    return {"blocks": blocks, "cpu_s": round(sum(c["cpu_s"] for c in cpu), 1), "cells_timed": len(cpu)}
+
+
+def interval(values: dict[str, float], base: dict[str, float] | None = None) -> tuple[float, float, float]:
+    """Mean and 95 % interval over seeds (paired against `base`, else against 0)."""
+    ours = {int(s): v for s, v in values.items()}
+    theirs = {int(s): base[s] for s in values} if base is not None else {s: 0.0 for s in ours}
+    p = paired("", "", ours, theirs)
+    return p.mean, p.mean if p.low is None else p.low, p.mean if p.high is None else p.high
+
+
+def text(figure: tuple[float, float, float], scale: float = 1.0, digits: int = 3) -> str:
+    mean, low, high = (scale * v for v in figure)
+    return f"{mean:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}]"
+
+
+def judge(block: dict[str, Any]) -> tuple[dict[str, tuple[float, float, float]], list[str]]:
+    """The block's intervals and the rule's failed conditions (empty: it qualifies)."""
+    plain, anchored = block["runs"]["plain"], block["runs"]["anchored"]
+    figures = {when: interval({s: f[f"P_{when}"] for s, f in plain.items()}) for when in ("r1", "last")}
+    figures["control"] = interval(block["control"])
+    for when in ("r1", "last"):
+        figures[f"acc_{when}"] = interval({s: f[f"acc_{when}"] for s, f in plain.items()},
+                                          {s: f[f"acc_{when}"] for s, f in anchored.items()})  # fmt: skip
+    failed = [name for name, key in (("P(plain) in round 1", "r1"), ("P(plain) at the last round", "last"),
+                                     ("the diff-init control", "control")) if not figures[key][1] > 0]  # fmt: skip
+    failed += [f"plain's own accuracy below anchored's ({when})" for when in ("r1", "last")
+               if figures[f"acc_{when}"][2] < 0]  # fmt: skip
+    return figures, failed
+
+
+def finished(block: dict[str, Any]) -> bool:
+    return all(len(block["runs"][arm]) == len(SEEDS) for arm in ARMS) and len(block["control"]) == len(SEEDS)
+
+
+def row(name: str, block: dict[str, Any]) -> tuple[str, list[str]]:
+    figures, failed = judge(block)
+    anchored = block["runs"]["anchored"]
+    p_anchored = {w: interval({s: f[f"P_{w}"] for s, f in anchored.items()}) for w in ("r1", "last")}
+    clients = {m: [interval({s: f[f"clientP_{m}_{w}"] for s, f in block["runs"]["plain"].items()}) for w in ("r1", "last")]
+               for m in ("full", "changes")}  # fmt: skip
+    cells = [name, f"{block['steps']:.0f}", text(figures["r1"], digits=4), text(figures["last"], digits=4),
+             text(figures["control"]), text(p_anchored["r1"], digits=4), text(p_anchored["last"], digits=4),
+             *(text(c, digits=4) for m in ("full", "changes") for c in clients[m]),
+             text(figures["acc_r1"], 100, 2), text(figures["acc_last"], 100, 2),
+             "yes" if not failed else "no: " + "; ".join(failed)]  # fmt: skip
+    return "| " + " | ".join(cells) + " |", failed
+
+
+def pick(data: dict[str, Any]) -> str:
+    """The rule's choice among the finished blocks, in words, with the cheaper blocks not run."""
+    done = {name: b for name, b in data["blocks"].items() if finished(b)}
+    good = [(b["steps"], -judge(b)[0]["r1"][1], name) for name, b in done.items() if not judge(b)[1]]
+    if not good:
+        return (f"**No regime qualified** among the {len(done)} blocks that ran; the table says which "
+                "condition failed where. The main study should not be run in any of them.")  # fmt: skip
+    chosen = data["blocks"][min(good)[2]]
+    clients, epochs = REGIMES[chosen["regime"]]
+    per_client = lambda regime: REGIMES[regime][1] / REGIMES[regime][0]  # noqa: E731  (steps go as epochs / clients)
+    cheaper = [n for n, b in data["blocks"].items() if n not in done and per_client(b["regime"]) < epochs / clients]
+    note = f" Cheaper blocks not run: {', '.join(cheaper)}; the pick bounds the steps needed from above." if cheaper else ""
+    return (f"**The pick: {min(good)[2]}** ({clients} clients, {epochs} local epochs, about {chosen['steps']:.0f} local "
+            f"steps a round, lr {chosen['lr']}): the cheapest qualifying block, and the main study's regime "
+            f"(`--num-clients {clients} --local-epochs {epochs} --lr {chosen['lr']}` with the fixed settings above).{note}")
+
+
+def results(data: dict[str, Any]) -> str:
+    head = ["| block | local steps a round | P(plain) round 1 | P(plain) round 5 | P(diff-init) | P(anchored) round 1 "
+            "| P(anchored) round 5 | client P(plain), full, round 1 | round 5 | client P(plain), changes, round 1 "
+            "| round 5 | plain − anchored own accuracy, round 1 (points) | round 5 (points) | qualifies |",
+            "|---" * 14 + "|"]  # fmt: skip
+    rows = [row(name, b)[0] for name, b in data["blocks"].items() if finished(b)]
+    partial = [f"{n} ({sum(len(b['runs'][a]) for a in ARMS)} of {2 * len(SEEDS)} runs, control "
+               f"{'done' if b['control'] else 'not run'})" for n, b in data["blocks"].items()
+               if not finished(b) and (any(b["runs"].values()) or b["control"])]  # fmt: skip
+    untouched = [n for n, b in data["blocks"].items() if not any(b["runs"].values()) and not b["control"]]
+    seconds = [f[k] for b in data["blocks"].values() for arm in b["runs"].values() for f in arm.values()
+               for k in ("client_seconds_r1", "client_seconds_last") if k in f]  # fmt: skip
+    lines = [
+        "## Results", "",
+        f"Written by `python scripts/alignment_pilot.py page` from the runs under runs/alignment-pilot/ "
+        "(docs/alignment/pilot.json keeps their figures). Each figure: the mean over seeds 0-2 and its 95 % "
+        "interval (Student's t, fedpfn.analysis.stats.paired against 0, or plain against anchored paired by "
+        "seed). P in nats: between the round's clients, weight matching on full weights, the mean over the "
+        "round's 10 pairs (the rule's figure); client P, each client against the round's aggregate under "
+        "the full and the changes matcher, the mean over the round's 5 clients (beside the rule, not in it). "
+        "Own accuracy is the clients' on their pairs' held-out data.", "",
+        *head, *rows, "",
+        pick(data), "",
+        f"Not finished: {', '.join(partial) or 'none'}. Not run: {', '.join(untouched) or 'none'}.", "",
+        f"**CPU time.** The timed cells took {data['cpu_s']:.0f} CPU-seconds ({data['cpu_s'] / 3600:.2f} "
+        f"CPU-hours) over {data['cells_timed']} cells, counting the slow first cells kept under rounds10/; cells "
+        "stopped before they finished are not counted. Measuring every client against the aggregate took "
+        + (f"{sum(seconds) / len(seconds):.1f} s of wall time a measured round on average, on the loaded machine."
+           if seconds else "no time: no run recorded it."),
+    ]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def write_page(stored: bool) -> None:
+    """The results below the page's marker, from the runs (kept in pilot.json) or from that copy alone."""
+    text_now = PAGE.read_text()
+    if MARKER not in text_now:
+        raise SystemExit(f"error: {PAGE} has lost its results marker; restore it before writing results")
+    if stored:
+        data = json.loads(STORED.read_text())
+    else:
+        data = collect()
+        if not any(any(b["runs"].values()) for b in data["blocks"].values()):
+            raise SystemExit(f"error: no finished run under {RUNS}; the page is left as it is "
+                             "(page --stored writes it from docs/alignment/pilot.json)")  # fmt: skip
+        atomic_write_bytes(STORED, (json.dumps(data, indent=1) + "\n").encode())
+        data = json.loads(STORED.read_text())  # rendered from the stored copy, so --stored gives the same bytes
+    atomic_write_bytes(PAGE, (text_now.split(MARKER)[0] + MARKER + "\n\n" + results(data)).encode())
+    print(f"wrote {PAGE}")

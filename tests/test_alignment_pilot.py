@@ -1,0 +1,80 @@
+"""The alignment pilot's page: the rule applied to planted runs, and `page --stored` byte for byte."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from scripts import alignment_pilot as pilot
+from scripts import alignment_pilot_page as page
+
+RULE = "# Pilot\n\nThe rule.\n\n" + page.MARKER + "\n\nNot run yet.\n"
+
+
+def plant_run(folder: Path, p: float, acc: float) -> None:
+    """A finished run's files as the pilot reads them: P and the clients' accuracy in rounds 1 and 5."""
+    folder.mkdir(parents=True)
+    rows = [{"round": r, "test_accuracy": 0.8, "align_permutation_loss": p, "align_moved_fraction": 0.1,
+             "align_mean_client_acc": acc, "align_client_permutation_loss_full": [p, p / 2],
+             "align_client_permutation_loss_changes": [p, p],
+             "align_client_seconds": 0.5} for r in range(1, 6)]  # fmt: skip
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "clients.jsonl").write_text(json.dumps({"num_examples": 4800}) + "\n")
+    (folder / "summary.json").write_text("{}\n")
+
+
+def plant_block(regime: str, lr: str, p_plain: list[float], control: list[float], acc_plain: float = 0.8) -> None:
+    for seed in pilot.SEEDS:
+        plant_run(pilot.run_path(regime, lr, "plain", seed), p_plain[seed], acc_plain + 0.001 * seed)
+        plant_run(pilot.run_path(regime, lr, "anchored", seed), 0.0, 0.8)
+    folder = pilot.control_path(regime, lr)
+    folder.mkdir(parents=True)
+    seeds = [{"seed": s, "permutation_loss": control[s]} for s in pilot.SEEDS]
+    (folder / "lmc.json").write_text(json.dumps({"settings": {"diff-init": {"seeds": seeds}}}))
+
+
+@pytest.fixture
+def planted(tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    for module in (pilot, page):
+        monkeypatch.setattr(module, "RUNS", runs)
+        monkeypatch.setattr(module, "TIMES", runs / "cpu.jsonl")
+    monkeypatch.setattr(page, "PAGE", tmp_path / "pilot.md")
+    monkeypatch.setattr(page, "STORED", tmp_path / "pilot.json")
+    page.PAGE.write_text(RULE)
+    return runs
+
+
+def test_the_cheapest_block_that_misaligns_is_picked_and_stored_gives_the_same_page(planted):
+    plant_block("r375", "0.1", [0.10, 0.12, 0.11], [1.0, 1.1, 1.2])  # qualifies
+    plant_block("r114", "0.1", [0.05, 0.06, 0.07], [1.0, 1.1, 1.2])  # qualifies, and is cheaper
+    plant_block("r225", "0.1", [0.01, -0.01, 0.0], [1.0, 1.1, 1.2])  # P(plain) not above 0
+    plant_block("r375", "0.03", [0.10, 0.12, 0.11], [1.0, 1.1, 1.2], acc_plain=0.7)  # plain clients worse
+    (planted / "cpu.jsonl").write_text(json.dumps({"cell": "x", "cpu_s": 36.0, "wall_s": 40.0}) + "\n")
+    assert pilot.main(["page"]) == 0
+    written = page.PAGE.read_bytes()
+    text = written.decode()
+    assert "**The pick: r114/lr0.1** (20 clients, 3 local epochs" in text and "`--num-clients 20 --local-epochs 3 --lr 0.1`" in text
+    assert "Cheaper blocks not run: r24/lr0.1, r24/lr0.03, r24/lr0.01" in text
+    assert "| r225/lr0.1 | 225 |" in text and "no: P(plain) in round 1; P(plain) at the last round" in text
+    assert "no: plain's own accuracy below anchored's (r1); plain's own accuracy below anchored's (last)" in text
+    assert "36 CPU-seconds (0.01 CPU-hours) over 1 cells" in text and text.startswith(RULE.split(page.MARKER)[0])
+    for run in planted.rglob("metrics.jsonl"):
+        run.unlink()  # the runs gone: the stored figures alone
+    page.PAGE.write_text(RULE)
+    assert pilot.main(["page", "--stored"]) == 0
+    assert page.PAGE.read_bytes() == written
+
+
+def test_no_block_qualifies_when_plain_clients_do_not_misalign(planted):
+    plant_block("r375", "0.1", [0.01, -0.01, 0.0], [1.0, 1.1, 1.2])
+    pilot.main(["page"])
+    assert "**No regime qualified** among the 1 blocks that ran" in page.PAGE.read_text()
+
+
+def test_page_without_runs_leaves_the_page_alone(planted):
+    with pytest.raises(SystemExit, match="no finished run under"):
+        pilot.main(["page"])
+    assert page.PAGE.read_text() == RULE and not page.STORED.exists()
