@@ -5,8 +5,8 @@
     python scripts/alignment_federated.py page             # its results, written below the page's marker
     python scripts/alignment_federated.py page --stored    # the same from docs/alignment/federated.json alone
 
-Every run goes through run_sim.py, is skipped when finished and resumed when killed
-(scripts/drift_study.py's `run_once`). The page's numbers and verdicts are computed here from
+Every run goes through the one primitive (fedpfn.runtime.ensure.ensure_run): reused when it
+finished with the same settings, resumed when killed, a folder of other settings refused. The page's numbers and verdicts are computed here from
 the runs' metrics.jsonl, with the project's paired statistics (fedpfn.analysis.stats).
 """
 
@@ -25,7 +25,8 @@ sys.path.insert(0, str(ROOT))
 from fedpfn.analysis.render import verdict  # noqa: E402
 from fedpfn.analysis.stats import Paired, adjust, paired, sign_test  # noqa: E402
 from fedpfn.core.files import CLIENTS, METRICS, SUMMARY, atomic_write_bytes, read_jsonl  # noqa: E402
-from scripts.drift_study import run_once  # noqa: E402
+from fedpfn.cli.simulate import checked_config, parse_args  # noqa: E402  (fedpfn run's own flags)
+from fedpfn.runtime.ensure import ensure_run  # noqa: E402
 
 RUNS = ROOT / "runs" / "alignment-fl"
 PAGE = ROOT / "docs" / "alignment_federated.md"
@@ -51,6 +52,10 @@ LAST = 5  # evaluated rounds averaged for accuracy
 
 def run_path(arm: str, seed: int) -> Path:
     return RUNS / arm / f"s{seed}"
+
+
+def run_once(out: Path, flags: list[str]) -> None:
+    ensure_run(checked_config(parse_args([*flags, "--out", str(out)])))
 
 
 def run_all() -> None:

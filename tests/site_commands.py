@@ -165,7 +165,9 @@ def why_it_takes_long(words: list[str]) -> NotRun | None:
             return NotRun(HOURS, "help")
         case ["fedpfn", "report", *args] if "--help" not in args:
             return NotRun("reads the run folders an earlier comparison wrote (hours of training)", "help")
-        case ["python", "scripts/drift_study.py" | "scripts/alignment_sweep.py", *_] | [
+        case ["fedpfn", "study", "run", *_]:
+            return NotRun(HOURS + " (tests/test_study.py runs a tiny study end to end)", "help")
+        case ["python", "scripts/alignment_sweep.py", *_] | [
             "python",
             "scripts/alignment_federated.py",
             "run",
@@ -176,9 +178,9 @@ def why_it_takes_long(words: list[str]) -> NotRun | None:
                 HOURS + " (30 minutes); the script takes no --help: its commands are fedpfn.analysis.lmc's",
                 "",
             )
-        case ["python", "scripts/drift_page.py", *args] if "--stored" in args:
+        case ["fedpfn", "study", "page", "--stored", *_]:
             return NotRun(
-                "rewrites docs/results.md from docs/study/ (a minute; tests/test_drift_page.py checks that page)",
+                "rewrites a page from its stored results (a minute; tests/test_drift_study.py checks docs/results.md)",
                 "help",
             )
         case ["python", "scripts/privacy_page.py", *args] if "--help" not in args:
@@ -356,8 +358,14 @@ def run_script(copy: Path, part: str, words: list[str]) -> None:
     match words:
         case ["python", "scripts/study_report.py"]:
             unchanged(copy, part, "docs/results_earlier.md", 1, "left unchanged")
-        case ["python", "scripts/drift_page.py", "--model", _]:
-            unchanged(copy, part, "docs/results.md", 1, "main runs are not finished")
+        case ["fedpfn", "study", "status", _]:
+            done = shell(copy, ".venv/bin/" + part.strip())
+            assert done.returncode == 0 and " cells: " in done.stdout, done.stderr[-2000:]
+        case ["fedpfn", "study", "page", "studies/drift.toml"]:
+            unchanged(copy, part, "docs/results.md", 2, "cells are not finished")
+        case ["fedpfn", "study", "page", _]:
+            done = shell(copy, ".venv/bin/" + part.strip())
+            assert done.returncode == 2 and "cells are not finished" in done.stderr, done.stderr[-2000:]
         case ["python", "scripts/alignment_page.py"]:
             unchanged(copy, part, "docs/alignment.md", 2, "no finished cell")
         case ["python", "scripts/alignment_federated.py", "page"]:

@@ -22,7 +22,9 @@ LAYERS = {
     "clients": ("fedpfn.core", "partitions"),
     "strategies": ("fedpfn.core", "partitions", "clients"),  # clients: see the next test
     "fedpfn.runtime": ("fedpfn.core", "fedpfn.analysis", "clients", "strategies", "partitions"),
-    "fedpfn.cli": ("fedpfn.runtime", "fedpfn.core", "fedpfn.analysis", "clients", "strategies", "partitions"),
+    "fedpfn.study": ("fedpfn.runtime", "fedpfn.core", "fedpfn.analysis", "clients", "strategies", "partitions"),
+    "fedpfn.cli": ("fedpfn.study", "fedpfn.runtime", "fedpfn.core", "fedpfn.analysis", "clients", "strategies",
+                   "partitions"),  # fmt: skip
 }
 
 

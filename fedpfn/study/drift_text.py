@@ -1,6 +1,7 @@
 """The drift study's results as docs/results.md reads them, from stored numbers only: the
-reports' JSON (fedpfn.analysis.report) and what scripts/drift_page.py kept of the runs
-(docs/study/drift-<model>-page.json). Every sentence is computed here, never typed in.
+reports' JSON (fedpfn.analysis.report) and what fedpfn.study.drift kept of the runs
+(docs/study/drift-<model>-page.json). Every sentence is computed here, never typed in; the
+arms, skews, learning rates, reports and names are the study file's (`Design`).
 """
 
 from __future__ import annotations
@@ -8,23 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from drift_study import ALPHAS, ARMS, LR_GRID
-
 from fedpfn.analysis.render import verdict
 from fedpfn.analysis.stats import ALPHA, Paired, adjust, sign_test, std_factors
 
-NAMES = {
-    "fedavg": "FedAvg", "fedpfn": "FedPFN", "fedpfn-fixed": "FedPFN fixed", "fedpfn-client": "control (client masks)",
-    "fedpnu-weight": "FedPNU weight", "fedpnu-neuron": "FedPNU neuron",
-}  # fmt: skip
 ALIGNMENT = ("align_loss_barrier", "align_fusion_gap")
 ACC_BARRIER = "align_acc_barrier"
 BARRIERS = ("align_loss_barrier", ACC_BARRIER)  # what the clamped instrument could not read below 0
-REPORTS = {  # name -> (its arms, the first the baseline; its heading)
-    "all": (list(ARMS), "every arm against FedAvg"),
-    "control": (["fedpfn-client", "fedpfn"], "FedPFN against the control"),
-    "schedule": (["fedpfn", "fedpfn-fixed"], "`fixed` against `round`"),
-}
 CLAMPED = (
     "in these runs it was clamped at 0 by construction: the instrument took the largest excess of the curve over "
     "the chord on a grid of points that includes both end points, where the excess is 0, so it could not read "
@@ -40,6 +30,20 @@ TWINS_WHY = (
 )
 
 
+@dataclass(frozen=True)
+class Design:
+    """The study file's parts the page reads: its skews, arms (the first the baseline), learning
+    rates, reports (name -> its arms, the first the baseline; its heading) and display names."""
+
+    alphas: tuple[str, ...]
+    arms: tuple[str, ...]
+    lrs: tuple[str, ...]
+    reports: dict[str, tuple[list[str], str]]
+    names: dict[str, str]
+    model: str
+    lead: str  # how the page was made and is made again, before what it read from
+
+
 @dataclass
 class Row:
     """One comparison of a family: its name, its test and verdict; the primary's final round beside."""
@@ -50,9 +54,9 @@ class Row:
     final: Paired | None = None
 
 
-def comparison(result: dict[str, Any], arm: str, name: str, metric: str) -> Paired:
-    """The report's comparison of `arm` (a REPORTS entry's arm) against its baseline on `metric`."""
-    label = result["arms"][REPORTS[name][0].index(arm)]["arm"]
+def comparison(d: Design, result: dict[str, Any], arm: str, name: str, metric: str) -> Paired:
+    """The report's comparison of `arm` (a report's arm) against its baseline on `metric`."""
+    label = result["arms"][d.reports[name][0].index(arm)]["arm"]
     found = next(p for p in result["paired"] if p["label"] == label and p["metric"] == metric)
     return Paired(**{k: v for k, v in found.items() if k in Paired.__dataclass_fields__})
 
@@ -67,14 +71,14 @@ def figure_of(name: str) -> str:
     return next(key for key in (*ALIGNMENT, ACC_BARRIER) if key.removeprefix("align_") in name)
 
 
-def primary_family(reports: dict[str, dict[str, dict]]) -> list[Row]:
+def primary_family(d: Design, reports: dict[str, dict[str, dict]]) -> list[Row]:
     """FedPFN − FedAvg and FedPFN − control at both skews, their p Holm-adjusted across the four;
     each with its final-round comparison (Holm within its report)."""
     family = {}
-    for alpha in ALPHAS:
+    for alpha in d.alphas:
         for base, name in (("FedAvg", "all"), ("control", "control")):
             found = reports[alpha][name]
-            family[f"α={alpha}: FedPFN − {base}"] = [comparison(found, "fedpfn", name, m) for m in ("lastk", "final")]
+            family[f"α={alpha}: FedPFN − {base}"] = [comparison(d, found, "fedpfn", name, m) for m in ("lastk", "final")]
     adjust(lastk for lastk, _ in family.values())
     return [Row(label, lastk, verdict(lastk), final) for label, (lastk, final) in family.items()]
 
@@ -122,19 +126,19 @@ def primary_answer(row: Row) -> str:
     return f"{text}{lead} {100 * final.mean:+.2f} points{p} ({final.wins} of {seeds} seeds higher)"
 
 
-def as_much(reports: dict[str, dict[str, dict]], primary: list[Row], alpha: str) -> str:
+def as_much(d: Design, reports: dict[str, dict[str, dict]], primary: list[Row], alpha: str) -> str:
     """Where FedPFN beats FedAvg but not the control: how much the control gains over FedAvg."""
     rows = {row.name.split(": ", 1)[1]: row for row in primary if row.name.startswith(f"α={alpha}:")}
     ours, control = rows["FedPFN − FedAvg"].test, rows["FedPFN − control"].test
     if not (resolved(ours) and ours.mean > 0) or resolved(control):
         return ""
-    theirs = comparison(reports[alpha]["all"], "fedpfn-client", "all", "lastk")
+    theirs = comparison(d, reports[alpha]["all"], "fedpfn-client", "all", "lastk")
     return (f" At α={alpha} the control gains as much over FedAvg ({100 * theirs.mean:+.2f} points, "
             f"{theirs.wins} of {len(theirs.seeds)} seeds higher) as FedPFN ({100 * ours.mean:+.2f}): FedPFN − control "
             f"is {100 * control.mean:+.2f}, so the gain is not shown to come from sharing.")  # fmt: skip
 
 
-def answers(primary: list[Row], alignment: list[Row], reports: dict[str, dict[str, dict]], data: dict) -> list[str]:
+def answers(d: Design, primary: list[Row], alignment: list[Row], reports: dict[str, dict[str, dict]], data: dict) -> list[str]:
     """The pre-registered questions, each answered by its comparisons (nothing else)."""
 
     def said(rows: list[Row], needle: str) -> str:
@@ -153,21 +157,21 @@ def answers(primary: list[Row], alignment: list[Row], reports: dict[str, dict[st
     return [
         f"1. FedPFN against FedAvg — {'; '.join(pfn)}.",
         f"2. FedPFN against the control (as much freezing, nothing shared) — {'; '.join(control)}."
-        + "".join(as_much(reports, primary, alpha) for alpha in ALPHAS),
+        + "".join(as_much(d, reports, primary, alpha) for alpha in d.alphas),
         f"3. Misalignment, FedPFN against FedAvg — {said(alignment, 'FedAvg')}.",
         f"   FedPFN against the control — {said(alignment, 'control')}.",
     ]
 
 
-def final_round(result: dict[str, Any], alpha: str) -> str:
+def final_round(d: Design, result: dict[str, Any], alpha: str) -> str:
     """Every arm against FedAvg in the final round at one skew, led by the arms that upload as much."""
     arms = result["arms"]
-    found = [(arm, comparison(result, arm, "all", "final"), arms[i]["mb_up_total"] == arms[0]["mb_up_total"])
-             for i, arm in enumerate(REPORTS["all"][0]) if i]  # fmt: skip
+    found = [(arm, comparison(d, result, arm, "all", "final"), arms[i]["mb_up_total"] == arms[0]["mb_up_total"])
+             for i, arm in enumerate(d.reports["all"][0]) if i]  # fmt: skip
     full = [(arm, c) for arm, c, same in found if same]
     means, wins = [100 * c.mean for _, c in full], sorted({c.wins for _, c in full})
     seeds = len(full[0][1].seeds) if full else 0
-    names = ", ".join(NAMES[arm] for arm, _ in full)
+    names = ", ".join(d.names[arm] for arm, _ in full)
     if full and (all(m < 0 for m in means) or all(m > 0 for m in means)):
         higher = f"{wins[0]}{'' if len(wins) == 1 else f' to {wins[-1]}'} of {seeds} seeds higher"
         higher += " in each" if len(wins) == 1 else ""
@@ -176,12 +180,12 @@ def final_round(result: dict[str, Any], alpha: str) -> str:
                 f"({ends[0]:+.2f} to {ends[1]:+.2f} points; {higher})")  # fmt: skip
     else:
         lead = f"the arms that upload as much as FedAvg ({names}) differ in sign"
-    each = "; ".join(f"{NAMES[arm]} {100 * c.mean:+.2f} ({c.wins} of {len(c.seeds)} higher, {verdict(c)})"
+    each = "; ".join(f"{d.names[arm]} {100 * c.mean:+.2f} ({c.wins} of {len(c.seeds)} higher, {verdict(c)})"
                      for arm, c, _ in found)  # fmt: skip
     return f"- α={alpha}: {lead}. Each arm − FedAvg: {each}."  # fmt: skip
 
 
-def observations(data: dict[str, Any]) -> list[str]:
+def observations(d: Design, data: dict[str, Any]) -> list[str]:
     """What the runs show that the pre-registration did not foresee, computed, never typed in."""
     lines = []
     for key, count in data["always_zero"].items():
@@ -196,7 +200,7 @@ def observations(data: dict[str, Any]) -> list[str]:
                      f"over its {acc['count']} measurements (largest {100 * acc['max']:.2f}).")  # fmt: skip
     for a, b in data["same_curves"]:
         why = f" {TWINS_WHY}" if {a, b} == TWINS else ""
-        lines.append(f"- {NAMES[a]} and {NAMES[b]} gave the same test accuracy in every round of every seed.{why}")
+        lines.append(f"- {d.names[a]} and {d.names[b]} gave the same test accuracy in every round of every seed.{why}")
     return lines or ["- None."]
 
 
@@ -223,12 +227,12 @@ def family_table(rows: list[Row], primary: bool) -> list[str]:
     return lines
 
 
-def grid_lines(data: dict[str, Any]) -> list[str]:
-    lines = ["| skew | arm | " + " | ".join(f"lr {lr}" for lr in LR_GRID) + " | chosen |", "|---|---|" + "---|" * (len(LR_GRID) + 1)]
+def grid_lines(d: Design, data: dict[str, Any]) -> list[str]:
+    lines = ["| skew | arm | " + " | ".join(f"lr {lr}" for lr in d.lrs) + " | chosen |", "|---|---|" + "---|" * (len(d.lrs) + 1)]
     for alpha, arms in data["grid"].items():
         for arm, scores in arms.items():
             cells = " | ".join("collapsed" if s is None else f"{100 * s:.2f}" for s in scores.values())
-            lines.append(f"| α={alpha} | {NAMES[arm]} | {cells} | {data['chosen'][alpha][arm]} |")
+            lines.append(f"| α={alpha} | {d.names[arm]} | {cells} | {data['chosen'][alpha][arm]} |")
     return lines
 
 
@@ -241,29 +245,27 @@ def reading_note(seeds: int) -> str:
             "detectable difference, states what was excluded. Differences in accuracy points, barriers in nats.")  # fmt: skip
 
 
-def results(data: dict[str, Any], reports: dict[str, dict[str, dict]], model: str) -> list[str]:
+def results(d: Design, data: dict[str, Any], reports: dict[str, dict[str, dict]]) -> list[str]:
     """The page below its `## Results` heading, from the stored numbers."""
-    primary, alignment = primary_family(reports), alignment_rows(data)
-    rounds = reports[ALPHAS[0]]["all"]["setting"]["rounds"]
-    body = ["## Results", "", f"The {model.upper()} version (100 clients, 10 a round, 5 local epochs, {rounds} rounds, "
-            f"5 seeds), made by `python scripts/drift_study.py all --model {model}` and written by `python "
-            f"scripts/drift_page.py --model {model}`; `--stored` writes it again from docs/study/drift-{model}-*, "
-            f"the reports' JSON and what the page read from {data['source']}.", "",
-            "### Answers", "", *answers(primary, alignment, reports, data), "",
+    primary, alignment = primary_family(d, reports), alignment_rows(data)
+    rounds = reports[d.alphas[0]]["all"]["setting"]["rounds"]
+    body = ["## Results", "", f"The {d.model.upper()} version (100 clients, 10 a round, 5 local epochs, {rounds} rounds, "
+            f"{len(primary[0].test.seeds)} seeds), {d.lead} {data['source']}.", "",
+            "### Answers", "", *answers(d, primary, alignment, reports, data), "",
             "### The final round (not pre-registered; Holm within each report)", "",
-            *(final_round(reports[alpha]["all"], alpha) for alpha in ALPHAS), "",
-            "### Observations (computed from the runs, not pre-registered)", "", *observations(data), "",
+            *(final_round(d, reports[alpha]["all"], alpha) for alpha in d.alphas), "",
+            "### Observations (computed from the runs, not pre-registered)", "", *observations(d, data), "",
             reading_note(len(primary[0].test.seeds)), "",
             f"### Primary family: accuracy over the last 10 rounds (Holm {holm_span(primary)})", "",
             *family_table(primary, primary=True), "",
             f"### Alignment: mean over the run's measurements (Holm {holm_span(alignment)})", "",
             "Loss barrier in nats and fusion gap in accuracy points; lower is better aligned.", "",
             *family_table(alignment, primary=False), "",
-            "### Learning rates (validation accuracy, %, last 10 of the grid's rounds)", "", *grid_lines(data), ""]  # fmt: skip
+            "### Learning rates (validation accuracy, %, last 10 of the grid's rounds)", "", *grid_lines(d, data), ""]  # fmt: skip
     twins = [list(pair) for pair in data["same_curves"] if set(pair) == TWINS]
-    for alpha in ALPHAS:
+    for alpha in d.alphas:
         for name, result in reports[alpha].items():
-            body += [f"### α = {alpha}: {REPORTS[name][1]}", ""]
+            body += [f"### α = {alpha}: {d.reports[name][1]}", ""]
             if twins and name == "all":
                 body += ["FedPNU weight's rows at equal rounds repeat FedPFN's (equal by construction under FedAvg: "
                          "see Observations), so they are not a second finding; at equal upload it differs from "

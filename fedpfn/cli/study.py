@@ -1,0 +1,69 @@
+"""`fedpfn study VERB FILE`: a study declared in one TOML file, run, resumed and written up.
+
+    fedpfn study status studies/drift.toml            # every cell: done, running, stopped, missing; time left
+    fedpfn study run studies/drift.toml --jobs 2      # every cell to its end (reused, resumed, started)
+    fedpfn study page studies/drift.toml              # the page from the finished cells, and its stored JSON
+    fedpfn study page --stored studies/drift.toml     # the page again from the stored JSON alone
+
+The study is fedpfn.study's; this module gives it `fedpfn run`'s own path from flags to a
+checked config (parse_args, checked_config), so an arm's flag is refused as `fedpfn run`
+refuses it, before any cell starts. docs/guide/studies.md has a worked example.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from fedpfn.cli.simulate import checked_config, fail, parse_args
+from fedpfn.core.config import RunConfig
+from fedpfn.core.settings import ConfigError, OneLineParser
+
+VERBS = {
+    "status": "every cell: done, running, stopped or missing, and the time left (estimated from finished cells)",
+    "run": "every cell to its end: a finished cell of the same settings reused, a stopped one resumed",
+    "page": "the page from the finished cells (and the stored results JSON); --stored: from that JSON alone",
+}
+
+
+def configure(flags: list[str]) -> RunConfig:
+    """A cell's flags as `fedpfn run` reads and checks them (ConfigError: one line per problem)."""
+    return checked_config(parse_args(flags, "fedpfn run"))
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    parser = OneLineParser(prog=prog, description="A study declared in one TOML file (docs/guide/studies.md): "
+                           "FILE's arms x seeds, one run folder a cell.")  # fmt: skip
+    sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB", parser_class=OneLineParser,
+                                title="verbs (fedpfn study VERB --help)")  # fmt: skip
+    for name, about in VERBS.items():
+        one = sub.add_parser(name, help=about, description=about)
+        one.add_argument("file", metavar="FILE", help="the study's TOML file")
+        if name == "run":
+            one.add_argument("--jobs", type=int, default=1, help="cells run at a time, each in its own process "
+                             "(default 1; at most one a core)")  # fmt: skip
+            one.add_argument("--cell", help=argparse.SUPPRESS)  # one cell by its folder: what --jobs starts
+        if name == "page":
+            one.add_argument("--stored", action="store_true", help="from the stored results JSON alone, not the runs")
+    return parser
+
+
+def main(argv: list[str] | None = None, prog: str = "fedpfn study") -> int:
+    args = build_parser(prog).parse_args(argv)
+    from fedpfn.study import page, runner
+    from fedpfn.study.spec import load
+
+    try:
+        spec = load(args.file)
+        if args.verb == "status":
+            print("\n".join(runner.status(spec, configure)))
+            return 0
+        if args.verb == "run":
+            if args.jobs < 1:
+                raise ConfigError(f"--jobs {args.jobs}: give a whole number of cells at a time, 1 or more")
+            if args.cell is not None:
+                return runner.run_one_cell(spec, configure, args.cell)
+            return runner.run(spec, configure, args.jobs)
+        print(f"wrote {page.write(spec, configure, from_stored=args.stored)}")
+        return 0
+    except ConfigError as err:
+        return fail("; ".join(str(err).splitlines()))

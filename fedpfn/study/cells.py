@@ -1,0 +1,164 @@
+"""A study's cells: one run folder each, its flags as `fedpfn run` takes them, its config and state.
+
+A cell is an arm at one axes point and one seed (or, where the study tunes a setting first, an
+arm at one axes point and one of the tuned values). Its flags are the shared ones, then the
+axes', the arm's, the tuned value and the stage's: a later flag replaces an earlier one of the
+same name, so an arm may change a shared setting. `Configure` is `fedpfn run`'s own path from
+flags to a checked config (fedpfn.cli passes it in: this layer sits below the command line).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from fedpfn.core.config import RunConfig
+from fedpfn.core.files import METRICS, SUMMARY, DamagedFile, read_jsonl
+from fedpfn.core.settings import ConfigError
+from fedpfn.runtime.ensure import in_use, run_action
+from fedpfn.study.spec import Spec
+
+Configure = Callable[[list[str]], RunConfig]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of the study; `value` is the tuned value of a tuning cell (None for a main cell)."""
+
+    arm: str
+    seed: int
+    point: tuple[tuple[str, str], ...]  # the axes point: (axis, value) pairs
+    folder: Path
+    flags: tuple[str, ...]
+    value: str | None = None
+
+    @property
+    def tuning(self) -> bool:
+        return self.value is not None
+
+    def label(self) -> str:
+        at = " ".join(f"{axis}={value}" for axis, value in self.point)
+        return " ".join(filter(None, [self.arm, at, f"{'value ' + self.value if self.tuning else f'seed {self.seed}'}"]))
+
+
+def groups(flags: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """Flags as (name, tokens) groups: `--lr 0.1` is ('lr', ['--lr', '0.1']); `lr=0.1` is ('lr', [...])."""
+    found: list[tuple[str, list[str]]] = []
+    for token in flags:
+        if token.startswith("--"):
+            found.append((token[2:].split("=")[0].replace("-", "_").removeprefix("no_"), [token]))
+        elif "=" in token and not found or "=" in token and len(found[-1][1]) > 1:
+            found.append((token.split("=")[0].replace("-", "_"), [token]))
+        elif found:
+            found[-1][1].append(token)
+        else:
+            found.append(("", [token]))
+    return found
+
+
+def merged(*parts: Sequence[str]) -> tuple[str, ...]:
+    """The parts' flags in order, a later flag replacing an earlier one of the same name."""
+    chosen: dict[str, list[str]] = {}
+    for part in parts:
+        for name, tokens in groups(part):
+            chosen.pop(name, None)
+            chosen[name] = tokens
+    return tuple(token for tokens in chosen.values() for token in tokens)
+
+
+def points(spec: Spec) -> list[tuple[tuple[str, str], ...]]:
+    """Every axes point, in the declared order (one empty point where there are no axes)."""
+    return [tuple(zip(spec.axes, values)) for values in itertools.product(*spec.axes.values())]
+
+
+def axis_flags(point: tuple[tuple[str, str], ...]) -> list[str]:
+    return [token for axis, value in point for token in (f"--{axis.replace('_', '-')}", value)]
+
+
+def folder_of(spec: Spec, pattern: str, **names: object) -> Path:
+    try:
+        return spec.runs / pattern.format(**names)
+    except (KeyError, IndexError, ValueError) as err:
+        raise spec.refuse(f"the cell pattern {pattern!r} names {err}, which is not arm, seed, value or an axis") from None
+
+
+def tuning_cells(spec: Spec) -> list[Cell]:
+    tune = spec.tune
+    if tune is None:
+        return []
+    return [Cell(arm, tune.seed, point, folder_of(spec, tune.cell, arm=arm, value=value, seed=tune.seed, **dict(point)),
+                 merged(spec.shared, axis_flags(point), flags, [tune.flag, value], tune.flags), value)
+            for point in points(spec) for arm, flags in spec.arms.items() for value in tune.values]  # fmt: skip
+
+
+def main_cells(spec: Spec, chosen: dict[tuple, str] | None = None) -> list[Cell]:
+    """The main runs; with a tuned setting, its value chosen for the arm at the point (`chosen`), or
+    the first value while the tuning runs are not finished (the config is then only checked)."""
+    cells = []
+    for point in points(spec):
+        for arm, flags in spec.arms.items():
+            tuned = [] if spec.tune is None else [spec.tune.flag, (chosen or {}).get((arm, point), spec.tune.values[0])]
+            for seed in spec.seeds:
+                folder = folder_of(spec, spec.cell, arm=arm, seed=seed, **dict(point))
+                cells.append(Cell(arm, seed, point, folder, merged(spec.shared, axis_flags(point), flags, tuned)))
+    return cells
+
+
+def config_of(spec: Spec, cell: Cell, configure: Configure) -> RunConfig:
+    """`fedpfn run`'s config of the cell; what it refuses is one line naming the cell."""
+    try:
+        return configure([*cell.flags, "--seed", str(cell.seed), "--out", str(cell.folder)])
+    except ConfigError as err:
+        raise spec.refuse(f"{cell.label()}: {'; '.join(str(err).splitlines())}") from None
+
+
+def score(spec: Spec, cell: Cell) -> float | None:
+    """A finished tuning run's mean `metric` over its last rows; None below the floor (collapsed)."""
+    assert spec.tune is not None
+    rows = [r[spec.tune.metric] for r in read_jsonl(cell.folder / METRICS) if r.get(spec.tune.metric) is not None]
+    if not rows:
+        raise spec.refuse(f"{cell.folder} has no {spec.tune.metric}; was it run with a validation split?")
+    window = rows[-spec.tune.last :]
+    value = sum(window) / len(window)
+    return None if value < spec.tune.floor else value
+
+
+def scores(spec: Spec) -> dict[tuple, float | None] | None:
+    """(arm, point, value) -> its tuning run's score; None until every tuning run is finished."""
+    cells = tuning_cells(spec)
+    if not all((c.folder / SUMMARY).exists() for c in cells):
+        return None
+    return {(c.arm, c.point, c.value): score(spec, c) for c in cells}
+
+
+def choices(spec: Spec) -> dict[tuple, str] | None:
+    """(arm, point) -> the tuned value that scored best (the first of equals; a collapsed run
+    scores 0); None until every tuning run is finished."""
+    found = scores(spec)
+    if found is None or spec.tune is None:
+        return None
+    return {(arm, point): max(spec.tune.values, key=lambda v: found[arm, point, v] or 0.0)
+            for point in points(spec) for arm in spec.arms}  # fmt: skip
+
+
+def state(cfg: RunConfig) -> str:
+    """done, running, stopped, missing, or `other settings: ...` (the folder holds another run)."""
+    try:
+        action = run_action(cfg)
+    except ConfigError as err:
+        return f"refused: {err}"
+    if action == "reuse":
+        return "done"
+    if action == "start":
+        return "missing"
+    return "running" if in_use(cfg.run_dir) else "stopped"
+
+
+def rounds_done(folder: Path) -> int:
+    """The rounds a run folder's metrics hold (a stopped run's progress)."""
+    try:
+        return len(read_jsonl(folder / METRICS))
+    except (OSError, DamagedFile):
+        return 0

@@ -1,0 +1,196 @@
+"""`fedpfn study page`: the page from the finished cells, and again from its stored results alone.
+
+From the cells, the study's numbers (each main cell's endpoints, the tuned values) are kept in
+`page.stored` (JSON), then the page is written from that file; `--stored` writes it from the
+file alone, so both routes give the same bytes. The page is the study's template (its `text`,
+or the markdown file `template` names) with each marker line replaced by a table:
+
+    <!-- study: arms -->            each arm's endpoints, mean ± std over seeds (n-1)
+    <!-- study: family NAME -->     the family's paired comparisons, Holm-adjusted together
+    <!-- study: commands -->        the commands that ran it and wrote the page
+
+A study with `page.reading` has sections of its own (fedpfn.study.drift: `<!-- study: drift -->`).
+The statistics are fedpfn.analysis.stats's; the verdicts fedpfn.analysis.render's.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fedpfn.analysis.render import verdict
+from fedpfn.analysis.stats import Paired, adjust, mean_std, paired
+from fedpfn.core.files import METRICS, atomic_write_bytes, json_text, read_json, read_jsonl
+from fedpfn.study import drift
+from fedpfn.study.cells import Configure, choices
+from fedpfn.study.runner import plan
+from fedpfn.study.spec import MARK, Spec, template_text
+
+READINGS: dict[str, tuple[Callable[[Spec], None], dict[str, Callable[[Spec], list[str]]]]] = {
+    "drift": (drift.write_stored, {"drift": drift.section}),  # what it stores; its sections by marker
+}
+
+
+def endpoint_value(spec: Spec, folder: Path, name: str) -> float:
+    """The endpoint in a finished run: the mean of its metric over the last rows that have it."""
+    end = spec.endpoints[name]
+    found = [r[end.metric] for r in read_jsonl(folder / METRICS) if r.get(end.metric) is not None]
+    if not found:
+        raise spec.refuse(f"{folder} has no {end.metric} in {METRICS}; endpoint '{name}' cannot be read")
+    window = found[-end.last :]
+    return float(sum(window) / len(window))
+
+
+def command_of(flags: tuple[str, ...]) -> str:
+    return "fedpfn run " + shlex.join(flags)
+
+
+def collect(spec: Spec, configure: Configure) -> dict[str, Any]:
+    """The study's numbers from its finished main cells (StudyError if one is not finished)."""
+    planned = [p for p in plan(spec, configure) if not p.cell.tuning]
+    missing = [p for p in planned if p.state != "done"]
+    if missing:
+        raise spec.refuse(f"{len(missing)} cells are not finished (first: {missing[0].cell.folder}, "
+                          f"{missing[0].state}); fedpfn study run {spec.path} first; nothing written")  # fmt: skip
+    cells = [{"arm": p.cell.arm, "point": dict(p.cell.point), "seed": p.cell.seed, "folder": str(p.cell.folder),
+              "command": command_of((*p.cell.flags, "--seed", str(p.cell.seed), "--out", str(p.cell.folder))),
+              "endpoints": {name: endpoint_value(spec, p.cell.folder, name) for name in spec.endpoints}}
+             for p in planned]  # fmt: skip
+    chosen = choices(spec) if spec.tune else None
+    return {
+        "study": str(spec.path),
+        "cells": cells,
+        "chosen": None if chosen is None else [{"arm": arm, "point": dict(point), "value": value}
+                                               for (arm, point), value in chosen.items()],  # fmt: skip
+    }
+
+
+def point_text(point: dict[str, str]) -> str:
+    return ", ".join(f"{axis}={value}" for axis, value in point.items())
+
+
+def by_point(stored: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """The stored cells grouped by their axes point (its text; '' without axes), in their order."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for cell in stored["cells"]:
+        found.setdefault(point_text(cell["point"]), []).append(cell)
+    return found
+
+
+def arms_table(spec: Spec, stored: dict[str, Any]) -> list[str]:
+    """Each arm at each axes point: its seeds, and each endpoint's mean ± std over them."""
+    names = list(spec.endpoints)
+    head = [f"{n} ({spec.endpoints[n].unit or 'as measured'})" for n in names]
+    lines = [f"| arm | {'axes | ' if spec.axes else ''}seeds | {' | '.join(head)} |",
+             "|---|" + "---|" * (len(names) + 1 + bool(spec.axes))]  # fmt: skip
+    for point, cells in by_point(stored).items():
+        for arm in spec.arms:
+            ours = [c for c in cells if c["arm"] == arm]
+            shown = []
+            for name in names:
+                scale = spec.endpoints[name].scale
+                mean, std = mean_std([scale * c["endpoints"][name] for c in ours])
+                shown.append(f"{mean:.2f}" + ("" if std is None else f" ± {std:.2f}"))
+            lines.append(f"| {spec.labels[arm]} | {point + ' | ' if spec.axes else ''}{len(ours)} | {' | '.join(shown)} |")
+    return lines
+
+
+def family_rows(spec: Spec, stored: dict[str, Any], name: str) -> list[Paired]:
+    """The family's comparisons (each arm − its baseline on the same seed, at every axes point), Holm-adjusted."""
+    family = spec.families[name]
+    rows = []
+    for point, cells in by_point(stored).items():
+        values = {arm: {c["seed"]: c["endpoints"][family.endpoint] for c in cells if c["arm"] == arm} for arm in spec.arms}
+        for arm in family.arms:
+            label = f"{point + ': ' if point else ''}{spec.labels[arm]} − {spec.labels[family.baseline]}"
+            rows.append(paired(label, family.endpoint, values[arm], values[family.baseline]))
+    adjust(rows)
+    return rows
+
+
+def family_table(spec: Spec, stored: dict[str, Any], name: str) -> list[str]:
+    end = spec.endpoints[spec.families[name].endpoint]
+    unit = end.unit or "as measured"
+    lines = [f"| comparison | mean difference ({unit}) | 95 % CI | p | p (Holm) | seeds higher | verdict |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for c in family_rows(spec, stored, name):
+        ci = "n/a" if c.low is None or c.high is None else f"[{end.scale * c.low:+.3f}, {end.scale * c.high:+.3f}]"
+        p, holm = ("n/a" if v is None else f"{v:.4f}" for v in (c.p_value, c.p_holm))
+        lines.append(f"| {c.label} | {end.scale * c.mean:+.3f} | {ci} | {p} | {holm} | {c.wins} of {len(c.seeds)} "
+                     f"| {verdict(c, end.scale, end.unit or 'as measured')} |")  # fmt: skip
+    return lines
+
+
+def commands(spec: Spec, stored: dict[str, Any]) -> list[str]:
+    """How the page was made: the study's commands, then each arm's first cell as `fedpfn run`."""
+    first = {}
+    for cell in stored["cells"]:
+        first.setdefault(cell["arm"], cell)
+    return [f"Run with `fedpfn study run {spec.path}`, written with `fedpfn study page {spec.path}` "
+            f"(`--stored`: again from {spec.page.stored if spec.page else ''} alone). Each arm's first cell:", "",  # fmt: skip
+            *(f"- {spec.labels[arm]}: `{cell['command']}`" for arm, cell in first.items())]
+
+
+def section(spec: Spec, stored: dict[str, Any] | None, marker: str) -> list[str]:
+    """The lines a marker stands for; an unknown marker is refused."""
+    kind, _, name = marker.partition(" ")
+    reading = READINGS.get(spec.page.reading or "", (None, {}))[1] if spec.page else {}
+    if kind in reading:
+        return reading[kind](spec)
+    if stored is None:
+        raise spec.refuse(f"the template's marker '{marker}' needs the stored results, which this reading does not keep")
+    if kind == "arms":
+        return arms_table(spec, stored)
+    if kind == "commands":
+        return commands(spec, stored)
+    if kind == "family" and name in spec.families:
+        return family_table(spec, stored, name)
+    known = ["arms", "commands", *(f"family {f}" for f in spec.families), *reading]
+    raise spec.refuse(f"unknown marker '{MARK}{marker} -->' in the page's template (known: {', '.join(known)})")
+
+
+def render(spec: Spec, stored: dict[str, Any] | None) -> str:
+    """The template with each marker line replaced by its section."""
+    out = []
+    for line in template_text(spec).splitlines(keepends=True):
+        text = line.strip()
+        if text.startswith(MARK) and text.endswith("-->"):
+            out += [f"{row}\n" for row in section(spec, stored, text.removeprefix(MARK).removesuffix("-->").strip())]
+        else:
+            out.append(line)
+    return "".join(out)
+
+
+def write(spec: Spec, configure: Configure, from_stored: bool = False) -> Path:
+    """The page (and, from the cells, the stored results first); nothing written on a refusal."""
+    if spec.page is None:
+        raise spec.refuse("has no [page]; declare page.out, page.stored and page.template or page.text")
+    keeps, _ = READINGS.get(spec.page.reading or "", (None, {}))
+    if spec.page.reading is not None and keeps is None:
+        raise spec.refuse(f"page.reading '{spec.page.reading}' is not known (known: {', '.join(READINGS)})")
+    if not from_stored:
+        if keeps is not None:
+            plan_done(spec, configure)
+            keeps(spec)
+        else:
+            data = collect(spec, configure)
+            spec.page.stored.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(spec.page.stored, (json_text(data, indent=1) + "\n").encode())
+    elif not spec.page.stored.is_file():
+        raise spec.refuse(f"{spec.page.stored} is missing: write the page from the cells first (fedpfn study page "
+                          f"{spec.path}); nothing written")  # fmt: skip
+    stored = None if keeps is not None else read_json(spec.page.stored)
+    text = render(spec, stored)
+    spec.page.out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(spec.page.out, text.encode())
+    return spec.page.out
+
+
+def plan_done(spec: Spec, configure: Configure) -> None:
+    """Every cell finished, or a StudyError naming the first that is not."""
+    missing = [p for p in plan(spec, configure) if p.state != "done"]
+    if missing:
+        raise spec.refuse(f"{len(missing)} cells are not finished (first: {missing[0].cell.folder}, "
+                          f"{missing[0].state}); fedpfn study run {spec.path} first; nothing written")  # fmt: skip

@@ -1,0 +1,159 @@
+"""`fedpfn study status` and `fedpfn study run`: every cell planned and checked before any starts.
+
+A run goes through the one primitive (fedpfn.runtime.ensure.ensure_run): a finished cell of
+the same settings is reused, a stopped one resumed, a missing one started, and a folder that
+holds other settings refused, for every cell, before the first runs. `--jobs N` runs N cells
+at a time, each in a process of its own (`fedpfn study run FILE --cell FOLDER`), at most one
+per core. Tuning cells run first; the main cells then take the values they chose.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from fedpfn.core.config import RunConfig
+from fedpfn.core.files import SUMMARY, DamagedFile, read_json
+from fedpfn.runtime.ensure import ensure_run
+from fedpfn.runtime.progress import duration
+from fedpfn.study.cells import Cell, Configure, choices, config_of, main_cells, rounds_done, state, tuning_cells
+from fedpfn.study.spec import Spec, StudyError
+
+WAITING = "waiting for the tuning runs"
+
+
+@dataclass
+class Planned:
+    """A cell, its config, and its state (done, running, stopped, missing, waiting, refused: ...)."""
+
+    cell: Cell
+    cfg: RunConfig
+    state: str
+
+
+def plan(spec: Spec, configure: Configure) -> list[Planned]:
+    """Every cell with its checked config and state; a flag `fedpfn run` refuses is a StudyError."""
+    planned = [Planned(c, cfg := config_of(spec, c, configure), state(cfg)) for c in tuning_cells(spec)]
+    chosen = choices(spec) if spec.tune is not None else {}
+    for cell in main_cells(spec, chosen):
+        cfg = config_of(spec, cell, configure)
+        planned.append(Planned(cell, cfg, WAITING if chosen is None else state(cfg)))
+    return planned
+
+
+def refused(planned: Sequence[Planned]) -> StudyError | None:
+    """The first cell whose folder holds another run's settings, as one line."""
+    bad = [p for p in planned if p.state.startswith("refused: ")]
+    if not bad:
+        return None
+    more = f" (and {len(bad) - 1} more cells)" if len(bad) > 1 else ""
+    return StudyError(f"study: {bad[0].state.removeprefix('refused: ')}{more}")
+
+
+def seconds_a_round(planned: Sequence[Planned]) -> tuple[float, int] | None:
+    """Wall seconds a round over the finished cells (summary.json), and how many there were."""
+    total, rounds, count = 0.0, 0, 0
+    for p in planned:
+        if p.state == "done":
+            try:
+                summary = read_json(p.cell.folder / SUMMARY)
+                total, rounds, count = total + float(summary["wall_seconds"]), rounds + int(summary["rounds"]), count + 1
+            except (OSError, DamagedFile, KeyError, TypeError, ValueError):
+                continue
+    return (total / rounds, count) if rounds else None
+
+
+def time_left(planned: Sequence[Planned], jobs: int = 1) -> str:
+    """The time the unfinished cells need, estimated from the finished ones."""
+    left = sum(p.cfg.rounds - (0 if p.state in ("missing", WAITING) else rounds_done(p.cell.folder))
+               for p in planned if p.state != "done")  # fmt: skip
+    if not left:
+        return "nothing left to run"
+    rate = seconds_a_round(planned)
+    if rate is None:
+        return f"{left} rounds left; the time left is known once a cell has finished"
+    each, count = rate
+    cells = f"{count} finished cell{'s' * (count != 1)}"
+    return f"{left} rounds left, about {duration(each * left / jobs)} at {each:.2f} s a round ({cells}, {jobs} at a time)"
+
+
+def status(spec: Spec, configure: Configure) -> list[str]:
+    """One line per cell (its folder and state), then the counts and the time left."""
+    planned = plan(spec, configure)
+    width = max(len(str(p.cell.folder)) for p in planned)
+    lines = []
+    for p in planned:
+        said = p.state
+        if said == "stopped":
+            said = f"stopped at round {rounds_done(p.cell.folder)} of {p.cfg.rounds} (run resumes it)"
+        lines.append(f"{str(p.cell.folder):<{width}}  {said}")
+    counts: dict[str, int] = {}
+    for p in planned:
+        key = "refused (other settings)" if p.state.startswith("refused") else p.state
+        counts[key] = counts.get(key, 0) + 1
+    summary = ", ".join(f"{n} {name}" for name, n in counts.items())
+    return [*lines, f"{len(planned)} cells: {summary}; {time_left(planned)}"]
+
+
+def usable_jobs(jobs: int) -> int:
+    """At most one cell a core: more would only share the cores."""
+    cores = os.cpu_count() or 1
+    if jobs > cores:
+        print(f"--jobs {jobs}: this machine has {cores} cores; running {cores} cells at a time", flush=True)
+    return min(jobs, cores)
+
+
+def run_cells(spec: Spec, todo: Sequence[Planned], jobs: int) -> list[str]:
+    """Ensure each cell: in this process one by one, or `jobs` processes at a time; the failures."""
+    if jobs == 1:
+        for i, p in enumerate(todo, 1):
+            ensure_run(p.cfg, "reuse" if p.state == "done" else None,
+                       heading=lambda _cfg, _action, p=p, i=i: f"== {p.cell.label()} ({i} of {len(todo)})")
+        return []
+
+    def one(p: Planned) -> str | None:
+        command = [sys.executable, "-m", "fedpfn.cli.main", "study", "run", str(spec.path), "--cell", str(p.cell.folder)]
+        print(f"== {p.cell.label()}: {p.cell.folder}", flush=True)
+        done = subprocess.run(command, check=False, stdout=subprocess.DEVNULL)  # its run.log has its lines
+        return None if done.returncode == 0 else f"{p.cell.folder} (exit {done.returncode})"
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return [f for f in pool.map(one, todo) if f is not None]
+
+
+def run(spec: Spec, configure: Configure, jobs: int = 1) -> int:
+    """Every cell to its end: the tuning cells, then the main cells; 1 if a cell failed. Every
+    cell goes through ensure_run, a finished one too (it is reused, and says so)."""
+    jobs = usable_jobs(jobs)
+    for tuning in (True, False):
+        planned = plan(spec, configure)
+        if (problem := refused(planned)) is not None:
+            raise problem
+        cells = [p for p in planned if p.cell.tuning == tuning]
+        if (running := [p for p in cells if p.state == "running"]):
+            raise StudyError(f"study: {running[0].cell.folder} is being run by another process now; wait for it, "
+                             "or stop it and run the study again")  # fmt: skip
+        if not cells:
+            continue
+        left = [p for p in cells if p.state != "done"]
+        print(f"{'tuning' if tuning else 'main'}: {len(left)} of {len(cells)} cells to run; {time_left(planned, jobs)}",
+              flush=True)  # fmt: skip
+        failed = run_cells(spec, cells if jobs == 1 else left, jobs)
+        if failed:
+            print(f"error: {len(failed)} cells stopped: {', '.join(failed)}; run the study again to resume them",
+                  file=sys.stderr)  # fmt: skip
+            return 1
+    return 0
+
+
+def run_one_cell(spec: Spec, configure: Configure, folder: str) -> int:
+    """One cell by its folder (what `--jobs` starts in a process of its own)."""
+    found = [p for p in plan(spec, configure) if str(p.cell.folder) == folder]
+    if not found:
+        raise StudyError(f"study: {spec.path} has no cell in '{folder}'")
+    ensure_run(found[0].cfg, heading=lambda _cfg, _action: f"== {found[0].cell.label()}")
+    return 0

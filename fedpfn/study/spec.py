@@ -1,0 +1,259 @@
+"""A study as its TOML file declares it: arms, seeds, shared settings, endpoints, families, page.
+
+Every key is checked here, before any run starts: an unknown key, a value of the wrong kind, a
+family naming an endpoint or arm that is not declared is one line (StudyError, a ConfigError).
+Flags are kept as users type them (`fedpfn run`'s); whether `fedpfn run` accepts them is
+checked by fedpfn.study.cells, which builds every cell's config. Paths are relative to the
+folder `fedpfn study` runs in, as every `--out` is.
+"""
+
+from __future__ import annotations
+
+import shlex
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedpfn.core.seeding import MAX_SEED
+from fedpfn.core.settings import ConfigError, _preset_text
+
+TOP = ("title", "runs", "cell", "seeds", "shared", "baseline", "arms", "labels", "axes", "endpoints", "families",
+       "tune", "page")  # fmt: skip
+ENDPOINT_KEYS = ("metric", "last", "scale", "unit")
+FAMILY_KEYS = ("endpoint", "arms", "baseline", "heading")
+TUNE_KEYS = ("flag", "values", "seed", "flags", "metric", "last", "floor", "cell")
+PAGE_KEYS = ("out", "stored", "template", "text", "reading")
+METRICS = ("test_accuracy", "test_loss", "val_accuracy", "val_loss", "train_loss")
+METRIC_PREFIXES = ("align_", "fed_eval_")  # the alignment and clients' own evaluation keys
+STUDY_OWNS = ("--seed", "--seeds", "--out", "--resume", "--overwrite", "--compare", "--algorithms")
+MARK = "<!-- study: "  # a template's line `<!-- study: KIND [NAME] -->` is where a table goes
+
+
+class StudyError(ConfigError):
+    """A study file that cannot run: one line naming the file, the key and what is accepted."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """The mean of `metric` over a run's last `last` rows that have it (1: the final one)."""
+
+    name: str
+    metric: str
+    last: int
+    scale: float
+    unit: str
+
+
+@dataclass(frozen=True)
+class Family:
+    """Paired comparisons arm − baseline on one endpoint (at every axes point), Holm-adjusted together."""
+
+    name: str
+    endpoint: str
+    arms: tuple[str, ...]
+    baseline: str
+    heading: str
+
+
+@dataclass(frozen=True)
+class Tune:
+    """A setting chosen per arm and axes point before the main runs: the value whose run scores best."""
+
+    flag: str
+    values: tuple[str, ...]
+    seed: int
+    flags: tuple[str, ...]
+    metric: str
+    last: int
+    floor: float
+    cell: str
+
+
+@dataclass(frozen=True)
+class Page:
+    out: Path
+    stored: Path
+    template: Path | None
+    text: str | None
+    reading: str | None
+
+
+@dataclass(frozen=True)
+class Spec:
+    """The whole declaration; `path` is the file it came from."""
+
+    path: Path
+    title: str
+    runs: Path
+    cell: str
+    seeds: tuple[int, ...]
+    shared: tuple[str, ...]
+    baseline: str
+    arms: dict[str, tuple[str, ...]]
+    labels: dict[str, str]
+    axes: dict[str, tuple[str, ...]]
+    endpoints: dict[str, Endpoint]
+    families: dict[str, Family]
+    tune: Tune | None
+    page: Page | None
+
+    def refuse(self, message: str) -> StudyError:
+        return StudyError(f"study: {self.path}: {message}")
+
+
+def _table(value: Any, where: str, keys: tuple[str, ...], path: Path) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise StudyError(f"study: {path}: {where} must be a table ([{where}]), not {type(value).__name__}")
+    unknown = [k for k in value if k not in keys]
+    if unknown:
+        raise StudyError(f"study: {path}: unknown key '{unknown[0]}' in {where} (accepted: {', '.join(keys)})")
+    return value
+
+
+def _of(value: Any, kind: type | tuple[type, ...], where: str, path: Path, accepted: str) -> Any:
+    if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+        raise StudyError(f"study: {path}: {where} = {value!r} is not {accepted}")
+    return value
+
+
+def flags_of(value: Any, where: str, path: Path) -> tuple[str, ...]:
+    """Flags as users type them: a list of strings, or one string split as a shell would."""
+    if isinstance(value, str):
+        try:
+            tokens = shlex.split(value)
+        except ValueError as err:
+            raise StudyError(f"study: {path}: {where}: {err}") from None
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        tokens = list(value)
+    else:
+        raise StudyError(f"study: {path}: {where} must be flags as typed: a string or a list of strings")
+    owned = next((t for t in tokens if t.split("=")[0] in STUDY_OWNS), None)
+    if owned is not None:
+        raise StudyError(f"study: {path}: {where}: {owned} is the study's to set (seeds = [...], runs = ...); "
+                         "leave it out")  # fmt: skip
+    return tuple(tokens)
+
+
+def _seeds(value: Any, path: Path) -> tuple[int, ...]:
+    accepted = f"a list of whole numbers from 0 to {MAX_SEED}, each once"
+    if not isinstance(value, list) or not value:
+        raise StudyError(f"study: {path}: seeds = {value!r} is not {accepted}")
+    for seed in value:
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED or value.count(seed) > 1:
+            raise StudyError(f"study: {path}: seeds: {seed!r} is not accepted; seeds are {accepted}")
+    return tuple(value)
+
+
+def _endpoint(name: str, value: Any, path: Path) -> Endpoint:
+    table = _table(value, f"endpoints.{name}", ENDPOINT_KEYS, path)
+    metric = _of(table.get("metric"), str, f"endpoints.{name}.metric", path, "a metrics.jsonl key")
+    if metric not in METRICS and not metric.startswith(METRIC_PREFIXES):
+        raise StudyError(f"study: {path}: endpoints.{name}.metric: unknown metric '{metric}' (accepted: "
+                         f"{', '.join(METRICS)}, or a key starting with {' or '.join(METRIC_PREFIXES)})")  # fmt: skip
+    last = _of(table.get("last", 1), int, f"endpoints.{name}.last", path, "a whole number of rounds, 1 or more")
+    if last < 1:
+        raise StudyError(f"study: {path}: endpoints.{name}.last = {last} is not a whole number of rounds, 1 or more")
+    accuracy = metric.endswith("accuracy")
+    scale = _of(table.get("scale", 100.0 if accuracy else 1.0), (int, float), f"endpoints.{name}.scale", path, "a number")
+    unit = _of(table.get("unit", "points" if accuracy else ""), str, f"endpoints.{name}.unit", path, "a string")
+    return Endpoint(name, metric, last, float(scale), unit)
+
+
+def _family(name: str, value: Any, spec: dict[str, Any], path: Path) -> Family:
+    table = _table(value, f"families.{name}", FAMILY_KEYS, path)
+    endpoint = table.get("endpoint")
+    if endpoint not in spec["endpoints"]:
+        raise StudyError(f"study: {path}: families.{name}.endpoint: unknown endpoint {endpoint!r} "
+                         f"(declared: {', '.join(spec['endpoints']) or 'none'})")  # fmt: skip
+    baseline = table.get("baseline", spec["baseline"])
+    arms = table.get("arms", [a for a in spec["arms"] if a != baseline])
+    for arm in [baseline, *_of(arms, list, f"families.{name}.arms", path, "a list of arm names")]:
+        if arm not in spec["arms"]:
+            raise StudyError(f"study: {path}: families.{name}: unknown arm {arm!r} (declared: {', '.join(spec['arms'])})")
+    heading = _of(table.get("heading", f"{name}: each arm against {baseline}"), str, f"families.{name}.heading",
+                  path, "a string")  # fmt: skip
+    return Family(name, endpoint, tuple(arms), baseline, heading)
+
+
+def _tune(value: Any, path: Path) -> Tune:
+    table = _table(value, "tune", TUNE_KEYS, path)
+    flag = _of(table.get("flag"), str, "tune.flag", path, "a flag name such as \"--lr\"")
+    values = _of(table.get("values"), list, "tune.values", path, "a list of the flag's values")
+    metric = _of(table.get("metric", "val_accuracy"), str, "tune.metric", path, "a metrics.jsonl key")
+    return Tune(flag, tuple(str(v) for v in values), _of(table.get("seed", 0), int, "tune.seed", path, "a seed"),
+                flags_of(table.get("flags", []), "tune.flags", path), metric,
+                _of(table.get("last", 1), int, "tune.last", path, "a whole number of rounds"),
+                float(_of(table.get("floor", 0.0), (int, float), "tune.floor", path, "a number")),
+                _of(table.get("cell", "tune/{arm}/" + flag.lstrip("-") + "{value}"), str, "tune.cell", path, "a pattern"))  # fmt: skip
+
+
+def _page(value: Any, path: Path) -> Page:
+    table = _table(value, "page", PAGE_KEYS, path)
+    text = lambda key: _of(table.get(key), str, f"page.{key}", path, "a string") if key in table else None  # noqa: E731
+    if ("template" in table) == ("text" in table):
+        raise StudyError(f"study: {path}: page needs one of template (a markdown file) or text (the page itself)")
+    for key in ("out", "stored"):
+        if key not in table:
+            raise StudyError(f"study: {path}: page.{key} is missing (where the {key} file is written)")
+    template = text("template")
+    return Page(Path(text("out")), Path(text("stored")), Path(template) if template else None, text("text"),
+                text("reading"))  # fmt: skip
+
+
+def parse(path: Path, data: dict[str, Any]) -> Spec:
+    """The declaration's parts, each checked; StudyError on the first problem."""
+    unknown = [k for k in data if k not in TOP]
+    if unknown:
+        raise StudyError(f"study: {path}: unknown key '{unknown[0]}' (accepted: {', '.join(TOP)})")
+    arms = _table(data.get("arms", {}), "arms", tuple(data.get("arms", {})), path)
+    if len(arms) < 1:
+        raise StudyError(f"study: {path}: [arms] is missing or empty; declare each arm's flags, e.g. fedavg = \"--algorithm fedavg\"")
+    spec: dict[str, Any] = {"arms": {a: flags_of(f, f"arms.{a}", path) for a, f in arms.items()}}
+    spec["baseline"] = data.get("baseline", next(iter(arms)))
+    if spec["baseline"] not in arms:
+        raise StudyError(f"study: {path}: baseline {spec['baseline']!r} is not an arm (declared: {', '.join(arms)})")
+    labels = _table(data.get("labels", {}), "labels", tuple(spec["arms"]), path)
+    spec["labels"] = {a: _of(labels.get(a, a), str, f"labels.{a}", path, "a string") for a in spec["arms"]}
+    axes = _table(data.get("axes", {}), "axes", tuple(data.get("axes", {})), path)
+    spec["axes"] = {a: tuple(str(v) for v in _of(v, list, f"axes.{a}", path, "a list of the flag's values"))
+                    for a, v in axes.items()}  # fmt: skip
+    endpoints = _table(data.get("endpoints", {}), "endpoints", tuple(data.get("endpoints", {})), path)
+    spec["endpoints"] = {name: _endpoint(name, value, path) for name, value in endpoints.items()}
+    families = _table(data.get("families", {}), "families", tuple(data.get("families", {})), path)
+    default_cell = "/".join([*(f"{a}{{{a}}}" for a in spec["axes"]), "{arm}", "s{seed}"])
+    return Spec(
+        path=path, title=_of(data.get("title", path.stem), str, "title", path, "a string"),
+        runs=Path(_of(data.get("runs", f"runs/{path.stem}"), str, "runs", path, "a folder")),
+        cell=_of(data.get("cell", default_cell), str, "cell", path, "a pattern"),
+        seeds=_seeds(data.get("seeds", [0]), path), shared=flags_of(data.get("shared", []), "shared", path),
+        baseline=spec["baseline"], arms=spec["arms"], labels=spec["labels"], axes=spec["axes"], endpoints=spec["endpoints"],
+        families={name: _family(name, value, spec, path) for name, value in families.items()},
+        tune=_tune(data["tune"], path) if "tune" in data else None,
+        page=_page(data["page"], path) if "page" in data else None,
+    )  # fmt: skip
+
+
+def load(path: str | Path) -> Spec:
+    """The study file, read with the presets' limits (a regular UTF-8 file, a page of text) and parsed."""
+    path = Path(path)
+    try:
+        text = _preset_text(path)
+    except ConfigError as err:
+        raise StudyError(str(err).replace("config: ", "study: ", 1)) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise StudyError(f"study: '{path}' is not valid TOML ({err})") from None
+    return parse(path, data)
+
+
+def template_text(spec: Spec) -> str:
+    """The page's prose with its markers: the TOML's `text`, or the markdown file it names."""
+    assert spec.page is not None
+    if spec.page.text is not None:
+        return spec.page.text
+    try:
+        return spec.page.template.read_text(encoding="utf-8")  # type: ignore[union-attr]
+    except OSError as err:
+        raise spec.refuse(f"page.template '{spec.page.template}' cannot be read ({err.strerror})") from None
