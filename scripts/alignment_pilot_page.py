@@ -37,6 +37,10 @@ def run_figures(run: Path) -> dict[str, float]:
             found[f"clientP_{matcher}_{when}"] = sum(clients) / len(clients)
         found[f"client_seconds_{when}"] = row.get("align_client_seconds", math.nan)
     found["test_acc_last"] = rows[-1]["test_accuracy"]
+    clients = read_jsonl(run / CLIENTS)
+    for when, number in (("r1", 1), ("last", len(rows))):
+        own = [c["local_accuracy_after"] for c in clients if c["round"] == number]
+        found[f"own_{when}"] = sum(own) / len(own)  # each client on its own held-out data, after training
     return found
 
 
@@ -111,6 +115,11 @@ def row(name: str, block: dict[str, Any]) -> tuple[str, list[str]]:
     return "| " + " | ".join(cells) + " |", failed
 
 
+def own(block: dict[str, Any], when: str) -> tuple[float, float, float]:
+    plain, anchored = block["runs"]["plain"], block["runs"]["anchored"]
+    return interval({s: f[f"own_{when}"] for s, f in plain.items()}, {s: f[f"own_{when}"] for s, f in anchored.items()})
+
+
 def pick(data: dict[str, Any]) -> str:
     """The rule's choice among the finished blocks, in words, with the cheaper blocks not run."""
     done = {name: b for name, b in data["blocks"].items() if finished(b)}
@@ -148,9 +157,13 @@ def results(data: dict[str, Any]) -> str:
         "seed). P in nats: between the round's clients, weight matching on full weights, the mean over the "
         "round's 10 pairs (the rule's figure); client P, each client against the round's aggregate under "
         "the full and the changes matcher, the mean over the round's 5 clients (beside the rule, not in it). "
-        "Own accuracy is the clients' on their pairs' held-out data.", "",
+        "Own accuracy (the rule's) is each client model's on the union of the round's held-out data.", "",
         *head, *rows, "",
         pick(data), "",
+        "Beside the rule: each client's accuracy on its own held-out data after its local training "
+        "(clients.jsonl), plain − anchored in points, round 1 and round 5: "
+        + ("; ".join(f"{n} {text(own(b, 'r1'), 100, 2)} and {text(own(b, 'last'), 100, 2)}"
+                     for n, b in data["blocks"].items() if finished(b)) or "no block finished") + ".", "",
         f"Not finished: {', '.join(partial) or 'none'}. Not run: {', '.join(untouched) or 'none'}.", "",
         f"**CPU time.** The timed cells took {data['cpu_s']:.0f} CPU-seconds ({data['cpu_s'] / 3600:.2f} "
         f"CPU-hours) over {data['cells_timed']} cells, counting the slow first cells kept under rounds10/; cells "

@@ -21,7 +21,8 @@ def plant_run(folder: Path, p: float, acc: float) -> None:
              "align_client_permutation_loss_changes": [p, p],
              "align_client_seconds": 0.5} for r in range(1, 6)]  # fmt: skip
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (folder / "clients.jsonl").write_text(json.dumps({"num_examples": 4800}) + "\n")
+    clients = [{"round": r, "num_examples": 4800, "local_accuracy_after": acc} for r in range(1, 6)]
+    (folder / "clients.jsonl").write_text("".join(json.dumps(c) + "\n" for c in clients))
     (folder / "summary.json").write_text("{}\n")
 
 
