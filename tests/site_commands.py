@@ -167,11 +167,7 @@ def why_it_takes_long(words: list[str]) -> NotRun | None:
             return NotRun("reads the run folders an earlier comparison wrote (hours of training)", "help")
         case ["fedpfn", "study", "run", *_]:
             return NotRun(HOURS + " (tests/test_study.py runs a tiny study end to end)", "help")
-        case ["python", "scripts/alignment_sweep.py", *_] | [
-            "python",
-            "scripts/alignment_federated.py",
-            "run",
-        ]:
+        case ["python", "scripts/alignment_sweep.py", *_]:
             return NotRun(HOURS, "help")
         case ["scripts/lmc_sweep.sh", *_]:
             return NotRun(
@@ -361,15 +357,14 @@ def run_script(copy: Path, part: str, words: list[str]) -> None:
         case ["fedpfn", "study", "status", _]:
             done = shell(copy, ".venv/bin/" + part.strip())
             assert done.returncode == 0 and " cells: " in done.stdout, done.stderr[-2000:]
-        case ["fedpfn", "study", "page", "studies/drift.toml"]:
-            unchanged(copy, part, "docs/results.md", 2, "cells are not finished")
+        case ["fedpfn", "study", "page", "studies/drift.toml" | "studies/alignment_federated.toml" as study]:
+            page = {"studies/drift.toml": "docs/results.md"}.get(study, "docs/alignment_federated.md")
+            unchanged(copy, part, page, 2, "cells are not finished")
         case ["fedpfn", "study", "page", _]:
             done = shell(copy, ".venv/bin/" + part.strip())
             assert done.returncode == 2 and "cells are not finished" in done.stderr, done.stderr[-2000:]
         case ["python", "scripts/alignment_page.py"]:
             unchanged(copy, part, "docs/alignment.md", 2, "no finished cell")
-        case ["python", "scripts/alignment_federated.py", "page"]:
-            unchanged(copy, part, "docs/alignment_federated.md", 1, "left unchanged")
         case ["python", "scripts/fusion_page.py", folder]:
             unchanged(copy, part, "docs/fusion.md", 2, f"cannot read {folder}/soup.json")
         case ["python", "scripts/fusion_page.py", "--cold", folder]:

@@ -23,13 +23,14 @@ from typing import Any
 from fedpfn.analysis.render import verdict
 from fedpfn.analysis.stats import Paired, adjust, mean_std, paired
 from fedpfn.core.files import METRICS, atomic_write_bytes, json_text, read_json, read_jsonl
-from fedpfn.study import drift
+from fedpfn.study import alignment_federated, drift
 from fedpfn.study.cells import Configure, choices
 from fedpfn.study.runner import plan
 from fedpfn.study.spec import MARK, Spec, template_text
 
 READINGS: dict[str, tuple[Callable[[Spec], None], dict[str, Callable[[Spec], list[str]]]]] = {
     "drift": (drift.write_stored, {"drift": drift.section}),  # what it stores; its sections by marker
+    "alignment_federated": (alignment_federated.write_stored, {"alignment_federated": alignment_federated.section}),
 }
 
 
