@@ -9,7 +9,13 @@ poor on the other's classes), so where a figure is measured is part of what it m
 - signed barrier: the largest excess of the curve over the chord between its end points, at
   INTERIOR points only, so it is negative when the whole path beats the chord; the midpoint's
   excess stands beside it. Accuracy figures are chord minus curve, so positive is worse too;
-- fusion: the models' own figures against their plain average's, on the same data;
+- fusion: the models' own figures against their plain average's, on the same data, with the
+  ensemble of the same models (logits averaged, softmax after) beside them: the ceiling a fusion
+  is judged against;
+- beside every barrier: the same curve on a fixed subset of the models' own training data
+  (`train_` keys), the REPAIRed curve (`repair_` keys, `fedpfn.analysis.repair`: the interpolated
+  MLP's and CNN's hidden units renormalised to the end points' statistics, so that a barrier is
+  not variance collapse) and the distance ||A - B|| over the trainable parameters (buffers left out);
 - matched pair: B permuted onto A by a permutation that matching finds, under each matcher
   asked for (`fedpfn.analysis.matchers`: full, masked, changes, activation); the matched
   barrier, the permutation-attributable loss P = L(avg(A, B)) - L(avg(A, pi(B))) and the
@@ -28,11 +34,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from fedpfn.analysis import repair
 from fedpfn.analysis.matchers import NO_START, over_pairs
 from fedpfn.analysis.matchers import match as match_states
 from fedpfn.analysis.matching import apply_permutation, permutation_spec
+from fedpfn.analysis.repair import has_batchnorm, reset_bn_stats  # noqa: F401 (also imported from here)
 from fedpfn.core.training import evaluate
 
 StateDict = dict[str, torch.Tensor]
@@ -40,6 +49,11 @@ StateDict = dict[str, torch.Tensor]
 WHERE = ("test", "own", "union")
 BARRIERS = ("loss_barrier", "loss_midpoint", "acc_barrier", "acc_midpoint")
 MATCHED = ("matched_loss_barrier", "matched_acc_barrier", "permutation_loss", "moved_fraction")
+BESIDE = (  # beside every barrier, where measured (a pair's mean over pairs taken where every pair has it)
+    "distance", "matched_distance", "train_loss_barrier", "train_loss_midpoint", "train_acc_barrier",
+    "train_acc_midpoint", "repair_loss_barrier", "repair_loss_midpoint", "repair_acc_barrier",
+    "repair_acc_midpoint", "midpoint_acc", "repair_midpoint_acc",
+)  # fmt: skip
 MATCHING = ("none", "midpoint", "curve")  # what weight matching adds: nothing, P only, or the matched curve too
 
 
@@ -63,6 +77,12 @@ def interpolate_state(state_a: StateDict, state_b: StateDict, a: float) -> State
     }
 
 
+def parameter_distance(model: nn.Module, state_a: StateDict, state_b: StateDict) -> float:
+    """||A - B||: the L2 norm over `model`'s parameters (buffers such as BN statistics left out)."""
+    total = sum(float(((state_a[n] - state_b[n]).double() ** 2).sum()) for n, _ in model.named_parameters())
+    return total**0.5
+
+
 def average_states(states: Sequence[StateDict]) -> StateDict:
     """The plain (unweighted) average of K states, as FedAvg over equal clients would give.
 
@@ -78,42 +98,6 @@ def average_states(states: Sequence[StateDict]) -> StateDict:
         else:
             fused[name] = value.clone()
     return fused
-
-
-# --------------------------------------------------------------------------- BatchNorm
-
-
-def _batchnorms(model: nn.Module) -> list[nn.modules.batchnorm._BatchNorm]:
-    return [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-
-
-def has_batchnorm(model: nn.Module) -> bool:
-    return bool(_batchnorms(model))
-
-
-@torch.no_grad()
-def reset_bn_stats(model: nn.Module, x: torch.Tensor, batches: Sequence[torch.Tensor]) -> None:
-    """Recompute BatchNorm running statistics as the plain average over `batches` of `x`.
-
-    Momentum None makes the running estimate a cumulative average; train mode, no gradients.
-    """
-    norms = _batchnorms(model)
-    if not norms:
-        return
-    saved = [(m, m.momentum) for m in norms]
-    was_training = model.training
-    device = next(model.parameters()).device
-    for m in norms:
-        m.reset_running_stats()
-        m.momentum = None
-    model.train()
-    try:
-        for batch in batches:
-            model(x[batch.to(x.device)].to(device))
-    finally:
-        for m, momentum in saved:
-            m.momentum = momentum
-        model.train(was_training)
 
 
 # --------------------------------------------------------------------------- where it is measured
@@ -135,11 +119,13 @@ class Scope:
     test: one test set for every model. own: model k's figures on its own held-out data, the
     group's being the equal-weight mean over its members' sets. union: the members' held-out
     sets pooled (a set shared by several members, as with same-data splits, counted once).
+    `train`: a fixed subset of each model's training samples, for the training-data curve.
     """
 
     where: str
     test: EvalData | None = None
     held_out: tuple[EvalData, ...] = ()
+    train: tuple[EvalData, ...] = ()
 
     def __post_init__(self) -> None:
         if self.where not in WHERE:
@@ -154,28 +140,64 @@ class Scope:
         if self.where == "test":
             assert self.test is not None
             return [self.test]
-        chosen = list({id(self.held_out[k]): self.held_out[k] for k in members}.values())
-        if self.where == "own" or len(chosen) == 1:
-            return chosen
-        name = "union of held-out " + "+".join(str(k) for k in members)
-        return [EvalData(name, torch.cat([d.x for d in chosen]), torch.cat([d.y for d in chosen]))]
+        return _pooled(self.held_out, members, self.where == "own", "held-out")
+
+    def train_for(self, members: Sequence[int]) -> list[EvalData]:
+        """The training subsets for this group: each its own for `own`, else pooled; [] without any."""
+        return _pooled(self.train, members, self.where == "own", "training subset") if self.train else []
+
+
+def _pooled(sets: Sequence[EvalData], members: Sequence[int], separate: bool, what: str) -> list[EvalData]:
+    """The members' sets, each once: separately, or pooled into one named union."""
+    chosen = list({id(sets[k]): sets[k] for k in members}.values())
+    if separate or len(chosen) == 1:
+        return chosen
+    name = f"union of {what} " + "+".join(str(k) for k in members)
+    return [EvalData(name, torch.cat([d.x for d in chosen]), torch.cat([d.y for d in chosen]))]
 
 
 @dataclass
 class Probe:
-    """A model skeleton and BatchNorm batches: measures any weights the same way every time."""
+    """A model skeleton and fixed training batches: measures any weights the same way every time.
+
+    The batches recompute BatchNorm statistics where the model has BatchNorm, and are REPAIR's
+    batches where it has none (`repair_curve`); without them, no REPAIR.
+    """
 
     model: nn.Module
-    bn_x: torch.Tensor | None = None  # training inputs for BatchNorm statistics
+    bn_x: torch.Tensor | None = None  # training inputs for BatchNorm (or REPAIR) statistics
     bn_batches: tuple[torch.Tensor, ...] = ()
     eval_batch_size: int = 256  # CPU convolutions run about twice as fast as at 1000
 
-    def measure(self, state: StateDict, data: Sequence[EvalData]) -> tuple[float, float]:
-        """(loss, accuracy) of `state`, the equal-weight mean over `data`; BN statistics recomputed."""
+    def load(self, state: StateDict) -> None:
+        """`state` into the skeleton, BN statistics recomputed on the fixed batches."""
         self.model.load_state_dict(state)
         if self.bn_x is not None and self.bn_batches:
             reset_bn_stats(self.model, self.bn_x, self.bn_batches)
+
+    def measure(self, state: StateDict, data: Sequence[EvalData]) -> tuple[float, float]:
+        """(loss, accuracy) of `state`, the equal-weight mean over `data`; BN statistics recomputed."""
+        self.load(state)
         figures = [evaluate(self.model, d.x, d.y, self.eval_batch_size) for d in data]
+        return sum(f[0] for f in figures) / len(figures), sum(f[1] for f in figures) / len(figures)
+
+    @torch.no_grad()
+    def logits(self, state: StateDict, x: torch.Tensor) -> torch.Tensor:
+        """`state`'s logits on `x` (float64), in eval mode, BN statistics recomputed."""
+        self.load(state)
+        self.model.eval()
+        device = next(self.model.parameters()).device
+        step = self.eval_batch_size
+        return torch.cat([self.model(x[i : i + step].to(device)).double() for i in range(0, len(x), step)])
+
+    def ensemble(self, states: Sequence[StateDict], data: Sequence[EvalData]) -> tuple[float, float]:
+        """(loss, accuracy) of the ensemble of `states`: their logits averaged, softmax after; the
+        equal-weight mean over `data`, as `measure`."""
+        figures = []
+        for d in data:
+            mean = torch.stack([self.logits(state, d.x) for state in states]).mean(0)
+            y = d.y.to(mean.device)
+            figures.append((float(F.cross_entropy(mean, y)), int((mean.argmax(1) == y).sum()) / len(y)))
         return sum(f[0] for f in figures) / len(figures), sum(f[1] for f in figures) / len(figures)
 
 
@@ -237,13 +259,17 @@ def fuse(probe: Probe, states: Sequence[StateDict], scope: Scope) -> dict[str, A
     """Each model's own figures against their plain average's on the same data.
 
     own: model k and the average both on k's held-out data; test and union: everything on the
-    one set. gap = mean own accuracy - the average's accuracy (positive: averaging costs).
+    one set. gap = mean own accuracy - the average's accuracy (positive: averaging costs). The
+    ensemble of the same models (logits averaged, softmax after) on the same data is the ceiling
+    the average is judged against: ensemble_gap = its accuracy - the average's (positive: fusion
+    falls short of it).
     """
     fused = average_states(states)
     everyone = list(range(len(states)))
     sets = [scope.data_for([k]) for k in everyone] if scope.where == "own" else [scope.data_for(everyone)]
     own = [probe.measure(state, sets[k % len(sets)]) for k, state in enumerate(states)]
     at_fused = [probe.measure(fused, data) for data in sets]
+    ensemble = [probe.ensemble(states, data) for data in sets]
     mean = lambda values: sum(values) / len(values)  # noqa: E731
     return {
         "individual_loss": [loss for loss, _ in own],
@@ -253,7 +279,49 @@ def fuse(probe: Probe, states: Sequence[StateDict], scope: Scope) -> dict[str, A
         "fused_loss": mean([loss for loss, _ in at_fused]),
         "fused_acc": mean([acc for _, acc in at_fused]),
         "fusion_gap": mean([acc for _, acc in own]) - mean([acc for _, acc in at_fused]),
+        "ensemble_loss": mean([loss for loss, _ in ensemble]),
+        "ensemble_acc": mean([acc for _, acc in ensemble]),
+        "ensemble_gap": mean([acc for _, acc in ensemble]) - mean([acc for _, acc in at_fused]),
     }
+
+
+# --------------------------------------------------------------------------- beside every barrier
+
+
+def repair_curve(
+    probe: Probe, state_a: StateDict, state_b: StateDict, data: Sequence[EvalData], curve: dict[str, list]
+) -> dict[str, Any]:
+    """`curve` with its interior points REPAIRed (the ends are the models themselves), its signed
+    barriers and the REPAIRed midpoint's accuracy; {} where REPAIR does not apply (`repair.note`)."""
+    if probe.bn_x is None or not probe.bn_batches or repair.repair_problem(probe.model):
+        return {}
+    inner = ((a, interpolate_state(state_a, state_b, a)) for a in curve["alpha"][1:-1])
+    x = repair.sample(probe.bn_x, probe.bn_batches)
+    path = repair.repaired_path(probe.model, state_a, state_b, inner, x)
+    measured = [probe.measure(state, data) for state in path]
+    loss = [curve["loss"][0], *(m[0] for m in measured), curve["loss"][-1]]
+    acc = [curve["acc"][0], *(m[1] for m in measured), curve["acc"][-1]]
+    repaired = {"alpha": curve["alpha"], "loss": loss, "acc": acc}
+    return {"repair_loss": loss, "repair_acc": acc, "repair_midpoint_acc": acc[len(acc) // 2],
+            **curve_barriers(repaired, prefix="repair_")}  # fmt: skip
+
+
+def beside_barrier(
+    probe: Probe, state_a: StateDict, state_b: StateDict, curve: dict[str, list[float]],
+    data: Sequence[EvalData], train: Sequence[EvalData],
+) -> dict[str, Any]:  # fmt: skip
+    """What a pair's barrier is read against: ||A - B||, the midpoint's own accuracy, the same curve on
+    training data (`train`, where given: `train_` keys) and the REPAIRed curve (`repair_` keys)."""
+    figures: dict[str, Any] = {
+        "distance": parameter_distance(probe.model, state_a, state_b),
+        "midpoint_acc": curve["acc"][len(curve["acc"]) // 2],
+    }
+    if train:
+        on_train = interpolation_curve(probe, state_a, state_b, train, len(curve["alpha"]))
+        figures.update(train_loss=on_train["loss"], train_acc=on_train["acc"])
+        figures.update(curve_barriers(on_train, "train_"))
+    figures.update(repair_curve(probe, state_a, state_b, data, curve))
+    return figures
 
 
 def matched_pair(
@@ -303,6 +371,7 @@ def analyse(
         data = scope.data_for([i, j])
         curve = interpolation_curve(probe, states[i], states[j], data, points)
         pair = {"models": [i, j], **curve, **curve_barriers(curve)}
+        pair.update(beside_barrier(probe, states[i], states[j], curve, data, scope.train_for([i, j])))
         if match != "none":
             matched_points = points if match == "curve" else 0
             pair["matchers"] = {name: matched_pair(probe, states[i], states[j], data, matched_points,
@@ -310,10 +379,12 @@ def analyse(
             pair.update(pair["matchers"]["full"])
         pairs.append(pair)
     keys = BARRIERS + {"none": (), "midpoint": MATCHED[2:], "curve": MATCHED}[match]
+    keys += tuple(key for key in BESIDE if all(key in p for p in pairs))
     result: dict[str, Any] = {key: sum(p[key] for p in pairs) / len(pairs) for key in keys}
     result.update(fuse(probe, states, scope))
     if match != "none":
         result["matchers"] = over_pairs([p["matchers"] for p in pairs])
     result["measured_on"] = scope.where
+    result["repair"] = repair.note(probe.model, probe.bn_batches if probe.bn_x is not None else ())
     result["pairs"] = pairs
     return result

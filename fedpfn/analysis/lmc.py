@@ -19,6 +19,7 @@ line each, exit 2, before any data is loaded), and the run over seeds and arms.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 import time
@@ -29,10 +30,10 @@ from typing import Any
 
 import torch
 
-from fedpfn.analysis import command
+from fedpfn.analysis import command, repair
 from fedpfn.analysis.bounds import MAX_POINTS, lmc_problems, odd_points
 from fedpfn.analysis.command import output_problems, read_settings
-from fedpfn.analysis.fusion import WHERE, EvalData, Scope
+from fedpfn.analysis.fusion import WHERE, EvalData, Scope, has_batchnorm
 from fedpfn.analysis.lmc_render import OUTPUT_FILES, markdown_table, write_outputs
 from fedpfn.analysis.lmc_run import (
     ARM_KINDS,
@@ -52,6 +53,7 @@ from fedpfn.analysis.lmc_run import (
     sample_pool,
     split_pool,
     train_start,
+    train_subsets,
 )
 from fedpfn.core import provenance
 from fedpfn.core.anchors import GRANULARITIES
@@ -152,7 +154,10 @@ class LmcConfig:
         0, "fixed test subset, the same for every seed (0 = the whole test set)", at_least(0)
     )
     granularity: str = setting("weight", "anchor granularity: weight or neuron", one_of(GRANULARITIES))
-    bn_batches: int = setting(20, "training batches BatchNorm statistics are recomputed on", between(0, 1000))
+    bn_batches: int = setting(
+        20, "fixed training batches for BatchNorm statistics, or REPAIR's where the model has no BatchNorm "
+        "(0: neither)", between(0, 1000),
+    )  # fmt: skip
     bn_batch_size: int = setting(256, "size of each of those batches", between(1, 1 << 14))
     data_root: str | None = setting(
         None, "folder holding the dataset files (default: Debian's folder for fmnist)"
@@ -197,7 +202,7 @@ UNUSED = {  # a setting the run would not use, given on the command line: why
     "held_out": (lambda c: c.where == "test", "--where test measures on the test set, not on held-out data"),
     "test_subset": (lambda c: c.where != "test", "only --where test measures on the test set"),
     "width": (lambda c: c.model != "mlp", "only the mlp has a hidden width"),
-    "bn_batch_size": (lambda c: c.bn_batches == 0, "--bn-batches 0 recomputes no BatchNorm statistics"),
+    "bn_batch_size": (lambda c: c.bn_batches == 0, "--bn-batches 0 computes no BatchNorm or REPAIR statistics"),
 }
 
 
@@ -246,7 +251,9 @@ def setup_seed(cfg: LmcConfig, train: tuple, test: EvalData, shape: tuple, class
         for k in range(cfg.models):
             _, own = initial_model(cfg.model, shape, classes, seed, device, cfg.width, which=k + 1)
             starts.append(train_start(model, own, train, trainable, seed, spec))
-    scope = Scope(cfg.where, test, held_out_sets(*train, held))
+    sizes = [len(h) for h in held] if cfg.where != "test" else [math.ceil(len(test.y) / cfg.models)] * cfg.models
+    fitted = held_out_sets(*train, train_subsets(indices, sizes, seed), what="training subset")
+    scope = Scope(cfg.where, test, held_out_sets(*train, held), fitted)
     probe = bn_probe(model, train[0], trainable, cfg.bn_batches, cfg.bn_batch_size, seed)
     return SeedSetup(seed, model, starts, indices, scope, probe)
 
@@ -293,8 +300,11 @@ def run_lmc(cfg: LmcConfig, prepared: Prepared, log: Callable[[str], None] = pri
         if name != "plain":
             entry["vs_plain"] = paired_difference(entry["seeds"], settings["plain"]["seeds"])
     config = asdict(cfg)
-    with_bn = bool(prepared.setups[0].probe.bn_batches)
+    with_bn = has_batchnorm(prepared.setups[0].model) and cfg.bn_batches > 0
     config["bn_recalibration"] = f"{cfg.bn_batches} batches of {cfg.bn_batch_size}" if with_bn else "none"
+    first = prepared.setups[0].probe
+    config["repair"] = repair.note(first.model, first.bn_batches)
+    config["distance"] = "L2 over the trainable parameters; buffers (BatchNorm statistics) left out"
     config["device"] = str(prepared.device)
     config["measured_on"] = prepared.setups[0].scope.where
     return {"config": config, "settings": settings, "seconds": time.perf_counter() - started}

@@ -27,15 +27,29 @@ COLUMNS = (  # (header, key, scale, decimals)
     ("mean own acc (%)", "mean_individual_acc", 100, 2),
     ("gap (pp)", "fusion_gap", 100, 2),
 )
+BESIDE_COLUMNS = (  # what a barrier and a fusion are read against; shown where the results have them
+    ("loss barrier", "loss_barrier", 1, 3),
+    ("on training data", "train_loss_barrier", 1, 3),
+    ("REPAIRed", "repair_loss_barrier", 1, 3),
+    ("midpoint acc (%)", "midpoint_acc", 100, 2),
+    ("REPAIRed midpoint acc (%)", "repair_midpoint_acc", 100, 2),
+    ("‖A − B‖", "distance", 1, 2),
+    ("‖A − π(B)‖", "matched_distance", 1, 2),
+    ("fused acc (%)", "fused_acc", 100, 2),
+    ("ensemble acc (%)", "ensemble_acc", 100, 2),
+    ("ensemble − fused (pp)", "ensemble_gap", 100, 2),
+)
 
 
-def _table(first: str, rows: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
-    lines = [f"| {first} | " + " | ".join(c[0] for c in COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
+def _table(
+    first: str, rows: Sequence[tuple[str, Mapping[str, Any]]], columns: Sequence[tuple] = COLUMNS
+) -> list[str]:
+    lines = [f"| {first} | " + " | ".join(c[0] for c in columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for name, stats in rows:
         cells = [
             f"{stats[key]['mean'] * scale:+.{dec}f}"
             + ("" if stats[key]["std"] is None else f" ± {stats[key]['std'] * scale:.{dec}f}")  # null: one seed
-            for _, key, scale, dec in COLUMNS
+            for _, key, scale, dec in columns
         ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
@@ -55,7 +69,23 @@ def markdown_table(result: Mapping[str, Any]) -> str:
     paired = [(f"{name} − plain", entry["vs_plain"]) for name, entry in settings.items() if "vs_plain" in entry]
     if paired:
         lines += ["", *_table("paired by seed", paired)]
+    lines += beside_table(result)
     return "\n".join(lines)
+
+
+def beside_table(result: Mapping[str, Any]) -> list[str]:
+    """The loss barrier beside what it is read against (on training data, REPAIRed, ||A - B||) and
+    the fused model beside the ensemble, per arm; [] for results written before these figures."""
+    settings, config = result["settings"], result["config"]
+    rows = [(name, entry["summary"]) for name, entry in settings.items()]
+    columns = [c for c in BESIDE_COLUMNS if all(c[1] in stats for _, stats in rows)]
+    new = ("train_loss_barrier", "repair_loss_barrier", "distance", "ensemble_acc")
+    if not any(c[1] in new for c in columns):
+        return []
+    notes = [f"REPAIR: {config['repair']}" if "repair" in config else "",
+             f"distance: {config['distance']}" if "distance" in config else ""]  # fmt: skip
+    caption = "Beside the barrier (nats) and the fused model; the ensemble averages logits, softmax after. "
+    return ["", caption + " ".join(n + "." for n in notes if n), "", *_table("arm", rows, columns)]
 
 
 def band_note(result: Mapping[str, Any]) -> str:

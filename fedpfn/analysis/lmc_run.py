@@ -20,7 +20,8 @@ Every random draw comes from `fedpfn.core.seeding`, keyed by the analysis seed:
     ANALYSIS (START_ORDER)  the batch order of the shared start's N epochs
     DATA_ORDER (0, k)       model k's batch order: the same in every arm
     MASK (0)                the shared mask; CLIENT_MASK (0, k): model k's independent mask
-    ANALYSIS (BN_BATCHES)   the batches BatchNorm statistics are recomputed on
+    ANALYSIS (BN_BATCHES)   the batches BatchNorm statistics (REPAIR's, without BatchNorm) are computed on
+    ANALYSIS (TRAIN_EVAL, k) model k's training subset that the training-data curve is measured on
     ANALYSIS (TEST_POOL), seed 0: the fixed test subset, the same for every seed
 """
 
@@ -36,7 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fedpfn.analysis.fusion import EvalData, Probe, Scope, StateDict, analyse, has_batchnorm, snapshot
+from fedpfn.analysis.fusion import EvalData, Probe, Scope, StateDict, analyse, snapshot
 from fedpfn.analysis.inference import mean_std
 from fedpfn.core.anchors import AnchorMask, anchored_fraction, draw_mask
 from fedpfn.core.models import build_model
@@ -50,6 +51,10 @@ FIGURES = (
     "loss_barrier", "loss_midpoint", "acc_barrier", "acc_midpoint",
     "matched_loss_barrier", "matched_acc_barrier", "permutation_loss", "moved_fraction",
     "fused_acc", "mean_individual_acc", "fusion_gap",
+    # beside them (`fusion.BESIDE`, `fusion.fuse`); older results lack them, and summaries skip a figure
+    # that some seed lacks (a BatchNorm model has no REPAIR figures)
+    "ensemble_acc", "ensemble_gap", "distance", "matched_distance", "train_loss_barrier", "train_acc_barrier",
+    "repair_loss_barrier", "repair_acc_barrier", "midpoint_acc", "repair_midpoint_acc",
 )  # fmt: skip
 
 
@@ -61,6 +66,7 @@ class Draw(IntEnum):
     TEST_POOL = 2
     HELD_OUT = 3
     START_ORDER = 4
+    TRAIN_EVAL = 5
 
 
 @dataclass(frozen=True)
@@ -226,12 +232,18 @@ def spread(values: Sequence[float]) -> dict[str, float | None]:
     return {"mean": mean, "std": std}
 
 
+def figures_in(per_seed: Sequence[dict[str, Any]]) -> list[str]:
+    """The FIGURES every seed has (results written before a figure existed lack it)."""
+    return [key for key in FIGURES if all(key in s for s in per_seed)]
+
+
 def over_seeds(per_seed: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Mean and std over seeds of each figure, and the mean curve over its `n` curves (seeds x pairs)."""
-    summary: dict[str, Any] = {key: spread([s[key] for s in per_seed]) for key in FIGURES}
+    summary: dict[str, Any] = {key: spread([s[key] for s in per_seed]) for key in figures_in(per_seed)}
     curves = [p for s in per_seed for p in s["pairs"]]
     summary["curve"] = {"alpha": curves[0]["alpha"], "n": len(curves)}
-    for what in ("loss", "acc", "matched_loss", "matched_acc"):
+    kinds = ("loss", "acc", "matched_loss", "matched_acc", "train_loss", "train_acc", "repair_loss", "repair_acc")
+    for what in (kind for kind in kinds if all(kind in c for c in curves)):
         columns = [spread(col) for col in zip(*(c[what] for c in curves))]
         summary["curve"][f"{what}_mean"] = [c["mean"] for c in columns]
         summary["curve"][f"{what}_std"] = [c["std"] for c in columns]
@@ -241,24 +253,40 @@ def over_seeds(per_seed: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def paired_difference(per_seed: Sequence[dict[str, Any]], baseline: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Mean and std over seeds of (arm - baseline) per figure, seed by seed (shared starts and shards)."""
     by_seed = {s["seed"]: s for s in baseline}
-    return {key: spread([s[key] - by_seed[s["seed"]][key] for s in per_seed]) for key in FIGURES}
+    keys = figures_in([*per_seed, *baseline])
+    return {key: spread([s[key] - by_seed[s["seed"]][key] for s in per_seed]) for key in keys}
 
 
-def held_out_sets(train_x: torch.Tensor, train_y: torch.Tensor, held: Sequence[torch.Tensor]) -> tuple[EvalData, ...]:
+def held_out_sets(
+    train_x: torch.Tensor, train_y: torch.Tensor, held: Sequence[torch.Tensor], what: str = "held-out"
+) -> tuple[EvalData, ...]:
     """Each model's held-out samples as named data (equal index sets give one shared object)."""
     made: list[tuple[torch.Tensor, EvalData]] = []
     sets = []
     for k, idx in enumerate(held):
         same = next((d for i, d in made if torch.equal(i, idx)), None)
         if same is None:
-            same = EvalData(f"held-out of model {k}", train_x[idx.to(train_x.device)], train_y[idx.to(train_y.device)])
+            same = EvalData(f"{what} of model {k}", train_x[idx.to(train_x.device)], train_y[idx.to(train_y.device)])
             made.append((idx, same))
         sets.append(same)
     return tuple(sets)
 
 
+def train_subsets(indices: Sequence[torch.Tensor], sizes: Sequence[int], seed: int) -> list[torch.Tensor]:
+    """A seeded subset of each model's training samples, `sizes[k]` of them (all where fewer), for the
+    training-data curve; models trained on the same samples get the same subset."""
+    chosen: list[torch.Tensor] = []
+    for k, idx in enumerate(indices):
+        same = next((j for j in range(k) if torch.equal(indices[j], idx)), None)
+        if same is not None:
+            chosen.append(chosen[same])
+            continue
+        order = torch.randperm(len(idx), generator=torch_generator(seed, Stream.ANALYSIS, Draw.TRAIN_EVAL, k))
+        chosen.append(idx[order[: sizes[k]]])
+    return chosen
+
+
 def bn_probe(model: nn.Module, train_x: torch.Tensor, pool: torch.Tensor, count: int, size: int, seed: int) -> Probe:
-    """A probe over `model`, with fixed BatchNorm batches from `pool` where the model has BatchNorm."""
-    if not has_batchnorm(model):
-        return Probe(model)
+    """A probe over `model` with fixed batches from `pool`: BatchNorm's statistics where the model has
+    BatchNorm, REPAIR's where it has none (`fusion.repair_curve`)."""
     return Probe(model, train_x, bn_batches(pool, count, size, seed))

@@ -21,6 +21,7 @@ COLUMNS = (  # (header, metric, scale, decimals)
     ("best ingredient (%)", "best_acc", 100, 2),
     ("uniform soup (%)", "uniform_acc", 100, 2),
     ("greedy soup (%)", "greedy_acc", 100, 2),
+    ("ensemble (%)", "ensemble_acc", 100, 2),
     ("uniform − best (pp)", "uniform_gain", 100, 2),
     ("greedy − best (pp)", "greedy_gain", 100, 2),
     ("loss barrier (nats)", "loss_barrier", 1, 3),
@@ -71,6 +72,7 @@ def markdown(result: Mapping[str, Any]) -> str:
     """The arms' figures over seeds, then every paired comparison, with the setting above them."""
     cfg, arms = result["config"], result["arms"]
     seeds = len(arms["plain"])
+    shown = [c for c in COLUMNS if all(c[1] in r for arm in ARMS for r in arms[arm])]  # older results lack some
     lines = [
         f"# Model soups: {cfg['dataset']} {cfg['model']}, K = {cfg['ingredients']}, {seeds} seed{'s' * (seeds > 1)}",
         "",
@@ -87,11 +89,11 @@ def markdown(result: Mapping[str, Any]) -> str:
             f"barriers signed, mean over the {cfg['ingredients'] * (cfg['ingredients'] - 1) // 2} pairs, {cfg['points']} points."
         ),
         "",
-        "| arm | " + " | ".join(c[0] for c in COLUMNS) + " |",
-        "|---" * (len(COLUMNS) + 1) + "|",
+        "| arm | " + " | ".join(c[0] for c in shown) + " |",
+        "|---" * (len(shown) + 1) + "|",
     ]
     for arm in ARMS:
-        cells = [_cell([r[metric] for r in arms[arm]], scale, dec) for _, metric, scale, dec in COLUMNS]
+        cells = [_cell([r[metric] for r in arms[arm]], scale, dec) for _, metric, scale, dec in shown]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     lines += ["", "Paired by seed (arm − arm on the same seed); Holm within each metric.", ""]
     return "\n".join(lines + comparison_rows(result["comparisons"])) + "\n"

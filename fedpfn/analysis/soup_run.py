@@ -49,6 +49,7 @@ from fedpfn.analysis.fusion import (
     average_states,
     curve_barriers,
     interpolation_curve,
+    parameter_distance,
 )
 from fedpfn.core.anchors import AnchorMask, draw_mask
 from fedpfn.core.seeding import Stream, numpy_rng, seed_for, torch_generator
@@ -58,7 +59,7 @@ ARMS = ("plain", "shared", "independent")
 COMPARISONS = (("shared", "plain"), ("independent", "plain"), ("shared", "independent"))
 METRICS = (  # per seed and arm: what the paired comparisons read (accuracies on the test set)
     "uniform_acc", "greedy_acc", "best_acc", "mean_ingredient_acc", "uniform_gain", "greedy_gain",
-    "loss_barrier", "acc_barrier",
+    "loss_barrier", "acc_barrier", "ensemble_acc",
 )  # fmt: skip
 SHIFT = 2  # pixels an augmented image may move each way
 
@@ -181,11 +182,12 @@ def greedy_soup(
 
 
 def pair_barriers(setup: SeedData, states: Sequence[StateDict], points: int) -> list[dict[str, Any]]:
-    """Signed barriers of every pair of ingredients, on the test set."""
+    """Signed barriers of every pair of ingredients, on the test set, with ||A - B|| beside each."""
     pairs = []
     for i, j in itertools.combinations(range(len(states)), 2):
         curve = interpolation_curve(setup.probe, states[i], states[j], [setup.test], points)
-        pairs.append({"ingredients": [i, j], **curve, **curve_barriers(curve)})
+        distance = parameter_distance(setup.probe.model, states[i], states[j])
+        pairs.append({"ingredients": [i, j], **curve, **curve_barriers(curve), "distance": distance})
     return pairs
 
 
@@ -210,6 +212,8 @@ def soup_arm(setup: SeedData, states: Sequence[StateDict], points: int) -> dict[
         "uniform_gain": uniform_acc - test_acc[best], "greedy_gain": greedy_acc - test_acc[best],
         "loss_barrier": sum(p["loss_barrier"] for p in pairs) / len(pairs),
         "acc_barrier": sum(p["acc_barrier"] for p in pairs) / len(pairs),
+        "distance": sum(p["distance"] for p in pairs) / len(pairs),
+        "ensemble_acc": probe.ensemble(states, [test])[1],  # the ceiling the soups are judged against
         "pairs": pairs,
     }  # fmt: skip
 
