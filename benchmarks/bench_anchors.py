@@ -48,7 +48,7 @@ class Variant:
 
         self.model = initial_model(cfg)
         self.model.load_state_dict(init_state)
-        ratio = cfg.params(AnchorParams).anchor_ratio
+        ratio = cfg.hyper("fedpfn", AnchorParams).anchor_ratio
         self.mask = draw_mask(self.model, ratio, mask_seed, "weight") if name == "fedpfn" else None
         self.spec = OptimizerSpec(cfg.optimizer, cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
         self.anchors = {n: p.detach().clone() for n, p in self.model.named_parameters()}
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(argv)
     cfg = validated(RunConfig(algorithm="fedpfn", model=args.model, batch_size=args.batch))
-    ratio = cfg.params(AnchorParams).anchor_ratio
+    ratio = cfg.hyper("fedpfn", AnchorParams).anchor_ratio
     print_header(
         "bench_anchors: FedPFN local training (the freeze after every step) vs FedAvg",
         {"model": args.model, "rho": ratio, "granularity": "weight", "steps": args.steps,

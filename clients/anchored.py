@@ -39,16 +39,16 @@ class FedPFNClient(ClientRule):
     def __init__(self, this_round: Round) -> None:
         super().__init__(this_round)
         self.seed = int(this_round.content.config_records[CONFIG][ANCHOR_SEED])
-        self.shared = self.params.anchor_masks == "shared"
+        self.shared = self.hyper.anchor_masks == "shared"
         if self.shared:
-            self.mask = round_mask(this_round.model, self.params, self.seed, this_round.personal)
+            self.mask = round_mask(this_round.model, self.hyper, self.seed, this_round.personal)
             self.on_device = {name: m.to(this_round.start[name].device) for name, m in self.mask.items()}
 
     def inputs(self, client: ClientRound) -> Tensors:
         if self.shared:
             return {}
         seed = seed_for(self.round.cfg.seed, Stream.CLIENT_MASK, self.seed, client.partition_id)
-        mask = round_mask(self.round.model, self.params, seed, self.round.personal)
+        mask = round_mask(self.round.model, self.hyper, seed, self.round.personal)
         return prefixed("mask", {name: m.to(self.round.start[name].device) for name, m in mask.items()})
 
     def frozen(self, per_client: Tensors) -> Tensors:
@@ -70,7 +70,7 @@ class FedPNUClient(FedPFNClient):
     partial_upload = True
 
     @classmethod
-    def problems(cls, params: AnchorParams) -> list[str]:
-        if params.anchor_masks == "client":
+    def problems(cls, hyper: AnchorParams) -> list[str]:
+        if hyper.anchor_masks == "client":
             return ["anchor_masks: 'client' is for fedpfn: FedPNU's replies leave out entries the server must know"]
         return []

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,6 +29,9 @@ from clients.base import ClientRound, ClientRule, Round
 from fedpfn.core.seeding import Stream, numpy_rng, torch_generator
 from fedpfn.core.settings import above, between, is_set, one_of, setting
 from fedpfn.core.training import Tensors
+
+if TYPE_CHECKING:
+    from fedpfn.core.config import RunConfig
 
 ATTACKS = ("none", "sign-flip", "scaled", "gaussian", "label-flip")
 SCALES = {"sign-flip": 1.0, "scaled": 10.0, "gaussian": 1.0}  # the attacks S means something to, its defaults
@@ -56,6 +59,11 @@ class AttackParams:
     def scale(self) -> float:
         """S, its attack's default where none is given."""
         return self.attack_scale if self.attack_scale is not None else SCALES.get(self.attack, 0.0)
+
+
+def attack_of(cfg: RunConfig) -> AttackParams:
+    """The run's attack (none: every client honest)."""
+    return cfg.hyper(AttackClient.namespace(), AttackParams)
 
 
 def attack_values(params: AttackParams) -> dict[str, Any]:
@@ -108,27 +116,27 @@ def flip_labels(targets: torch.Tensor, flipped: list[bool], num_classes: int) ->
 class AttackClient(ClientRule):
     """Model poisoning, composed after every other part: a malicious client's reply replaced."""
 
-    name = "attack"
+    name = "attacks"  # its hyperparameters: attacks.attack, attacks.attack_fraction (fedpfn.core.hyper)
     Params = AttackParams
     personal_start = True  # it reads the model received only for the entries every client sends
 
     def __init__(self, this_round: Round) -> None:
         super().__init__(this_round)
         cfg = this_round.cfg
-        self.malicious = malicious_partitions(self.params, cfg.seed, cfg.num_clients)
+        self.malicious = malicious_partitions(self.hyper, cfg.seed, cfg.num_clients)
 
     def inputs(self, client: ClientRound) -> Tensors:
         start = self.round.start
         like = next(iter(start.values()))
         flag = {MALICIOUS: torch.tensor(client.partition_id in self.malicious, device=like.device)}
-        if self.params.attack != "gaussian":
+        if self.hyper.attack != "gaussian":
             return flag
         generator = torch_generator(self.round.cfg.seed, Stream.ATTACK, self.round.server_round, client.partition_id)
         noise = {f"noise.{n}": torch.randn(v.shape, generator=generator, dtype=v.dtype).to(v.device) for n, v in start.items()}
         return {**flag, **noise}
 
     def uploaded(self, params: Tensors, per_client: Tensors) -> Tensors:
-        start, scale, attack = self.round.start, self.params.scale, self.params.attack
+        start, scale, attack = self.round.start, self.hyper.scale, self.hyper.attack
         out = {}
         for name, trained in params.items():
             g = start[name]

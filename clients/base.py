@@ -38,6 +38,7 @@ import torch
 from flwr.app import RecordDict
 from torch import nn
 
+from fedpfn.core.hyper import namespace_of
 from fedpfn.core.protocol import Arrays
 from fedpfn.core.settings import ConfigError
 from fedpfn.core.training import OPTIMIZERS, StepView, Tensors
@@ -111,10 +112,16 @@ class ClientRule:
 
     def __init__(self, this_round: Round) -> None:
         self.round = this_round
-        self.params: Any = this_round.cfg.params(self.Params)
+        # its hyperparameters (an instance of `Params`), never weights: those are `view.params`
+        self.hyper: Any = this_round.cfg.hyper(self.namespace(), self.Params)
 
     @classmethod
-    def problems(cls, params: Any) -> list[str]:
+    def namespace(cls) -> str:
+        """Where a run keeps its hyperparameters: `fedprox.prox_mu` (fedpfn.core.hyper)."""
+        return namespace_of(cls.name)
+
+    @classmethod
+    def problems(cls, hyper: Any) -> list[str]:
         """Why these hyperparameters make no sense for this part (checked with the config), one line each."""
         return []
 

@@ -55,7 +55,7 @@ class FedDynClient(ClientRule):
         return prefixed(GRAD, tensors_of(to_numpy(stored) if stored is not None else None, self.round.start))
 
     def loss_term(self, view: StepView, per_client: Tensors) -> torch.Tensor | None:
-        alpha, start, dyn_grad = self.params.feddyn_alpha, self.round.start, unprefixed(GRAD, per_client)
+        alpha, start, dyn_grad = self.hyper.feddyn_alpha, self.round.start, unprefixed(GRAD, per_client)
         linear = quadratic = 0.0
         for name, p in view.params.items():
             linear = linear + (dyn_grad[name] * p).sum()
@@ -63,7 +63,7 @@ class FedDynClient(ClientRule):
         return -linear + 0.5 * alpha * quadratic
 
     def outputs(self, trained: Trained, per_client: Tensors) -> Tensors:
-        alpha, start, dyn_grad = self.params.feddyn_alpha, self.round.start, unprefixed(GRAD, per_client)
+        alpha, start, dyn_grad = self.hyper.feddyn_alpha, self.round.start, unprefixed(GRAD, per_client)
         return prefixed(GRAD, {name: dyn_grad[name] - alpha * (p - start[name]) for name, p in trained.params.items()})
 
     def save_state(self, client: ClientRound, uploaded: Arrays, outputs: Arrays) -> None:

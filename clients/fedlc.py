@@ -38,7 +38,7 @@ class FedLCClient(ClientRule):
     def inputs(self, client: ClientRound) -> Tensors:
         y = client.data.y[client.data.train.to(client.data.y.device)]
         counts = torch.bincount(y, minlength=client.data.num_classes).to(next(iter(self.round.start.values())))
-        shift = self.params.fedlc_tau * counts.clamp(min=1).pow(-0.25)
+        shift = self.hyper.fedlc_tau * counts.clamp(min=1).pow(-0.25)
         return {SHIFT: torch.where(counts > 0, shift, torch.inf)}
 
     def criterion(self, logits: torch.Tensor, targets: torch.Tensor, per_client: Tensors) -> torch.Tensor:

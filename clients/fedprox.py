@@ -24,7 +24,7 @@ class FedProxClient(ClientRule):
     Params = FedProxParams
 
     def loss_term(self, view: StepView, per_client: Tensors) -> torch.Tensor | None:
-        mu = self.params.prox_mu
+        mu = self.hyper.prox_mu
         if mu == 0:
             return None
         start = self.round.start

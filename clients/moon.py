@@ -63,14 +63,14 @@ class MoonClient(ClientRule):
         }
 
     def loss_term(self, view: StepView, per_client: Tensors) -> torch.Tensor | None:
-        mu = self.params.moon_mu
+        mu = self.hyper.moon_mu
         if mu == 0:
             return None
         this_round = self.round
         z_glob = target_features(view.model, this_round.start, this_round.start_buffers, view.inputs)
         previous = unprefixed("params", per_client), unprefixed("buffers", per_client)
         z_prev = target_features(view.model, *previous, view.inputs)
-        return mu * contrastive_loss(view.features, z_glob, z_prev, self.params.moon_temperature)
+        return mu * contrastive_loss(view.features, z_glob, z_prev, self.hyper.moon_temperature)
 
     def save_state(self, client: ClientRound, uploaded: Arrays, outputs: Arrays) -> None:
         client.state.save(PREVIOUS, to_array_record(uploaded), self.round.server_round)

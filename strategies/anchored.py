@@ -39,12 +39,12 @@ class AnchorServer(ServerPart):
         self._fraction = float("nan")
 
     def seed_for(self, server_round: int) -> int:
-        key = 0 if self.params.anchor_schedule == "fixed" else server_round
+        key = 0 if self.hyper.anchor_schedule == "fixed" else server_round
         return seed_for(self.ctx.cfg.seed, Stream.MASK, key)
 
     def mask_for(self, server_round: int) -> Arrays:
         if server_round not in self._masks:
-            mask = round_mask(self.ctx.model, self.params, self.seed_for(server_round), self.ctx.personal)
+            mask = round_mask(self.ctx.model, self.hyper, self.seed_for(server_round), self.ctx.personal)
             self._masks = {server_round: as_numpy(mask)}  # one round at a time
             self._fraction = anchored_fraction(mask)
         return self._masks[server_round]
@@ -64,9 +64,9 @@ class AnchorServer(ServerPart):
 
     def adjust(self, server_round: int, params: Arrays, sent: Arrays, totals: RoundTotals) -> Arrays:
         mask = self.mask_for(server_round)  # also the round's anchored fraction, for every mask kind
-        if self.params.anchor_masks == "client":
+        if self.hyper.anchor_masks == "client":
             return params
-        reset = self.params.anchor_schedule == "fixed" or self.params.anchor_server_step == "reset"
+        reset = self.hyper.anchor_schedule == "fixed" or self.hyper.anchor_server_step == "reset"
         plain = {} if reset else totals.param_mean
         out = dict(params)
         for name, anchored in mask.items():

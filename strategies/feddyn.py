@@ -29,11 +29,11 @@ class FedDynServer(ServerPart):
         names = [name for name, _ in self.ctx.model.named_parameters()]
         h = self.h or {name: np.zeros(sent[name].shape, dtype=np.float32) for name in names}
         shift = totals.update_sum
-        scale = self.params.feddyn_alpha / self.ctx.cfg.num_clients
+        scale = self.hyper.feddyn_alpha / self.ctx.cfg.num_clients
         self.h = {name: (value - scale * shift[name]).astype(np.float32) for name, value in h.items()}
 
     def adjust(self, server_round: int, params: Arrays, sent: Arrays, totals: RoundTotals) -> Arrays:
-        alpha = self.params.feddyn_alpha
+        alpha = self.hyper.feddyn_alpha
         assert self.h is not None  # absorb ran first
         return {
             name: (value - self.h[name] / alpha).astype(value.dtype, copy=False) if name in self.h else value

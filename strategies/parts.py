@@ -47,7 +47,7 @@ class ServerContext:
 
     cfg: RunConfig
     model: nn.Module  # the architecture: parameter names, shapes and layer kinds (masks)
-    params: Any  # the hyperparameters of the algorithm the part belongs to
+    hyper: Any  # the hyperparameters of the algorithm the part belongs to (never weights)
     client: type[ClientRule]  # the algorithm's client side: what its replies hold
     personal: frozenset[str] = frozenset()  # entries the clients keep for themselves (fedpfn.core.personal)
 
@@ -57,7 +57,7 @@ class ServerPart:
 
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
-        self.params = ctx.params
+        self.hyper = ctx.hyper
 
     def config_entries(self, server_round: int) -> dict[str, Scalar]:
         """Entries added to the round's train config."""

@@ -57,6 +57,9 @@ class UserStrategyParams:
     )
 
 
+USER_STRATEGY = "strategy"  # the namespace of a user's strategy's hyperparameters
+
+
 @dataclass(frozen=True)
 class ServerRule:
     name: str
@@ -65,6 +68,12 @@ class ServerRule:
     arguments: Callable[[Any], dict[str, Any]] = lambda params: {}  # its keyword arguments from Params
     state: tuple[str, ...] = ()  # attributes carrying state between rounds (`current_arrays` is set each round)
     mean_based: bool = False  # its aggregate is a function of the replies' example-weighted mean
+
+    @property
+    def namespace(self) -> str:
+        """Where a run keeps its hyperparameters: `fedavgm.server_lr`, `strategy.server_args` for a
+        user's `module:Class` (fedpfn.core.hyper)."""
+        return USER_STRATEGY if ":" in self.name else self.name
 
     def build(self, params: Any) -> Strategy:
         assert self.strategy is not None, "a user's strategy is built by build_user_strategy"

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
@@ -39,6 +39,9 @@ from strategies.privacy import PrivacyBudget
 from strategies.registry import accepted_keywords, parse_kwargs
 from strategies.state import load_strategy_state, strategy_state
 from strategies.totals import RoundTotals
+
+if TYPE_CHECKING:
+    from fedpfn.core.config import RunConfig
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,14 @@ class PluginParams:
         "δ of the (ε, δ) privacy budget a --server-wrap with noise_multiplier reports",
         between(0, 1, low_open=True, high_open=True),
     )
+
+
+PLUGINS = "plugins"  # where a run keeps PluginParams: plugins.server_wrap (fedpfn.core.hyper)
+
+
+def plugins_of(cfg: RunConfig) -> PluginParams:
+    """The run's plug-ins."""
+    return cfg.hyper(PLUGINS, PluginParams)
 
 
 def plugin_values(params: PluginParams) -> dict[str, Any]:

@@ -18,12 +18,14 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from conftest import tiny_config
 from fedpfn.core import protocol
 from fedpfn.core.config import RunConfig
+from fedpfn.core.hyper import dotted
 from fedpfn.runtime.algorithms import (
     ANCHOR_METHODS,
     CLIENT_RULES,
     flower_run_config,
-    hparam_classes,
+    from_run_config,
     hparam_fields,
+    hparam_parts,
     load_config,
     validated,
 )
@@ -40,11 +42,12 @@ def test_every_declared_setting_is_a_flag_a_config_key_and_a_flower_key():
     flags = {a.dest for a in build_parser()._actions}
     core = {f.name for f in dataclasses.fields(RunConfig) if f.name != "hparams"}
     declared = core | set(hparam_fields())
-    assert declared <= flags
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    assert {name for name in declared if "." not in name} <= flags  # a hyperparameter's flag: its name
+    tables = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    pyproject = dotted(tables)  # as Flower flattens them: fedprox.prox-mu
     assert pyproject == flower_run_config(), "pyproject is out of date: run `python -m fedpfn.runtime.algorithms`"
     assert {k.replace("-", "_") for k in pyproject} == declared
-    assert load_config(pyproject).to_dict() == validated(RunConfig()).to_dict()
+    assert load_config(from_run_config(pyproject)).to_dict() == validated(RunConfig()).to_dict()
 
 
 def test_every_algorithm_declares_a_name_and_its_parameters():
@@ -53,7 +56,7 @@ def test_every_algorithm_declares_a_name_and_its_parameters():
         assert dataclasses.is_dataclass(algorithm.Params)
         for f in dataclasses.fields(algorithm.Params):
             assert f.metadata["help"], f"{name}.{f.name} has no help"
-    assert len(hparam_classes()) == len(set(hparam_classes()))
+    assert set(hparam_parts()) >= {rule.namespace() for rule in {**CLIENT_RULES, **ANCHOR_METHODS}.values()}
 
 
 def test_a_hyperparameter_of_another_algorithm_is_refused_unless_default():
@@ -61,13 +64,13 @@ def test_a_hyperparameter_of_another_algorithm_is_refused_unless_default():
 
     with pytest.raises(ConfigError, match="prox_mu: 0.5 is set, but fedavg with server fedavg does not use it"):
         tiny_config(algorithm="fedavg", prox_mu=0.5)
-    assert "prox_mu" not in tiny_config(algorithm="fedavg", prox_mu=0.01).to_dict()
-    assert tiny_config(algorithm="fedprox", prox_mu=0.5).to_dict()["prox_mu"] == 0.5
+    assert not {"prox_mu", "fedprox.prox_mu"} & set(tiny_config(algorithm="fedavg", prox_mu=0.01).to_dict())
+    assert tiny_config(algorithm="fedprox", prox_mu=0.5).to_dict()["fedprox.prox_mu"] == 0.5
 
 
 def test_resolved_config_names_the_granularity():
-    assert tiny_config(algorithm="fedpfn").to_dict()["anchor_granularity"] == "weight"
-    assert tiny_config(algorithm="fedpnu").to_dict()["anchor_granularity"] == "neuron"
+    assert tiny_config(algorithm="fedpfn").to_dict()["fedpfn.anchor_granularity"] == "weight"
+    assert tiny_config(algorithm="fedpnu").to_dict()["fedpnu.anchor_granularity"] == "neuron"
 
 
 # --- MOON against its paper ------------------------------------------------------------------

@@ -19,7 +19,7 @@ import torch
 from flwr.app import ArrayRecord, RecordDict
 
 import run_sim
-from clients.attacks import AttackParams, malicious_partitions
+from clients.attacks import AttackParams, attack_of, malicious_partitions
 from conftest import NodeGrid, tiny_config
 from fedpfn.core import protocol
 from fedpfn.core.cache import initial_model
@@ -67,13 +67,13 @@ def test_the_malicious_clients_are_the_seeds_and_clients_jsonl_marks_them(tmp_pa
     expected = malicious_partitions(AttackParams(attack="sign-flip", attack_fraction=0.5), 0, 4)
     assert {row["partition_id"] for row in rows if row["malicious"]} == expected and len(expected) == 2
     config = json.loads((out / "config.json").read_text())
-    assert (config["attack"], config["attack_fraction"], config["attack_scale"]) == ("sign-flip", 0.5, 1.0)
+    assert (config["attacks.attack"], config["attacks.attack_fraction"], config["attacks.attack_scale"]) == ("sign-flip", 0.5, 1.0)
 
 
 def test_a_run_without_an_attack_records_none_of_its_settings():
     cfg = tiny_config()
-    assert not {"attack", "attack_fraction", "attack_scale"} & set(cfg.fingerprint())
-    assert attacked("scaled").fingerprint()["attack_scale"] == 10.0
+    assert not {"attacks.attack", "attacks.attack_fraction", "attacks.attack_scale"} & set(cfg.fingerprint())
+    assert attacked("scaled").fingerprint()["attacks.attack_scale"] == 10.0
 
 
 @pytest.mark.parametrize("attack", MODEL_ATTACKS)
@@ -81,7 +81,7 @@ def test_each_attacker_sends_what_its_attack_says_and_the_honest_send_as_before(
     cfg = attacked(attack, attack_scale=3.0)
     honest_cfg = tiny_config(num_clients=8, clients_per_round=8, batch_size=500)
     sent, messages = round_one(cfg)
-    malicious = malicious_partitions(cfg.params(AttackParams), cfg.seed, cfg.num_clients)
+    malicious = malicious_partitions(attack_of(cfg), cfg.seed, cfg.num_clients)
     assert len(malicious) == 4
     for message in messages:
         pid = message.metadata.dst_node_id
@@ -101,7 +101,7 @@ def test_each_attacker_sends_what_its_attack_says_and_the_honest_send_as_before(
 
 def test_a_label_flipper_trains_on_flipped_labels_and_the_honest_on_their_own():
     cfg = attacked("label-flip")
-    flippers = malicious_partitions(cfg.params(AttackParams), cfg.seed, cfg.num_clients)
+    flippers = malicious_partitions(attack_of(cfg), cfg.seed, cfg.num_clients)
     _, messages = round_one(cfg)
     jobs = [ClientJob(p, RecordDict(), 0) for p in range(cfg.num_clients)]
     cohort = Cohort(client_rules(cfg), cfg, messages[0].content, CPU, jobs)
@@ -125,7 +125,7 @@ def test_the_batched_program_sends_what_the_clientapp_sends(attack, algorithm):
     messages = round_one(cfg)[1][:6]
     jobs = [ClientJob(m.metadata.dst_node_id, RecordDict(), 0) for m in messages]
     result = Cohort(client_rules(cfg), cfg, messages[0].content, CPU, jobs).train("vmap")
-    malicious = malicious_partitions(cfg.params(AttackParams), cfg.seed, cfg.num_clients)
+    malicious = malicious_partitions(attack_of(cfg), cfg.seed, cfg.num_clients)
     assert 0 < len(malicious & {job.partition_id for job in jobs}) < 6
     for k, message in enumerate(messages):
         batched = protocol.to_numpy(result.reply_content(k).array_records[protocol.ARRAYS])
@@ -207,4 +207,4 @@ def test_a_resumed_attack_continues_exactly_and_keeps_its_settings(tmp_path):
              for f in (whole, part)]  # fmt: skip
     assert marks[0] == marks[1] and sum(m for _, m in marks[0]) == 4
     config = json.loads((part / "config.json").read_text())
-    assert (config["attack"], config["attack_scale"]) == ("gaussian", 0.01)
+    assert (config["attacks.attack"], config["attacks.attack_scale"]) == ("gaussian", 0.01)

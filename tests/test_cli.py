@@ -18,6 +18,7 @@ import pytest
 
 import run_sim
 from conftest import no_engine_starts
+from fedpfn.core.anchors import AnchorParams
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -299,7 +300,7 @@ def test_key_value_overrides_are_settings_as_flwr_run_spells_them():
     args = run_sim.parse_args(["rounds=5", "num-clients=4", "algorithm='fedpfn'", "anchor_ratio=0.2", "--alpha", "0.1"])
     cfg = run_sim.config_from_args(args)
     assert (cfg.rounds, cfg.num_clients, cfg.algorithm, cfg.alpha) == (5, 4, "fedpfn", 0.1)
-    assert cfg.hparams["anchor_ratio"] == 0.2
+    assert cfg.hyper("fedpfn", AnchorParams).anchor_ratio == 0.2
 
 
 def test_subprocess_misspelt_flag_is_one_line_exit_2():

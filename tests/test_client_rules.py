@@ -299,7 +299,7 @@ def test_fedpfn_over_each_rule_keeps_anchors_bit_identical(rule):
     parts = client_rules(cfg)
     assert parts[0] is {"fedprox": FedProxClient, "scaffold": ScaffoldClient, "feddyn": FedDynClient}[rule]
     y, reply, state = fit(parts, cfg, content)
-    anchor = cfg.params(AnchorParams)
+    anchor = cfg.hyper("fedpfn", AnchorParams)
     mask = round_mask(initial_model(cfg), anchor, int(content.config_records["config"]["anchor-seed"]))
     assert set(mask) == set(names)
     for n, m in mask.items():
@@ -326,7 +326,7 @@ def test_fedpnu_partial_upload_through_the_rule_wrappers(rule):
         sent = {k: v.numpy() for k, v in arrays.items()}
         arrays, _, replies, _ = run_round(cfg, strategy, arrays, server_round, states)
         new = {k: v.numpy() for k, v in arrays.items()}
-        mask = round_mask(model, cfg.params(AnchorParams), mask_seed(cfg.seed, server_round))
+        mask = round_mask(model, cfg.hyper("fedpnu", AnchorParams), mask_seed(cfg.seed, server_round))
         for n, m in mask.items():
             m = m.numpy()
             if rule == "scaffold":  # FedAvg's average of equal values: the anchor, bit for bit
@@ -423,7 +423,7 @@ def test_client_masks_freeze_a_mask_of_each_clients_own():
         share = sum(int(k.sum()) for k in kept.values()) / sum(k.size for k in kept.values())
         assert 0.38 < share < 0.45, share  # rho = 0.4 frozen (and a few entries that did not move)
     assert any(not np.array_equal(frozen[0][n], frozen[1][n]) for n in names)
-    assert FedPFNClient.problems(cfg.params(AnchorParams)) == []
+    assert FedPFNClient.problems(cfg.hyper("fedpfn", AnchorParams)) == []
 
 
 def test_client_masks_are_refused_for_fedpnu():

@@ -148,11 +148,13 @@ MISBEHAVING = {
         "class Rule(ClientRule):\n    name = 'mine'\n    Params = P\n",
         "declares the setting 'lr', which is a core setting; rename it",
     ),
-    "rule clash": (
-        "from dataclasses import dataclass\nfrom clients.base import ClientRule\n"
-        "@dataclass(frozen=True)\nclass P:\n    prox_mu: float = 0.1\n"
-        "class Rule(ClientRule):\n    name = 'mine'\n    Params = P\n",
-        "declares the setting 'prox_mu', which FedProxParams declares too; rename it",
+    "name clash": (  # its settings would share fedprox's namespace (fedprox.prox_mu)
+        "from clients.base import ClientRule\nclass Rule(ClientRule):\n    name = 'fedprox'\n",
+        "is named 'fedprox', as another algorithm is; give it a name of its own",
+    ),
+    "dotted name": (
+        "from clients.base import ClientRule\nclass Rule(ClientRule):\n    name = 'my.rule'\n",
+        "is named 'my.rule', which is not letters, digits, '_' and '-'",
     ),
 }
 

@@ -13,7 +13,8 @@ from conftest import tiny_config
 from fedpfn.runtime.compare import compare, comparison_configs, plan
 from fedpfn.core.config import ConfigError, RunConfig
 from fedpfn.core.settings import read_toml
-from fedpfn.runtime.algorithms import flower_run_config, parse_config, problems
+from fedpfn.core.hyper import dotted
+from fedpfn.runtime.algorithms import flower_run_config, from_run_config, parse_config, problems
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -130,6 +131,6 @@ def test_flower_app_config_declares_every_setting():
     import tomllib
 
     pyproject = tomllib.loads((CONFIGS.parent / "pyproject.toml").read_text())
-    declared = pyproject["tool"]["flwr"]["app"]["config"]
+    declared = dotted(pyproject["tool"]["flwr"]["app"]["config"])  # fedprox.prox-mu, as Flower flattens it
     assert set(declared) == set(flower_run_config())
-    assert problems(parse_config(declared)) == []
+    assert problems(parse_config(from_run_config(declared))) == []

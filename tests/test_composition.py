@@ -135,6 +135,6 @@ def test_fedavgm_momentum_starts_from_the_model_actually_sent():
             average = sum((w / total) * a[name] for a, w in before)
             gradient = sent[name] - average
             momentum[name] = gradient if previous is None else 0.9 * previous[name] + gradient
-            want = (sent[name] - 1.0 * momentum[name]) - dyn.h[name] / dyn.params.feddyn_alpha
+            want = (sent[name] - 1.0 * momentum[name]) - dyn.h[name] / dyn.hyper.feddyn_alpha
             np.testing.assert_allclose(arrays[name].numpy(), want, rtol=1e-5, atol=1e-6)
         assert all(np.allclose(strategy.inner.momentum_vector[i], momentum[n]) for i, n in enumerate(names))

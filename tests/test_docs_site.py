@@ -206,7 +206,7 @@ def test_the_extending_pages_own_rule_trains_by_dotted_path(tmp_path, monkeypatc
             "--smoothing", "0.2", "--rounds", "1", "--out", str(tmp_path / "run")]  # fmt: skip
     assert run_sim.main(args) == 0
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert saved["algorithm"] == "my_rule:LabelSmoothing" and saved["smoothing"] == 0.2
+    assert saved["algorithm"] == "my_rule:LabelSmoothing" and saved["label_smoothing.smoothing"] == 0.2
     assert (tmp_path / "run" / "summary.json").is_file()
 
 

@@ -136,7 +136,7 @@ USER_RULE = '''
         Params = SmoothingParams
 
         def criterion(self, logits, targets, per_client):
-            return F.cross_entropy(logits, targets, label_smoothing=self.params.smoothing)
+            return F.cross_entropy(logits, targets, label_smoothing=self.hyper.smoothing)
 '''
 
 
@@ -163,7 +163,7 @@ def test_a_users_rule_runs_by_dotted_path_on_both_engines(user_module, tmp_path,
     done = run_cli(user_module, tmp_path / "run", "--algorithm", spec, "--smoothing", "0.3", "--engine", engine)
     assert done.returncode == 0, done.stderr[-2000:]
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert saved["algorithm"] == spec and saved["smoothing"] == 0.3
+    assert saved["algorithm"] == spec and saved["label_smoothing.smoothing"] == 0.3
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert rows and np.isfinite(rows[-1]["test_accuracy"])
 

@@ -94,7 +94,7 @@ def test_run_folder_is_complete(reference):
         assert expected in names, expected
     assert not [n for n in names if n.endswith(".tmp") or n == ".fedpfn.lock"]
     config = json.loads((reference / "config.json").read_text())
-    assert config["algorithm"] == "fedpfn+scaffold" and config["anchor_ratio"] == 0.4
+    assert config["algorithm"] == "fedpfn+scaffold" and config["fedpfn.anchor_ratio"] == 0.4
     metrics = rows(reference)
     assert [r["round"] for r in metrics] == [1, 2, 3, 4]
     for r in metrics:

@@ -25,8 +25,9 @@ def start(cfg):
 
 
 def mask_of(model, cfg, server_round: int) -> dict[str, np.ndarray]:
-    key = 0 if cfg.params(AnchorParams).anchor_schedule == "fixed" else server_round
-    mask = round_mask(model, cfg.params(AnchorParams), seed_for(cfg.seed, Stream.MASK, key))
+    anchors = cfg.hyper(cfg.algorithm.partition("+")[0], AnchorParams)
+    key = 0 if anchors.anchor_schedule == "fixed" else server_round
+    mask = round_mask(model, anchors, seed_for(cfg.seed, Stream.MASK, key))
     return {name: m.numpy() for name, m in mask.items()}
 
 

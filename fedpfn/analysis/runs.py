@@ -22,6 +22,7 @@ from typing import Any
 
 from fedpfn.core.config import RunConfig
 from fedpfn.core.files import CONFIG, METRICS, PROVENANCE, SUMMARY, DamagedFile, read_json, read_jsonl
+from fedpfn.core.hyper import flat_view
 from fedpfn.core.seeding import MAX_SEED
 from fedpfn.core.settings import ConfigError, of_kind
 
@@ -156,6 +157,7 @@ def read_run(path: Path) -> Run:
         if (problem := value_problem(key, config[key])) is not None:
             raise ConfigError(f"runs: {path / CONFIG}: {problem}")
     config.pop(PROVENANCE, None)
+    config = flat_view(config)  # by name, as runs written before the namespaces (fedpfn.core.hyper)
     return Run(path, config, read_metrics(path / METRICS, config["rounds"]))
 
 

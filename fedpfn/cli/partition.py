@@ -52,7 +52,8 @@ def config_values(config: Path) -> dict[str, Any]:
         raise ConfigError(f"--config: '{config}' is not a run's config.json (not a JSON object)")
     values.pop(PROVENANCE, None)
     if ":" in str(values.get("server", "")):  # a run folder names no code to run; a partition needs no server
-        values = {k: v for k, v in values.items() if k not in ("server", "server_args")}
+        dropped = ("server", "server_args", "strategy.server_args")
+        values = {k: v for k, v in values.items() if k not in dropped}
     return values
 
 

@@ -154,9 +154,11 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         add_flags(
             group, RunConfig, skip=[f.name for f in dataclasses.fields(RunConfig) if f.name not in mine]
         )
+    flagged_already: set[str] = set()  # one flag a name: it sets each part of the run that declares it
     for name, classes in hparam_groups().items():
         for cls in classes:
-            add_flags(groups[name], cls)
+            add_flags(groups[name], cls, skip=flagged_already)
+            flagged_already |= {f.name for f in dataclasses.fields(cls)}
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=argparse.SUPPRESS)
     return parser
 
@@ -196,12 +198,13 @@ def load_user_rule(argv: list[str]) -> None:
         if token == "--resume":  # the folder resumed is data, whatever files it holds: no code from it
             keep_out_of_imports(Path(argv[k + 1]))
     for k, token in enumerate(argv):
-        named = argv[k + 1] if token == "--algorithm" and k + 1 < len(argv) else None
-        for prefix in ("--algorithm=", "algorithm="):
+        named = argv[k + 1] if token in ("--algorithm", "--compare") and k + 1 < len(argv) else None
+        for prefix in ("--algorithm=", "algorithm=", "--compare="):
             named = token[len(prefix) :] if token.startswith(prefix) else named
-        if named and ":" in named:
-            name_code(named.strip("'\""))
-            split_algorithm(named.strip("'\""))
+        for algorithm in (named or "").split(",") if token.startswith("--compare") else [named or ""]:
+            if ":" in algorithm:
+                name_code(algorithm.strip("'\""))
+                split_algorithm(algorithm.strip("'\""))
 
 
 def name_given_code(args: dict[str, Any]) -> None:

@@ -1,8 +1,9 @@
 """One typed place for every setting of a run, validated once and saved with the run.
 
 The core settings are declared here; each algorithm declares its own hyperparameters beside
-its code (`FedProxParams` next to `FedProxClient`, `AnchorParams` next to the anchors), and
-`fedpfn.runtime.algorithms` collects them. The command line, TOML presets, Flower's run config
+its code (`FedProxParams` next to `FedProxClient`, `AnchorParams` next to the anchors),
+`fedpfn.runtime.algorithms` collects them and a run keeps them namespaced by their algorithm
+(`fedprox.prox_mu`, fedpfn.core.hyper). The command line, TOML presets, Flower's run config
 (`[tool.flwr.app.config]`) and `config.json` are all derived from these declarations, so a
 setting has one name, one default and one check. Keys may be written with `-` or `_`.
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fedpfn.core.data import DATASETS, dataset_problem
+from fedpfn.core.hyper import flat_view, hyper_of
 from fedpfn.core.init_file import fresh_head_setting, init_file_problem, sha256_problem, start_changed
 from fedpfn.core.models import MAX_PROJECTION_HEAD, MODELS, TIMM_PREFIX, model_problem
 from fedpfn.core.personal import unmatched_problem
@@ -220,7 +222,7 @@ class RunConfig:
     target_accuracy: float = setting(
         0.8, "accuracy whose first round is reported in comparisons", between(0, 1, low_open=True), kind="bookkeeping"
     )
-    # the algorithms' own hyperparameters (fedpfn.runtime.algorithms), flat in files and flags
+    # the algorithms' hyperparameters: `fedprox.prox_mu`, or by name until resolved (fedpfn.core.hyper)
     hparams: dict[str, Any] = dataclasses.field(default_factory=dict, metadata={"flag": False})
 
     # --- derived views -------------------------------------------------------------------
@@ -236,7 +238,7 @@ class RunConfig:
         if self.out:
             return Path(self.out)
         ignored = {"seed", *of_kind(RunConfig, "bookkeeping"), *PLACEMENT, *TRACKERS}
-        settings = {key: value for key, value in self.to_dict().items() if key not in ignored}
+        settings = {key: value for key, value in flat_view(self.to_dict()).items() if key not in ignored}
         digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
         server = "" if self.server == "fedavg" else "-" + self.server.rpartition(":")[2]
         name = re.sub(r"[^A-Za-z0-9.+_-]", "_", f"{self.algorithm}{server}-{self.dataset}-{self.model}")
@@ -245,10 +247,9 @@ class RunConfig:
     def lr_at(self, server_round: int) -> float:
         return self.lr * self.lr_decay ** (server_round - 1)
 
-    def params(self, cls: type[P]) -> P:
-        """The hyperparameters of one algorithm, typed, e.g. `cfg.params(FedProxParams)`."""
-        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        return cls(**{k: v for k, v in self.hparams.items() if k in names})
+    def hyper(self, namespace: str, cls: type[P]) -> P:
+        """The hyperparameters of one part of the run, typed, e.g. `cfg.hyper("fedprox", FedProxParams)`."""
+        return hyper_of(self.hparams, namespace, cls)
 
     # --- checks --------------------------------------------------------------------------
 
@@ -282,8 +283,8 @@ class RunConfig:
         return {k: v for k, v in self.to_dict().items() if k not in NOT_IN_FINGERPRINT}
 
     def differences(self, other: RunConfig, ignore: tuple[str, ...] = ("out", "overwrite")) -> list[str]:
-        """`key: mine != theirs` for every setting that differs."""
-        mine, theirs = self.to_dict(), other.to_dict()
+        """`key: mine != theirs` for every setting that differs (by name, as fedpfn.core.hyper.flat_view)."""
+        mine, theirs = flat_view(self.to_dict()), flat_view(other.to_dict())
         keys = sorted((set(mine) | set(theirs)) - set(ignore))
         return [f"{k}: {mine.get(k)} != {theirs.get(k)}" for k in keys if mine.get(k) != theirs.get(k)]
 
@@ -306,7 +307,7 @@ class RunConfig:
     ) -> tuple[RunConfig, list[str]]:
         """(the config of every value that parses, one line per value or key that does not).
 
-        Keys may use '-' or '_'; `hparam_fields` are the algorithms' declared hyperparameters.
+        Keys may use '-' or '_'; `hparam_fields`: the algorithms' (fedpfn.runtime.algorithms.hparam_fields).
         """
         parsed, unparsed = parse_leniently({**core_fields(), **hparam_fields}, values)
         hparams = {k: v for k, v in parsed.items() if k in hparam_fields}

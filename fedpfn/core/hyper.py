@@ -23,7 +23,7 @@ NAMESPACE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")  # what a namespace may be: a T
 
 
 def namespace_of(name: str) -> str:
-    """The namespace of an algorithm's name: keys are spelt with '_' (`label-smoothing` -> `label_smoothing`)."""
+    """An algorithm's namespace: its name with '_' for '-', as keys are spelt (`label_smoothing`)."""
     return name.replace("-", "_")
 
 

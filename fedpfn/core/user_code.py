@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpfn.core.files import enclosing_run_folder, module_locations
+from fedpfn.core.hyper import flat_view
 from fedpfn.core.settings import ConfigError
 
 _NAMED_BY_COMMAND: set[str] = set()  # the dotted paths this process's command named
@@ -55,8 +56,10 @@ CODE_SETTINGS = ("algorithm", "server", "server_wrap", "client_mod", "model", "d
 
 
 def code_settings(values: Mapping[str, object]) -> list[object]:
-    """The values of CODE_SETTINGS in `values` (keys spelled with '-' or '_'): what `name_code` takes."""
-    return [values.get(key, values.get(key.replace("_", "-"))) for key in CODE_SETTINGS]
+    """The values of CODE_SETTINGS in `values` (keys spelled with '-' or '_', a plug-in's by name or
+    namespaced: `plugins.server_wrap`, fedpfn.core.hyper): what `name_code` takes."""
+    flat = flat_view({str(key).replace("-", "_"): value for key, value in values.items()})
+    return [flat.get(key) for key in CODE_SETTINGS]
 
 
 def name_code(*values: object) -> None:

@@ -19,7 +19,10 @@ The composition rule, the same on both sides:
   strategies/registry.py.
 
 The core settings (fedpfn.core.config) know no algorithm: a config is built here, where
-the algorithms' declared hyperparameters join them (`load_config`).
+the algorithms' declared hyperparameters join them (`load_config`), each namespaced by the
+part that declares it (`fedprox.prox_mu`, `fedpfn.anchor_ratio`, `fedavgm.server_lr`,
+`plugins.server_wrap`, `attacks.attack`: fedpfn.core.hyper), so a user's rule may declare
+any name but a core setting's.
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ from flwr.serverapp.strategy import Strategy
 from torch import nn
 
 from clients import ANCHOR_METHODS, CLIENT_RULES, ClientRule, load_client_rule
-from clients.attacks import AttackClient, AttackParams, attack_problems, attack_values
+from clients.attacks import AttackClient, AttackParams, attack_of, attack_problems, attack_values
 from fedpfn.core.config import RunConfig, core_fields
+from fedpfn.core.hyper import NAMESPACE, SEP, dotted, key, split_key
 from fedpfn.core.init_file import file_sha256
 from fedpfn.core.personal import PERSONAL, meta_model, personal_entries
 from fedpfn.core.settings import ConfigError, is_set, one_per_setting
@@ -54,7 +58,10 @@ from strategies import (
     server_rule,
 )
 from strategies.registry import USER_RULE
-from strategies.wrapping import PluginParams, WrappedStrategy, plugin_values
+from strategies.wrapping import PLUGINS, PluginParams, WrappedStrategy, plugin_values, plugins_of
+
+Part = tuple[str, type]  # (namespace, hyperparameter class) of one part of a run
+PLUG_INS: list[Part] = [(PLUGINS, PluginParams), (AttackClient.namespace(), AttackParams)]  # any run may use
 
 
 @dataclass(frozen=True)
@@ -85,19 +92,28 @@ def split_algorithm(algorithm: str) -> tuple[str | None, str]:
     anchor, rule = (head, rest or "fedavg") if head in ANCHOR_METHODS else (None, algorithm)
     if ":" in rule and rule not in CLIENT_RULES:
         cls = load_client_rule(rule)  # ConfigError where it does not load
-        check_own_settings(rule, cls.Params)
+        check_own_settings(rule, cls)
         CLIENT_RULES[rule] = cls
     return anchor, rule
 
 
-def check_own_settings(spec: str, params: type) -> None:
-    """A user's rule declares no setting that a core setting or another algorithm declares: one
-    line naming both (until settings are namespaced per algorithm, names are shared)."""
-    owners = {f.name: "is a core setting" for f in dataclasses.fields(RunConfig)}
-    owners |= {f.name: f"{cls.__qualname__} declares too" for cls in hparam_classes() for f in dataclasses.fields(cls)}
-    for f in dataclasses.fields(params):
-        if f.name in owners:
-            raise ConfigError(f"algorithm: '{spec}' declares the setting '{f.name}', which {owners[f.name]}; rename it")
+def check_own_settings(spec: str, rule: type[ClientRule]) -> None:
+    """A user's rule has a name of its own, its settings' namespace (any other algorithm's names are
+    its to declare too: fedpfn.core.hyper), and declares no core setting: one line naming both."""
+    core, space = core_fields(), rule.namespace()
+    if not NAMESPACE.fullmatch(space) or space in core:
+        why = "is a core setting" if space in core else "is not letters, digits, '_' and '-'"
+        raise ConfigError(f"algorithm: '{spec}' is named '{rule.name}', which {why}; its settings are saved "
+                          f"as {space}.NAME: give it another name")  # fmt: skip
+    if space in hparam_parts():
+        raise ConfigError(
+            f"algorithm: '{spec}' is named '{rule.name}', as another algorithm is; give it a name of its own"
+        )
+    for f in dataclasses.fields(rule.Params):
+        if f.name in core:
+            raise ConfigError(
+                f"algorithm: '{spec}' declares the setting '{f.name}', which is a core setting; rename it"
+            )
 
 
 def anchor_method(cfg: RunConfig) -> str | None:
@@ -117,40 +133,70 @@ def _parts(algorithm: str) -> list[Algorithm]:
 # --- hyperparameters ----------------------------------------------------------------------
 
 
-def declared_by(algorithm: str, server: str) -> list[type]:
-    """The hyperparameter classes an (algorithm, server) pair uses (and the plug-ins, which any may)."""
-    return [part.client.Params for part in _parts(algorithm)] + [server_rule(server).Params, PluginParams, AttackParams]
+def hyper_parts(algorithm: str, server: str) -> list[Part]:
+    """The parts an (algorithm, server) pair uses, with the plug-ins' and attacks' (any run may use those)."""
+    rule = server_rule(server)
+    parts = [(part.client.namespace(), part.client.Params) for part in _parts(algorithm)]
+    return parts + [(rule.namespace, rule.Params), *PLUG_INS]
 
 
-def hparam_classes() -> list[type]:
-    """Every hyperparameter class: of each client rule, anchor method and server rule."""
-    classes = [rule.Params for rule in (*CLIENT_RULES.values(), *ANCHOR_METHODS.values())]
-    classes += [rule.Params for rule in (*SERVER_RULES.values(), USER_RULE)]
-    return list(dict.fromkeys([*classes, PluginParams, AttackParams]))
+def _spaces_and_names(parts: list[Part]) -> tuple[set[str], set[str]]:
+    """The namespaces of `parts`, and the names they declare."""
+    return {space for space, _ in parts}, {f.name for _, cls in parts for f in dataclasses.fields(cls)}
+
+
+def hparam_parts() -> dict[str, type]:
+    """Every namespace with its hyperparameter class: of each client rule, anchor method and server rule."""
+    parts: dict[str, type] = {}
+    clients = [(rule.namespace(), rule.Params) for rule in (*CLIENT_RULES.values(), *ANCHOR_METHODS.values())]
+    servers = [(rule.namespace, rule.Params) for rule in (*SERVER_RULES.values(), USER_RULE)]
+    for space, cls in [*clients, *servers, *PLUG_INS]:
+        known = parts.get(space)
+        if known not in (None, cls) and dataclasses.fields(known) and dataclasses.fields(cls):
+            raise TypeError(f"namespace '{space}' is declared twice ({known.__name__}, {cls.__name__})")
+        if known is None or not dataclasses.fields(known):  # fedavg's client and server: neither has any
+            parts[space] = cls
+    return parts
 
 
 def hparam_fields() -> dict[str, dataclasses.Field]:
-    """Every declared hyperparameter by name; two algorithms may not declare one name twice."""
+    """Every declared hyperparameter by its key (`fedprox.prox_mu`) and by its name alone (the flag's,
+    read as the first declaration reads it)."""
     fields: dict[str, dataclasses.Field] = {}
-    owner: dict[str, type] = {}
-    for cls in hparam_classes():
+    for space, cls in hparam_parts().items():
         for f in dataclasses.fields(cls):
-            if f.name in fields or f.name in core_fields():
-                raise TypeError(f"hyperparameter '{f.name}' of {cls.__name__} is declared twice")
-            fields[f.name], owner[f.name] = f, cls
+            if f.name in core_fields() or SEP in f.name:
+                raise TypeError(f"hyperparameter '{f.name}' of {cls.__name__}: a core setting's name or a '{SEP}'")
+            fields[key(space, f.name)] = f
+            fields.setdefault(f.name, f)
     return fields
 
 
 def resolve_hparams(cfg: RunConfig) -> dict[str, Any]:
-    """The used hyperparameters with defaults filled in, the anchor granularity resolved."""
+    """The used hyperparameters as `namespace.name`, defaults filled in, the anchor granularity resolved
+    (the plug-ins and attacks only where set, so a run without them reads as before them)."""
     values: dict[str, Any] = {}
-    for cls in declared_by(cfg.algorithm, cfg.server):
-        values.update(dataclasses.asdict(cfg.params(cls)) if cls not in (PluginParams, AttackParams) else {})
-    values.update(plugin_values(cfg.params(PluginParams)) | attack_values(cfg.params(AttackParams)))
     anchor = anchor_method(cfg)
-    if anchor is not None and values.get("anchor_granularity") is None:
-        values["anchor_granularity"] = ANCHOR_METHODS[anchor].default_granularity  # type: ignore[attr-defined]
+    for space, cls in hyper_parts(cfg.algorithm, cfg.server):
+        hyper = cfg.hyper(space, cls)
+        own = {PluginParams: plugin_values, AttackParams: attack_values}.get(cls, dataclasses.asdict)(hyper)
+        if space == anchor and own.get("anchor_granularity") is None:
+            own["anchor_granularity"] = ANCHOR_METHODS[anchor].default_granularity  # type: ignore
+        values.update({key(space, name): value for name, value in own.items()})
     return values
+
+
+def unused_hparams(cfg: RunConfig, given: set[str] | None = None) -> list[str]:
+    """A hyperparameter given (by name or key) that no part of the run declares: refused, never ignored."""
+    parts = hyper_parts(cfg.algorithm, cfg.server)
+    spaces, names = _spaces_and_names(parts)
+    fields = hparam_fields()
+    return [
+        f"{text}: {value} is set, but {cfg.algorithm} with server {cfg.server} does not use it"
+        for text, value in cfg.hparams.items()
+        if not (split_key(text)[0] in spaces if SEP in text else text in names)
+        and is_set(text, value, fields[text].default, given)
+    ]
 
 
 # --- building and checking a config -------------------------------------------------------------
@@ -158,6 +204,7 @@ def resolve_hparams(cfg: RunConfig) -> dict[str, Any]:
 
 def parse_config(values: dict[str, Any], given: set[str] | None = None) -> RunConfig:
     """A config from loosely typed values (keys with '-' or '_'); every problem at once, unchecked otherwise."""
+    values = dotted(values)  # a preset's [fedprox] table as fedprox.prox_mu
     named = str(values.get("algorithm", ""))
     if ":" in named:  # a user's rule: imported first, so that its hyperparameters parse
         split_algorithm(named)
@@ -194,9 +241,11 @@ def config_from_json(text: str) -> RunConfig:
 
 
 def for_algorithm(cfg: RunConfig, algorithm: str) -> RunConfig:
-    """The same settings for another algorithm, keeping only the hyperparameters it uses."""
-    names = {f.name for cls in declared_by(algorithm, cfg.server) for f in dataclasses.fields(cls)}
-    kept = {k: v for k, v in cfg.hparams.items() if k in names}
+    """The same settings for another algorithm, keeping only the hyperparameters it uses: a name
+    given alone reaches each of its parts that declares it."""
+    parts = hyper_parts(algorithm, cfg.server)
+    spaces, names = _spaces_and_names(parts)
+    kept = {k: v for k, v in cfg.hparams.items() if (split_key(k)[0] in spaces if SEP in k else k in names)}
     return dataclasses.replace(cfg, algorithm=algorithm, hparams=kept)
 
 
@@ -219,7 +268,7 @@ def _algorithm_problems(cfg: RunConfig, given: set[str] | None = None) -> list[s
         ]
     out = []
     try:
-        used = declared_by(cfg.algorithm, cfg.server)
+        used = hyper_parts(cfg.algorithm, cfg.server)
     except ConfigError as err:
         return [str(err)]
     client = CLIENT_RULES[rule]
@@ -228,16 +277,12 @@ def _algorithm_problems(cfg: RunConfig, given: set[str] | None = None) -> list[s
             f"optimizer: {rule} is defined for {', '.join(client.optimizers)} only, not '{cfg.optimizer}' "
             "(its rule assumes SGD steps)"
         )
-    for cls in used:
-        out += setting_problems(cfg.params(cls))
+    for space, cls in used:
+        out += setting_problems(cfg.hyper(space, cls))
     for part in _parts(cfg.algorithm):
-        out += part.client.problems(cfg.params(part.client.Params))
-    out += _personal_problems(cfg) + attack_problems(cfg.params(AttackParams), cfg.num_clients, given)
-    used_names = {f.name for cls in used for f in dataclasses.fields(cls)}
-    fields = hparam_fields()
-    for name, value in cfg.hparams.items():
-        if name not in used_names and is_set(name, value, fields[name].default, given):
-            out.append(f"{name}: {value} is set, but {cfg.algorithm} with server {cfg.server} does not use it")
+        out += part.client.problems(cfg.hyper(part.client.namespace(), part.client.Params))
+    out += _personal_problems(cfg) + attack_problems(attack_of(cfg), cfg.num_clients, given)
+    out += unused_hparams(cfg, given)
     if not out and ":" in cfg.server:
         out += _user_strategy_problems(cfg)
     return out + ([] if out else plugin_problems(cfg, given, client_rules(cfg)))
@@ -270,9 +315,21 @@ def _user_strategy_problems(cfg: RunConfig) -> list[str]:
 
 
 def flower_run_config() -> dict[str, Any]:
-    """`[tool.flwr.app.config]` as pyproject.toml must declare it: every setting, "" for None."""
-    fields = {**core_fields(), **hparam_fields()}
-    return {name.replace("_", "-"): "" if f.default is None else f.default for name, f in fields.items()}
+    """`[tool.flwr.app.config]` as pyproject.toml must declare it: every setting, "" for None; a
+    hyperparameter by its key with its default, and by its name alone with "" (not given: `prox-mu=0.1`
+    sets the run's algorithm's, as the flag does; fedpfn.core.hyper)."""
+    fields = hparam_fields()
+    core = {name: f.default for name, f in core_fields().items()}
+    alone = {name: "" for name in fields if SEP not in name}
+    spaced = {name: f.default for name, f in fields.items() if SEP in name}
+    declared = {**core, **alone, **spaced}
+    return {name.replace("_", "-"): "" if value is None else value for name, value in declared.items()}
+
+
+def from_run_config(run_config: dict[str, Any]) -> dict[str, Any]:
+    """Flower's run config as settings: a hyperparameter by name left at pyproject's "" is not given."""
+    alone = {name for name in hparam_fields() if SEP not in name}
+    return {k: v for k, v in run_config.items() if not (v == "" and str(k).replace("-", "_") in alone)}
 
 
 # --- building the two sides -------------------------------------------------------------------
@@ -281,12 +338,13 @@ def flower_run_config() -> dict[str, Any]:
 def client_rules(cfg: RunConfig) -> list[type[ClientRule]]:
     """The client side of `cfg.algorithm`: its rule, then its anchor method, then a model-poisoning
     attack (clients.attacks), which replaces what a malicious client would send."""
-    attack = cfg.params(AttackParams).attack
+    attack = attack_of(cfg).attack
     return [part.client for part in _parts(cfg.algorithm)] + ([AttackClient] if attack not in ("none", "label-flip") else [])
 
 
 def build_inner(cfg: RunConfig) -> Strategy:
-    return build_inner_strategy(cfg.server, cfg.params(server_rule(cfg.server).Params))
+    rule = server_rule(cfg.server)
+    return build_inner_strategy(cfg.server, cfg.hyper(rule.namespace, rule.Params))
 
 
 def personal_of(cfg: RunConfig, model: nn.Module) -> frozenset[str]:
@@ -298,7 +356,9 @@ def build_strategy(cfg: RunConfig, model: nn.Module) -> ComposedStrategy | Wrapp
     """The server algorithm with the server parts of the client rule and the anchors, then the
     personal entries' part (where the clients keep some)."""
     personal = personal_of(cfg, model)
-    context = lambda part: ServerContext(cfg, model, cfg.params(part.client.Params), part.client, personal)  # noqa: E731
+    context = lambda part: ServerContext(  # noqa: E731
+        cfg, model, cfg.hyper(part.client.namespace(), part.client.Params), part.client, personal
+    )
     used = _parts(cfg.algorithm)
     parts = [part.server(context(part)) for part in used if part.server is not None]
     if personal:
@@ -313,7 +373,7 @@ def build_strategy(cfg: RunConfig, model: nn.Module) -> ComposedStrategy | Wrapp
 def mean_based(cfg: RunConfig) -> bool:
     """Whether the run's server side aggregates by the example-weighted mean alone (a wrapper reads
     every reply: Flower's DP wrappers clip each client's update)."""
-    return server_rule(cfg.server).mean_based and not cfg.params(PluginParams).server_wrap
+    return server_rule(cfg.server).mean_based and not plugins_of(cfg).server_wrap
 
 
 def state_keys(cfg: RunConfig) -> tuple[str, ...]:

@@ -32,6 +32,7 @@ from fedpfn.core.files import (
     OwnOutputs,
     read_json,
 )
+from fedpfn.core.hyper import split_key
 from fedpfn.core.places import out_problem
 from fedpfn.core.seeding import MAX_SEED
 from fedpfn.core.settings import is_set
@@ -120,8 +121,10 @@ def comparison_configs(
 def unused_settings(
     base: RunConfig, configs: Sequence[RunConfig], given: set[str] | None = None
 ) -> list[str]:
-    """A hyperparameter that no compared algorithm uses would be dropped without a word."""
+    """A hyperparameter that no compared algorithm uses would be dropped without a word (a name given
+    alone is used where any of them declares it: fedprox.prox_mu uses prox_mu)."""
     used = {key for cfg in configs for key in cfg.hparams}
+    used |= {split_key(key)[1] for key in used}
     defaults = {name: f.default for name, f in hparam_fields().items()}
     algorithms = ", ".join(dict.fromkeys(cfg.algorithm for cfg in configs))
     return [

@@ -18,6 +18,7 @@ from typing import Any
 
 from fedpfn.core.config import PLACEMENT, TRACKERS, ConfigError, RunConfig
 from fedpfn.core.files import CONFIG, LOCK, PROVENANCE, SUMMARY, DamagedFile, read_json
+from fedpfn.core.hyper import flat_view
 from fedpfn.runtime.progress import as_part_of_a_comparison
 from fedpfn.runtime.simulation import simulate
 
@@ -26,8 +27,9 @@ ACTIONS = ("start", "resume", "reuse")
 
 
 def _comparable(config: dict[str, Any]) -> dict[str, Any]:
-    """The config as JSON stores it (tuples as lists), without the keys a reuse may change."""
-    return {k: v for k, v in json.loads(json.dumps(config)).items() if k not in NOT_COMPARED}
+    """The config as JSON stores it (tuples as lists), without the keys a reuse may change; its
+    hyperparameters by name, as a run written before the namespaces holds them (fedpfn.core.hyper)."""
+    return {k: v for k, v in flat_view(json.loads(json.dumps(config))).items() if k not in NOT_COMPARED}
 
 
 def differences(stored: dict[str, Any], requested: dict[str, Any]) -> list[str]:

@@ -12,7 +12,14 @@ from fedpfn.core.settings import ConfigError, is_set
 from fedpfn.runtime.client_mods import Mod, load_client_mod
 from strategies.composed import ComposedStrategy
 from strategies.privacy import budget_for
-from strategies.wrapping import ComposedView, PluginParams, WrappedStrategy, build_wrapper, wrapper_kwargs
+from strategies.wrapping import (
+    ComposedView,
+    PluginParams,
+    WrappedStrategy,
+    build_wrapper,
+    plugins_of,
+    wrapper_kwargs,
+)
 
 if TYPE_CHECKING:
     from clients.base import ClientRule
@@ -20,7 +27,7 @@ if TYPE_CHECKING:
 
 def wrapped(cfg: RunConfig, composed: ComposedStrategy) -> ComposedStrategy | WrappedStrategy:
     """`composed` inside the run's `server_wrap`, with its privacy budget where it adds noise."""
-    params = cfg.params(PluginParams)
+    params = plugins_of(cfg)
     if not params.server_wrap:
         return composed
     view = ComposedView(composed)
@@ -32,7 +39,7 @@ def wrapped(cfg: RunConfig, composed: ComposedStrategy) -> ComposedStrategy | Wr
 
 def plugin_problems(cfg: RunConfig, given: Collection[str] | None, rules: list[type[ClientRule]]) -> list[str]:
     """Why the run's wrapper or mod cannot run with its other settings (`rules`: its client side)."""
-    params = cfg.params(PluginParams)
+    params = plugins_of(cfg)
     defaults = PluginParams()
     out = [
         f"{name}: {getattr(params, name)} is set, but only {needs} uses it"
@@ -63,7 +70,7 @@ def wrapped_budget(cfg: RunConfig, params: PluginParams) -> None:
 
 def mod_problems(cfg: RunConfig, given: Collection[str] | None, rules: list[type[ClientRule]]) -> list[str]:
     """A mod runs around a ClientApp, and sees one model sent and the same entries back."""
-    params = cfg.params(PluginParams)
+    params = plugins_of(cfg)
     if given is not None and cfg.engine == "batched":
         return [
             f"client_mod: {params.client_mod} runs around Flower's ClientApp, which the batched engine does not "
@@ -82,13 +89,13 @@ def mod_problems(cfg: RunConfig, given: Collection[str] | None, rules: list[type
 
 def client_mod_of(cfg: RunConfig) -> Mod | None:
     """The run's mod, built once per process."""
-    params = cfg.params(PluginParams)
+    params = plugins_of(cfg)
     return load_client_mod(params.client_mod, params.client_mod_args) if params.client_mod else None
 
 
 def wrapper_line(cfg: RunConfig) -> list[str]:
     """The header's line on a wrapper and its budget (none without one)."""
-    params = cfg.params(PluginParams)
+    params = plugins_of(cfg)
     lines = []
     if params.server_wrap:
         from strategies.privacy import ACCOUNTANT

@@ -18,7 +18,7 @@ from typing import Any
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
-from clients.attacks import AttackParams, mark_malicious
+from clients.attacks import attack_of, mark_malicious
 from fedpfn.core import protocol
 from fedpfn.core.cache import initial_model
 from fedpfn.core.config import RunConfig
@@ -186,7 +186,7 @@ class ServerLoop:
         stop_if_a_worker_died(server_round, replies.failed)
         report_failures(server_round, replies.failed, missing)
         client_rows = [self._client_row(server_round, r) for r in good]
-        mark_malicious(client_rows, cfg.params(AttackParams), cfg.seed, cfg.num_clients)
+        mark_malicious(client_rows, attack_of(cfg), cfg.seed, cfg.num_clients)
         sent_model = self.arrays
         skipped = len(good) < cfg.min_replies
         if skipped:

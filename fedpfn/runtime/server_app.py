@@ -13,7 +13,7 @@ from flwr.serverapp import Grid, ServerApp
 from fedpfn.core.config import PLACEMENT, TRACKERS, RunConfig
 from fedpfn.core.user_code import code_settings, name_code
 from fedpfn.runtime import env
-from fedpfn.runtime.algorithms import load_config, parse_config
+from fedpfn.runtime.algorithms import from_run_config, load_config, parse_config
 from fedpfn.runtime.lifecycle import RunPlan, claimed, plan, serve, tracking
 from fedpfn.runtime.runfolder import RunFolder
 from fedpfn.runtime.server import FederationError
@@ -51,8 +51,9 @@ def deployed_main(grid: Grid, context: Context) -> None:
     problem = env.runtime_env_problem()
     if problem is not None:
         raise RuntimeError(problem)
-    name_code(*code_settings(context.run_config))  # flwr run's command
-    cfg = load_config(dict(context.run_config))
+    values = from_run_config(dict(context.run_config))
+    name_code(*code_settings(values))  # flwr run's command
+    cfg = load_config(values)
     check_simulated_nodes(grid, cfg.num_clients)
     cfg = dataclasses.replace(cfg, out=str(cfg.run_dir.resolve()))  # relative: to the SuperLink's folder
     run = plan(cfg, resume=resumes_in_place(cfg))

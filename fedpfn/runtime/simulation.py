@@ -34,6 +34,7 @@ from fedpfn.core.config import (
 )
 from fedpfn.core.data import DataError, find_data_problem
 from fedpfn.core.files import LOCK, LOG, append_text, stop_writing
+from fedpfn.core.hyper import flat_view
 from fedpfn.core.user_code import CODE_SETTINGS, code_paths, keep_out_of_imports
 from fedpfn.runtime import env, lifecycle, reaper
 from fedpfn.runtime.algorithms import parse_config, validated
@@ -277,7 +278,7 @@ def check_folder_code(raw: dict[str, Any], overrides: dict[str, Any], folder: Pa
     keep_out_of_imports(folder)
     nouns = ("client rule", "server", "server's wrapper", "client mod", "model builder", "dataset loader")
     for setting, noun in zip(CODE_SETTINGS, nouns, strict=True):
-        stored = raw.get(setting)
+        stored = flat_view(raw).get(setting)  # a plug-in's by name or namespaced (plugins.server_wrap)
         if not code_paths(stored):
             continue
         given = overrides.get(setting)

@@ -213,10 +213,11 @@ class Tracking:
 
 def warn_meaningless(cfg: RunConfig) -> None:
     """Warn, below the header (terminal and run.log), where a setting leaves the result meaningless."""
-    from strategies.registry import build_user_strategy
+    from strategies.registry import USER_RULE, build_user_strategy
 
     if ":" in cfg.server:  # a robust aggregator with too few replies a round (Krum)
-        build_user_strategy(cfg.server, cfg.hparams.get("server_args"), per_round=cfg.clients_per_round)
+        args = cfg.hyper(USER_RULE.namespace, USER_RULE.Params).server_args
+        build_user_strategy(cfg.server, args, per_round=cfg.clients_per_round)
 
 
 @contextmanager

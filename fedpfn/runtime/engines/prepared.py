@@ -17,7 +17,7 @@ import torch
 from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
-from clients.attacks import AttackParams, flip_labels, malicious_partitions
+from clients.attacks import attack_of, flip_labels, malicious_partitions
 from clients.base import ClientRound, ClientRule, Round
 from clients.state import ClientState
 from fedpfn.core import protocol
@@ -132,7 +132,7 @@ class PreparedCohort:
     @cached_property
     def label_flippers(self) -> frozenset[int]:
         """The partitions that train on flipped labels (--attack label-flip)."""
-        params = self.cfg.params(AttackParams)
+        params = attack_of(self.cfg)
         return malicious_partitions(params, self.cfg.seed, self.cfg.num_clients) if params.attack == "label-flip" else frozenset()
 
     def local_accuracy(self, k: int, trained: tuple[Tensors, Tensors], model: nn.Module) -> tuple[float, float] | None:

@@ -40,6 +40,7 @@ from contextlib import contextmanager, suppress
 
 from fedpfn.core.files import is_own
 from fedpfn.core.tree import read_tree, read_tree_index, tree_bytes
+from fedpfn.core.hyper import flat_view
 from fedpfn.core.user_code import CODE_SETTINGS, code_paths
 from fedpfn.runtime.runfolder.checkpoints import FolderCheckpoints, checkpoint_problem, fingerprint_hash
 from fedpfn.runtime.runfolder.config import FolderConfig
@@ -87,7 +88,7 @@ class RunFolder(FolderConfig, FolderMetrics, FolderCheckpoints, FolderOutputs):
         """`fedpfn resume DIR`, shell-quoted, with the classes its config.json names by dotted path:
         fedpfn imports those only when the command names them again (fedpfn.core.user_code)."""
         try:
-            config = self.read_config()
+            config = flat_view(self.read_config())  # a plug-in's by name (plugins.server_wrap: core.hyper)
         except RunFolderError:
             config = {}
         named = [name for name in CODE_SETTINGS if code_paths(config.get(name))]

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from fedpfn.core.files import CHECKPOINT, DamagedFile, atomic_write_bytes, json_text
+from fedpfn.core.hyper import flat_view
 from fedpfn.core.tree import TREE_ERRORS, read_tree, read_tree_index, tree_bytes
 from fedpfn.runtime.runfolder.folder import FolderBase, RunFolderError
 
@@ -64,6 +65,8 @@ class FolderCheckpoints(FolderBase):
         saved = self.saved_fingerprint()
         if saved is None:
             return False
+        # by name (fedpfn.core.hyper): a checkpoint written before the namespaces said `prox_mu`
+        saved, fingerprint = flat_view(saved), flat_view(fingerprint)
         keys = set(saved) | set(fingerprint)
         changed = sorted(k for k in keys if json_text(saved.get(k)) != json_text(fingerprint.get(k)))
         if changed:
