@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from dataclasses import asdict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from fedpfn.analysis import cold_report, soup_report  # noqa: E402
+from fedpfn.analysis.pretrain import PretrainConfig  # noqa: E402
+from fedpfn.analysis.soup import SoupConfig  # noqa: E402
+from fedpfn.core.provenance import KEY, machine_of, machines_sentence  # noqa: E402
 from fedpfn.core.files import MAX_JSON_BYTES, DamagedFile, atomic_write_bytes, read_json  # noqa: E402
 from fedpfn.core.settings import OneLineParser  # noqa: E402
 
@@ -43,22 +47,21 @@ at the same ratio)? Soups follow Wortsman et al. 2022: the uniform soup averages
 the greedy soup adds ingredients in order of held-out accuracy and keeps each only if the held-out
 accuracy does not fall. Everything is selected on a held-out split and reported on the test set.
 
-**Reading.** This run is small (short fine-tunes on a few thousand samples of a 2-core machine), so
-its ingredients are uneven and it does not yet test the paper's claim; the intervals below say what
-it excludes.
+**Reading.** This run is small ({seeds} seeds of K = {ingredients} short fine-tunes of the {model} on
+{samples} training samples), so its ingredients are uneven and it does not yet test the paper's claim;
+the intervals below say what it excludes.
 
 ### Results
 
 {results}
+Machine: {machine}.
 
 ### Commands
 
+Read from the stored results (every setting is in the `config` of `docs/fusion/soup.json`):
+
 ```
-python -m fedpfn.analysis.pretrain --model vit_tiny28 --dataset fmnist --epochs 3 --out runs/pretrain-vit_tiny28-fmnist
-python -m fedpfn.analysis.soup --start runs/pretrain-vit_tiny28-fmnist/model.safetensors --model vit_tiny28 \\
-    --ingredients 4 --seeds 0,1,2 --train-subset 3000 --held-out 1000 --test-subset 1000 --points 3 \\
-    --out runs/soup-vit_tiny28-fmnist
-python scripts/fusion_page.py runs/soup-vit_tiny28-fmnist
+{commands}
 ```
 """
 
@@ -77,13 +80,15 @@ its own mask at the same ratio)? The pretrained start, unfused, is the reference
 probes fit on images no contributor trained on; the start's own pretraining split (pretrain.json)
 is drawn apart from the runs' and may include some of them.
 
-**Reading.** This study is small ({seeds} seeds, {rounds} rounds of the {model} on a 2-core machine):
+**Reading.** This study is small ({seeds} seeds, {rounds} rounds of the {model}):
 the lines under the tables say, comparison by comparison, what it resolves and, where it does not,
 what its intervals exclude.
 
 ### Results
 
 {results}
+Machine: {machine}.
+
 ### Commands
 
 ```
@@ -100,22 +105,45 @@ def _flags(record: Mapping[str, Any], defaults: Mapping[str, Any]) -> str:
     )
 
 
+def start_command(result: Mapping[str, Any]) -> str:
+    """The command that made the result's start, from its recorded pretraining settings (or why not)."""
+    start = Path(result["config"]["start"])
+    if not result.get("start_record"):
+        return f"# {start}: its pretraining settings were not recorded beside these results"
+    return f"python -m fedpfn.analysis.pretrain {_flags(result['start_record'], asdict(PretrainConfig()))} --out {start.parent}"
+
+
+def soup_commands(result: Mapping[str, Any]) -> list[str]:
+    """The commands behind a soup.json: its recorded command line, or one rebuilt from its settings."""
+    if "argv" in result:
+        soup, out = shlex.join(result["argv"]), result["out"]
+    else:  # written before soup.json kept its command line and folder
+        soup, out = _flags(result["config"], asdict(SoupConfig())) + " --out DIR", "DIR"
+    unknown = [] if "out" in result else ["# DIR: the folder was not recorded beside these results"]
+    soup_line = f"python -m fedpfn.analysis.soup {soup}"
+    return [start_command(result), soup_line, f"python scripts/fusion_page.py {out}", *unknown]
+
+
+def soup_section(result: Mapping[str, Any]) -> str:
+    """The soup part of the page, from a run's soup.json."""
+    cfg = result["config"]
+    results = soup_report.markdown(result).split("\n", 1)[1].lstrip()  # the run's title gives way to the page's
+    return INTRO.format(
+        seeds=len(result["arms"]["plain"]), ingredients=cfg["ingredients"], model=cfg["model"],
+        samples=cfg["train_subset"] or "all the downstream", results=results,
+        machine=machine_of(result.get(KEY)), commands="\n".join(soup_commands(result)),
+    )  # fmt: skip
+
+
 def cold_section(result: Mapping[str, Any]) -> str:
     """The ColD part of the page, from a study's cold.json."""
-    from dataclasses import asdict
-
-    from fedpfn.analysis.pretrain import PretrainConfig
-
-    cfg, commands = result["config"], []
-    if result.get("start_record"):
-        flags = _flags(result["start_record"], asdict(PretrainConfig()))
-        commands.append(f"python -m fedpfn.analysis.pretrain {flags} --out {Path(cfg['start']).parent}")
-    commands.append("python -m fedpfn.analysis.cold " + shlex.join(result["argv"]))
+    cfg = result["config"]
+    commands = [start_command(result), "python -m fedpfn.analysis.cold " + shlex.join(result["argv"])]
     commands.append(f"python scripts/fusion_page.py --cold {result['out']}")
     results = cold_report.markdown(result).split("\n", 1)[1].lstrip()
     seeds = len(result["arms"]["plain"])
     return COLD.format(seeds=seeds, rounds=cfg["rounds"], model=cfg["model"], results=results,
-                       commands="\n".join(commands))  # fmt: skip
+                       machine=machine_of(result.get(KEY)), commands="\n".join(commands))  # fmt: skip
 
 
 def read(kind: str, run: Path | None) -> dict[str, Any]:
@@ -142,9 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.stored == (args.run is not None or args.cold is not None):
         parser.error("give a soup run folder and/or --cold DIR, or --stored alone")
     soup, cold = read("soup", args.run), read("cold", args.cold)
-    # each run's own title gives way to the page's
-    results = soup_report.markdown(soup).split("\n", 1)[1].lstrip()
-    atomic_write_bytes(PAGE, (INTRO.format(results=results) + cold_section(cold)).encode())
+    mixed = machines_sentence([p for p in (soup.get(KEY), cold.get(KEY)) if p])  # unrecorded: said per section
+    atomic_write_bytes(PAGE, (soup_section(soup) + cold_section(cold) + (f"\n{mixed}\n" if mixed else "")).encode())
     print(
         f"wrote {PAGE.relative_to(ROOT)} from {args.run or STORED['soup']} and {args.cold or STORED['cold']}"
     )

@@ -52,3 +52,21 @@ def test_too_few_seeds_wait_instead_of_answering() -> None:
     assert found == ["r"] and primary == [] and waiting == ["r (6 of 10 seeds)"]
     _, _, said = page.question_a({"r": planted(MOVING, seeds=3)})
     assert "not yet read: 3 of the 5 seeds" in said[0]
+
+
+def test_the_page_says_when_its_cells_come_from_more_than_one_machine() -> None:
+    from fedpfn.core.provenance import collect
+
+    here = collect()
+    there = {**here, "device": {**here["device"], "cpu": "Another CPU"}}
+    one = {"r": {**planted(MOVING), "provenance": {"seed0": here, "seed1": here}}}
+    assert page.machines(one) == "Every cell ran on one machine with one set of libraries."
+    two = {"r": {**planted(MOVING), "provenance": {"seed0": here, "seed1": there}}}
+    assert page.machines(two).startswith("The results on this page come from 2 machines")
+    kept_before = {"r": planted(MOVING)}  # cells.json written before cells recorded a provenance
+    assert "machine not recorded" in page.machines(kept_before)
+
+
+def test_the_committed_page_is_what_its_stored_cells_write() -> None:
+    """`alignment_page.py --stored` writes docs/alignment.md again, byte for byte."""
+    assert page.write_page(page.stored_cells()) == page.PAGE.read_text()

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_provenance import assert_provenance
 
 from fedpfn.analysis import cold, cold_eval
 from fedpfn.analysis.cold_eval import Images, ProbeSpec
@@ -82,7 +83,8 @@ def test_paired_arms_read_zero_against_themselves_and_keep_their_sign() -> None:
         r["linear_acc"] += 0.02 + 0.01 * s  # shared higher on every seed
     found = {(c["label"], c["metric"]): c for c in cold.compare(rows)}
     zero = found[("plain − start", "linear_acc")]
-    assert zero["mean"] == 0 and zero["low"] == zero["high"] == 0 and zero["ties"] == 3
+    assert zero["mean"] == 0 and zero["ties"] == 3 and zero["equal_within"] is not None  # all equal: said so,
+    assert zero["low"] is zero["high"] is zero["p_value"] is None  # with no interval or p pretending precision
     up = found[("shared − plain", "linear_acc")]
     assert up["mean"] > 0 and up["low"] > 0 and up["wins"] == 3 and up["p_holm"] >= up["p_value"]
     assert ("plain − start", "own_task_acc") not in found  # the start has no contributors' heads
@@ -178,6 +180,22 @@ def test_a_folder_of_runs_with_other_settings_is_never_reused(tmp_path: Path, ca
     (out / cold.SETTINGS_FILE).write_text(json.dumps({**before, "rounds": 2, "start_sha256": "0" * 64}))
     code, err = _main(["--start", str(start), "--model", "mlp", "--out", str(out)], capsys)
     assert code == 2 and "(differing: start_sha256)" in err, err  # the same path, another file
+
+
+def test_cold_json_records_its_provenance(tmp_path: Path, monkeypatch, capsys) -> None:
+    """What cold.main writes beside the figures (the runs and their evaluation stubbed: the stored study's)."""
+    from safetensors.torch import save_file
+
+    start = tmp_path / "start.safetensors"
+    save_file(build_model("mlp", (1, 28, 28), SOURCE_CLASSES).state_dict(), start)
+    stored = json.loads((Path(__file__).resolve().parents[1] / "docs" / "fusion" / "cold.json").read_text())
+    figures = {key: stored[key] for key in ("config", "runs_local", "arms", "comparisons")}
+    monkeypatch.setattr(cold, "run_all", lambda cfg, out: {})
+    monkeypatch.setattr(cold, "evaluate_study", lambda cfg, out, log: dict(figures))
+    argv = ["--start", str(start), "--model", "mlp", "--seeds", "0,1,2", "--out", str(tmp_path / "o")]
+    code, err = _main(argv, capsys)
+    assert code == 0, err
+    assert_provenance(json.loads((tmp_path / "o" / "cold.json").read_text())["provenance"])
 
 
 def test_the_committed_fusion_page_is_what_its_stored_results_write(tmp_path: Path, monkeypatch) -> None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from test_provenance import assert_provenance
 
 from fedpfn.analysis import pretrain, soup, soup_run
 from fedpfn.analysis.fusion import EvalData, Probe, average_states, snapshot
@@ -171,6 +173,11 @@ def test_pretrain_then_soup_write_their_files(tmp_path: Path, capsys) -> None:
     assert len(result["comparisons"]) == len(soup_run.COMPARISONS) * len(soup_run.METRICS)
     assert "outside the pretraining's upstream share" in result["downstream"]
     assert result["start_sha256"] == hashlib.sha256((start / "model.safetensors").read_bytes()).hexdigest()
+    assert_provenance(result["provenance"])
+    assert result["argv"] == argv and result["out"] == str(tmp_path / "soup") and result["start_record"]["epochs"] == 1
+    grid = {key: result["config"][key] for key in ("lr", "epochs", "augment", "label_smoothing")}
+    for runs in result["arms"].values():  # each ingredient's recipe, the same in every arm of a seed
+        assert [r["recipes"] for r in runs] == [[asdict(k) for k in soup_run.recipes(grid, 2, s)] for s in (0, 1)]
     assert {p.name for p in (tmp_path / "soup").iterdir()} == set(soup.OUTPUT_FILES)
     assert "| shared − independent | greedy_acc |" in (tmp_path / "soup" / "soup.md").read_text()
     code, err = _run(soup.main, argv, capsys)

@@ -8,7 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from fedpfn.analysis.render import verdict
+from fedpfn.analysis.inference import adjust, sign_flip_test
+from fedpfn.analysis.paired_text import p_number, p_text
+from fedpfn.analysis.render import comparison_cells, verdict
 from fedpfn.analysis.stats import Paired, accuracy_at, holm, mde, paired, sign_test, spent, std_factors
 
 T_975_4DF = 2.7764451051977934  # Student's t, 0.975 quantile, 4 degrees of freedom (printed tables: 2.776)
@@ -84,10 +86,79 @@ def test_a_difference_not_resolved_says_what_its_interval_excludes() -> None:
 
 def test_no_test_where_it_is_undefined() -> None:
     same = paired("fedpfn", "final", {0: 0.75, 1: 0.5}, {0: 0.5, 1: 0.25})  # +0.25 on both seeds
-    assert (same.mean, same.low, same.high, same.p_value, same.mde) == (0.25, 0.25, 0.25, None, None)
-    assert verdict(same) == "no test: every seed differs by the same amount"
+    assert (same.mean, same.low, same.high, same.p_value, same.mde) == (0.25, None, None, None, None)
+    assert verdict(same) == "no test: all 2 differences equal (+25.00 points) to within 8e-08 points"
     one = paired("fedpfn", "final", {0: 0.75}, {0: 0.5})
     assert (one.low, one.p_value, one.mde) == (None, None, None) and verdict(one) == "no test: 1 seed"
+
+
+def comparison_of(arm: dict[int, float], base: dict[int, float], span: float | None = 1.0) -> Paired:
+    """`paired` with its Holm p set (a family of one), for accuracies unless `span` says otherwise."""
+    found = paired("fedpfn", "lastk", arm, base, span)
+    adjust([found])
+    return found
+
+
+def test_differences_equal_up_to_float_noise_have_no_test() -> None:
+    """Two accuracies' differences 7.85e-17 apart once read p = 0.000 with an interval of zero width."""
+    noise = comparison_of({0: 0.8, 1: 0.7}, {0: 0.5, 1: 0.4})
+    assert noise.std == pytest.approx(7.85e-17, rel=0.01) and noise.equal_within is not None
+    assert (noise.low, noise.high, noise.p_value, noise.p_holm, noise.mde) == (None,) * 5
+    assert verdict(noise).startswith("no test: all 2 differences equal (+30.00 points) to within")
+    assert p_text(noise) == "n/a" and comparison_cells(noise).split(" | ")[1:3] == ["n/a", "n/a"]
+    spread = comparison_of({0: 0.8, 1: 0.7}, {0: 0.5, 1: 0.4 + 1e-6})  # a real, if tiny, spread is tested
+    assert spread.equal_within is None and spread.p_value is not None
+
+
+def test_a_clear_effect_at_ten_seeds_is_resolved_by_the_t_test() -> None:
+    rng = np.random.default_rng(3)
+    base = {s: 0.8 + 0.01 * rng.normal() for s in range(10)}
+    arm = {s: base[s] + 0.02 + 0.005 * rng.normal() for s in range(10)}
+    found = comparison_of(arm, base)
+    assert found.test == "t" and found.p_value < 1e-4 and 0 < found.low < 0.02 < found.high
+    assert verdict(found) == "higher" and p_text(found) == "< 0.001"
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5])
+def test_few_seeds_give_the_exact_tests_floor_never_below(n: int) -> None:
+    """However clear the effect, n seeds cannot give p below 2 / 2^n, and the page says so."""
+    base = {s: 0.5 + 0.01 * s for s in range(n)}
+    arm = {s: base[s] + 0.2 + 1e-4 * s for s in range(n)}  # +20 points, nearly no spread
+    found = comparison_of(arm, base)
+    assert found.test == "sign-flip" and found.p_value == pytest.approx(2 / 2**n) == found.p_floor
+    assert found.p_holm >= found.p_value and found.at_floor
+    assert p_text(found) == f"{2 / 2**n:g}, the smallest {n} seeds can give"
+    assert verdict(found).startswith("not resolved; the 95 % CI excludes differences below +")
+    assert f"the exact test cannot go below {2 / 2**n:.4g} with {n} seeds" in verdict(found)
+    assert found.mde is None and found.low is not None and found.low > 0  # the t interval stays beside it
+
+
+def test_the_exact_test_is_the_sign_flip_enumeration() -> None:
+    assert sign_flip_test([0.1, 0.2, 0.3, 0.4, 0.5]) == pytest.approx(2 / 32)
+    assert sign_flip_test([0.1, -0.2, 0.3, 0.4, 0.5]) == pytest.approx(6 / 32)  # |sum| >= 1.1: ±0.1 and ±0.2 flips
+    assert sign_flip_test([0.0, 0.1, 0.1]) == pytest.approx(0.5)  # a zero difference flips to itself
+
+
+def test_the_mde_never_exceeds_the_metrics_range() -> None:
+    """Accuracy differences of ±90 points on six seeds once read 'detectable: ±141 points'."""
+    swing = {s: 0.95 if s % 2 else 0.05 for s in range(6)}
+    wide = comparison_of(swing, {s: 1 - swing[s] for s in range(6)})
+    assert wide.mde is None and "no difference the metric can take is detectable" in verdict(wide)
+    middling = comparison_of({s: 0.5 + (0.3 if s % 2 else -0.3) for s in range(6)}, dict.fromkeys(range(6), 0.5))
+    assert middling.mde is not None and middling.mde < 1.0
+    assert "±100.00, the metric's range, over the std's 95 % interval" in verdict(middling)
+    nats = comparison_of({s: 3.0 * (1 if s % 2 else -1) for s in range(6)}, dict.fromkeys(range(6), 0.0), None)
+    assert nats.mde is not None and nats.mde > 1.0  # a loss has no such range
+
+
+def test_a_difference_is_arm_minus_baseline() -> None:
+    lower = comparison_of({s: 0.7 + 0.001 * s**2 for s in range(8)}, {s: 0.8 for s in range(8)})
+    assert lower.mean < 0 and lower.wins == 0 and all(d < 0 for d in lower.diffs) and verdict(lower) == "lower"
+
+
+def test_a_p_value_never_prints_as_zero() -> None:
+    assert p_number(0.0) == "< 0.001" and p_number(1e-300, ".4f") == "< 0.0001" and p_number(0.0, ".3g") != "0"
+    assert p_number(0.0421) == "0.042" and p_number(None) == "n/a"
 
 
 def test_accuracy_at_a_budget_is_linear_between_evaluated_rounds() -> None:

@@ -46,6 +46,7 @@ from fedpfn.analysis.cold_eval import (
 )
 from fedpfn.analysis.command import build_parser, fail, read_command_line, write_files
 from fedpfn.analysis.soup import _distinct_seeds
+from fedpfn.core import provenance
 from fedpfn.core.anchors import GRANULARITIES
 from fedpfn.core.cache import validation_indices
 from fedpfn.core.data import DataError, find_data_problem, load_dataset
@@ -265,7 +266,7 @@ def compare(per_arm: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     for (arm, base), metric in itertools.product(COMPARISONS, METRICS):
         if all(metric in r for r in per_arm[arm] + per_arm[base]):
             values = {a: {r["seed"]: r[metric] for r in per_arm[a]} for a in (arm, base)}
-            found.append(paired(f"{arm} − {base}", metric, values[arm], values[base]))
+            found.append(paired(f"{arm} − {base}", metric, values[arm], values[base], 1.0))  # accuracies
     adjust(found)
     return [asdict(p) for p in found]
 
@@ -301,6 +302,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.c
     result["start_record"] = asdict(record) if record is not None else None
     result["argv"], result["out"] = list(sys.argv[1:] if argv is None else argv), str(out)
     result["run_seconds"], result["seconds"] = run_seconds, time.perf_counter() - started
+    result[provenance.KEY] = provenance.collect()  # which code, libraries and machine made these figures
     from fedpfn.analysis.cold_report import markdown
 
     table = markdown(result)

@@ -15,7 +15,7 @@ from typing import Any
 from fedpfn.analysis.cold_eval import ARMS, METRICS
 from fedpfn.analysis.render import verdict
 from fedpfn.analysis.soup_report import comparison_rows
-from fedpfn.analysis.stats import Paired, mean_std
+from fedpfn.analysis.inference import Paired, mean_std, retested
 from partitions.tasks import HELD_OUT_TASKS, TASK_NAMES
 
 SCALES = {metric: (100.0, 2) for metric in METRICS}
@@ -73,11 +73,10 @@ def arm_rows(arms: Mapping[str, list[dict[str, Any]]]) -> list[str]:
     return rows
 
 
-def reading(comparisons: list[dict[str, Any]]) -> list[str]:
+def reading(comparisons: list[Paired]) -> list[str]:
     """What each comparison supports after Holm, in words (a 'not resolved' says what it excludes)."""
     lines = []
-    for c in comparisons:
-        p = Paired(**c)
+    for p in comparisons:
         mean = f"{100 * p.mean:+.2f} pp"
         interval = (
             f" [{100 * p.low:+.2f}, {100 * p.high:+.2f}]" if p.low is not None and p.high is not None else ""
@@ -92,6 +91,7 @@ def markdown(result: Mapping[str, Any]) -> str:
     """The setting, the arms, the comparisons and the reading."""
     arms = result["arms"]
     seeds = len(arms["plain"])
+    comparisons = retested(result["comparisons"], dict.fromkeys(METRICS, 1.0))  # accuracies
     lines = [
         f"# ColD fusion: fmnist {result['config']['model']}, {seeds} seed{'s' * (seeds > 1)}", "",
         setting_text(result), "",
@@ -101,8 +101,8 @@ def markdown(result: Mapping[str, Any]) -> str:
          "own head (its client state), mean over contributors. Held-out: mean over the held-out tasks."), "",
         *arm_rows(arms), "",
         "Paired by seed (arm − arm on the same seed); Holm within each metric.", "",
-        *comparison_rows(result["comparisons"], SCALES), "",
+        *comparison_rows(comparisons, SCALES), "",
         "What each comparison supports (95 % interval; Holm-adjusted test at 0.05):", "",
-        *reading(result["comparisons"]),
+        *reading(comparisons),
     ]  # fmt: skip
     return "\n".join(lines) + "\n"

@@ -12,11 +12,13 @@ from typing import Any
 
 import numpy as np
 
+from fedpfn.analysis.inference import EXACT_UP_TO, adjust, recompute
 from fedpfn.analysis.markup import code, inert
+from fedpfn.analysis.paired_text import excluded, p_number, p_text, verdict  # noqa: F401  (re-exported)
 from fedpfn.analysis.plots import PairedSeries, plot_bytes, plot_comparison, plot_paired
 from fedpfn.analysis.row_tables import row_tables
 from fedpfn.analysis.runs import display_value
-from fedpfn.analysis.stats import ALPHA, POWER, TRAFFIC, ArmStats, AtBytes, Paired, Report, std_factors
+from fedpfn.analysis.stats import ACCURACY_SPAN, ALPHA, POWER, TRAFFIC, ArmStats, AtBytes, Paired, Report
 from fedpfn.core.files import OUTPUTS_MANIFEST, DamagedFile, OwnOutputs, read_json
 from fedpfn.core.settings import ConfigError
 
@@ -33,10 +35,6 @@ def _pct(mean: float, std: float | None) -> str:
 
 def _points(value: float) -> str:
     return f"{100 * value:+.2f}"
-
-
-def _p(value: float | None) -> str:
-    return "n/a" if value is None else "< 0.001" if value < 0.001 else f"{value:.3f}"
 
 
 def _count(number: int, noun: str) -> str:
@@ -100,53 +98,22 @@ def arm_table(report: Report) -> list[str]:
     return lines
 
 
-def _size(value: float, signed: bool = False) -> str:
-    """Hundredths, or two significant digits below 0.1 (a barrier's hundredths of a nat)."""
-    sign = "+" if signed else ""
-    return f"{value:{sign}.2f}" if abs(value) >= 0.1 else f"{value:{sign}.2g}"
-
-
-def excluded(p: Paired, scale: float = 100.0, unit: str = "points") -> str:
-    """What the 95 % interval rules out: the statement of a difference that is not resolved
-    (accuracy as gains and losses; other figures, such as a barrier, as differences)."""
-    low, high = _size(scale * p.low, signed=True), _size(scale * p.high, signed=True)
-    if p.low < 0 < p.high:
-        above, below = ("gains", "losses") if unit == "points" else ("differences", "")
-        return f"the 95 % CI excludes {above} above {high} and {below + ' ' if below else ''}below {low} {unit}"
-    return f"the 95 % CI excludes differences below {low} and above {high} {unit}"
-
-
-def verdict(p: Paired, scale: float = 100.0, unit: str = "points") -> str:
-    """What the comparison supports after Holm's adjustment. A 'not resolved' says what its 95 %
-    interval excludes, then the difference these seeds could have detected (the minimum
-    detectable effect) with its range over the std's 95 % interval (`std_factors`), as `scale` ×
-    the difference in `unit` (accuracy: 100 × a fraction, in points)."""
-    if p.p_value is None or p.p_holm is None or p.mde is None or p.low is None or p.high is None:
-        return "no test: 1 seed" if p.std is None else "no test: every seed differs by the same amount"
-    if p.p_holm < ALPHA:
-        return "higher" if p.mean > 0 else "lower"
-    after = " after Holm" if p.p_value < ALPHA else ""
-    factors = std_factors(len(p.seeds))
-    assert factors is not None  # an mde has 2 seeds or more
-    low, high = (_size(scale * p.mde * f) for f in factors)
-    return (
-        f"not resolved{after}; {excluded(p, scale, unit)}; detectable at {100 * POWER:g} % power: "
-        f"±{_size(scale * p.mde)} {unit} (±{low} to ±{high} over the std's 95 % interval)"
-    )
-
-
 def comparison_cells(p: Paired) -> str:
     """The cells of COMPARISON_HEAD for one comparison."""
-    ci = f"[{_points(p.low)}, {_points(p.high)}]" if p.low is not None and p.high is not None else "n/a (1 seed)"
+    ci = "n/a (1 seed)" if p.std is None else "n/a"
+    if p.low is not None and p.high is not None:
+        ci = f"[{_points(p.low)}, {_points(p.high)}]"
     ties = f" ({p.ties} tied)" if p.ties else ""
     wins = f"{p.wins} of {len(p.diffs)}{ties}"
-    return f"{_points(p.mean)} | {ci} | {_p(p.p_value)} | {_p(p.p_holm)} | {wins} | {verdict(p)}"
+    return f"{_points(p.mean)} | {ci} | {p_text(p)} | {p_number(p.p_holm)} | {wins} | {verdict(p)}"
 
 
 def comparison_text(baseline: str) -> str:
     return (
         f"Arm − {baseline} on the same seed, in accuracy points: the mean over seeds, its 95 % confidence "
-        "interval (Student's t, n-1 df) and the two-sided p of the same paired test (scipy.stats.ttest_rel). "
+        "interval (Student's t, n-1 df) and the two-sided p of the same paired test (scipy.stats.ttest_rel); "
+        f"up to {EXACT_UP_TO} seeds p is the exact sign-flip test's instead, which cannot go below 2/2^n "
+        "(0.0625 with 5 seeds), and differences equal to within float noise have no test. "
         "p Holm is p adjusted with Holm's step-down method across the arms compared on the same accuracy in "
         f"this report; a difference is resolved when p Holm < {ALPHA:.2f}. A 'not resolved' says what its "
         "95 % interval excludes, then the minimum detectable effect: the true mean difference that these "
@@ -259,10 +226,12 @@ CONVENTIONS = {
     "accuracy": "test accuracy as a fraction of 1",
     "std": "sample standard deviation over seeds (n-1)",
     "interval": f"{CI_TEXT}, of the mean per-seed difference arm - baseline (scipy.stats.ttest_rel)",
-    "p_value": "two-sided p of the paired t test; null where it is undefined (1 seed, or no spread)",
+    "p_value": f"two-sided p of the paired t test, or up to {EXACT_UP_TO} seeds of the exact sign-flip test "
+    "(`test`; `p_floor`: the smallest it can give); null with 1 seed or differences equal within float noise",
     "p_holm": "p adjusted with Holm's step-down method across the report's comparisons of the same metric",
     "mde": f"the true mean difference detected with {POWER:g} power at two-sided p < {ALPHA:.2f}, given the "
-    "seeds and the observed std of the differences (noncentral t)",
+    "seeds and the observed std of the differences (noncentral t); null, with `mde_why`, where the test "
+    "cannot reach that level or the difference exceeds an accuracy's range",
     "verdict": f"higher / lower when p_holm < {ALPHA:.2f}, else 'not resolved' with what the interval "
     "excludes and the mde, ranged over the std's 95 % chi-square interval (n-1 df)",
     "rounds_to_target_mean": "mean over the reached_target seeds that reached the target, not over all seeds",
@@ -273,8 +242,8 @@ CONVENTIONS = {
 
 
 def _paired(value: dict[str, Any] | None) -> Paired | None:
-    fields = Paired.__dataclass_fields__
-    return None if value is None else Paired(**{k: v for k, v in value.items() if k in fields})
+    """A stored comparison of accuracies, tested again from its differences by today's rules."""
+    return None if value is None else recompute(value, ACCURACY_SPAN)
 
 
 def _by_seed(values: dict[str, Any]) -> dict[int, Any]:
@@ -295,6 +264,7 @@ def report_from_json(data: dict[str, Any]) -> Report:
         for a in data["at_equal_bytes"]
     ]  # fmt: skip
     paired = [p for p in map(_paired, data["paired"]) if p is not None]
+    adjust([*paired, *(a.paired for a in at_bytes if a.paired is not None)])  # as stats.comparisons does
     fixed = {k: data[k] for k in ("title", "setting", "baseline", "last_k", "window", "target", "command")}
     return Report(
         **fixed, arms=arms, paired=paired, at_bytes=at_bytes, differences=data["differences"], curves={}

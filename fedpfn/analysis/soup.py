@@ -31,6 +31,7 @@ from fedpfn.analysis.bounds import MAX_POINTS, odd_points
 from fedpfn.analysis.command import build_parser, fail, read_command_line, write_files
 from fedpfn.analysis.fusion import EvalData, Probe, has_batchnorm, snapshot
 from fedpfn.analysis.soup_run import ARMS, Draw, SeedData, compare_arms, recipes, run_arm
+from fedpfn.core import provenance
 from fedpfn.core.anchors import GRANULARITIES
 from fedpfn.core.data import DATASETS, DataError, DatasetSplits, find_data_problem, load_dataset
 from fedpfn.core.init_file import file_sha256, fresh_head_setting, init_file_problem, load_start
@@ -227,6 +228,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.s
         **run_soups(cfg, setups, train, lambda s: print(s, flush=True)),
     }
     result["seconds"] = time.perf_counter() - started
+    record, _ = pretrain.read_record(Path(str(cfg.start)))  # the start's own recipe, where it recorded one
+    result["start_record"] = asdict(record) if record is not None else None
+    result["argv"], result["out"] = list(sys.argv[1:] if argv is None else argv), str(out)
+    result[provenance.KEY] = provenance.collect()  # which code, libraries and machine made these figures
     from fedpfn.analysis.soup_report import draw_figure, markdown
 
     table = markdown(result)

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from fedpfn.analysis.plots import OKABE_ITO, legend_below, new_figure, save, styled
-from fedpfn.analysis.soup_run import ARMS
-from fedpfn.analysis.stats import mean_std
+from fedpfn.analysis.inference import Paired, mean_std, retested
+from fedpfn.analysis.paired_text import mde_notes, p_number, p_text, test_note
+from fedpfn.analysis.soup_run import ARMS, SPANS
 
 COLUMNS = (  # (header, metric, scale, decimals)
     ("mean ingredient (%)", "mean_ingredient_acc", 100, 2),
@@ -44,28 +45,22 @@ def _number(value: float | None, scale: float, decimals: int) -> str:
     return "–" if value is None else f"{scale * value:+.{decimals}f}"
 
 
-def comparison_rows(
-    comparisons: Sequence[Mapping[str, Any]], scales: Mapping[str, tuple[float, int]] = SCALE
-) -> list[str]:
+def comparison_rows(comparisons: Sequence[Paired], scales: Mapping[str, tuple[float, int]] = SCALE) -> list[str]:
     """One row per comparison and metric: mean difference, 95 % CI, p, Holm's p, MDE, wins;
-    `scales`: each metric's (scale, decimals)."""
+    `scales`: each metric's (scale, decimals). Below: which test gave p, and why an MDE is missing."""
     rows = [
         "| comparison | metric | mean | 95 % CI | p | p (Holm) | MDE | wins / ties / seeds |",
         "|---" * 8 + "|",
     ]
     for c in comparisons:
-        scale, dec = scales[c["metric"]]
-        ci = (
-            "–"
-            if c["low"] is None
-            else f"[{_number(c['low'], scale, dec)}, {_number(c['high'], scale, dec)}]"
-        )
-        p = "–" if c["p_value"] is None else f"{c['p_value']:.3f}"
-        holm = "–" if c["p_holm"] is None else f"{c['p_holm']:.3f}"
-        mde = "–" if c["mde"] is None else f"{scale * c['mde']:.{dec}f}"
-        rows.append(f"| {c['label']} | {c['metric']} | {_number(c['mean'], scale, dec)} | {ci} | {p} | {holm} | {mde} "
-                    f"| {c['wins']} / {c['ties']} / {len(c['seeds'])} |")  # fmt: skip
-    return rows
+        scale, dec = scales[c.metric]
+        ci = "–" if c.low is None or c.high is None else f"[{_number(c.low, scale, dec)}, {_number(c.high, scale, dec)}]"
+        p = "–" if c.p_value is None else p_text(c)
+        holm = "–" if c.p_holm is None else p_number(c.p_holm)
+        mde = "–" if c.mde is None else f"{scale * c.mde:.{dec}f}"
+        rows.append(f"| {c.label} | {c.metric} | {_number(c.mean, scale, dec)} | {ci} | {p} | {holm} | {mde} "
+                    f"| {c.wins} / {c.ties} / {len(c.seeds)} |")  # fmt: skip
+    return [*rows, "", test_note(list(comparisons)), *mde_notes(list(comparisons))]
 
 
 def markdown(result: Mapping[str, Any]) -> str:
@@ -96,7 +91,7 @@ def markdown(result: Mapping[str, Any]) -> str:
         cells = [_cell([r[metric] for r in arms[arm]], scale, dec) for _, metric, scale, dec in shown]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     lines += ["", "Paired by seed (arm − arm on the same seed); Holm within each metric.", ""]
-    return "\n".join(lines + comparison_rows(result["comparisons"])) + "\n"
+    return "\n".join(lines + comparison_rows(retested(result["comparisons"], SPANS))) + "\n"
 
 
 def _accuracy_panel(ax: Any, arms: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:

@@ -61,6 +61,10 @@ METRICS = (  # per seed and arm: what the paired comparisons read (accuracies on
     "uniform_acc", "greedy_acc", "best_acc", "mean_ingredient_acc", "uniform_gain", "greedy_gain",
     "loss_barrier", "acc_barrier", "ensemble_acc",
 )  # fmt: skip
+SPANS: dict[str, float | None] = {  # the largest difference of each metric between arms (a gain's: 2)
+    metric: None if metric == "loss_barrier" else 2.0 if metric.endswith(("_gain", "_barrier")) else 1.0
+    for metric in METRICS
+}
 SHIFT = 2  # pixels an augmented image may move each way
 
 
@@ -224,7 +228,8 @@ def run_arm(setup: SeedData, arm: str, data: tuple[torch.Tensor, torch.Tensor], 
     started = time.perf_counter()
     masks = masks_for(arm, setup.model, len(setup.recipes), setup.seed, *anchors)
     states = fine_tune(setup, *data, masks, spec, batch_size)
-    return {"seed": setup.seed, **soup_arm(setup, states, points), "seconds": time.perf_counter() - started}
+    return {"seed": setup.seed, "recipes": [asdict(r) for r in setup.recipes],  # each ingredient's recipe, in order
+            **soup_arm(setup, states, points), "seconds": time.perf_counter() - started}  # fmt: skip
 
 
 def compare_arms(per_arm: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -234,6 +239,6 @@ def compare_arms(per_arm: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any
     found = []
     for (arm, base), metric in itertools.product(COMPARISONS, METRICS):
         values = {a: {r["seed"]: r[metric] for r in per_arm[a]} for a in (arm, base)}
-        found.append(paired(f"{arm} − {base}", metric, values[arm], values[base]))
+        found.append(paired(f"{arm} − {base}", metric, values[arm], values[base], SPANS[metric]))
     adjust(found)
     return [asdict(p) for p in found]

@@ -2,15 +2,15 @@
 
 Standard deviations are sample standard deviations over seeds (n-1). A comparison is an arm
 against the baseline on the same seeds (a seed fixes the partition and the client sampling):
-the per-seed differences arm − baseline and scipy's paired Student's t test on them
-(`scipy.stats.ttest_rel`, n-1 degrees of freedom), which gives the 95 % confidence interval of
-the mean difference and the two-sided p-value. The comparisons of one metric in one report
-(every arm against the baseline) are one family: their p-values are Holm-adjusted (`holm`).
-Beside each stands the minimum detectable effect at 80 % power (`mde`), so that an interval
-holding 0 says how large a difference these seeds could have shown; from a few seeds the std
-behind it is itself uncertain (`std_factors`: ×0.60 to ×2.87 for 5 seeds), so the interval is
-the statement of what was excluded and the MDE a rough guide. `sign_test` is the exact
-two-sided sign test on the same differences, which assumes nothing about their distribution.
+the per-seed differences arm − baseline and their test (`fedpfn.analysis.inference`, re-exported
+here): Student's paired t test (n-1 df) with its 95 % interval, or up to 5 seeds the exact
+sign-flip test, whose p cannot go below 2/2^n; differences equal to within float noise get no
+test. The comparisons of one metric in one report (every arm against the baseline) are one
+family: their p-values are Holm-adjusted (`holm`). Beside each stands the minimum detectable
+effect at 80 % power (`mde`), capped by an accuracy's range, so that an interval holding 0 says
+how large a difference these seeds could have shown; from a few seeds the std behind it is
+itself uncertain (`std_factors`: ×0.60 to ×2.87 for 5 seeds), so the interval is the statement
+of what was excluded and the MDE a rough guide. `sign_test` is the exact two-sided sign test.
 
 Arms are compared at equal rounds (the mean of the last k evaluated rounds, the primary
 metric, and the final round) and at equal bytes (`at_equal_bytes`).
@@ -18,54 +18,33 @@ metric, and the final round) and at equal bytes (`at_equal_bytes`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import optimize, stats
 
+from fedpfn.analysis.inference import (  # noqa: F401  (re-exported: the comparisons' statistics)
+    ALPHA,
+    CONFIDENCE,
+    POWER,
+    Paired,
+    adjust,
+    holm,
+    mde,
+    mean_std,
+    paired,
+    sign_test,
+    std_factors,
+)
 from fedpfn.analysis.plots import accuracy_points, cumulative_bytes, setting_text
 from fedpfn.analysis.runs import Arm, Run, comparable_arms, is_setting_key, seeds_text, varying_keys
 from fedpfn.core.settings import ConfigError
 
-CONFIDENCE = 0.95
-ALPHA = 1 - CONFIDENCE  # two-sided test level, matching the interval
-POWER = 0.8  # for the minimum detectable effect
 PRIMARY = "lastk"  # the metric a study's decision rule reads
 METRICS_COMPARED = (PRIMARY, "final")  # ArmStats fields compared seed by seed
+ACCURACY_SPAN = 1.0  # the largest difference of two accuracies (fractions of 1)
 TRAFFIC = {"up": ("bytes_up",), "up_down": ("bytes_up", "bytes_down")}  # metrics.jsonl keys summed
-
-
-@dataclass
-class Paired:
-    """Arm minus baseline on the same seed, for one metric, with its paired t test.
-
-    `p_value`, `low`/`high` and `mde` are None where Student's t is undefined: one seed, or
-    (p and mde) every seed differing by the same amount, whose interval has zero width.
-    `p_holm` is set by `adjust`, across the report's comparisons of the same metric.
-    """
-
-    label: str
-    metric: str
-    seeds: list[int]
-    diffs: list[float]
-    mean: float
-    std: float | None
-    low: float | None
-    high: float | None
-    p_value: float | None
-    mde: float | None
-    wins: int
-    ties: int
-    p_holm: float | None = None
-
-
-def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
-    """Mean and sample standard deviation (n-1); no std from one value."""
-    array = np.asarray(values, dtype=float)
-    return float(array.mean()), (float(array.std(ddof=1)) if len(array) > 1 else None)
 
 
 def last_k(rows: Sequence[dict[str, Any]], k: int) -> list[tuple[int, float]]:
@@ -85,96 +64,6 @@ def window_text(rows: Sequence[dict[str, Any]], k: int) -> str:
 def rounds_to_target(rows: Sequence[dict[str, Any]], target: float) -> int | None:
     """First evaluated round whose accuracy reaches the target, None if none does."""
     return next((r for r, acc in accuracy_points(rows) if acc >= target), None)
-
-
-# --- the paired test, its multiplicity and its power ------------------------------------------
-
-
-def mde(n: int, std: float | None, alpha: float = ALPHA, power: float = POWER) -> float | None:
-    """The smallest true mean difference that a two-sided paired t test at `alpha` over n seeds
-    detects with probability `power`, if the differences' std is `std` (the observed one).
-    `alpha` is one comparison's level, before Holm's adjustment: under Holm the detectable
-    difference is larger still.
-
-    Exact, by the noncentral t: with δ the true mean difference, the statistic follows
-    nct(n-1, δ√n/std) and the power is P(T > c) + P(T < -c), c the t quantile 1 - alpha/2
-    (the lower tail as P(T' > c) with T' ~ nct(n-1, -δ√n/std), which scipy computes stably).
-    The noncentrality is found by brentq and scaled back to a difference. None for one seed
-    or no spread.
-    """
-    if n < 2 or not std:
-        return None
-    df = n - 1
-    crit = stats.t.ppf(1 - alpha / 2, df)
-
-    def shortfall(nc: float) -> float:
-        return float(stats.nct.sf(crit, df, nc) + stats.nct.sf(crit, df, -nc)) - power
-
-    high = crit + 4.0
-    while shortfall(high) < 0:  # at most a few doublings: the power rises to 1 with the noncentrality
-        high *= 2
-    return float(optimize.brentq(shortfall, 0.0, high) * std / math.sqrt(n))
-
-
-def std_factors(n: int, confidence: float = CONFIDENCE) -> tuple[float, float] | None:
-    """The `confidence` interval of the true std as multiples of one observed from n values
-    (chi-square with n-1 df, normal differences): the MDE, proportional to the std, scales by
-    the same factors. None below 2 values."""
-    if n < 2:
-        return None
-    df, tail = n - 1, (1 - confidence) / 2
-    return math.sqrt(df / stats.chi2.ppf(1 - tail, df)), math.sqrt(df / stats.chi2.ppf(tail, df))
-
-
-def sign_test(diffs: Sequence[float]) -> float | None:
-    """Exact two-sided sign test (scipy.stats.binomtest at 1/2) on the non-zero differences:
-    with 5 seeds its smallest p is 0.0625, however large the difference. None when all are 0."""
-    signs = [d for d in diffs if d != 0]
-    if not signs:
-        return None
-    return float(stats.binomtest(sum(d > 0 for d in signs), len(signs), 0.5).pvalue)
-
-
-def holm(p_values: Sequence[float | None]) -> list[float | None]:
-    """Holm's step-down adjustment: the i-th smallest of the m p-values (i from 0) times m - i,
-    kept non-decreasing in that order and capped at 1. A family's members without a test
-    (None) stay None and do not count in m."""
-    ranked = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
-    adjusted: list[float | None] = [None] * len(p_values)
-    running = 0.0
-    for rank, (p, i) in enumerate(ranked):
-        running = max(running, min(1.0, (len(ranked) - rank) * p))
-        adjusted[i] = running
-    return adjusted
-
-
-def adjust(comparisons: Iterable[Paired]) -> None:
-    """Set each comparison's `p_holm`, Holm-adjusting the comparisons of each metric together."""
-    families: dict[str, list[Paired]] = {}
-    for p in comparisons:
-        families.setdefault(p.metric, []).append(p)
-    for family in families.values():
-        for p, adjusted in zip(family, holm([q.p_value for q in family])):
-            p.p_holm = adjusted
-
-
-def paired(label: str, metric: str, arm: dict[int, float], base: dict[int, float]) -> Paired:
-    """Per-seed difference arm - baseline, its mean, and scipy's paired t test (n-1 df)."""
-    seeds = sorted(arm)
-    ours, theirs = (np.array([values[s] for s in seeds], dtype=float) for values in (arm, base))
-    diffs = ours - theirs
-    mean, std = mean_std(diffs)
-    low = high = p_value = None
-    if std:  # two seeds or more, with spread
-        test = stats.ttest_rel(ours, theirs)
-        low, high = (float(v) for v in test.confidence_interval(CONFIDENCE))
-        p_value = float(test.pvalue)
-    elif std == 0:
-        low = high = mean  # every seed differs by the same amount: an interval of zero width
-    wins, ties = int((diffs > 0).sum()), int((diffs == 0).sum())
-    return Paired(
-        label, metric, seeds, diffs.tolist(), mean, std, low, high, p_value, mde(len(seeds), std), wins, ties
-    )
 
 
 # --- at equal bytes ---------------------------------------------------------------------------
@@ -234,7 +123,7 @@ def at_equal_bytes(arm: Arm, base: Arm, traffic: str) -> AtBytes | None:
     arm_round, arm_acc = at_budget(arm, traffic, budget)
     base_round, base_acc = at_budget(base, traffic, budget)
     every_seed = None not in (*arm_acc.values(), *base_acc.values())
-    compared = paired(arm.label, f"equal_{traffic}", arm_acc, base_acc) if every_seed else None
+    compared = paired(arm.label, f"equal_{traffic}", arm_acc, base_acc, ACCURACY_SPAN) if every_seed else None
     return AtBytes(arm.label, traffic, budget / 1e6, arm_round, base_round, arm_acc, base_acc, compared)
 
 
@@ -357,7 +246,7 @@ def comparisons(arms: Sequence[Arm], stats_: Sequence[ArmStats]) -> tuple[list[P
     bytes per traffic; each metric's p-values Holm-adjusted together."""
     base = stats_[0]
     at_rounds = [
-        paired(s.label, metric, getattr(s, metric), getattr(base, metric))
+        paired(s.label, metric, getattr(s, metric), getattr(base, metric), ACCURACY_SPAN)
         for s in stats_[1:]
         for metric in METRICS_COMPARED
     ]
