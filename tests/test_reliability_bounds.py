@@ -36,7 +36,7 @@ def guarded(monkeypatch):
     "argv, says",
     [
         (MAXIMA, "would hold about 898.5 GB at once, more than the "),
-        (MAXIMA, "and compute about 7.4e+19 floating-point operations, more than the 1e+18 an analysis may"),
+        (MAXIMA, "and compute about 8.1e+19 floating-point operations, more than the 1e+18 an analysis may"),
         (["--width", "16384", "--models", "64"], "would hold about 378.3 GB at once, more than the"),
     ],
 )

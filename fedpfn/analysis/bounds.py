@@ -89,8 +89,9 @@ def lmc_estimates(cfg: Any) -> dict[str, float]:
     pairs = k * (k - 1) // 2
     held = cfg.held_out * pool * (1 if same else min(1.0, 2 / k))  # a pair's held-out samples (own, union)
     evaluated = (test_n if cfg.where == "test" else held) + (min(cfg.bn_batches * cfg.bn_batch_size, pool) if batchnorm else 0)
-    curves = 2 * params * seeds * arms * pairs * 2 * cfg.points * evaluated  # plain and matched curves
-    matching = seeds * arms * pairs * 2 * widest**3  # an assignment per layer, cubic in its width
+    matchers = len(cfg.matchers)
+    curves = 2 * params * seeds * arms * pairs * (1 + matchers) * cfg.points * evaluated  # plain, each matcher's
+    matching = seeds * arms * pairs * matchers * 2 * widest**3  # an assignment per layer, cubic in its width
     return {"memory": memory, "flops": train + curves + matching, "params": params}
 
 

@@ -35,6 +35,7 @@ from fedpfn.analysis.bounds import MAX_POINTS, lmc_problems, odd_points
 from fedpfn.analysis.command import output_problems, read_settings
 from fedpfn.analysis.fusion import WHERE, EvalData, Scope, has_batchnorm
 from fedpfn.analysis.lmc_render import OUTPUT_FILES, markdown_table, write_outputs
+from fedpfn.analysis.matchers import MATCHERS
 from fedpfn.analysis.lmc_run import (
     ARM_KINDS,
     SPLITS,
@@ -44,6 +45,7 @@ from fedpfn.analysis.lmc_run import (
     TrainSpec,
     arms_for,
     bn_probe,
+    by_matcher,
     held_out_sets,
     hold_out,
     initial_model,
@@ -154,6 +156,13 @@ class LmcConfig:
         0, "fixed test subset, the same for every seed (0 = the whole test set)", at_least(0)
     )
     granularity: str = setting("weight", "anchor granularity: weight or neuron", one_of(GRANULARITIES))
+    matchers: tuple[str, ...] = setting(
+        MATCHERS,
+        "comma list of matchers, each reported under its name: full (weight matching, required: the top-level "
+        "figures are its), masked (identical coordinates left out), changes (changes from the common start; "
+        "omitted for diff-init), activation (held-out activations' correlations)",
+        _distinct(one_of(MATCHERS)),
+    )
     bn_batches: int = setting(
         20, "fixed training batches for BatchNorm statistics, or REPAIR's where the model has no BatchNorm "
         "(0: neither)", between(0, 1000),
@@ -181,6 +190,8 @@ def relation_problems(cfg: LmcConfig) -> list[str]:
     found = []
     if cfg.arms and "plain" not in cfg.arms:
         found.append(f"arms: {','.join(cfg.arms)} leaves out plain, the baseline every arm is paired with")
+    if cfg.matchers and "full" not in cfg.matchers:
+        found.append(f"matchers: {','.join(cfg.matchers)} leaves out full, whose figures are the top-level ones")
     if cfg.split == "dirichlet" and 0 < cfg.train_subset < 10 * cfg.models:
         found.append(
             f"train_subset: {cfg.train_subset} leaves a shard under 10 samples; "
@@ -292,13 +303,14 @@ def run_lmc(cfg: LmcConfig, prepared: Prepared, log: Callable[[str], None] = pri
     spec = train_spec(cfg)
     for setup in prepared.setups:
         for arm in arms:
-            result = run_arm(setup, arm, prepared.train, spec, cfg.granularity, cfg.points)
+            result = run_arm(setup, arm, prepared.train, spec, cfg.granularity, cfg.points, cfg.matchers)
             settings[arm.name]["seeds"].append(result)
             log(seed_line(arm.name, result))
     for name, entry in settings.items():
-        entry["summary"] = over_seeds(entry["seeds"])
+        entry["summary"] = {**over_seeds(entry["seeds"]), "matchers": by_matcher(entry["seeds"])}
         if name != "plain":
             entry["vs_plain"] = paired_difference(entry["seeds"], settings["plain"]["seeds"])
+            entry["vs_plain"]["matchers"] = by_matcher(entry["seeds"], settings["plain"]["seeds"])
     config = asdict(cfg)
     with_bn = has_batchnorm(prepared.setups[0].model) and cfg.bn_batches > 0
     config["bn_recalibration"] = f"{cfg.bn_batches} batches of {cfg.bn_batch_size}" if with_bn else "none"

@@ -70,6 +70,7 @@ def markdown_table(result: Mapping[str, Any]) -> str:
     if paired:
         lines += ["", *_table("paired by seed", paired)]
     lines += beside_table(result)
+    lines += matcher_table(settings)
     return "\n".join(lines)
 
 
@@ -86,6 +87,35 @@ def beside_table(result: Mapping[str, Any]) -> list[str]:
              f"distance: {config['distance']}" if "distance" in config else ""]  # fmt: skip
     caption = "Beside the barrier (nats) and the fused model; the ensemble averages logits, softmax after. "
     return ["", caption + " ".join(n + "." for n in notes if n), "", *_table("arm", rows, columns)]
+
+
+def _matcher_cell(figures: Mapping[str, Any], notes: dict[str, str], row: str, matcher: str) -> str:
+    """P ± std (nats) and the units moved (a paired row: their difference, in points), or why the
+    matcher was omitted; unconverged seeds go to the notes."""
+    if "omitted" in figures:
+        notes.setdefault(figures["omitted"], f"{matcher} omitted ({row}): {figures['omitted']}")
+        return "omitted"
+    p, moved = figures["permutation_loss"], figures["moved_fraction"]
+    spread = "" if p["std"] is None else f" ± {p['std']:.3f}"
+    if figures.get("unconverged_seeds"):
+        notes[f"{row} {matcher}"] = f"{matcher} ({row}): weight matching stopped unconverged in {figures['unconverged_seeds']} seed(s)"
+    moved_text = f"{100 * moved['mean']:+.0f} pp" if " − " in row else f"{100 * moved['mean']:.0f} %"
+    return f"{p['mean']:+.3f}{spread} ({moved_text} moved)"
+
+
+def matcher_table(settings: Mapping[str, Any]) -> list[str]:
+    """P under each matcher by name, per arm and paired with plain; [] for results without matchers."""
+    names = list(settings["plain"]["summary"].get("matchers", {}))
+    if not names:
+        return []
+    rows = [(name, entry["summary"]["matchers"]) for name, entry in settings.items()]
+    rows += [(f"{name} − plain", entry["vs_plain"]["matchers"]) for name, entry in settings.items() if "vs_plain" in entry]
+    notes: dict[str, str] = {}
+    lines = ["", "P (nats) under a permutation that each matcher finds; units moved, mean over seeds", "",
+             "| arm | " + " | ".join(f"P {m}" for m in names) + " |", "|---" * (len(names) + 1) + "|"]  # fmt: skip
+    for row, found in rows:
+        lines.append(f"| {row} | " + " | ".join(_matcher_cell(found[m], notes, row, m) for m in names) + " |")
+    return lines + ([""] + list(notes.values()) if notes else [])
 
 
 def band_note(result: Mapping[str, Any]) -> str:

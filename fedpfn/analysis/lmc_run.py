@@ -39,6 +39,7 @@ from torch import nn
 
 from fedpfn.analysis.fusion import EvalData, Probe, Scope, StateDict, analyse, snapshot
 from fedpfn.analysis.inference import mean_std
+from fedpfn.analysis.matchers import FIGURES as MATCHER_FIGURES
 from fedpfn.core.anchors import AnchorMask, anchored_fraction, draw_mask
 from fedpfn.core.models import build_model
 from fedpfn.core.seeding import Stream, seed_for, torch_generator
@@ -209,8 +210,12 @@ def train_arm(setup: SeedSetup, arm: Arm, train: tuple, spec: TrainSpec, granula
     return states
 
 
-def run_arm(setup: SeedSetup, arm: Arm, train: tuple, spec: TrainSpec, granularity: str, points: int) -> dict:
-    """Train the K models of one seed in `arm` and measure them (barriers, matching, fusion)."""
+def run_arm(
+    setup: SeedSetup, arm: Arm, train: tuple, spec: TrainSpec, granularity: str, points: int,
+    matchers: Sequence[str] = ("full",),
+) -> dict:  # fmt: skip
+    """Train the K models of one seed in `arm` and measure them (barriers, matching under each of
+    `matchers`, fusion); the models' common start is w0 (diff-init's models have none)."""
     started = time.perf_counter()
     states = train_arm(setup, arm, train, spec, granularity)
     masks = masks_for(arm, setup.model, 1, setup.seed, granularity)
@@ -218,7 +223,8 @@ def run_arm(setup: SeedSetup, arm: Arm, train: tuple, spec: TrainSpec, granulari
         "seed": setup.seed,
         "shard_sizes": [len(i) for i in setup.indices],
         "anchored_fraction": anchored_fraction(masks[0]) if masks[0] is not None else 0.0,
-        **analyse(setup.probe, states, setup.scope, points, match="curve"),
+        **analyse(setup.probe, states, setup.scope, points, match="curve", matchers=matchers,
+                  w0=None if arm.kind == "diff-init" else setup.starts[0]),  # fmt: skip
         "seconds": time.perf_counter() - started,
     }
 
@@ -255,6 +261,26 @@ def paired_difference(per_seed: Sequence[dict[str, Any]], baseline: Sequence[dic
     by_seed = {s["seed"]: s for s in baseline}
     keys = figures_in([*per_seed, *baseline])
     return {key: spread([s[key] - by_seed[s["seed"]][key] for s in per_seed]) for key in keys}
+
+
+def by_matcher(per_seed: Sequence[dict[str, Any]], baseline: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """Each matcher's figures over seeds (minus `baseline`'s seed by seed, where given), its seeds
+    whose weight matching stopped unconverged, or why it was omitted; {} for results without matchers."""
+    if not all("matchers" in s for s in [*per_seed, *baseline]):
+        return {}
+    base = {s["seed"]: s["matchers"] for s in baseline}
+    found: dict[str, Any] = {}
+    for name in per_seed[0]["matchers"]:
+        entries = [(s["seed"], s["matchers"][name], base[s["seed"]][name] if baseline else {}) for s in per_seed]
+        omitted = [e.get("omitted") or b.get("omitted") for _, e, b in entries]
+        if any(omitted):
+            found[name] = {"omitted": next(reason for reason in omitted if reason)}
+            continue
+        keys = [key for key in MATCHER_FIGURES if all(key in e for _, e, _ in entries)]
+        found[name] = {key: spread([e[key] - b.get(key, 0.0) for _, e, b in entries]) for key in keys}
+        if all("converged" in e for _, e, _ in entries):
+            found[name]["unconverged_seeds"] = sum(not e["converged"] for _, e, _ in entries)
+    return found
 
 
 def held_out_sets(
