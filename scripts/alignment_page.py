@@ -25,10 +25,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from fedpfn.analysis.lmc_run import mean_std  # noqa: E402
-from fedpfn.analysis.render import verdict  # noqa: E402
-from fedpfn.analysis.stats import Paired, adjust, paired, sign_test  # noqa: E402
+from fedpfn.analysis.paired_text import p_number, p_text, verdict  # noqa: E402
+from fedpfn.analysis.stats import Paired, adjust, mean_std, paired, sign_test  # noqa: E402
 from fedpfn.core.files import atomic_write_bytes  # noqa: E402
+from fedpfn.core.provenance import KEY, machines_sentence  # noqa: E402
 from scripts.alignment_sweep import COMMON, OUT, REGIMES  # noqa: E402
 
 CELLS = ROOT / "docs" / "alignment" / "cells.json"
@@ -36,6 +36,7 @@ PAGE = ROOT / "docs" / "alignment.md"
 KEPT = ("loss_barrier", "loss_midpoint", "matched_loss_barrier", "permutation_loss", "moved_fraction",
         "fused_acc", "mean_individual_acc", "fusion_gap")  # fmt: skip
 A_SEEDS, B_SEEDS = 5, 10  # seeds (a) and (b) need, set before the runs
+SPANS = {"fusion_gap": 2.0}  # the largest difference of a figure between arms, where it is bounded (accuracies)
 
 
 def collect() -> dict[str, Any]:
@@ -45,6 +46,7 @@ def collect() -> dict[str, Any]:
         for result in sorted((OUT / regime).glob("seed*/lmc.json")):
             data = json.loads(result.read_text())
             entry = cells.setdefault(regime, {"config": data["config"], "seeds": {}})
+            entry.setdefault(KEY, {})[result.parent.name] = data.get(KEY)  # each cell's code and machine
             for arm, setting in data["settings"].items():
                 for seed in setting["seeds"]:
                     figures = {key: seed[key] for key in KEPT}
@@ -130,7 +132,8 @@ def b_comparisons(cells: Mapping[str, Any], regimes: list[str], key: str) -> tup
             waiting.append(f"{name} ({len(ours)} of {B_SEEDS} seeds)")
             continue
         for base in (shared.replace("shared", "independent"), "plain"):
-            comparisons.append(paired(f"{name}: {shared} − {base}", key, ours, series(regime, base, key)))
+            theirs = series(regime, base, key)
+            comparisons.append(paired(f"{name}: {shared} − {base}", key, ours, theirs, SPANS.get(key)))
     adjust(comparisons)  # one family per figure: every comparison here is on `key`
     return comparisons, waiting
 
@@ -139,10 +142,9 @@ def b_table(comparisons: list[Paired], scale: float, unit: str) -> list[str]:
     """One row per comparison, in `unit` (`scale` x the figure)."""
     lines = [f"| comparison | mean, {unit} | 95 % CI | p | p Holm | seeds lower | verdict |", "|---" * 7 + "|"]
     for p in comparisons:
-        p_text = "n/a" if p.p_value is None else f"{p.p_value:.3g}"
-        holm_text = "n/a" if p.p_holm is None else f"{p.p_holm:.3g}"
+        p_shown, holm_text = p_text(p, ".3g"), p_number(p.p_holm, ".3g")
         ci = "n/a" if p.low is None or p.high is None else f"[{scale * p.low:+.3f}, {scale * p.high:+.3f}]"
-        lines.append(f"| {p.label} | {scale * p.mean:+.4f} | {ci} | {p_text} | {holm_text} "
+        lines.append(f"| {p.label} | {scale * p.mean:+.4f} | {ci} | {p_shown} | {holm_text} "
                      f"| {sum(d < 0 for d in p.diffs)} of {len(p.diffs)} | {verdict(p, scale, unit)} |")  # fmt: skip
     return lines
 
@@ -181,8 +183,8 @@ def arms_table(cells: Mapping[str, Any]) -> list[str]:
         for arm in arms_of(regime):
             cells_text = []
             for _, key, scale in shown:
-                spread = mean_std([scale * v for v in series(regime, arm, key).values()])
-                cells_text.append(f"{spread['mean']:+.3f} ± {spread['std']:.3f}")
+                mean, std = mean_std([scale * v for v in series(regime, arm, key).values()])
+                cells_text.append(f"{mean:+.3f}" + ("" if std is None else f" ± {std:.3f}"))  # no std from one seed
             lines.append(f"| {name} | {arm} | {len(series(regime, arm, 'loss_barrier'))} | " + " | ".join(cells_text) + " |")
     return lines
 
@@ -218,10 +220,10 @@ Between two models A and B (`fedpfn/analysis/fusion.py`):
   same with the coordinates identical in both models (such as shared anchors) left out, so that the
   identity does not win for free; `changes`, weight matching on the changes from the models' common
   start (A − w0 and B − w0; none for diff-init, whose models have no common start); `activation`,
-  Git Re-Basin's activation matching (per permuted set of units, a layer's or a ResNet stage's stream,
-  the correlations of the two models' units on the held-out inputs, one assignment each). Under π: the matched barrier, the fraction of units
-  π moves, and the **permutation-attributable loss P = L(avg(A, B)) − L(avg(A, π(B)))** on the same
-  data. P > 0: part of what averaging costs is a permutation that matching finds; P = 0 when π is
+  Git Re-Basin's activation matching (per permuted set of units, a layer's or a ResNet stage's
+  stream, the correlations of the two models' units on the held-out inputs, one assignment each).
+  Under π: the matched barrier, the fraction of units π moves, and the **permutation-attributable
+  loss P = L(avg(A, B)) − L(avg(A, π(B)))** on the same data. P > 0: part of what averaging costs is a permutation that matching finds; P = 0 when π is
   the identity. A matcher finds a permutation, not necessarily the best one, so P is a lower bound
   on what a permutation could account for, and matchers can disagree. Every figure on this page was
   measured under `full` (the cells predate the other matchers); `python -m fedpfn.analysis.lmc
@@ -232,9 +234,9 @@ It reads 0 where it must, and moves where it must (tests that can fail): a model
 `tests/test_lmc.py`); a copy with every hidden layer shuffled (BatchNorm included) has a large raw
 barrier, a matched barrier of about 0, P equal to its barrier, and π undoes the shuffle bit for bit,
 for every model with a permutation spec (the ViT has none) and every matcher (`tests/test_matching.py`,
-`tests/test_matchers.py`); with
-40 % of the coordinates identical in both models and the rest shuffled, full matching keeps the
-identity where the masked matcher undoes the shuffle (`tests/test_matchers.py`); a path that beats
+`tests/test_matchers.py`); with 40 % of the coordinates identical in both models and the rest
+shuffled, full matching keeps the identity where the masked matcher undoes the shuffle
+(`tests/test_matchers.py`); a path that beats
 its chord has a negative barrier (`tests/test_lmc.py`); two initialisations trained on the same data
 have a barrier that matching lowers (`tests/test_matching.py`, and the diff-init arm in every cell below).
 
@@ -246,6 +248,8 @@ K = 2 models per seed from one start, in four arms: **plain**; **shared**: one a
 each model its own mask at the same ratio, the control that freezes as much and shares nothing;
 **diff-init**: each model its own random initialisation, the positive control. The batch orders are
 the same in every arm of a seed. Common flags: `{common}`.
+
+{machines}
 
 {regimes}
 
@@ -279,17 +283,29 @@ python scripts/alignment_page.py                             # this page
 """
 
 
+def machines(cells: Mapping[str, Any]) -> str:
+    """Whether the cells came from one machine (cells kept before they recorded one: 'machine not recorded')."""
+    found = [p for regime in cells.values() for p in (regime.get(KEY) or {"": None}).values()]
+    return machines_sentence(found) or "Every cell ran on one machine with one set of libraries."
+
+
 def write_page(cells: Mapping[str, Any]) -> str:
     table_a, found, said = question_a(cells)
     primary, _ = b_comparisons(cells, found, "permutation_loss")
     said += [f"{p.label}: P {p.mean:+.4f} nats, 95 % CI {interval_text(p)}, p Holm "
-             f"{'n/a' if p.p_holm is None else f'{p.p_holm:.2g}'}: {verdict(p, 1.0, 'nats')}." for p in primary]  # fmt: skip
+             f"{p_number(p.p_holm, '.2g')}: {verdict(p, 1.0, 'nats')}." for p in primary]  # fmt: skip
     return INTRO.format(
         summary="\n".join(f"- {line}" for line in said),
-        common=" ".join(COMMON), regimes="\n".join(regimes_table(cells)), a_seeds=A_SEEDS, b_seeds=B_SEEDS,
+        machines=machines(cells), common=" ".join(COMMON), regimes="\n".join(regimes_table(cells)), a_seeds=A_SEEDS, b_seeds=B_SEEDS,
         table_a="\n".join(table_a), table_b="\n".join(question_b(cells, found)),
         table_arms="\n".join(arms_table(cells)),
     )  # fmt: skip
+
+
+def stored_cells() -> dict[str, Any]:
+    """docs/alignment/cells.json, kept with sorted keys: its regimes back in the sweep's order."""
+    stored = json.loads(CELLS.read_text())
+    return {name: stored[name] for name in [*REGIMES, *sorted(stored)] if name in stored}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -297,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stored", action="store_true", help="write the page from docs/alignment/cells.json alone")
     args = parser.parse_args(argv)
     if args.stored:
-        cells = json.loads(CELLS.read_text())
+        cells = stored_cells()
     else:
         cells = collect()
         if not cells:
