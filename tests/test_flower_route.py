@@ -20,7 +20,7 @@ from conftest import tiny_config
 from flower_link import BIN, Link, simulation_superlink
 from fedpfn.core.config import RunConfig
 from fedpfn.core.settings import read_toml
-from fedpfn.runtime.algorithms import load_config, parse_config, validated
+from fedpfn.runtime.algorithms import from_run_config, load_config, parse_config, validated
 from fedpfn.runtime.runfolder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,12 +119,12 @@ def test_forgotten_num_supernodes_is_the_runs_status_at_once_and_no_folder_is_ma
 
 def test_every_preset_is_accepted_by_flower_and_by_run_sim_alike():
     """Flower's own reading of `--run-config FILE` (keys checked against pyproject) and run_sim's."""
-    from flwr.common.config import fuse_dicts, parse_config_args
+    from flwr.common.config import flatten_dict, fuse_dicts, parse_config_args
 
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
     for preset in sorted((ROOT / "configs").glob("*.toml")):
-        fused = fuse_dicts(declared, parse_config_args([str(preset)]))
-        through_flower = parse_config(fused)
+        fused = fuse_dicts(flatten_dict(declared), parse_config_args([str(preset)]))  # as the SuperLink does
+        through_flower = parse_config(from_run_config(fused))  # as the ServerApp reads it
         through_run_sim = parse_config(read_toml(preset))
         assert validated(through_flower).to_dict() == validated(through_run_sim).to_dict(), preset.name
         assert through_run_sim.problems() == [], preset.name
