@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
 
 from fedpfn.core.files import CONFIG, SUMMARY  # noqa: E402
+from fedpfn.core.hyper import flat_view  # noqa: E402  (fedpnu.anchor_ratio, or anchor_ratio in older runs)
 from fedpfn.core.settings import OneLineParser  # noqa: E402
 from study import ALGORITHMS, ALPHAS, LR_GRID, RATIOS, SERVER_ALPHA, SERVER_GRID, _score  # noqa: E402
 
@@ -245,7 +246,7 @@ def ratio_arms(runs: Path) -> list[str]:
 def anchor_ratio(runs: Path, folder: str) -> float:
     """The anchor ratio of a FedPNU folder's runs (inf before its first run has started)."""
     config = runs / folder / "fedpnu-s0" / CONFIG
-    return json.loads(config.read_text())["anchor_ratio"] if config.is_file() else float("inf")
+    return flat_view(json.loads(config.read_text()))["anchor_ratio"] if config.is_file() else float("inf")
 
 
 def ratio_folders() -> list[str]:
