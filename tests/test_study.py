@@ -156,3 +156,41 @@ def test_a_missing_file_and_a_bad_jobs_are_one_line(tiny: Path, capsys) -> None:
     assert code == 2 and err == "error: study: file 'nope.toml' does not exist\n"
     code, _, err = study(capsys, "run", "tiny.toml", "--jobs", "0")
     assert code == 2 and err == "error: --jobs 0: give a whole number of cells at a time, 1 or more\n"
+
+
+def test_a_stopped_cell_and_a_running_one_are_told_apart(tiny: Path, capsys) -> None:
+    """A folder with config.json and no summary is stopped (run resumes it); one whose lock another
+    process holds is running, and `run` waits for nothing: it says so in one line."""
+    import fcntl
+
+    shared = "--dataset fmnist --model mlp --num-clients 100 --clients-per-round 2 --rounds 2 --batch-size 64 --partition iid"
+    for cell, seed in ((CELLS[0], 0), (CELLS[1], 1)):
+        finished_cell(tiny / cell, [*shared.split(), "--algorithm", "fedavg", "--seed", str(seed)])
+        (tiny / cell / "summary.json").unlink()
+    (tiny / CELLS[0] / "metrics.jsonl").write_text('{"round": 1, "test_accuracy": 0.5}\n')
+    with open(tiny / CELLS[1] / ".fedpfn.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a run holds its folder
+        code, out, _ = study(capsys, "status", "tiny.toml")
+        assert out.splitlines()[:2] == [f"{CELLS[0]}  stopped at round 1 of 2 (run resumes it)", f"{CELLS[1]}  running"]
+        code, out, err = study(capsys, "run", "tiny.toml")
+        assert code == 2 and err == (f"error: study: {CELLS[1]} is being run by another process now; wait for it, "
+                                     "or stop it and run the study again\n")  # fmt: skip
+
+
+def test_jobs_run_each_cell_in_a_process_of_its_own_at_most_one_a_core(tiny: Path, monkeypatch, capsys) -> None:
+    """--jobs N starts `fedpfn study run FILE --cell FOLDER` for each unfinished cell, N at a time."""
+    import os
+    import subprocess
+
+    started = []
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(subprocess, "run", lambda command, **_: started.append(command) or subprocess.CompletedProcess(command, 0))
+    code, out, _ = study(capsys, "run", "tiny.toml", "--jobs", "3")
+    assert code == 0 and "--jobs 3: this machine has 2 cores; running 2 cells at a time" in out
+    assert sorted(c[-1] for c in started) == list(CELLS)
+    assert all(c[1:8] == ["-m", "fedpfn.cli.main", "study", "run", "tiny.toml", "--cell", c[-1]] for c in started)
+
+
+def test_one_cell_by_its_folder_is_refused_when_the_study_has_none_there(tiny: Path, capsys) -> None:
+    code, _, err = study(capsys, "run", "tiny.toml", "--cell", "runs/tiny/nope")
+    assert code == 2 and err == "error: study: tiny.toml has no cell in 'runs/tiny/nope'\n"
