@@ -137,6 +137,26 @@ def pick(data: dict[str, Any]) -> str:
             f"(`--num-clients {clients} --local-epochs {epochs} --lr {chosen['lr']}` with the fixed settings above).{note}")
 
 
+def unfinished(data: dict[str, Any]) -> list[str]:
+    """The finished runs and controls of blocks not finished, seed by seed: read by no rule, shown as they are."""
+    lines = ["| block | seed | P(plain) round 1 | round 5 | P(anchored) round 1 | round 5 | client P(plain), changes, "
+             "round 1 | round 5 | P(diff-init) |", "|---" * 9 + "|"]  # fmt: skip
+    for name, block in data["blocks"].items():
+        if finished(block):
+            continue
+        for seed in map(str, SEEDS):
+            plain, anchored = block["runs"]["plain"].get(seed, {}), block["runs"]["anchored"].get(seed, {})
+            figures = [plain.get("P_r1"), plain.get("P_last"), anchored.get("P_r1"), anchored.get("P_last"),
+                       plain.get("clientP_changes_r1"), plain.get("clientP_changes_last"), block["control"].get(seed)]
+            if any(f is not None for f in figures):
+                shown = ["not run" if f is None else f"{f:+.4f}" for f in figures]
+                lines.append(f"| {name} | {seed} | " + " | ".join(shown) + " |")
+    if len(lines) == 2:
+        return []
+    return ["Runs of the blocks not finished, each seed as it is (no interval, and no part of the rule):", "",
+            *lines, ""]
+
+
 def results(data: dict[str, Any]) -> str:
     head = ["| block | local steps a round | P(plain) round 1 | P(plain) round 5 | P(diff-init) | P(anchored) round 1 "
             "| P(anchored) round 5 | client P(plain), full, round 1 | round 5 | client P(plain), changes, round 1 "
@@ -165,6 +185,7 @@ def results(data: dict[str, Any]) -> str:
         + ("; ".join(f"{n} {text(own(b, 'r1'), 100, 2)} and {text(own(b, 'last'), 100, 2)}"
                      for n, b in data["blocks"].items() if finished(b)) or "no block finished") + ".", "",
         f"Not finished: {', '.join(partial) or 'none'}. Not run: {', '.join(untouched) or 'none'}.", "",
+        *unfinished(data), 
         f"**CPU time.** The timed cells took {data['cpu_s']:.0f} CPU-seconds ({data['cpu_s'] / 3600:.2f} "
         f"CPU-hours) over {data['cells_timed']} cells, counting the slow first cells kept under rounds10/; cells "
         "stopped before they finished are not counted. Measuring every client against the aggregate took "

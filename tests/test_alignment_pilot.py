@@ -53,14 +53,17 @@ def test_the_cheapest_block_that_misaligns_is_picked_and_stored_gives_the_same_p
     plant_block("r114", "0.1", [0.05, 0.06, 0.07], [1.0, 1.1, 1.2])  # qualifies, and is cheaper
     plant_block("r225", "0.1", [0.01, -0.01, 0.0], [1.0, 1.1, 1.2])  # P(plain) not above 0
     plant_block("r375", "0.03", [0.10, 0.12, 0.11], [1.0, 1.1, 1.2], acc_plain=0.7)  # plain clients worse
+    plant_run(pilot.run_path("r24", "0.1", "plain", 0), 0.002, 0.8)  # a block begun, not finished
     (planted / "cpu.jsonl").write_text(json.dumps({"cell": "x", "cpu_s": 36.0, "wall_s": 40.0}) + "\n")
     assert pilot.main(["page"]) == 0
     written = page.PAGE.read_bytes()
     text = written.decode()
     assert "**The pick: r114/lr0.1** (20 clients, 3 local epochs" in text and "`--num-clients 20 --local-epochs 3 --lr 0.1`" in text
-    assert "Cheaper blocks not run: r24/lr0.1, r24/lr0.03, r24/lr0.01" in text
+    assert "Cheaper blocks not run: r24/lr0.1, r24/lr0.03, r24/lr0.01" in text  # begun is not finished
     assert "| r225/lr0.1 | 225 |" in text and "no: P(plain) in round 1; P(plain) at the last round" in text
     assert "no: plain's own accuracy below anchored's (r1); plain's own accuracy below anchored's (last)" in text
+    assert "Not finished: r24/lr0.1 (1 of 6 runs, control not run)" in text
+    assert "| r24/lr0.1 | 0 | +0.0020 | +0.0020 | not run | not run | +0.0020 | +0.0020 | not run |" in text
     assert "36 CPU-seconds (0.01 CPU-hours) over 1 cells" in text and text.startswith(RULE.split(page.MARKER)[0])
     for run in planted.rglob("metrics.jsonl"):
         run.unlink()  # the runs gone: the stored figures alone
