@@ -1,0 +1,68 @@
+"""Freezing or sharing? A shared-anchor arm's effect split into its two parts.
+
+Shared anchors do two things at once: they freeze a part of the weights, and they freeze the same
+part, at the same values, in every model. The control with independent masks freezes as much and
+shares nothing, so on the same seeds, seed by seed,
+
+    whole    = shared − plain
+    freezing = independent − plain
+    sharing  = shared − independent
+
+and whole = freezing + sharing. Each part gets its own paired test and interval. Its share of the
+whole is the ratio of the means, given only where the whole is resolved (its interval excludes 0):
+a ratio over a difference that may be 0 says nothing. A declared family (the parts of every
+endpoint of one setting) is Holm-adjusted together, across metrics, by `adjust_together`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from fedpfn.analysis.inference import Paired, holm, paired
+
+PARTS = ("whole", "freezing", "sharing")
+
+
+@dataclass
+class Split:
+    """One endpoint's whole effect of shared anchors and its freezing and sharing parts."""
+
+    metric: str
+    whole: Paired
+    freezing: Paired
+    sharing: Paired
+
+    @property
+    def parts(self) -> tuple[Paired, Paired, Paired]:
+        return self.whole, self.freezing, self.sharing
+
+    def share(self, part: Paired) -> float | None:
+        """`part`'s mean as a fraction of the whole's; None where the whole is not resolved."""
+        whole = self.whole
+        if whole.low is None or whole.high is None or whole.low <= 0 <= whole.high:
+            return None
+        return part.mean / whole.mean
+
+
+def split(
+    label: str, metric: str, plain: Mapping[int, float], independent: Mapping[int, float],
+    shared: Mapping[int, float], span: float | None = None,
+) -> Split:  # fmt: skip
+    """The three paired differences of `metric` on the seeds all three arms have (`label` prefixes each)."""
+    seeds = sorted(set(plain) & set(independent) & set(shared))
+    on = {name: {s: arm[s] for s in seeds} for name, arm in (("p", plain), ("i", independent), ("s", shared))}
+    return Split(
+        metric,
+        whole=paired(f"{label}: whole (shared − plain)", metric, on["s"], on["p"], span),
+        freezing=paired(f"{label}: freezing (independent − plain)", metric, on["i"], on["p"], span),
+        sharing=paired(f"{label}: sharing (shared − independent)", metric, on["s"], on["i"], span),
+    )
+
+
+def adjust_together(comparisons: Iterable[Paired]) -> int:
+    """Holm over every comparison given, whatever its metric (one declared family); how many were tested."""
+    family = list(comparisons)
+    for p, adjusted in zip(family, holm([q.p_value for q in family])):
+        p.p_holm = adjusted
+    return sum(p.p_value is not None for p in family)
