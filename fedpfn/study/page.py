@@ -25,7 +25,7 @@ from fedpfn.analysis.stats import Paired, adjust, mean_std, paired
 from fedpfn.core.files import METRICS, atomic_write_bytes, json_text, read_json, read_jsonl
 from fedpfn.study import alignment_federated, drift
 from fedpfn.study.cells import Configure, choices
-from fedpfn.study.runner import plan
+from fedpfn.study.runner import Planned, plan
 from fedpfn.study.spec import MARK, Spec, template_text
 
 READINGS: dict[str, tuple[Callable[[Spec], None], dict[str, Callable[[Spec], list[str]]]]] = {
@@ -50,11 +50,7 @@ def command_of(flags: tuple[str, ...]) -> str:
 
 def collect(spec: Spec, configure: Configure) -> dict[str, Any]:
     """The study's numbers from its finished main cells (StudyError if one is not finished)."""
-    planned = [p for p in plan(spec, configure) if not p.cell.tuning]
-    missing = [p for p in planned if p.state != "done"]
-    if missing:
-        raise spec.refuse(f"{len(missing)} cells are not finished (first: {missing[0].cell.folder}, "
-                          f"{missing[0].state}); fedpfn study run {spec.path} first; nothing written")  # fmt: skip
+    planned = [p for p in plan_done(spec, configure) if not p.cell.tuning]
     cells = [{"arm": p.cell.arm, "point": dict(p.cell.point), "seed": p.cell.seed, "folder": str(p.cell.folder),
               "command": command_of((*p.cell.flags, "--seed", str(p.cell.seed), "--out", str(p.cell.folder))),
               "endpoints": {name: endpoint_value(spec, p.cell.folder, name) for name in spec.endpoints}}
@@ -189,9 +185,11 @@ def write(spec: Spec, configure: Configure, from_stored: bool = False) -> Path:
     return spec.page.out
 
 
-def plan_done(spec: Spec, configure: Configure) -> None:
-    """Every cell finished, or a StudyError naming the first that is not."""
-    missing = [p for p in plan(spec, configure) if p.state != "done"]
+def plan_done(spec: Spec, configure: Configure) -> list[Planned]:
+    """Every cell, each finished, or a StudyError naming the first that is not."""
+    planned = plan(spec, configure)
+    missing = [p for p in planned if p.state != "done"]
     if missing:
         raise spec.refuse(f"{len(missing)} cells are not finished (first: {missing[0].cell.folder}, "
                           f"{missing[0].state}); fedpfn study run {spec.path} first; nothing written")  # fmt: skip
+    return planned
