@@ -86,6 +86,9 @@ def test_a_tiny_study_end_to_end(tiny: Path, capsys) -> None:
     assert [c["folder"] for c in stored["cells"]] == list(CELLS)
     accuracies = [json.loads(line)["test_accuracy"] for line in (tiny / CELLS[0] / "metrics.jsonl").open()]
     assert stored["cells"][0]["endpoints"]["acc"] == pytest.approx(sum(accuracies) / 2)
+    for cell in stored["cells"]:  # each cell's code and machine, from its run's config.json
+        assert {"git", "packages", "device"} <= set(cell["provenance"]) and "torch_threads" in cell["provenance"]["device"]
+    assert "machines or library sets" not in page and "machine not recorded" not in page  # one machine: no word
     assert "| fedavg | 2 | " in page and "| fedpfn − fedavg | " in page
     assert "`fedpfn run --dataset fmnist" in page and "--seed 0 --out runs/tiny/fedpfn/s0`" in page
 

@@ -20,9 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fedpfn.analysis.render import verdict
+from fedpfn.analysis.paired_text import p_number, p_text, verdict
 from fedpfn.analysis.stats import Paired, adjust, mean_std, paired
-from fedpfn.core.files import METRICS, atomic_write_bytes, json_text, read_json, read_jsonl
+from fedpfn.core.files import CONFIG, METRICS, PROVENANCE, atomic_write_bytes, json_text, read_json, read_jsonl
+from fedpfn.core.provenance import machines_sentence
 from fedpfn.study import alignment_federated, drift
 from fedpfn.study.cells import Configure, choices
 from fedpfn.study.runner import Planned, plan
@@ -53,7 +54,8 @@ def collect(spec: Spec, configure: Configure) -> dict[str, Any]:
     planned = [p for p in plan_done(spec, configure) if not p.cell.tuning]
     cells = [{"arm": p.cell.arm, "point": dict(p.cell.point), "seed": p.cell.seed, "folder": str(p.cell.folder),
               "command": command_of((*p.cell.flags, "--seed", str(p.cell.seed), "--out", str(p.cell.folder))),
-              "endpoints": {name: endpoint_value(spec, p.cell.folder, name) for name in spec.endpoints}}
+              "endpoints": {name: endpoint_value(spec, p.cell.folder, name) for name in spec.endpoints},
+              "provenance": read_json(p.cell.folder / CONFIG).get(PROVENANCE)}  # the code and machine it ran on
              for p in planned]  # fmt: skip
     chosen = choices(spec) if spec.tune else None
     return {
@@ -114,7 +116,7 @@ def family_table(spec: Spec, stored: dict[str, Any], name: str) -> list[str]:
              "|---|---|---|---|---|---|---|"]  # fmt: skip
     for c in family_rows(spec, stored, name):
         ci = "n/a" if c.low is None or c.high is None else f"[{end.scale * c.low:+.3f}, {end.scale * c.high:+.3f}]"
-        p, holm = ("n/a" if v is None else f"{v:.4f}" for v in (c.p_value, c.p_holm))
+        p, holm = p_text(c, ".4f"), p_number(c.p_holm, ".4f")
         lines.append(f"| {c.label} | {end.scale * c.mean:+.3f} | {ci} | {p} | {holm} | {c.wins} of {len(c.seeds)} "
                      f"| {verdict(c, end.scale, end.unit or 'as measured')} |")  # fmt: skip
     return lines
@@ -127,7 +129,15 @@ def commands(spec: Spec, stored: dict[str, Any]) -> list[str]:
         first.setdefault(cell["arm"], cell)
     return [f"Run with `fedpfn study run {spec.path}`, written with `fedpfn study page {spec.path}` "
             f"(`--stored`: again from {spec.page.stored if spec.page else ''} alone). Each arm's first cell:", "",  # fmt: skip
-            *(f"- {spec.labels[arm]}: `{cell['command']}`" for arm, cell in first.items())]
+            *(f"- {spec.labels[arm]}: `{cell['command']}`" for arm, cell in first.items()),
+            *machines_lines([cell.get(PROVENANCE) for cell in stored["cells"]])]
+
+
+def machines_lines(provenances: list[Any]) -> list[str]:
+    """A blank line and the sentence that says the cells ran on more than one machine (or were kept
+    before cells recorded theirs); nothing when they all ran on one."""
+    said = machines_sentence(provenances)
+    return ["", said] if said else []
 
 
 def section(spec: Spec, stored: dict[str, Any] | None, marker: str) -> list[str]:
