@@ -66,7 +66,12 @@ def collect() -> dict[str, Any]:
         }  # fmt: skip
     cpu = [json.loads(line) for path in (TIMES, RUNS / "rounds10" / "cpu.jsonl") if path.exists()
            for line in path.read_text().splitlines()]  # fmt: skip
-    return {"blocks": blocks, "cpu_s": round(sum(c["cpu_s"] for c in cpu), 1), "cells_timed": len(cpu)}
+    by_regime: dict[str, list[float]] = {}
+    for cell in cpu:
+        if "diff-init" not in cell["cell"] and not cell["cell"].startswith("rounds10"):
+            by_regime.setdefault(cell["cell"].split("/")[0], []).append(cell["cpu_s"])
+    return {"blocks": blocks, "cpu_s": round(sum(c["cpu_s"] for c in cpu), 1), "cells_timed": len(cpu),
+            "cpu_s_per_run": {r: round(sum(v) / len(v), 1) for r, v in by_regime.items()}}  # fmt: skip
 
 
 def interval(values: dict[str, float], base: dict[str, float] | None = None) -> tuple[float, float, float]:
@@ -124,6 +129,9 @@ def pick(data: dict[str, Any]) -> str:
     """The rule's choice among the finished blocks, in words, with the cheaper blocks not run."""
     done = {name: b for name, b in data["blocks"].items() if finished(b)}
     good = [(b["steps"], -judge(b)[0]["r1"][1], name) for name, b in done.items() if not judge(b)[1]]
+    if not done:
+        return ("**No block finished**, so the rule has picked nothing yet and the main study waits for it: "
+                "`python scripts/alignment_pilot.py run` goes on from where the runs stopped.")  # fmt: skip
     if not good:
         return (f"**No regime qualified** among the {len(done)} blocks that ran; the table says which "
                 "condition failed where. The main study should not be run in any of them.")  # fmt: skip
@@ -190,7 +198,9 @@ def results(data: dict[str, Any]) -> str:
         f"CPU-hours) over {data['cells_timed']} cells, counting the slow first cells kept under rounds10/; cells "
         "stopped before they finished are not counted. Measuring every client against the aggregate took "
         + (f"{sum(seconds) / len(seconds):.1f} s of wall time a measured round on average, on the loaded machine."
-           if seconds else "no time: no run recorded it."),
+           if seconds else "no time: no run recorded it.")
+        + (" CPU-seconds a finished run took, by regime: "
+           + ", ".join(f"{r} {v:.0f}" for r, v in data["cpu_s_per_run"].items()) + "." if data["cpu_s_per_run"] else ""),
     ]  # fmt: skip
     return "\n".join(lines) + "\n"
 

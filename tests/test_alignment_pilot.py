@@ -54,7 +54,7 @@ def test_the_cheapest_block_that_misaligns_is_picked_and_stored_gives_the_same_p
     plant_block("r225", "0.1", [0.01, -0.01, 0.0], [1.0, 1.1, 1.2])  # P(plain) not above 0
     plant_block("r375", "0.03", [0.10, 0.12, 0.11], [1.0, 1.1, 1.2], acc_plain=0.7)  # plain clients worse
     plant_run(pilot.run_path("r24", "0.1", "plain", 0), 0.002, 0.8)  # a block begun, not finished
-    (planted / "cpu.jsonl").write_text(json.dumps({"cell": "x", "cpu_s": 36.0, "wall_s": 40.0}) + "\n")
+    (planted / "cpu.jsonl").write_text(json.dumps({"cell": "r375/lr0.1/plain/s0", "cpu_s": 36.0, "wall_s": 40.0}) + "\n")
     assert pilot.main(["page"]) == 0
     written = page.PAGE.read_bytes()
     text = written.decode()
@@ -64,7 +64,7 @@ def test_the_cheapest_block_that_misaligns_is_picked_and_stored_gives_the_same_p
     assert "no: plain's own accuracy below anchored's (r1); plain's own accuracy below anchored's (last)" in text
     assert "Not finished: r24/lr0.1 (1 of 6 runs, control not run)" in text
     assert "| r24/lr0.1 | 0 | +0.0020 | +0.0020 | not run | not run | +0.0020 | +0.0020 | not run |" in text
-    assert "36 CPU-seconds (0.01 CPU-hours) over 1 cells" in text and text.startswith(RULE.split(page.MARKER)[0])
+    assert "36 CPU-seconds (0.01 CPU-hours) over 1 cells" in text and "by regime: r375 36." in text and text.startswith(RULE.split(page.MARKER)[0])
     for run in planted.rglob("metrics.jsonl"):
         run.unlink()  # the runs gone: the stored figures alone
     page.PAGE.write_text(RULE)
@@ -76,6 +76,12 @@ def test_no_block_qualifies_when_plain_clients_do_not_misalign(planted):
     plant_block("r375", "0.1", [0.01, -0.01, 0.0], [1.0, 1.1, 1.2])
     pilot.main(["page"])
     assert "**No regime qualified** among the 1 blocks that ran" in page.PAGE.read_text()
+
+
+def test_a_pilot_cut_short_says_the_rule_has_picked_nothing_yet(planted):
+    plant_run(pilot.run_path("r375", "0.1", "plain", 0), 0.05, 0.8)
+    pilot.main(["page"])
+    assert "**No block finished**, so the rule has picked nothing yet" in page.PAGE.read_text()
 
 
 def test_page_without_runs_leaves_the_page_alone(planted):
