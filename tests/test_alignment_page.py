@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fedpfn.study import gate
 from scripts import alignment_page as page
 
 ARMS = ("plain", "shared-0.4", "independent-0.4", "diff-init")
@@ -21,36 +22,55 @@ MOVING = {"plain": [0.1, 0.12, 0.08, 0.11], "shared-0.4": [0.0, 0.01, 0.0, 0.002
           "independent-0.4": [0.02, 0.03, 0.015, 0.02], "diff-init": [1.1, 1.2, 1.0, 1.15]}  # fmt: skip
 
 
-def test_a_regime_with_misalignment_passes_a_and_b_resolves_lower() -> None:
+def test_a_regime_with_misalignment_passes_a_and_b_splits_it() -> None:
     cells = {"mlp-same-init": planted(MOVING)}
-    _, found, said = page.question_a(cells)
+    _, found, said = gate.question_a(cells)
     assert found == ["mlp-same-init"] and "P(plain) > 0: the interval excludes 0" in said[0]
-    primary, waiting = page.b_comparisons(cells, found, "permutation_loss")
-    assert waiting == [] and [p.label.split(": ")[1] for p in primary] == [
-        "shared-0.4 − independent-0.4", "shared-0.4 − plain"]  # fmt: skip
-    assert all(p.mean < 0 and p.p_holm is not None and p.p_holm < 0.05 for p in primary)
-    assert "across the 2 comparisons tested" in page.question_b(cells, found)[0]
+    lines, said_b = gate.question_b(cells, found)
+    assert "one Holm family of the 3 tests below" in "\n".join(lines)  # the accuracies planted equal: no test
+    p_split = gate.regime_splits("mlp-same-init", cells["mlp-same-init"])[0]
+    assert p_split.freezing.mean < 0 and p_split.sharing.mean < 0  # both parts lower P, as planted
+    assert [s.split(":")[1].strip() for s in said_b] == ["freezing (independent − plain)", "sharing (shared − independent)"]
+
+
+def test_a_regime_is_one_holm_family_whatever_other_regimes_there_are() -> None:
+    one = {"a": planted(MOVING)}
+    two = {"a": planted(MOVING), "b": planted({**MOVING, "shared-0.4": [0.05, 0.06, 0.04, 0.05]})}
+    alone = gate.question_b(one, ["a"])[0]
+    beside = gate.question_b(two, ["a", "b"])[0]
+    assert beside[: len(alone)] == alone  # a regime added later re-adjusts no published p
+
+
+def test_other_matchers_are_read_where_the_cells_carry_them() -> None:
+    cells = planted(MOVING)
+    for arms in cells["seeds"].values():
+        for arm, figures in arms.items():
+            figures["matchers"] = {"masked": {"permutation_loss": 2 * figures["permutation_loss"]}}
+    assert gate.matchers_in(cells) == ["full", "masked"]
+    table, _, said = gate.question_a({"r": cells})
+    assert [line.split(" | ")[1] for line in table[2:]] == ["full", "masked"]
+    assert gate.matchers_in(planted(MOVING)) == ["full"]
 
 
 def test_no_misalignment_is_not_read_as_misalignment() -> None:
     flat = {**MOVING, "plain": [0.01, -0.01, 0.0, 0.005]}
-    _, found, said = page.question_a({"r": planted(flat)})
+    _, found, said = gate.question_a({"r": planted(flat)})
     assert found == [] and "not shown: the interval excludes P(plain) above" in said[0]
-    assert page.question_b({"r": planted(flat)}, found) == ["No regime passed (a), so (b) has nothing to test here."]
+    assert gate.question_b({"r": planted(flat)}, found)[0] == ["No regime passed (a), so (b) has nothing to test here."]
 
 
 def test_a_regime_whose_positive_control_did_not_move_is_void() -> None:
     dead = {**MOVING, "diff-init": [0.01, -0.01, 0.0, 0.005]}
-    _, found, said = page.question_a({"r": planted(dead)})
+    _, found, said = gate.question_a({"r": planted(dead)})
     assert found == [] and "void: the positive control" in said[0]
 
 
 def test_too_few_seeds_wait_instead_of_answering() -> None:
     cells = {"r": planted(MOVING, seeds=6)}
-    _, found, _ = page.question_a(cells)
-    primary, waiting = page.b_comparisons(cells, found, "permutation_loss")
-    assert found == ["r"] and primary == [] and waiting == ["r (6 of 10 seeds)"]
-    _, _, said = page.question_a({"r": planted(MOVING, seeds=3)})
+    _, found, _ = gate.question_a(cells)
+    lines, said_b = gate.question_b(cells, found)
+    assert found == ["r"] and said_b == [] and "r: not yet answered, 6 of the 10 seeds" in lines[1]
+    _, _, said = gate.question_a({"r": planted(MOVING, seeds=3)})
     assert "not yet read: 3 of the 5 seeds" in said[0]
 
 
@@ -65,6 +85,15 @@ def test_the_page_says_when_its_cells_come_from_more_than_one_machine() -> None:
     assert page.machines(two).startswith("The results on this page come from 2 machines")
     kept_before = {"r": planted(MOVING)}  # cells.json written before cells recorded a provenance
     assert "machine not recorded" in page.machines(kept_before)
+
+
+def test_runs_here_replace_a_kept_regime_only_once_they_cover_its_seeds() -> None:
+    kept = {"r": planted(MOVING)}
+    fewer = {"r": planted(MOVING, seeds=4)}
+    cells, waiting = page.merged(kept, fewer)
+    assert cells["r"] is kept["r"] and waiting == ["r: 4 cells run here wait to cover the 10 kept seeds"]
+    cells, waiting = page.merged(kept, {"r": planted(MOVING), "new": planted(MOVING, seeds=2)})
+    assert waiting == [] and set(cells) == {"r", "new"}
 
 
 def test_the_committed_page_is_what_its_stored_cells_write() -> None:
