@@ -115,6 +115,12 @@ class ClientRule:
         # its hyperparameters (an instance of `Params`), never weights: those are `view.params`
         self.hyper: Any = this_round.cfg.hyper(self.namespace(), self.Params)
 
+    @property
+    def params(self) -> Any:
+        """The old name of `hyper`, refused by name: `params` are weights (`view.params`)."""
+        raise AttributeError(f"{type(self).__name__}.params: a rule's hyperparameters are self.hyper "
+                             "(its Params as the run set them); view.params are the weights")  # fmt: skip
+
     @classmethod
     def namespace(cls) -> str:
         """Where a run keeps its hyperparameters: `fedprox.prox_mu` (fedpfn.core.hyper)."""

@@ -167,3 +167,13 @@ def test_a_comparison_reuses_a_sub_run_written_before_the_namespaces(tmp_path):
     (cfg.run_dir / "config.json").write_text(json.dumps({**flat, "prox_mu": 0.2}))
     with pytest.raises(ConfigError, match="prox_mu 0.2 != 0.1"):
         plan([cfg])
+
+
+def test_a_rule_reads_its_hyperparameters_as_hyper_and_the_old_name_says_so():
+    from types import SimpleNamespace
+
+    cfg = load_config({"algorithm": "fedprox", "prox_mu": 0.2})
+    rule = FedProxClient(SimpleNamespace(cfg=cfg))
+    assert rule.hyper == FedProxParams(prox_mu=0.2)
+    with pytest.raises(AttributeError, match=r"FedProxClient.params: a rule's hyperparameters are self.hyper"):
+        rule.params  # noqa: B018
