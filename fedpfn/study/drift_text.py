@@ -9,10 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fedpfn.analysis.render import verdict
-from fedpfn.analysis.stats import ALPHA, Paired, adjust, sign_test, std_factors
+from fedpfn.analysis.inference import EXACT_UP_TO, TESTS, recompute
+from fedpfn.analysis.paired_text import p_number, p_text, verdict
+from fedpfn.analysis.stats import ALPHA, Paired, adjust, holm, sign_test, std_factors
 
 ALIGNMENT = ("align_loss_barrier", "align_fusion_gap")
+SPANS = {"align_fusion_gap": 2.0}  # the largest difference between arms (a gap of accuracies); a loss has none
 ACC_BARRIER = "align_acc_barrier"
 BARRIERS = ("align_loss_barrier", ACC_BARRIER)  # what the clamped instrument could not read below 0
 CLAMPED = (
@@ -52,6 +54,7 @@ class Row:
     test: Paired
     verdict: str
     final: Paired | None = None
+    t_holm: float | None = None  # the pre-registered t test's p, Holm-adjusted across the family
 
 
 def comparison(d: Design, result: dict[str, Any], arm: str, name: str, metric: str) -> Paired:
@@ -80,14 +83,18 @@ def primary_family(d: Design, reports: dict[str, dict[str, dict]]) -> list[Row]:
             found = reports[alpha][name]
             family[f"α={alpha}: FedPFN − {base}"] = [comparison(d, found, "fedpfn", name, m) for m in ("lastk", "final")]
     adjust(lastk for lastk, _ in family.values())
-    return [Row(label, lastk, verdict(lastk), final) for label, (lastk, final) in family.items()]
+    t_holm = holm([lastk.p_t for lastk, _ in family.values()])
+    return [Row(label, lastk, verdict(lastk), final, t) for (label, (lastk, final)), t in zip(family.items(), t_holm)]
 
 
 def alignment_rows(data: dict[str, Any]) -> list[Row]:
-    """The stored alignment family; a figure 0 in every measurement says so in its verdict."""
+    """The stored alignment family, tested again from its differences (Holm across it); a figure 0
+    in every measurement says so in its verdict."""
     rows = []
-    for stored in data["alignment"]:
-        test, key = Paired(**stored), figure_of(stored["label"])
+    tests = [recompute(stored, SPANS.get(figure_of(stored["label"]))) for stored in data["alignment"]]
+    adjust(tests)
+    for test in tests:
+        key = figure_of(test.label)
         said = verdict(test, *scale_of(test.label))
         if key in data["always_zero"] and test.p_value is None:
             said = "no test: 0 in every measurement" + (", clamped by construction" if clamps(data, key) else "")
@@ -113,16 +120,20 @@ def primary_answer(row: Row) -> str:
     """A primary comparison: the t test beside the exact sign test, its verdict, and its final round."""
     test, final, seeds = row.test, row.final, len(row.test.seeds)
     assert final is not None
-    tests = [] if test.p_value is None else [f"t test p {test.p_value:.4f}, Holm {test.p_holm:.4f}"]
+    tests = [] if test.p_value is None else [f"{TESTS[test.test]} p {p_text(test, '.4f')}, Holm {test.p_holm:.4f}"]
+    registered = test.test != "t" and test.p_t is not None and row.t_holm is not None
+    tests += [f"pre-registered t test p {test.p_t:.4f}, Holm {row.t_holm:.4f}"] if registered else []
     sign = sign_test(test.diffs)
     tests += [] if sign is None else [f"exact sign test, {test.wins} of {seeds} seeds higher: p {sign:.4f}"]
     text = f"{row.name} {100 * test.mean:+.3f} points ({'; '.join(tests)}): {row.verdict}"
     if resolved(test) and sign is not None and sign >= ALPHA:
         least = sign_test([1.0] * seeds)
         text += f", on the t test alone: the exact sign test cannot go below {least:.4f} with {seeds} seeds"
+    if registered and not resolved(test) and row.t_holm < ALPHA:
+        text += f", though the pre-registered t test alone resolves it, resting on the normality of {seeds} differences"
     held = resolved(final) and (final.mean > 0) == (test.mean > 0)
     lead = "; in the final round it is absent:" if resolved(test) and not held else "; final round:"
-    p = "" if final.p_value is None else f", p {final.p_value:.3f}"
+    p = "" if final.p_value is None else f", p {p_text(final)}"
     return f"{text}{lead} {100 * final.mean:+.2f} points{p} ({final.wins} of {seeds} seeds higher)"
 
 
@@ -207,22 +218,23 @@ def observations(d: Design, data: dict[str, Any]) -> list[str]:
 def family_table(rows: list[Row], primary: bool) -> list[str]:
     """The primary family with the sign test and the final round; the alignment family as measured."""
     if primary:
-        lines = ["| comparison | mean difference, points | 95 % CI | p (t test) | p (exact sign test) | p (Holm, t test) "
-                 "| seeds higher | final round: difference, p | verdict |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines = ["| comparison | mean difference, points | 95 % CI | p | p (t test, as pre-registered) | p (exact sign test) "
+                 "| p (Holm) | seeds higher | final round: difference, p | verdict |", "|---" * 10 + "|"]  # fmt: skip
     else:
         lines = ["| comparison | mean difference (points; barrier: nats) | 95 % CI | p | p (Holm) | seeds higher | verdict |",
                  "|---|---|---|---|---|---|---|"]  # fmt: skip
     for row in rows:
         c, unit = row.test, scale_of(row.name)[0]
         ci = "n/a" if c.low is None else f"[{unit * c.low:+.3f}, {unit * c.high:+.3f}]"
-        p, holm = ("n/a" if v is None else f"{v:.4f}" for v in (c.p_value, c.p_holm))
+        p, holm = p_text(c, ".4f"), p_number(c.p_holm, ".4f")
         cells = [row.name, f"{unit * c.mean:+.3f}", ci, p]
         if row.final is not None:
             sign, f = sign_test(c.diffs), row.final
+            cells.append(p_number(c.p_t, ".4f"))
             cells.append("n/a" if sign is None else f"{sign:.4f}")
         cells += [holm, f"{c.wins} of {len(c.seeds)}"]
         if row.final is not None:
-            cells.append(f"{100 * f.mean:+.3f}, p {'n/a' if f.p_value is None else f'{f.p_value:.4f}'}")
+            cells.append(f"{100 * f.mean:+.3f}, p {p_number(f.p_value, '.4f')}")
         lines.append(f"| {' | '.join(cells)} | {row.verdict} |")
     return lines
 
@@ -237,6 +249,11 @@ def grid_lines(d: Design, data: dict[str, Any]) -> list[str]:
 
 
 def reading_note(seeds: int) -> str:
+    if seeds <= EXACT_UP_TO:
+        return (f"A verdict is what the Holm-adjusted p supports. With {seeds} seeds p is the exact sign-flip test's "
+                f"on the per-seed differences, which cannot go below {2 / 2**seeds:.4g}: no difference can be "
+                "resolved at 0.05, and none is called detectable. A 'not resolved' says what the 95 % interval "
+                "(Student's t) excludes. Differences in accuracy points, barriers in nats.")  # fmt: skip
     low, high = std_factors(seeds)
     return (f"A verdict is what the Holm-adjusted p supports. A 'not resolved' says what the 95 % interval excludes, "
             f"then the difference these {seeds} seeds could have detected (80 % power, before Holm) with its range: the "
