@@ -182,3 +182,24 @@ def test_pretrain_then_soup_write_their_files(tmp_path: Path, capsys) -> None:
     assert "| shared − independent | greedy_acc |" in (tmp_path / "soup" / "soup.md").read_text()
     code, err = _run(soup.main, argv, capsys)
     assert code == 2 and "already holds" in err
+
+
+def test_the_fusion_pages_commands_are_read_from_the_stored_results(monkeypatch) -> None:
+    """A CNN soup's page shows the CNN's command, not a ViT's typed into the script; a soup.json kept
+    before it recorded its command line has one rebuilt from its settings, with what was not recorded said."""
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.syspath_prepend(str(root))
+    from scripts import fusion_page
+
+    kept = json.loads((root / "docs" / "fusion" / "soup.json").read_text())
+    settings = {"model": "cnn", "ingredients": 2, "seeds": [3, 4], "start": "runs/p/model.safetensors"}
+    cnn = {**kept, "config": {**kept["config"], **settings}}
+    rebuilt = fusion_page.soup_commands(cnn)
+    assert "--model cnn --ingredients 2 --seeds 3,4" in rebuilt[1] and "vit_tiny28 --ingredients 4" not in rebuilt[1]
+    assert rebuilt[0].endswith("its pretraining settings were not recorded beside these results")
+    assert rebuilt[-1] == "# DIR: the folder was not recorded beside these results"
+    argv = ["--start", "runs/p/model.safetensors", "--model", "cnn", "--out", "runs/soup-cnn"]
+    record = asdict(pretrain.PretrainConfig(model="cnn", epochs=2))
+    recorded = fusion_page.soup_commands({**cnn, "argv": argv, "out": "runs/soup-cnn", "start_record": record})
+    assert recorded[0] == "python -m fedpfn.analysis.pretrain --model cnn --epochs 2 --out runs/p"
+    assert recorded[1:] == ["python -m fedpfn.analysis.soup " + " ".join(argv), "python scripts/fusion_page.py runs/soup-cnn"]
