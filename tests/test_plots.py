@@ -146,6 +146,10 @@ def test_paired_panels_share_one_x_range_and_flag_intervals_of_zero_width(arms: 
     assert (
         all(t.get_text() == "⚠ no CI: 1 seed" for t in fig.axes[1].texts) and len(fig.axes[1].texts) == arms
     )
+    same = PairedSeries("fedpfn", [0.3, 0.3 + 1e-15], 0.3, None, None)  # differences equal: no test, said so
+    flagged = paired_figure({"final round": [same]}, "fedavg", TITLE)
+    assert [t.get_text() for t in flagged.axes[0].texts] == ["⚠ no CI: every seed the same"]
+    plt.close(flagged)
     assert "FedAvg" in fig.axes[-1].get_xlabel()
     texts = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
     assert "95 % CI (Student's t)" in texts

@@ -139,7 +139,9 @@ def _paired_panel(ax: Axes, series: Sequence[PairedSeries], metric: str, colors:
             ax.errorbar(s.mean, y, xerr=[[s.mean - s.low], [s.high - s.mean]], fmt="none", color=color,
                         capsize=2.5, lw=1.5)  # fmt: skip
         ax.scatter([s.mean], [y], marker="D", color=color, edgecolor="black", linewidths=0.5, s=18, zorder=3)
-        flag = "no CI: 1 seed" if s.low is None else "CI of zero width" if s.low == s.high else ""
+        equal = len(s.points) > 1 and max(s.points) - min(s.points) <= 1e-6 * max(1.0, abs(s.mean))
+        flag = ("no CI: every seed the same" if equal else "no CI: 1 seed") if s.low is None else ""
+        flag = flag or ("CI of zero width" if s.low == s.high else "")
         if flag:
             _flag(ax, s.mean, y, flag)
     ax.axvline(0, color="black", lw=0.8)
