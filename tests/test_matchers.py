@@ -137,6 +137,11 @@ def test_weight_matching_stopped_at_max_iter_says_it_did_not_converge() -> None:
         stopped = matchers.match("full", model, state, shuffled, max_iter=1)
     assert (stopped.converged, stopped.sweeps) == (False, 1)
     assert stopped.diagnostics()["warning"] == matchers.NOT_CONVERGED
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("default")  # Python's own default for RuntimeWarning: once per place
+        for _ in range(3):  # every pair of a run stopped: printed once, recorded in each
+            assert matchers.match("full", model, state, shuffled, max_iter=1).converged is False
+    assert len(shown) == 1
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a converged descent warns nothing
         done = matchers.match("full", model, state, shuffled)
