@@ -14,9 +14,9 @@ from fedpfn.core.training import OptimizerSpec, minibatches, train_local
 CLASSES = 3
 SHAPES = {"mlp": (1, 4, 4), "cnn": (1, 18, 18), "resnet20": (1, 8, 8)}
 ZERO_WHEN_IDENTICAL = (
-    "loss_barrier", "loss_midpoint", "acc_barrier", "acc_midpoint", "train_loss_barrier", "train_loss_midpoint",
-    "train_acc_barrier", "train_acc_midpoint", "repair_loss_barrier", "repair_loss_midpoint",
-    "repair_acc_barrier", "repair_acc_midpoint", "distance",
+    "loss_barrier", "loss_midpoint", "acc_barrier", "acc_midpoint", "train_loss_barrier",
+    "train_loss_midpoint", "train_acc_barrier", "train_acc_midpoint", "repair_loss_barrier",
+    "repair_loss_midpoint", "repair_acc_barrier", "repair_acc_midpoint", "distance",
 )  # fmt: skip
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -33,8 +33,8 @@ def _data(shape: tuple[int, int, int], n: int, seed: int) -> tuple[torch.Tensor,
 def _trained(name: str, which: int, epochs: int = 3) -> tuple[nn.Module, dict[str, torch.Tensor]]:
     """Model `name` from initialisation `which`, trained a little on the synthetic rule."""
     shape = SHAPES[name]
-    model, init = lmc_run.initial_model(name, shape, CLASSES, 0, torch.device("cpu"), width=16 * (name == "mlp"),
-                                        which=which)  # fmt: skip
+    width = 16 if name == "mlp" else 0
+    model, _ = lmc_run.initial_model(name, shape, CLASSES, 0, torch.device("cpu"), width=width, which=which)
     x, y = _data(shape, 256, 0)
     batches = minibatches(torch.arange(256), 32, epochs, torch.Generator().manual_seed(which))
     train_local(model, x, y, batches, OptimizerSpec("sgd", 0.05, momentum=0.9))
@@ -70,12 +70,12 @@ def test_identical_models_read_zero_and_their_ensemble_and_fusion_are_the_model(
     probe, scope = _probe(name, model), _scope(name)
     result = fusion.analyse(probe, [a, a], scope, points=5, match="none")
     own_loss, own_acc = probe.measure(a, scope.data_for([0]))
-    assert result["fused_acc"] == own_acc and result["ensemble_acc"] == own_acc and result["ensemble_gap"] == 0
+    assert result["fused_acc"] == result["ensemble_acc"] == own_acc and result["ensemble_gap"] == 0
     assert result["ensemble_loss"] == pytest.approx(own_loss, abs=1e-6)  # float64 mean of two equal logits
     present = [key for key in ZERO_WHEN_IDENTICAL if key in result]
-    assert all(result[key] == pytest.approx(0.0, abs=1e-6) for key in present), {k: result[k] for k in present}
+    assert all(result[k] == pytest.approx(0.0, abs=1e-6) for k in present), {k: result[k] for k in present}
     assert result["distance"] == 0.0 and "train_loss_barrier" in result
-    if name == "resnet20":  # BatchNorm: its statistics reset is REPAIR's role, said rather than computed twice
+    if name == "resnet20":  # BatchNorm: its statistics reset is REPAIR's role, said, not computed twice
         assert "repair_loss_barrier" not in result and "BatchNorm" in result["repair"]
         assert "reset_bn_stats" in result["repair"]
     else:
@@ -125,7 +125,7 @@ def test_repair_restores_the_collapsed_midpoint_and_lowers_the_barrier(two_inits
     wanted = repair.targets(_stats(model, a, x), _stats(model, b, x), 0.5)
     midpoint = fusion.interpolate_state(a, b, 0.5)
     collapsed = _stats(model, midpoint, x)
-    assert collapsed[-1][1].mean() < 0.8 * wanted[-1][1].mean()  # the case: the midpoint's units lost variance
+    assert collapsed[-1][1].mean() < 0.8 * wanted[-1][1].mean()  # the case: the midpoint lost variance
     restored = _stats(model, repair.repaired(model, midpoint, wanted, x), x)
     for (mean, std), (target_mean, target_std) in zip(restored, wanted):
         assert torch.allclose(std, target_std, rtol=1e-3, atol=1e-5)
@@ -166,7 +166,8 @@ def test_repair_refuses_batchnorm_and_layernorm_in_one_line() -> None:
     probe = fusion.Probe(vit, x, (torch.arange(8),))
     a = fusion.snapshot(vit)
     b = {key: value + 0.01 if value.is_floating_point() else value for key, value in a.items()}
-    result = fusion.analyse(probe, [a, b], fusion.Scope("test", test=fusion.EvalData("t", x, y)), 3, match="none")
+    scope = fusion.Scope("test", test=fusion.EvalData("t", x, y))
+    result = fusion.analyse(probe, [a, b], scope, 3, match="none")
     assert result["repair"] == problem and "repair_loss_barrier" not in result
     assert result["distance"] > 0 and 0 <= result["ensemble_acc"] <= 1
     assert repair.note(vit, ()) == problem
@@ -196,12 +197,12 @@ def test_training_subsets_are_seeded_inside_each_models_samples() -> None:
     assert [len(c) for c in chosen] == [10, 30, 10]  # all 30 where fewer than asked
     assert set(chosen[0].tolist()) <= set(range(50)) and set(chosen[1].tolist()) == set(range(50, 80))
     assert chosen[2] is chosen[0]  # the same samples, the same subset: a union counts them once
-    again, other = lmc_run.train_subsets(shards, [10, 40, 10], seed=3), lmc_run.train_subsets(shards, [10, 40, 10], 4)
+    again, other = (lmc_run.train_subsets(shards, [10, 40, 10], seed) for seed in (3, 4))
     assert torch.equal(again[0], chosen[0]) and not torch.equal(other[0], chosen[0])
 
 
 def test_stored_results_without_these_figures_stay_readable() -> None:
-    """docs/alignment/cells.json predates them: summaries skip what a seed lacks, the table leaves them out."""
+    """docs/alignment/cells.json predates them: summaries skip what a seed lacks, and so does the table."""
     import json
     from pathlib import Path
 
@@ -209,16 +210,16 @@ def test_stored_results_without_these_figures_stay_readable() -> None:
 
     cells = json.loads((Path(__file__).resolve().parents[1] / "docs/alignment/cells.json").read_text())
     regime = cells["mlp-same-init"]
-    seeds = {
-        arm: [{"seed": int(s), **arms[arm]} for s, arms in regime["seeds"].items()] for arm in ("plain", "diff-init")
-    }
+    kept = regime["seeds"].items()
+    seeds = {arm: [{"seed": int(s), **arms[arm]} for s, arms in kept] for arm in ("plain", "diff-init")}
     paired = lmc_run.paired_difference(seeds["diff-init"], seeds["plain"])
     assert "permutation_loss" in paired and "ensemble_acc" not in paired and "distance" not in paired
     summary = {key: paired[key] for key in lmc_run.figures_in(seeds["plain"])}
-    result = {"config": {"measured_on": "union"}, "settings": {"plain": {"seeds": seeds["plain"], "summary": summary}}}
+    plain = {"seeds": seeds["plain"], "summary": summary}
+    result = {"config": {"measured_on": "union"}, "settings": {"plain": plain}}
     assert lmc_render.beside_table(result) == []  # nothing to stand beside: no table, no error
-    with_them = {**summary, "distance": {"mean": 2.0, "std": None}, "ensemble_acc": {"mean": 0.9, "std": None}}
-    result["settings"]["plain"]["summary"] = with_them
+    plain["summary"] = {**summary, "distance": {"mean": 2.0, "std": None}}
+    plain["summary"]["ensemble_acc"] = {"mean": 0.9, "std": None}
     table = lmc_render.beside_table(result)
     assert "| arm | loss barrier | ‖A − B‖ | fused acc (%) | ensemble acc (%) |" in table
     assert "| plain | " in table[-1] and "+2.00" in table[-1] and "+90.00" in table[-1]
