@@ -258,10 +258,10 @@ def test_initial_model_is_seeded_and_leaves_the_global_rng_alone() -> None:
 
 def test_pools_and_shards_cover_their_samples_once() -> None:
     labels = torch.arange(300) % 10
-    pool = lmc_run.sample_pool(300, 200, 4, lmc_run.Draw.TRAIN_POOL)
+    pool = lmc_run.sample_pool(300, 200, 4, lmc_run.Draw.LMC_TRAIN_POOL)
     assert len(pool) == 200 and len(set(pool.tolist())) == 200
-    assert torch.equal(pool, lmc_run.sample_pool(300, 200, 4, lmc_run.Draw.TRAIN_POOL))
-    assert not torch.equal(pool, lmc_run.sample_pool(300, 200, 4, lmc_run.Draw.TEST_POOL))  # streams differ
+    assert torch.equal(pool, lmc_run.sample_pool(300, 200, 4, lmc_run.Draw.LMC_TRAIN_POOL))
+    assert not torch.equal(pool, lmc_run.sample_pool(300, 200, 4, lmc_run.Draw.LMC_TEST_POOL))  # streams differ
     shards = lmc_run.split_pool(labels, pool, 3, "dirichlet", 0.5, 4)
     assert sorted(torch.cat(shards).tolist()) == sorted(pool.tolist())
     assert len({len(s) for s in shards}) > 1  # label skew makes unequal shards

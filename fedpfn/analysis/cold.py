@@ -37,7 +37,6 @@ from fedpfn.analysis.cold_eval import (
     FUSED,
     METRICS,
     START,
-    Draw,
     Images,
     ProbeSpec,
     held_out_figures,
@@ -60,7 +59,7 @@ from fedpfn.core.init_file import (
     storage_budget,
 )
 from fedpfn.core.models import build_model, model_problem
-from fedpfn.core.seeding import Stream, torch_generator
+from fedpfn.core.seeding import Draw, Stream, torch_generator
 from fedpfn.core.settings import above, at_least, between, one_of, setting
 from fedpfn.core.training import OptimizerSpec, pick_device
 from partitions.tasks import TASK_NAMES
@@ -212,7 +211,7 @@ def images_for(config: dict[str, Any], test_subset: int, device: torch.device) -
     pool = validation_indices(SimpleNamespace(**config))  # type: ignore[arg-type]
     if test_subset > len(data.test_y):
         raise ValueError(f"test_subset: {test_subset} exceeds the {len(data.test_y)} test images")
-    keep = torch.randperm(len(data.test_y), generator=torch_generator(0, Stream.ANALYSIS, Draw.TEST))
+    keep = torch.randperm(len(data.test_y), generator=torch_generator(0, Stream.ANALYSIS, Draw.COLD_TEST))
     keep = keep[:test_subset].sort().values if test_subset else torch.arange(len(data.test_y))
     return Images(data.train_x.to(device), data.train_y.to(device), pool.to(device),
                   data.test_x[keep].to(device), data.test_y[keep].to(device))  # fmt: skip

@@ -13,10 +13,10 @@
 The start itself (the pretrained file, no fusion) is evaluated the same way on held-out tasks.
 Every draw is keyed by the seed, so each arm of a seed meets the same samples, heads and order:
 
-    ANALYSIS (Draw.HEAD, t)    the fresh head of held-out task t
-    ANALYSIS (Draw.SAMPLES, t) which validation samples task t's probe fits on
-    ANALYSIS (Draw.ORDER, t)   the probe's batch order
-    ANALYSIS (Draw.TEST), seed 0: the test images (--test-subset), the same for every seed
+    ANALYSIS (Draw.COLD_HEAD, t)    the fresh head of held-out task t
+    ANALYSIS (Draw.COLD_SAMPLES, t) which validation samples task t's probe fits on
+    ANALYSIS (Draw.COLD_ORDER, t)   the probe's batch order
+    ANALYSIS (Draw.COLD_TEST), seed 0: the test images (--test-subset), the same for every seed
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,7 @@ from fedpfn.analysis.fusion import StateDict
 from fedpfn.core.files import CLIENT_STATE, CONFIG, read_json
 from fedpfn.core.init_file import read_state_file
 from fedpfn.core.personal import PERSONAL
-from fedpfn.core.seeding import Stream, seed_for, torch_generator
+from fedpfn.core.seeding import Draw, Stream, seed_for, torch_generator
 from fedpfn.core.training import OptimizerSpec, evaluate, minibatches, train_local
 from partitions.tasks import HELD_OUT_TASKS, label_map, task_of
 
@@ -48,15 +47,6 @@ METRICS = ("own_task_acc", "linear_acc", "full_acc")
 PROBES = ("linear", "full")
 HEAD_PREFIX = "classifier."  # the zoo's head (fedpfn.core.models.ZooModel), personal in ColD runs
 _ROUND_FILE = re.compile(r"r(\d+)\.npz")
-
-
-class Draw(IntEnum):
-    """Keys of `Stream.ANALYSIS` for ColD's own draws (apart from the soup's, LMC's and pretrain's)."""
-
-    HEAD = 30
-    SAMPLES = 31
-    ORDER = 32
-    TEST = 33  # seed 0: the fixed test images, the same for every seed
 
 
 @dataclass(frozen=True)
@@ -94,7 +84,7 @@ def body_names(model: nn.Module) -> list[str]:
 def fresh_head(model: nn.Module, seed: int, task_index: int) -> None:
     """Reset the classifier from the seed: every arm of a seed gets the same new head."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed_for(seed, Stream.ANALYSIS, Draw.HEAD, task_index))
+        torch.manual_seed(seed_for(seed, Stream.ANALYSIS, Draw.COLD_HEAD, task_index))
         model.classifier.reset_parameters()  # type: ignore[operator]
 
 
@@ -108,10 +98,10 @@ def probe(model: nn.Module, body: StateDict, kind: str, seed: int, task_index: i
     y = torch.full_like(images.train_y, -1)
     y[images.pool[keep]] = labels
     pick = torch.randperm(
-        len(keep), generator=torch_generator(seed, Stream.ANALYSIS, Draw.SAMPLES, task_index)
+        len(keep), generator=torch_generator(seed, Stream.ANALYSIS, Draw.COLD_SAMPLES, task_index)
     )
     chosen = images.pool[keep[pick[: spec.samples]]]
-    order = torch_generator(seed, Stream.ANALYSIS, Draw.ORDER, task_index)
+    order = torch_generator(seed, Stream.ANALYSIS, Draw.COLD_ORDER, task_index)
     batches = minibatches(chosen, spec.batch_size, spec.epochs, order)
     frozen = {
         n: torch.ones_like(p, dtype=torch.bool) for n, p in model.named_parameters() if n in body_names(model)

@@ -40,7 +40,6 @@ from fedpfn.analysis.lmc_run import (
     ARM_KINDS,
     SPLITS,
     Arm,
-    Draw,
     SeedSetup,
     TrainSpec,
     arms_for,
@@ -61,7 +60,7 @@ from fedpfn.core import provenance
 from fedpfn.core.anchors import GRANULARITIES
 from fedpfn.core.data import DATASETS, DataError, find_data_problem, load_dataset
 from fedpfn.core.models import MODELS
-from fedpfn.core.seeding import MAX_SEED
+from fedpfn.core.seeding import MAX_SEED, Draw
 from fedpfn.core.settings import (
     above,
     at_least,
@@ -252,7 +251,7 @@ def setup_seed(cfg: LmcConfig, train: tuple, test: EvalData, shape: tuple, class
     """Everything random about a seed: starts, training subset, shards and their held-out parts, BN batches."""
     device = train[0].device
     model, init = initial_model(cfg.model, shape, classes, seed, device, cfg.width)
-    pool = sample_pool(len(train[1]), cfg.train_subset, seed, Draw.TRAIN_POOL)
+    pool = sample_pool(len(train[1]), cfg.train_subset, seed, Draw.LMC_TRAIN_POOL)
     shards = split_pool(train[1].cpu(), pool, cfg.models, cfg.split, cfg.alpha, seed)
     indices, held = hold_out(shards, 0.0 if cfg.where == "test" else cfg.held_out, seed)  # test: nothing held out
     trainable = torch.cat(indices).unique()
@@ -277,7 +276,7 @@ def prepare(cfg: LmcConfig) -> Prepared:
     _subset_problem("test_subset", cfg.test_subset, len(data.test_y))
     test_x, test_y = data.test_x, data.test_y
     if cfg.test_subset:
-        keep = sample_pool(len(test_y), cfg.test_subset, 0, Draw.TEST_POOL)  # seed 0: one test set for all
+        keep = sample_pool(len(test_y), cfg.test_subset, 0, Draw.LMC_TEST_POOL)  # seed 0: one test set for all
         test_x, test_y = test_x[keep], test_y[keep]
     train = (data.train_x.to(device), data.train_y.to(device))
     test = EvalData("test set", test_x.to(device), test_y.to(device))

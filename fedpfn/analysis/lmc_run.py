@@ -31,7 +31,6 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Any
 
 import torch
@@ -42,7 +41,7 @@ from fedpfn.analysis.inference import mean_std
 from fedpfn.analysis.matchers import FIGURES as MATCHER_FIGURES
 from fedpfn.core.anchors import AnchorMask, anchored_fraction, draw_mask
 from fedpfn.core.models import build_model
-from fedpfn.core.seeding import Stream, seed_for, torch_generator
+from fedpfn.core.seeding import Draw, Stream, seed_for, torch_generator
 from fedpfn.core.training import OptimizerSpec, minibatches, train_local
 from partitions import partition_labels
 
@@ -57,17 +56,6 @@ FIGURES = (
     "ensemble_acc", "ensemble_gap", "distance", "matched_distance", "train_loss_barrier", "train_acc_barrier",
     "repair_loss_barrier", "repair_acc_barrier", "midpoint_acc", "repair_midpoint_acc",
 )  # fmt: skip
-
-
-class Draw(IntEnum):
-    """Keys of `Stream.ANALYSIS`: the analysis's own draws."""
-
-    TRAIN_POOL = 0
-    BN_BATCHES = 1
-    TEST_POOL = 2
-    HELD_OUT = 3
-    START_ORDER = 4
-    TRAIN_EVAL = 5
 
 
 @dataclass(frozen=True)
@@ -144,7 +132,8 @@ def hold_out(indices: Sequence[torch.Tensor], fraction: float, seed: int) -> tup
     for k, idx in enumerate(indices):
         key = next((j for j in cache if torch.equal(indices[j], idx)), k)
         if key not in cache:
-            order = idx[torch.randperm(len(idx), generator=torch_generator(seed, Stream.ANALYSIS, Draw.HELD_OUT, k))]
+            draw = torch_generator(seed, Stream.ANALYSIS, Draw.LMC_HELD_OUT, k)
+            order = idx[torch.randperm(len(idx), generator=draw)]
             cut = math.ceil(fraction * len(idx))
             cache[key] = (order[cut:], order[:cut])
         train.append(cache[key][0])
@@ -154,7 +143,7 @@ def hold_out(indices: Sequence[torch.Tensor], fraction: float, seed: int) -> tup
 
 def bn_batches(pool: torch.Tensor, count: int, size: int, seed: int) -> tuple[torch.Tensor, ...]:
     """`count` fixed batches of `size` training indices for BatchNorm statistics."""
-    order = pool[sample_pool(len(pool), 0, seed, Draw.BN_BATCHES)]
+    order = pool[sample_pool(len(pool), 0, seed, Draw.LMC_BN_BATCHES)]
     return tuple(order.split(size)[:count])
 
 
@@ -187,7 +176,7 @@ def train_start(model: nn.Module, init: StateDict, train: tuple, pool: torch.Ten
     if not spec.start_epochs:
         return init
     model.load_state_dict(init)
-    order = torch_generator(seed, Stream.ANALYSIS, Draw.START_ORDER)
+    order = torch_generator(seed, Stream.ANALYSIS, Draw.LMC_START_ORDER)
     train_local(model, *train, minibatches(pool, spec.batch_size, spec.start_epochs, order), spec.optimizer_spec())
     return snapshot(model)
 
@@ -307,7 +296,7 @@ def train_subsets(indices: Sequence[torch.Tensor], sizes: Sequence[int], seed: i
         if same is not None:
             chosen.append(chosen[same])
             continue
-        order = torch.randperm(len(idx), generator=torch_generator(seed, Stream.ANALYSIS, Draw.TRAIN_EVAL, k))
+        order = torch.randperm(len(idx), generator=torch_generator(seed, Stream.ANALYSIS, Draw.LMC_TRAIN_EVAL, k))
         chosen.append(idx[order[: sizes[k]]])
     return chosen
 

@@ -19,7 +19,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from fedpfn.analysis.command import build_parser, fail, read_command_line, read_
 from fedpfn.core.data import CLASS_NAMES, DATASETS, DataError, find_data_problem, load_dataset
 from fedpfn.core.files import DamagedFile, read_json
 from fedpfn.core.models import build_model, model_problem
-from fedpfn.core.seeding import MAX_SEED, Stream, seed_for, torch_generator
+from fedpfn.core.seeding import MAX_SEED, Draw, Stream, seed_for, torch_generator
 from fedpfn.core.settings import above, at_least, between, each, one_of, setting
 from fedpfn.core.training import OPTIMIZERS, OptimizerSpec, evaluate, minibatches, pick_device, train_local
 
@@ -37,13 +36,6 @@ DEVICES = ("auto", "cpu", "cuda")
 MODEL_FILE, RECORD_FILE = "model.safetensors", "pretrain.json"
 MAX_RECORD_BYTES = 1 << 20  # pretrain.json is a page of settings and figures
 OUTPUT_FILES = (MODEL_FILE, RECORD_FILE)
-
-
-class Draw(IntEnum):
-    """Keys of `Stream.ANALYSIS` for the upstream/downstream split (apart from the LMC's keys)."""
-
-    UPSTREAM_SHARE = 10
-    UPSTREAM_HELD_OUT = 11
 
 
 def _distinct_classes(classes: tuple[int, ...]) -> str | None:
@@ -116,14 +108,14 @@ def split_training_set(labels: torch.Tensor, cfg: PretrainConfig) -> Split:
     a downstream task never trains on a sample the start has seen.
     """
     order = torch.randperm(
-        len(labels), generator=torch_generator(cfg.seed, Stream.ANALYSIS, Draw.UPSTREAM_SHARE)
+        len(labels), generator=torch_generator(cfg.seed, Stream.ANALYSIS, Draw.PRETRAIN_UPSTREAM_SHARE)
     )
     cut = round(cfg.upstream_fraction * len(labels))
     share, downstream = order[:cut], order[cut:]
     upstream = share[torch.isin(labels[share], torch.tensor(cfg.upstream_classes))]
     mixed = upstream[
         torch.randperm(
-            len(upstream), generator=torch_generator(cfg.seed, Stream.ANALYSIS, Draw.UPSTREAM_HELD_OUT)
+            len(upstream), generator=torch_generator(cfg.seed, Stream.ANALYSIS, Draw.PRETRAIN_UPSTREAM_HELD_OUT)
         )
     ]
     held = round(cfg.held_out * len(mixed))

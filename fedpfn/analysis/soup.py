@@ -30,13 +30,13 @@ from fedpfn.analysis import pretrain
 from fedpfn.analysis.bounds import MAX_POINTS, odd_points
 from fedpfn.analysis.command import build_parser, fail, read_command_line, write_files
 from fedpfn.analysis.fusion import EvalData, Probe, has_batchnorm, snapshot
-from fedpfn.analysis.soup_run import ARMS, Draw, SeedData, compare_arms, recipes, run_arm
+from fedpfn.analysis.soup_run import ARMS, SeedData, compare_arms, recipes, run_arm
 from fedpfn.core import provenance
 from fedpfn.core.anchors import GRANULARITIES
 from fedpfn.core.data import DATASETS, DataError, DatasetSplits, find_data_problem, load_dataset
 from fedpfn.core.init_file import file_sha256, fresh_head_setting, init_file_problem, load_start
 from fedpfn.core.models import build_model, model_problem
-from fedpfn.core.seeding import MAX_SEED, Stream, seed_for, torch_generator
+from fedpfn.core.seeding import MAX_SEED, Draw, Stream, seed_for, torch_generator
 from fedpfn.core.settings import above, at_least, between, each, one_of, setting
 from fedpfn.core.training import OPTIMIZERS, OptimizerSpec, pick_device
 
@@ -140,7 +140,7 @@ def setup_seed(
         torch.manual_seed(seed_for(seed, Stream.INIT))
         model = build_model(cfg.model, data.input_shape, data.num_classes).to(device)
     notes = load_start(model, str(cfg.start), fresh_head=cfg.fresh_head, label="start")
-    order = pool[torch.randperm(len(pool), generator=torch_generator(seed, Stream.ANALYSIS, Draw.POOL))]
+    order = pool[torch.randperm(len(pool), generator=torch_generator(seed, Stream.ANALYSIS, Draw.SOUP_POOL))]
     held, rest = order[: cfg.held_out], order[cfg.held_out :]
     train = rest[: cfg.train_subset] if cfg.train_subset else rest
     held_out = EvalData("held-out", data.train_x[held].to(device), data.train_y[held].to(device))
@@ -148,7 +148,7 @@ def setup_seed(
     if has_batchnorm(model):  # averaged weights get their own statistics, from the same batches
         bn = tuple(
             train[
-                torch.randperm(len(train), generator=torch_generator(seed, Stream.ANALYSIS, Draw.BN))
+                torch.randperm(len(train), generator=torch_generator(seed, Stream.ANALYSIS, Draw.SOUP_BN))
             ].split(256)[:20]
         )
     probe = Probe(model, data.train_x.to(device) if bn else None, bn)
@@ -175,7 +175,7 @@ def prepare(cfg: SoupConfig) -> tuple[list[SeedData], tuple[torch.Tensor, torch.
         raise ValueError(f"held_out + train_subset: {wanted} exceeds the {len(pool)} downstream samples")
     if cfg.test_subset > len(data.test_y):
         raise ValueError(f"test_subset: {cfg.test_subset} exceeds the {len(data.test_y)} test samples")
-    keep = torch.randperm(len(data.test_y), generator=torch_generator(0, Stream.ANALYSIS, Draw.TEST))
+    keep = torch.randperm(len(data.test_y), generator=torch_generator(0, Stream.ANALYSIS, Draw.SOUP_TEST))
     keep = keep[: cfg.test_subset] if cfg.test_subset else keep.sort().values
     test = EvalData("test", data.test_x[keep].to(device), data.test_y[keep].to(device))
     setups, notes = [], []

@@ -19,14 +19,14 @@ between ingredient pairs are signed (`fedpfn.analysis.fusion.curve_barriers`) on
 
 Every random draw comes from `fedpfn.core.seeding`, keyed by the seed:
 
-    INIT                       the start's classifier (where it is fresh)
-    ANALYSIS (Draw.POOL)       the downstream samples: training subset and held-out split
-    ANALYSIS (Draw.GRID)       which hyperparameters of the grid ingredient k takes
-    ANALYSIS (Draw.AUGMENT, k) ingredient k's augmentation (flips and shifts)
-    DATA_ORDER (0, k)          ingredient k's batch order
-    MASK (0)                   the shared arm's mask; MASK (1, k): the independent arm's mask k
-    ANALYSIS (Draw.BN)         the batches BatchNorm statistics are recomputed on (models that have it)
-    ANALYSIS (Draw.TEST), seed 0: the fixed test subset, the same for every seed
+    INIT                            the start's classifier (where it is fresh)
+    ANALYSIS (Draw.SOUP_POOL)       the downstream samples: training subset and held-out split
+    ANALYSIS (Draw.SOUP_GRID)       which hyperparameters of the grid ingredient k takes
+    ANALYSIS (Draw.SOUP_AUGMENT, k) ingredient k's augmentation (flips and shifts)
+    DATA_ORDER (0, k)               ingredient k's batch order
+    MASK (0)                        the shared arm's mask; MASK (1, k): the independent arm's mask k
+    ANALYSIS (Draw.SOUP_BN)         the batches BatchNorm statistics are recomputed on (models that have it)
+    ANALYSIS (Draw.SOUP_TEST), seed 0: the fixed test subset, the same for every seed
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
-from enum import IntEnum
 from typing import Any
 
 import torch
@@ -52,7 +51,7 @@ from fedpfn.analysis.fusion import (
     parameter_distance,
 )
 from fedpfn.core.anchors import AnchorMask, draw_mask
-from fedpfn.core.seeding import Stream, numpy_rng, seed_for, torch_generator
+from fedpfn.core.seeding import Draw, Stream, numpy_rng, seed_for, torch_generator
 from fedpfn.core.training import LossTerm, OptimizerSpec, StepView, minibatches, train_local
 
 ARMS = ("plain", "shared", "independent")
@@ -68,16 +67,6 @@ SPANS: dict[str, float | None] = {  # the largest difference of each metric betw
 SHIFT = 2  # pixels an augmented image may move each way
 
 
-class Draw(IntEnum):
-    """Keys of `Stream.ANALYSIS` for the soup's own draws (apart from the LMC's and pretrain's)."""
-
-    POOL = 20
-    GRID = 21
-    AUGMENT = 22
-    TEST = 23
-    BN = 24
-
-
 @dataclass(frozen=True)
 class Recipe:
     """One ingredient's hyperparameters."""
@@ -91,7 +80,7 @@ class Recipe:
 def recipes(grid: dict[str, Sequence[Any]], k: int, seed: int) -> list[Recipe]:
     """K recipes: a seeded order of the grid's combinations, taken in turn (repeating past its size)."""
     combos = list(itertools.product(grid["lr"], grid["epochs"], grid["augment"], grid["label_smoothing"]))
-    order = numpy_rng(seed, Stream.ANALYSIS, Draw.GRID).permutation(len(combos))
+    order = numpy_rng(seed, Stream.ANALYSIS, Draw.SOUP_GRID).permutation(len(combos))
     return [Recipe(*combos[order[i % len(combos)]]) for i in range(k)]
 
 
@@ -160,7 +149,7 @@ def fine_tune(setup: SeedData, x: torch.Tensor, y: torch.Tensor, masks: Sequence
         setup.model.load_state_dict(setup.start)
         order = torch_generator(setup.seed, Stream.DATA_ORDER, 0, k)
         augment = (
-            augmenter(torch_generator(setup.seed, Stream.ANALYSIS, Draw.AUGMENT, k))
+            augmenter(torch_generator(setup.seed, Stream.ANALYSIS, Draw.SOUP_AUGMENT, k))
             if recipe.augment
             else None
         )

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import IntEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -25,6 +25,24 @@ if TYPE_CHECKING:
 MAX_SEED = 2**32 - 1  # numpy's legacy range; larger run seeds are refused, not folded
 
 
+E = TypeVar("E", bound=type[IntEnum])
+
+
+def distinct(keys: E) -> E:
+    """Refuse an enum in which two keys share a value: IntEnum would make the second an alias of the
+    first, and two draws meant to be independent would silently draw the same numbers."""
+    first: dict[int, str] = {}
+    for name, member in keys.__members__.items():
+        if name != member.name:  # an alias: its value was taken by an earlier key
+            raise ValueError(
+                f"{keys.__name__}.{name} = {int(member)} repeats the value of {keys.__name__}.{member.name}; "
+                f"each key needs its own value (the values used: {sorted(first)})"
+            )
+        first[int(member)] = name
+    return keys
+
+
+@distinct
 class Stream(IntEnum):
     """What a random stream is for; its value is part of every seed drawn for it."""
 
@@ -42,6 +60,35 @@ class Stream(IntEnum):
     EVALUATION = 12  # (round) which clients evaluate on their local test split (--evaluate-clients)
     DP_NOISE = 13  # (round) a server wrapper's noise (--server-wrap); (round, partition) a client mod's
     ATTACK = 14  # which partitions are malicious (--attack); (round, partition) a gaussian attacker's noise
+
+
+@distinct
+class Draw(IntEnum):
+    """Every key of `Stream.ANALYSIS`, the analysis commands' own draws, in one place: a key's value is
+    the first integer mixed into its seeds, so a changed value changes every number drawn with it, and
+    a value taken twice would make two draws one. Values are grouped by command, in tens."""
+
+    # lmc (fedpfn.analysis.lmc_run)
+    LMC_TRAIN_POOL = 0  # (seed) the training samples the K models split
+    LMC_BN_BATCHES = 1  # (seed) the batches BatchNorm statistics are recomputed on
+    LMC_TEST_POOL = 2  # seed 0: the fixed test subset, the same for every seed
+    LMC_HELD_OUT = 3  # (seed, k) model k's held-out samples
+    LMC_START_ORDER = 4  # (seed) the shared start's batch order
+    LMC_TRAIN_EVAL = 5  # (seed, k) the training samples a barrier on training data reads
+    # pretrain (fedpfn.analysis.pretrain)
+    PRETRAIN_UPSTREAM_SHARE = 10  # which samples of the upstream classes pretraining takes
+    PRETRAIN_UPSTREAM_HELD_OUT = 11  # the upstream samples held out to measure pretraining
+    # soup (fedpfn.analysis.soup_run)
+    SOUP_POOL = 20  # the downstream samples: training subset and held-out split
+    SOUP_GRID = 21  # which hyperparameters of the grid each ingredient takes
+    SOUP_AUGMENT = 22  # (k) ingredient k's augmentation (flips and shifts)
+    SOUP_TEST = 23  # seed 0: the fixed test subset, the same for every seed
+    SOUP_BN = 24  # the batches BatchNorm statistics are recomputed on
+    # cold (fedpfn.analysis.cold_eval)
+    COLD_HEAD = 30  # (t) the fresh head of held-out task t
+    COLD_SAMPLES = 31  # (t) which validation samples task t's probe fits on
+    COLD_ORDER = 32  # (t) the probe's batch order
+    COLD_TEST = 33  # seed 0: the fixed test images, the same for every seed
 
 
 def sequence(run_seed: int, stream: Stream, *keys: int) -> np.random.SeedSequence:
