@@ -223,3 +223,18 @@ def test_stored_results_without_these_figures_stay_readable() -> None:
     table = lmc_render.beside_table(result)
     assert "| arm | loss barrier | ‖A − B‖ | fused acc (%) | ensemble acc (%) |" in table
     assert "| plain | " in table[-1] and "+2.00" in table[-1] and "+90.00" in table[-1]
+
+
+def test_the_seed_line_and_the_figure_show_them_where_measured(two_inits: dict, tmp_path) -> None:
+    from fedpfn.analysis import lmc, lmc_render
+
+    result = fusion.analyse(two_inits["probe"], [two_inits["a"], two_inits["b"]], two_inits["scope"], 3, "midpoint")
+    seed = {**result, "seed": 0, "seconds": 1.0, "matched_loss_barrier": 0.0}
+    line = lmc.seed_line("diff-init", seed)
+    assert f", ensemble {100 * result['ensemble_acc']:.2f} %, REPAIRed barrier" in line and line.endswith("(1.0 s)")
+    summary = lmc_run.over_seeds([seed])  # no matched curve here (the midpoint only): drawn without it
+    assert {"train_loss_mean", "repair_loss_mean", "repair_acc_mean"} <= set(summary["curve"])
+    config = {"measured_on": "union", "dataset": "synthetic", "model": two_inits["name"], "models": 2, "epochs": 3,
+              "split": "same-data", "start": "init", "lr": 0.05, "granularity": "weight"}  # fmt: skip
+    result = {"config": config, "settings": {"plain": {"seeds": [seed], "summary": summary}}}
+    assert [p.suffix for p in lmc_render.plot_curves(result, tmp_path / "lmc.png")] == [".png", ".pdf"]

@@ -290,7 +290,10 @@ def seed_line(name: str, result: Mapping[str, Any]) -> str:
         f"seed {result['seed']} {name:>15}: loss barrier {result['loss_barrier']:+.3f} "
         f"(matched {result['matched_loss_barrier']:+.3f}), P {result['permutation_loss']:+.3f}, "
         f"moved {100 * result['moved_fraction']:.0f} %, fused {100 * result['fused_acc']:.2f} % "
-        f"vs own {100 * result['mean_individual_acc']:.2f} % ({result['seconds']:.1f} s)"
+        f"vs own {100 * result['mean_individual_acc']:.2f} %"
+        + (f", ensemble {100 * result['ensemble_acc']:.2f} %" if "ensemble_acc" in result else "")
+        + (f", REPAIRed barrier {result['repair_loss_barrier']:+.3f}" if "repair_loss_barrier" in result else "")
+        + f" ({result['seconds']:.1f} s)"
     )
 
 

@@ -139,9 +139,12 @@ def plot_title(config: Mapping[str, Any]) -> str:
 
 
 def _path_panel(ax: Any, curve: Mapping[str, Any], what: str, label: str, color: str, scale: float) -> None:
-    """One arm's mean curve along the path (solid) and after matching (dashed), with its band."""
+    """One arm's mean curve along the path (solid), after matching (dashed) and REPAIRed (dotted, where
+    measured), with its band."""
     alphas = curve["alpha"]
-    for prefix, style in (("", "-"), ("matched_", "--")):
+    for prefix, style in (("", "-"), ("matched_", "--"), ("repair_", ":")):
+        if f"{prefix}{what}_mean" not in curve:
+            continue
         mean = [scale * v for v in curve[f"{prefix}{what}_mean"]]
         std = [None if v is None else scale * v for v in curve[f"{prefix}{what}_std"]]
         ax.plot(alphas, mean, linestyle=style, color=color, label=label if not prefix else None)
@@ -171,7 +174,9 @@ def plot_curves(result: Mapping[str, Any], path: Path) -> list[Path]:
         where = result["config"]["measured_on"]
         axes[0].set_ylabel(f"loss, nats ({where})")
         axes[1].set_ylabel(f"accuracy, % ({where})")
-        axes[-1].set_xlabel("position on the line: 0 = model A, 1 = model B (dashed: B matched to A)")
+        repaired = "repair_loss_mean" in next(iter(result["settings"].values()))["summary"]["curve"]
+        dotted = "; dotted: REPAIRed" if repaired else ""
+        axes[-1].set_xlabel(f"position on the line: 0 = model A, 1 = model B (dashed: B matched to A{dotted})")
         legend_below(fig, axes[0].get_legend_handles_labels()[0])
         cfg = result["config"]
         details = f"lr {cfg['lr']}, {cfg['granularity']}-level anchors; {band_note(result)}"
