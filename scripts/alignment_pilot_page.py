@@ -44,6 +44,14 @@ def run_figures(run: Path) -> dict[str, float]:
     return found
 
 
+def begun_figures(run: Path) -> dict[str, float]:
+    """A run not finished: the rounds it measured so far and its round-1 figures."""
+    rows = read_jsonl(run / METRICS)
+    clients = rows[0].get("align_client_permutation_loss_changes") or [math.nan] if rows else []
+    return {"rounds": len(rows)} if not rows else {
+        "rounds": len(rows), "P_r1": rows[0]["align_permutation_loss"], "clientP_changes_r1": sum(clients) / len(clients)}
+
+
 def steps(run: Path, epochs: int) -> float:
     """Local steps a client took a round in this run, over all its clients' rows."""
     sizes = [row["num_examples"] for row in read_jsonl(run / CLIENTS)]
@@ -59,17 +67,21 @@ def collect() -> dict[str, Any]:
         control = control_path(regime, lr) / "lmc.json"
         diff = json.loads(control.read_text())["settings"]["diff-init"]["seeds"] if control.exists() else []
         done = [run_path(regime, lr, "plain", s) for s in SEEDS if str(s) in runs["plain"]]
+        begun = {arm: {str(s): begun_figures(run_path(regime, lr, arm, s)) for s in SEEDS
+                       if str(s) not in runs[arm] and (run_path(regime, lr, arm, s) / METRICS).exists()}
+                 for arm in ARMS}  # fmt: skip
         blocks[f"{regime}/lr{lr}"] = {
-            "regime": regime, "lr": lr, "runs": runs,
+            "regime": regime, "lr": lr, "runs": runs, "begun": begun,
             "control": {str(r["seed"]): r["permutation_loss"] for r in diff},
             "steps": sum(steps(run, REGIMES[regime][1]) for run in done) / len(done) if done else None,
         }  # fmt: skip
-    cpu = [json.loads(line) for path in (TIMES, RUNS / "rounds10" / "cpu.jsonl") if path.exists()
-           for line in path.read_text().splitlines()]  # fmt: skip
+    read = lambda path: [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []  # noqa: E731
+    cpu, earlier = read(TIMES), read(RUNS / "rounds10" / "cpu.jsonl")
     by_regime: dict[str, list[float]] = {}
     for cell in cpu:
-        if "diff-init" not in cell["cell"] and not cell["cell"].startswith("rounds10"):
+        if "diff-init" not in cell["cell"]:
             by_regime.setdefault(cell["cell"].split("/")[0], []).append(cell["cpu_s"])
+    cpu += earlier
     return {"blocks": blocks, "cpu_s": round(sum(c["cpu_s"] for c in cpu), 1), "cells_timed": len(cpu),
             "cpu_s_per_run": {r: round(sum(v) / len(v), 1) for r, v in by_regime.items()}}  # fmt: skip
 
@@ -145,6 +157,13 @@ def pick(data: dict[str, Any]) -> str:
             f"(`--num-clients {clients} --local-epochs {epochs} --lr {chosen['lr']}` with the fixed settings above).{note}")
 
 
+def shown_cell(value: float | None, run: dict[str, Any] | None) -> str:
+    """A figure, or where its run stands: not run, or the round a run still going had reached."""
+    if value is not None:
+        return f"{value:+.4f}"
+    return f"at round {run['rounds']} of 5" if run else "not run"
+
+
 def unfinished(data: dict[str, Any]) -> list[str]:
     """The finished runs and controls of blocks not finished, seed by seed: read by no rule, shown as they are."""
     lines = ["| block | seed | P(plain) round 1 | round 5 | P(anchored) round 1 | round 5 | client P(plain), changes, "
@@ -153,15 +172,18 @@ def unfinished(data: dict[str, Any]) -> list[str]:
         if finished(block):
             continue
         for seed in map(str, SEEDS):
-            plain, anchored = block["runs"]["plain"].get(seed, {}), block["runs"]["anchored"].get(seed, {})
+            plain, anchored = (block["runs"][a].get(seed) or block["begun"][a].get(seed, {})
+                               for a in ("plain", "anchored"))  # fmt: skip
             figures = [plain.get("P_r1"), plain.get("P_last"), anchored.get("P_r1"), anchored.get("P_last"),
                        plain.get("clientP_changes_r1"), plain.get("clientP_changes_last"), block["control"].get(seed)]
             if any(f is not None for f in figures):
-                shown = ["not run" if f is None else f"{f:+.4f}" for f in figures]
+                owners = [plain, plain, anchored, anchored, plain, plain, None]
+                shown = [shown_cell(f, run) for f, run in zip(figures, owners)]
                 lines.append(f"| {name} | {seed} | " + " | ".join(shown) + " |")
     if len(lines) == 2:
         return []
-    return ["Runs of the blocks not finished, each seed as it is (no interval, and no part of the rule):", "",
+    return ["Runs of the blocks not finished, each seed as it is (no interval, and no part of the rule; a run "
+            "still going shows the round it had reached):", "",
             *lines, ""]
 
 
@@ -171,10 +193,11 @@ def results(data: dict[str, Any]) -> str:
             "| round 5 | plain − anchored own accuracy, round 1 (points) | round 5 (points) | qualifies |",
             "|---" * 14 + "|"]  # fmt: skip
     rows = [row(name, b)[0] for name, b in data["blocks"].items() if finished(b)]
-    partial = [f"{n} ({sum(len(b['runs'][a]) for a in ARMS)} of {2 * len(SEEDS)} runs, control "
-               f"{'done' if b['control'] else 'not run'})" for n, b in data["blocks"].items()
-               if not finished(b) and (any(b["runs"].values()) or b["control"])]  # fmt: skip
-    untouched = [n for n, b in data["blocks"].items() if not any(b["runs"].values()) and not b["control"]]
+    started = lambda b: any(b["runs"].values()) or any(b["begun"].values()) or b["control"]  # noqa: E731
+    partial = [f"{n} ({sum(len(b['runs'][a]) for a in ARMS)} of {2 * len(SEEDS)} runs finished, "
+               f"{sum(len(b['begun'][a]) for a in ARMS)} begun, control {'done' if b['control'] else 'not run'})"
+               for n, b in data["blocks"].items() if not finished(b) and started(b)]  # fmt: skip
+    untouched = [n for n, b in data["blocks"].items() if not started(b)]
     seconds = [f[k] for b in data["blocks"].values() for arm in b["runs"].values() for f in arm.values()
                for k in ("client_seconds_r1", "client_seconds_last") if k in f]  # fmt: skip
     lines = [
@@ -214,8 +237,8 @@ def write_page(stored: bool) -> None:
         data = json.loads(STORED.read_text())
     else:
         data = collect()
-        if not any(any(b["runs"].values()) for b in data["blocks"].values()):
-            raise SystemExit(f"error: no finished run under {RUNS}; the page is left as it is "
+        if not RUNS.is_dir():
+            raise SystemExit(f"error: no runs under {RUNS}; the page is left as it is "
                              "(page --stored writes it from docs/alignment/pilot.json)")  # fmt: skip
         atomic_write_bytes(STORED, (json.dumps(data, indent=1) + "\n").encode())
         data = json.loads(STORED.read_text())  # rendered from the stored copy, so --stored gives the same bytes

@@ -54,6 +54,10 @@ def test_the_cheapest_block_that_misaligns_is_picked_and_stored_gives_the_same_p
     plant_block("r225", "0.1", [0.01, -0.01, 0.0], [1.0, 1.1, 1.2])  # P(plain) not above 0
     plant_block("r375", "0.03", [0.10, 0.12, 0.11], [1.0, 1.1, 1.2], acc_plain=0.7)  # plain clients worse
     plant_run(pilot.run_path("r24", "0.1", "plain", 0), 0.002, 0.8)  # a block begun, not finished
+    plant_run(pilot.run_path("r24", "0.1", "plain", 1), 0.03, 0.8)
+    going = pilot.run_path("r24", "0.1", "plain", 1)
+    (going / "summary.json").unlink()  # still going: two rounds measured so far
+    (going / "metrics.jsonl").write_text("".join((going / "metrics.jsonl").read_text().splitlines(True)[:2]))
     (planted / "cpu.jsonl").write_text(json.dumps({"cell": "r375/lr0.1/plain/s0", "cpu_s": 36.0, "wall_s": 40.0}) + "\n")
     assert pilot.main(["page"]) == 0
     written = page.PAGE.read_bytes()
@@ -62,8 +66,9 @@ def test_the_cheapest_block_that_misaligns_is_picked_and_stored_gives_the_same_p
     assert "Cheaper blocks not run: r24/lr0.1, r24/lr0.03, r24/lr0.01" in text  # begun is not finished
     assert "| r225/lr0.1 | 225 |" in text and "no: P(plain) in round 1; P(plain) at the last round" in text
     assert "no: plain's own accuracy below anchored's (r1); plain's own accuracy below anchored's (last)" in text
-    assert "Not finished: r24/lr0.1 (1 of 6 runs, control not run)" in text
+    assert "Not finished: r24/lr0.1 (1 of 6 runs finished, 1 begun, control not run)" in text
     assert "| r24/lr0.1 | 0 | +0.0020 | +0.0020 | not run | not run | +0.0020 | +0.0020 | not run |" in text
+    assert "| r24/lr0.1 | 1 | +0.0300 | at round 2 of 5 | not run | not run | +0.0300 | at round 2 of 5 | not run |" in text
     assert "36 CPU-seconds (0.01 CPU-hours) over 1 cells" in text and "by regime: r375 36." in text and text.startswith(RULE.split(page.MARKER)[0])
     for run in planted.rglob("metrics.jsonl"):
         run.unlink()  # the runs gone: the stored figures alone
@@ -85,6 +90,6 @@ def test_a_pilot_cut_short_says_the_rule_has_picked_nothing_yet(planted):
 
 
 def test_page_without_runs_leaves_the_page_alone(planted):
-    with pytest.raises(SystemExit, match="no finished run under"):
+    with pytest.raises(SystemExit, match="no runs under"):
         pilot.main(["page"])
     assert page.PAGE.read_text() == RULE and not page.STORED.exists()
