@@ -51,7 +51,7 @@ from plain import plain_fedavg
 from report import load_average, median, mib, print_header, ratio, spread, table
 
 from fedpfn.core.files import METRICS
-from fedpfn.core.settings import OneLineParser
+from fedpfn.core.flags import OneLineParser
 from fedpfn.runtime.algorithms import load_config
 
 ROOT = Path(__file__).resolve().parents[1]

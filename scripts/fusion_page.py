@@ -27,7 +27,7 @@ from fedpfn.analysis.pretrain import PretrainConfig  # noqa: E402
 from fedpfn.analysis.soup import SoupConfig  # noqa: E402
 from fedpfn.core.provenance import KEY, machine_of, machines_sentence  # noqa: E402
 from fedpfn.core.files import MAX_JSON_BYTES, DamagedFile, atomic_write_bytes, read_json  # noqa: E402
-from fedpfn.core.settings import OneLineParser  # noqa: E402
+from fedpfn.core.flags import OneLineParser  # noqa: E402
 
 PAGE = ROOT / "docs" / "fusion.md"
 STORED = {"soup": ROOT / "docs" / "fusion" / "soup.json", "cold": ROOT / "docs" / "fusion" / "cold.json"}

@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from fedpfn.core.files import CONFIG, METRICS, SUMMARY  # noqa: E402
-from fedpfn.core.settings import OneLineParser  # noqa: E402
+from fedpfn.core.flags import OneLineParser  # noqa: E402
 
 RUNS = ROOT / "runs" / "study"
 PYTHON = sys.executable

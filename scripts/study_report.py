@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from fedpfn.core.files import CONFIG, SUMMARY  # noqa: E402
 from fedpfn.core.hyper import flat_view  # noqa: E402  (fedpnu.anchor_ratio, or anchor_ratio in older runs)
-from fedpfn.core.settings import OneLineParser  # noqa: E402
+from fedpfn.core.flags import OneLineParser  # noqa: E402
 from study import ALGORITHMS, ALPHAS, LR_GRID, RATIOS, SERVER_ALPHA, SERVER_GRID, _score  # noqa: E402
 
 

@@ -17,22 +17,19 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from fedpfn.core.files import atomic_write_bytes
+from fedpfn.core.flags import ANALYSIS_REFUSAL, OneLineParser
 from fedpfn.core.places import out_problem
-from fedpfn.core.settings import ConfigError, OneLineParser, add_flags, field_map, parse_values, problems
+from fedpfn.core.settings import ConfigError, add_flags, field_map, parse_values, problems
 
 C = TypeVar("C")
 
 
-class Parser(OneLineParser):
-    """An argument parser whose refusals are one line and exit 2 (an unknown flag named first)."""
-
-    def refusal(self, message: str) -> str:
-        return f"error: {message} ({self.prog} --help lists every flag)\n"
-
-
-def build_parser(prog: str, doc: str | None, settings: type, writes: str) -> Parser:
+def build_parser(prog: str, doc: str | None, settings: type, writes: str) -> OneLineParser:
     """`--out DIR`, `--overwrite` and one flag per declared setting (defaults left unset)."""
-    parser = Parser(prog=prog, description=(doc or "").split("\n\n")[0], argument_default=argparse.SUPPRESS)
+    description = (doc or "").split("\n\n")[0]
+    parser = OneLineParser(
+        prog=prog, description=description, argument_default=argparse.SUPPRESS, refusal_format=ANALYSIS_REFUSAL
+    )
     parser.add_argument(
         "--out", metavar="DIR", required=True, help=f"folder for {writes}, created if missing (required)"
     )

@@ -19,8 +19,9 @@ from pathlib import Path
 from fedpfn.analysis.render import markdown, write_report
 from fedpfn.analysis.runs import load_runs
 from fedpfn.analysis.stats import analyse
+from fedpfn.core.flags import OneLineParser
 from fedpfn.core.places import out_problem
-from fedpfn.core.settings import ConfigError, OneLineParser
+from fedpfn.core.settings import ConfigError
 
 
 def positive_int(text: str) -> int:

@@ -31,8 +31,9 @@ from flwr.common.config import parse_config_args  # flwr run's own K=V parser
 from fedpfn.core.config import ConfigError, RunConfig
 from fedpfn.core.data import DataError
 from fedpfn.core.files import MAX_JSON_BYTES, PROVENANCE, DamagedFile, read_json
+from fedpfn.core.flags import OneLineParser
 from fedpfn.core.places import out_problem
-from fedpfn.core.settings import OneLineParser, read_toml
+from fedpfn.core.settings import read_toml
 from fedpfn.core.user_code import code_settings, name_code
 from fedpfn.runtime.algorithms import load_config
 from fedpfn.runtime.nodedata import PartitionDataError, write_partition

@@ -16,7 +16,8 @@ import argparse
 
 from fedpfn.cli.simulate import checked_config, fail, parse_args
 from fedpfn.core.config import RunConfig
-from fedpfn.core.settings import ConfigError, OneLineParser
+from fedpfn.core.flags import OneLineParser
+from fedpfn.core.settings import ConfigError
 
 VERBS = {
     "status": "every cell: done, running, stopped or missing, and the time left (estimated from finished cells)",

@@ -2,8 +2,9 @@
 
 argparse checks required arguments before it looks at what it did not recognise, so
 `fedpfn align --x` used to answer "the following arguments are required: --out", a line that
-says nothing of `--x`. `FlagNamingParser` parses with the required arguments relaxed, names an
+says nothing of `--x`. `OneLineParser` parses with the required arguments relaxed, names an
 unknown flag first, then checks what is missing; `suggestion` is what `fedpfn run` says too.
+It is the one parser of every command but `fedpfn run` (whose mistakes join its settings' problems).
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import argparse
 import difflib
 import re
 from collections.abc import Iterable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 NUMBER = re.compile(r"-\d+(\.\d*)?|-\.\d+")  # a negative number is a value, never a flag
+SCRIPT_REFUSAL = "{prog}: {message} (--help lists what is accepted)\n"
+ANALYSIS_REFUSAL = "error: {message} ({prog} --help lists every flag)\n"  # worded as `fedpfn run` words it
 
 
 def suggestion(word: str, choices: Iterable[str]) -> str:
@@ -42,10 +45,19 @@ class _Missing(Exception):
     """argparse found a required argument missing; the flags it did not know are to be named first."""
 
 
-class FlagNamingParser(argparse.ArgumentParser):
-    """argparse that names an unknown flag before it says a required argument is missing."""
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose mistakes are one line on stderr naming the value (an unknown flag first, before
+    a missing required argument), exit 2, never the usage dump.
+
+    `refusal_format` words that line from `{prog}` and `{message}`: a script's wording by default,
+    `ANALYSIS_REFUSAL` for the analysis commands.
+    """
 
     _deferring = False
+
+    def __init__(self, *args: Any, refusal_format: str = SCRIPT_REFUSAL, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.refusal_format = refusal_format
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
@@ -80,5 +92,5 @@ class FlagNamingParser(argparse.ArgumentParser):
         self.exit(2, self.refusal(message))
 
     def refusal(self, message: str) -> str:
-        """The text a refusal prints on stderr; a command's parser words it its own way."""
-        return f"{self.prog}: error: {message}\n"
+        """The one line a refusal prints on stderr."""
+        return self.refusal_format.format(prog=self.prog, message=message)

@@ -20,7 +20,6 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from fedpfn.core.flags import FlagNamingParser
 
 Check = Callable[[Any], "str | None"]  # the reason a value is refused, or None
 
@@ -346,14 +345,6 @@ def read_toml(path: str | Path, table: str = "run") -> dict[str, Any]:
 
 
 # --- command line ------------------------------------------------------------------------
-
-
-class OneLineParser(FlagNamingParser):
-    """argparse whose mistakes are one line on stderr naming the value (an unknown flag first),
-    exit 2, never the usage dump."""
-
-    def refusal(self, message: str) -> str:
-        return f"{self.prog}: {message} (--help lists what is accepted)\n"
 
 
 def shown_default(value: Any) -> str:
