@@ -49,7 +49,8 @@ def begun_figures(run: Path) -> dict[str, float]:
     rows = read_jsonl(run / METRICS)
     clients = rows[0].get("align_client_permutation_loss_changes") or [math.nan] if rows else []
     return {"rounds": len(rows)} if not rows else {
-        "rounds": len(rows), "P_r1": rows[0]["align_permutation_loss"], "clientP_changes_r1": sum(clients) / len(clients)}
+        "rounds": len(rows), "P_r1": rows[0]["align_permutation_loss"], "clientP_changes_r1": sum(clients) / len(clients),
+        "client_seconds_r1": rows[0].get("align_client_seconds", math.nan)}  # fmt: skip
 
 
 def steps(run: Path, epochs: int) -> float:
@@ -198,8 +199,8 @@ def results(data: dict[str, Any]) -> str:
                f"{sum(len(b['begun'][a]) for a in ARMS)} begun, control {'done' if b['control'] else 'not run'})"
                for n, b in data["blocks"].items() if not finished(b) and started(b)]  # fmt: skip
     untouched = [n for n, b in data["blocks"].items() if not started(b)]
-    seconds = [f[k] for b in data["blocks"].values() for arm in b["runs"].values() for f in arm.values()
-               for k in ("client_seconds_r1", "client_seconds_last") if k in f]  # fmt: skip
+    seconds = [f[k] for b in data["blocks"].values() for kind in ("runs", "begun") for arm in b[kind].values()
+               for f in arm.values() for k in ("client_seconds_r1", "client_seconds_last") if k in f]  # fmt: skip
     lines = [
         "## Results", "",
         f"Written by `python scripts/alignment_pilot.py page` from the runs under runs/alignment-pilot/ "
@@ -209,7 +210,7 @@ def results(data: dict[str, Any]) -> str:
         "round's 10 pairs (the rule's figure); client P, each client against the round's aggregate under "
         "the full and the changes matcher, the mean over the round's 5 clients (beside the rule, not in it). "
         "Own accuracy (the rule's) is each client model's on the union of the round's held-out data.", "",
-        *head, *rows, "",
+        *((*head, *rows, "") if rows else ()),
         pick(data), "",
         "Beside the rule: each client's accuracy on its own held-out data after its local training "
         "(clients.jsonl), plain − anchored in points, round 1 and round 5: "
@@ -219,7 +220,7 @@ def results(data: dict[str, Any]) -> str:
         *unfinished(data), 
         f"**CPU time.** The timed cells took {data['cpu_s']:.0f} CPU-seconds ({data['cpu_s'] / 3600:.2f} "
         f"CPU-hours) over {data['cells_timed']} cells, counting the slow first cells kept under rounds10/; cells "
-        "stopped before they finished are not counted. Measuring every client against the aggregate took "
+        "stopped before they finished, or still going, are not counted. Measuring every client against the aggregate took "
         + (f"{sum(seconds) / len(seconds):.1f} s of wall time a measured round on average, on the loaded machine."
            if seconds else "no time: no run recorded it.")
         + (" CPU-seconds a finished run took, by regime: "

@@ -69,7 +69,8 @@ def test_the_cheapest_block_that_misaligns_is_picked_and_stored_gives_the_same_p
     assert "Not finished: r24/lr0.1 (1 of 6 runs finished, 1 begun, control not run)" in text
     assert "| r24/lr0.1 | 0 | +0.0020 | +0.0020 | not run | not run | +0.0020 | +0.0020 | not run |" in text
     assert "| r24/lr0.1 | 1 | +0.0300 | at round 2 of 5 | not run | not run | +0.0300 | at round 2 of 5 | not run |" in text
-    assert "36 CPU-seconds (0.01 CPU-hours) over 1 cells" in text and "by regime: r375 36." in text and text.startswith(RULE.split(page.MARKER)[0])
+    assert "36 CPU-seconds (0.01 CPU-hours) over 1 cells" in text and "by regime: r375 36." in text
+    assert "took 0.5 s of wall time a measured round" in text and text.startswith(RULE.split(page.MARKER)[0])
     for run in planted.rglob("metrics.jsonl"):
         run.unlink()  # the runs gone: the stored figures alone
     page.PAGE.write_text(RULE)
