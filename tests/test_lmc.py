@@ -475,7 +475,7 @@ def test_cli_end_to_end_on_a_small_fmnist_subset(tmp_path: Path, capsys) -> None
     printed = capsys.readouterr().out
     result = json.loads((out / "lmc.json").read_text())
     assert list(result["settings"]) == ["plain", "shared-0.4", "independent-0.4", "diff-init"]
-    measured = set(lmc_run.FIGURES) - {"matched_distance"}  # matched_pair does not report it yet
+    measured = set(lmc_run.FIGURES)
     for entry in result["settings"].values():
         assert [s["seed"] for s in entry["seeds"]] == [0, 1]
         assert measured <= set(entry["summary"])

@@ -60,12 +60,14 @@ def test_every_matcher_leaves_a_model_with_itself_and_undoes_a_shuffle(name, sha
     for matcher in matchers.MATCHERS:
         zero = fusion.matched_pair(probe, state, state, data, 3, itself, matcher, w0)
         assert zero["permutation_loss"] == 0.0 and zero["moved_fraction"] == 0.0, matcher
+        assert zero["matched_distance"] == 0.0, matcher
         found = matchers.match(matcher, model, state, shuffled, w0=w0, inputs=data[0].x)
         assert all(torch.equal(found.perms[v], undo) for v, undo in invert(shuffle).items()), matcher
         moving = fusion.matched_pair(probe, state, shuffled, data, 3, plain["loss"][1], matcher, w0)
         assert moving["moved_fraction"] == moved_fraction(shuffle) > 0.9, matcher
         assert moving["permutation_loss"] == pytest.approx(barrier, abs=1e-5), matcher
         assert moving["matched_loss_barrier"] == pytest.approx(0.0, abs=1e-5), matcher
+        assert moving["matched_distance"] == 0.0 < fusion.parameter_distance(model, state, shuffled), matcher
         assert (found.converged, "converged" in moving) == ((None, False) if matcher == "activation" else (True, True))
 
 

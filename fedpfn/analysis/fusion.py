@@ -329,7 +329,7 @@ def matched_pair(
     plain_midpoint: float, matcher: str = "full", w0: StateDict | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """B permuted onto A by a permutation that `matcher` finds (`fedpfn.analysis.matchers`): P, the
-    units moved, the matcher's diagnostics and (points > 0) the matched curve.
+    units moved, ||A - pi(B)||, the matcher's diagnostics and (points > 0) the matched curve.
 
     P = L(avg(A, B)) - L(avg(A, pi(B))) on `data` (`plain_midpoint` is the first): the loss of the
     plain average that the permutation accounts for (0 when pi is the identity; negative if
@@ -342,6 +342,7 @@ def matched_pair(
     found = match_states(matcher, probe.model, state_a, state_b, w0=w0, inputs=inputs)
     permuted = apply_permutation(permutation_spec(probe.model), found.perms, state_b)
     figures: dict[str, Any] = found.diagnostics()
+    figures["matched_distance"] = parameter_distance(probe.model, state_a, permuted)
     if points:
         curve = interpolation_curve(probe, state_a, permuted, data, points)
         matched_midpoint = curve["loss"][points // 2]
