@@ -19,20 +19,18 @@ folder's name comes from fedpfn.core.files, which the run folder reads too.
 from __future__ import annotations
 
 import io
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-from fedpfn.core.files import CLIENT_STATE, atomic_write_bytes
+from fedpfn.core.files import CLIENT_STATE, STATE_ROUND, atomic_write_bytes, state_file
 from fedpfn.core.protocol import ACCEPTED_ROUND, to_array_record, to_numpy
 
 if TYPE_CHECKING:
     from fedpfn.core.config import RunConfig
 
-_ROUND_FILE = re.compile(r"r(\d+)\.npz$")
 SAVED_IN = "saved-in"  # context.state record: key -> the round its cached record is from
 
 
@@ -48,7 +46,7 @@ class ClientStateStore:
         folder = self.root / key
         if not folder.is_dir():
             return {}
-        found = (_ROUND_FILE.fullmatch(p.name) for p in folder.iterdir())
+        found = (STATE_ROUND.fullmatch(p.name) for p in folder.iterdir())
         return {int(m.group(1)): folder / m.group(0) for m in found if m}
 
     def load(self, key: str, up_to_round: int) -> ArrayRecord | None:
@@ -70,7 +68,7 @@ class ClientStateStore:
         folder.mkdir(parents=True, exist_ok=True)
         buffer = io.BytesIO()
         np.savez(buffer, **to_numpy(record))
-        atomic_write_bytes(folder / f"r{server_round}.npz", buffer.getvalue())
+        atomic_write_bytes(folder / state_file(server_round), buffer.getvalue())
         versions = self._versions(key)
         for r in [r for r in versions if accepted_round < r < server_round]:
             versions.pop(r).unlink(missing_ok=True)

@@ -31,6 +31,9 @@ from datetime import date
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from fedpfn.core.files import CLIENT_STATE, MODEL_ROUND, TENSORBOARD, WANDB, model_file  # noqa: E402
+
 FIGURES = ROOT / "docs" / "getting-started" / "figures.json"
 COMMANDS = {
     "quickstart": ["fedpfn", "run", "--config", "configs/quickstart.toml"],
@@ -139,7 +142,7 @@ SENTENCES = {
     ],
 }  # fmt: skip
 FILE_TABLE = "docs/getting-started/run-folder.md"
-ONLY_WHEN = {"client_state/", "tensorboard/", "wandb/"}  # rows of runs with other settings (SCAFFOLD, trackers)
+ONLY_WHEN = {f"{name}/" for name in (CLIENT_STATE, TENSORBOARD, WANDB)}  # rows of runs with other settings (SCAFFOLD, trackers)
 
 
 def pattern(template: str) -> re.Pattern:
@@ -197,8 +200,10 @@ def problems(figures: dict, root: Path = ROOT) -> list[str]:
     for page, templates in SENTENCES.items():
         text = re.sub(r"\s*\n\s*", " ", (root / page).read_text())
         found += [f"{page} does not say: {t.format(**spelt)}" for t in templates if t.format(**spelt) not in text]
-    last = re.compile(r"model_round_[1-9]\d*\.pt")  # the table's model_round_<last>.pt
-    written = {"model_round_<last>.pt" if last.fullmatch(name) else name for name in figures["quickstart"]["files"]}
+    last = model_file("<last>")  # in the table, the model after the last round stands for every round but 0
+    written = {
+        last if (m := MODEL_ROUND.fullmatch(name)) and int(m[1]) else name for name in figures["quickstart"]["files"]
+    }
     listed = listed_files((root / FILE_TABLE).read_text())
     found += [f"{FILE_TABLE} does not list {name}, which the quickstart writes" for name in sorted(written - listed)]
     found += [f"{FILE_TABLE} lists {name}, which the quickstart does not write" for name in sorted(listed - written - ONLY_WHEN)]

@@ -27,7 +27,7 @@ DOCS = ROOT / "docs"
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
 
-from fedpfn.core.files import CONFIG, SUMMARY  # noqa: E402
+from fedpfn.core.files import COMPARISON_CONFIG, CONFIG, SUMMARY  # noqa: E402
 from fedpfn.core.hyper import flat_view  # noqa: E402  (fedpnu.anchor_ratio, or anchor_ratio in older runs)
 from fedpfn.core.flags import OneLineParser  # noqa: E402
 from study import ALGORITHMS, ALPHAS, LR_GRID, RATIOS, SERVER_ALPHA, SERVER_GRID, _score  # noqa: E402
@@ -193,7 +193,7 @@ def grid_section(runs: Path) -> list[str]:
 def finished(runs: Path, folders: list[str]) -> bool:
     """Every run of every compared folder has its summary (a comparison is reported whole or not at all)."""
     for folder in folders:
-        config = runs / folder / "comparison_config.json"
+        config = runs / folder / COMPARISON_CONFIG
         if not config.is_file():
             return False
         settings = json.loads(config.read_text())

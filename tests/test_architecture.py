@@ -6,6 +6,7 @@ Every import counts: at the top of a file, inside a function (lazy) and under TY
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from fedpfn.core import protocol
@@ -190,16 +191,25 @@ def test_seeds_are_derived_only_in_the_seeding_module():
 
 
 def test_run_folder_names_are_written_only_in_the_files_module():
-    """'metrics.jsonl', 'config.json' and the other run-folder names come from fedpfn.core.files."""
+    """'metrics.jsonl', 'config.json', 'model_round_<n>.pt' and the other run-folder names come from
+    fedpfn.core.files: no string but a docstring starts with one, alone or after a '/'."""
     from fedpfn.core import files
 
-    names = {files.CONFIG, files.METRICS, files.CLIENTS, files.SUMMARY, files.CHECKPOINT, files.CLIENT_STATE}
+    names = (files.CONFIG, files.METRICS, files.CLIENTS, files.SUMMARY, files.CHECKPOINT, files.CLIENT_STATE,
+             files.LOG, files.PARTITION, files.COMPARISON_CONFIG, files.PARTITION_FIGURE, files.ACCURACY_FIGURE)  # fmt: skip
+    spelt = re.compile("/?(" + "|".join(map(re.escape, names)) + r"(\W|$)|model_round_)")
+    elsewhere = {("fedpfn/runtime/nodedata.py", files.PARTITION)}  # a node's data folder, not a run folder
     offenders = []
     for path in python_files(*PACKAGES) + python_files("scripts") + [ROOT / "run_sim.py"]:
         if path.name == "files.py":
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Constant) and node.value in names:
+        tree = ast.parse(path.read_text())
+        docstrings = {id(ast.get_docstring(n, clean=False) and n.body[0].value) for n in ast.walk(tree)
+                      if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)}  # fmt: skip
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in docstrings:
+                continue
+            if spelt.match(node.value) and (str(path.relative_to(ROOT)), node.value) not in elsewhere:
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
     assert not offenders, offenders
 

@@ -49,7 +49,7 @@ from fedpfn.core import provenance
 from fedpfn.core.anchors import GRANULARITIES
 from fedpfn.core.cache import validation_indices
 from fedpfn.core.data import DataError, find_data_problem, load_dataset
-from fedpfn.core.files import CONFIG, SUMMARY, DamagedFile, atomic_write_json, read_json
+from fedpfn.core.files import CONFIG, SUMMARY, DamagedFile, atomic_write_json, model_file, read_json
 from fedpfn.core.init_file import (
     InitError,
     file_sha256,
@@ -236,7 +236,7 @@ def evaluate_seed(
         model = build_model(cfg.model, tuple(images.train_x.shape[1:]), CLASSES).to(device)
     budget = storage_budget(model)  # what a file of this model may declare, checked before it is read
     runs = {arm: read_cold_run(folder, budget) for arm, folder in folders.items()}
-    start = read_state_file(folders["plain"] / "model_round_0.pt", budget)
+    start = read_state_file(folders["plain"] / model_file(0), budget)
     spec = probe_spec(cfg)
     figures = {START: {"seed": seed, **held_out_figures(model, start, seed, images, spec)}}
     figures[START]["is_start_file"] = all(
@@ -245,7 +245,7 @@ def evaluate_seed(
     for arm, (config, body, heads) in runs.items():
         figures[arm] = {
             "seed": seed, "run": str(folders[arm]),
-            "started_at_start": same_state(read_state_file(folders[arm] / "model_round_0.pt", budget), start),
+            "started_at_start": same_state(read_state_file(folders[arm] / model_file(0), budget), start),
             **own_task_figures(model, body, heads, images), **held_out_figures(model, body, seed, images, spec),
         }  # fmt: skip
     for arm, f in figures.items():

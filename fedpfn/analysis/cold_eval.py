@@ -21,7 +21,6 @@ Every draw is keyed by the seed, so each arm of a seed meets the same samples, h
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +31,7 @@ import torch
 from torch import nn
 
 from fedpfn.analysis.fusion import StateDict
-from fedpfn.core.files import CLIENT_STATE, CONFIG, read_json
+from fedpfn.core.files import CLIENT_STATE, CONFIG, STATE_ROUND, model_file, read_json
 from fedpfn.core.init_file import read_state_file
 from fedpfn.core.personal import PERSONAL
 from fedpfn.core.seeding import Draw, Stream, seed_for, torch_generator
@@ -46,7 +45,6 @@ COMPARISONS = (("shared", "plain"), ("independent", "plain"), ("shared", "indepe
 METRICS = ("own_task_acc", "linear_acc", "full_acc")
 PROBES = ("linear", "full")
 HEAD_PREFIX = "classifier."  # the zoo's head (fedpfn.core.models.ZooModel), personal in ColD runs
-_ROUND_FILE = re.compile(r"r(\d+)\.npz")
 
 
 @dataclass(frozen=True)
@@ -153,7 +151,7 @@ class RunReadError(ValueError):
 def newest_personal(folder: Path, pid: int) -> StateDict:
     """Contributor `pid`'s head from its newest saved `personal` record (npz, never unpickled)."""
     where = folder / CLIENT_STATE / str(pid) / PERSONAL
-    found = {int(m.group(1)): p for p in where.glob("r*.npz") if (m := _ROUND_FILE.fullmatch(p.name))}
+    found = {int(m.group(1)): p for p in where.glob("r*.npz") if (m := STATE_ROUND.fullmatch(p.name))}
     if not found:
         raise RunReadError(f"{where}: no saved head (was the run started with --personal?)")
     path = found[max(found)]
@@ -167,7 +165,7 @@ def read_cold_run(folder: Path, max_bytes: int) -> tuple[dict[str, Any], StateDi
     """(config.json, the final global model, every contributor's head) of a finished ColD run; the
     model's file may declare at most `max_bytes` (fedpfn.core.init_file.storage_budget of the model)."""
     config = read_json(folder / CONFIG)
-    final = folder / f"model_round_{int(config['rounds'])}.pt"
+    final = folder / model_file(int(config["rounds"]))
     if not final.is_file() or final.is_symlink():
         raise RunReadError(f"{final}: missing (the run did not finish)")
     body = read_state_file(final, max_bytes)

@@ -39,23 +39,37 @@ LOG = "run.log"
 LOCK = ".fedpfn.lock"
 TENSORBOARD = "tensorboard"
 WANDB = "wandb"
+PARTITION = "partition.json"  # each client's label counts, written as a new run starts
 COMPARISON_CONFIG = "comparison_config.json"  # what `--compare` was asked, in a comparison folder
 FIGURES = ("partition", "accuracy", "clients")  # written as .png (and .pdf or .svg)
+PARTITION_FIGURE, ACCURACY_FIGURE = "partition.png", "accuracy.png"
+MODEL_ROUND = re.compile(r"model_round_(\d+)\.pt")  # the global model after a round (0: the initial one)
+STATE_ROUND = re.compile(r"r(\d+)\.npz")  # a client's state after a round: client_state/<partition>/<key>/
 MAX_JSON_BYTES = 256 << 20  # config.json, summary.json, metrics.jsonl and clients.jsonl of any real run
 MAX_JSON_DEPTH = 64  # the tool writes at most 4 levels
 
 # --- which files are the tool's: it replaces or removes these and nothing else --------------------
 
 _TMP = r"(\.tmp)?"
-_OWN_NAMES = (CONFIG, METRICS, CLIENTS, SUMMARY, CHECKPOINT, LOG, LOCK, "partition.json")
+_OWN_NAMES = (CONFIG, METRICS, CLIENTS, SUMMARY, CHECKPOINT, LOG, LOCK, PARTITION)
 _OWN_TOP = (
     re.compile("(" + "|".join(map(re.escape, _OWN_NAMES)) + ")" + _TMP),
     re.compile("(" + "|".join(FIGURES) + r")\.(png|pdf|svg)" + _TMP),
-    re.compile(r"model_round_\d+\.pt" + _TMP),
+    re.compile(MODEL_ROUND.pattern + _TMP),
 )
-_STATE_FILE = re.compile(r"\d+/[A-Za-z0-9_.-]+/r\d+\.npz" + _TMP)  # <partition>/<key>/r<round>.npz
+_STATE_FILE = re.compile(r"\d+/[A-Za-z0-9_.-]+/" + STATE_ROUND.pattern + _TMP)  # <partition>/<key>/r<round>.npz
 _WANDB_TOP = re.compile(r"(offline-)?run-[A-Za-z0-9_-]+|latest-run|debug[A-Za-z0-9_.-]*\.log")
 OWN_DIRS = (CLIENT_STATE, TENSORBOARD, WANDB)
+
+
+def model_file(server_round: int | str) -> str:
+    """The file of the global model saved after `server_round` (matches MODEL_ROUND; a page may pass "<last>")."""
+    return f"model_round_{server_round}.pt"
+
+
+def state_file(server_round: int) -> str:
+    """The file of a client's state record after `server_round` (matches STATE_ROUND)."""
+    return f"r{server_round}.npz"
 
 
 def is_own(name: str) -> bool:

@@ -11,6 +11,7 @@ import torch
 from fedpfn.core.cache import dataset_on, initial_model, partition_label_counts, validation_indices
 from fedpfn.core.config import RunConfig
 from fedpfn.core.data import CLASS_NAMES
+from fedpfn.core.files import ACCURACY_FIGURE, PARTITION, PARTITION_FIGURE
 from fedpfn.core.hyper import flat_view
 from fedpfn.core.training import evaluate, pick_device
 from fedpfn.runtime.runfolder import RunFolder
@@ -43,9 +44,9 @@ def write_partition_report(cfg: RunConfig, folder: RunFolder) -> None:
     from partitions.report import plot_partition, write_partition_json
 
     counts = partition_label_counts(cfg)
-    write_partition_json(folder.path / "partition.json", counts)
+    write_partition_json(folder.path / PARTITION, counts)
     title = f"{cfg.num_clients} clients, {split_text(cfg)} · seed {cfg.seed}"
-    plot_partition(folder.path / "partition.png", counts, CLASS_NAMES.get(cfg.dataset), title)
+    plot_partition(folder.path / PARTITION_FIGURE, counts, CLASS_NAMES.get(cfg.dataset), title)
 
 
 def write_summary(cfg: RunConfig, folder: RunFolder, eval_name: str, wall_seconds: float) -> dict[str, Any]:
@@ -53,7 +54,7 @@ def write_summary(cfg: RunConfig, folder: RunFolder, eval_name: str, wall_second
     from fedpfn.analysis.plots import plot_run  # matplotlib only where a run ends, not in every client
 
     rows = folder.read_metrics()
-    plot_run(rows, folder.path / "accuracy.png", title=setting_title(cfg), config=flat_view(cfg.to_dict()))
+    plot_run(rows, folder.path / ACCURACY_FIGURE, title=setting_title(cfg), config=flat_view(cfg.to_dict()))
     summary = summarise_rows(rows, eval_name)
     summary.update(algorithm=cfg.algorithm, server=cfg.server, wall_seconds=wall_seconds)
     folder.write_summary(summary)

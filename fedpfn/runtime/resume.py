@@ -11,7 +11,7 @@ from clients.state import ClientStateStore
 from fedpfn.core import protocol
 from fedpfn.core.cache import initial_model
 from fedpfn.core.config import RunConfig
-from fedpfn.core.files import CHECKPOINT
+from fedpfn.core.files import CHECKPOINT, CLIENT_STATE, METRICS
 from fedpfn.runtime.algorithms import state_keys
 from fedpfn.runtime.runfolder import RunFolder, RunFolderError
 
@@ -49,7 +49,7 @@ def resume_point(cfg: RunConfig, folder: RunFolder) -> dict[str, Any] | None:
     rows = folder.read_metrics()
     if len(rows) < last:
         raise RunFolderError(
-            f"{folder.path}/metrics.jsonl holds rounds 1..{len(rows)} but the checkpoint covers 1..{last}; "
+            f"{folder.path / METRICS} holds rounds 1..{len(rows)} but the checkpoint covers 1..{last}; "
             "the run folder is damaged"
         )
     accepted_by_partition = sorted(accepted_rounds(rows[:last]).items())
@@ -58,7 +58,7 @@ def resume_point(cfg: RunConfig, folder: RunFolder) -> dict[str, Any] | None:
             saved = ClientStateStore(folder.path, pid).load(key, accepted)
             if saved is None:
                 raise RunFolderError(
-                    f"{folder.path}/client_state lacks client {pid}'s '{key}' from rounds <= {accepted}; "
+                    f"{folder.path / CLIENT_STATE} lacks client {pid}'s '{key}' from rounds <= {accepted}; "
                     "the run cannot be resumed with the same numbers"
                 )
             check_shaped_like(protocol.to_numpy(saved), model, f"client {pid}'s saved '{key}'")

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from fedpfn.core.files import SUMMARY, atomic_write_bytes, atomic_write_json
+from fedpfn.core.files import SUMMARY, atomic_write_bytes, atomic_write_json, model_file
 from fedpfn.runtime.runfolder.folder import FolderBase
 
 
@@ -17,7 +17,7 @@ class FolderOutputs(FolderBase):
     def save_model(self, server_round: int, state_dict: dict[str, torch.Tensor]) -> None:
         buffer = io.BytesIO()
         torch.save(state_dict, buffer)
-        atomic_write_bytes(self.path / f"model_round_{server_round}.pt", buffer.getvalue())
+        atomic_write_bytes(self.path / model_file(server_round), buffer.getvalue())
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         atomic_write_json(self.path / SUMMARY, summary)
