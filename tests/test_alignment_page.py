@@ -99,3 +99,19 @@ def test_runs_here_replace_a_kept_regime_only_once_they_cover_its_seeds() -> Non
 def test_the_committed_page_is_what_its_stored_cells_write() -> None:
     """`alignment_page.py --stored` writes docs/alignment.md again, byte for byte."""
     assert page.write_page(page.stored_cells()) == page.PAGE.read_text()
+
+
+def test_the_summary_says_where_matchers_disagree() -> None:
+    cells = planted(MOVING)
+    for arms in cells["seeds"].values():  # under `masked`, shared is as high as plain: sharing reversed
+        for arm, figures in arms.items():
+            value = figures["permutation_loss"] if arm != "shared-0.4" else 0.5
+            figures["matchers"] = {"masked": {"permutation_loss": value}}
+    _, said = gate.question_b({"r": cells}, ["r"])
+    assert said[-1].startswith("r: sharing's share of the drop in P, by matcher: full") and said[-1].endswith(
+        "the matchers disagree on the parts' verdicts.")  # fmt: skip
+    same = planted(MOVING)
+    for arms in same["seeds"].values():
+        for figures in arms.values():
+            figures["matchers"] = {"masked": {"permutation_loss": figures["permutation_loss"]}}
+    assert gate.question_b({"r": same}, ["r"])[1][-1].endswith("the matchers agree on both parts' verdicts.")

@@ -91,9 +91,8 @@ def question_a(cells: Cells) -> tuple[list[str], list[str], list[str]]:
     for name, regime in cells.items():
         for matcher in matchers_in(regime):
             plain = against_zero("P(plain)", series(regime, "plain", "permutation_loss", matcher))
-            control = against_zero("P(diff-init)", series(regime, "diff-init", "permutation_loss", matcher))
-            if matcher == "changes":  # diff-init has no common start: the control is full matching's
-                control = against_zero("P(diff-init)", series(regime, "diff-init", "permutation_loss"))
+            by = "full" if matcher == "changes" else matcher  # diff-init has no common start: full's control
+            control = against_zero("P(diff-init)", series(regime, "diff-init", "permutation_loss", by))
             moved = list(series(regime, "plain", "moved_fraction", matcher).values())
             reading = a_reading(plain, control, len(plain.seeds))
             if matcher == "full" and reading.startswith("P(plain) > 0"):
@@ -152,11 +151,32 @@ def question_b(cells: Cells, regimes: Sequence[str]) -> tuple[list[str], list[st
         lines += ["", f"**{name}**: one Holm family of the {tested} tests below.", "", *split_table(splits)]
         said += [f"{p.label}: {p.mean:+.4f} nats, 95 % CI {interval_text(p)}, p Holm {p_number(p.p_holm, '.2g')}: "
                  f"{verdict(p, 1.0, 'nats')}." for p in splits[0].parts[1:]]  # fmt: skip
+        by_matcher = {"full": splits[0]}
         for matcher in matchers_in(regime)[1:]:
             other = regime_splits(name, regime, matcher)
             adjust_together(other[0].parts)
+            by_matcher[matcher] = other[0]
             lines += ["", f"{name}, P under `{matcher}` (secondary; Holm within these 3):", "", *split_table(other)]
+        if len(by_matcher) > 1:
+            said.append(matchers_sentence(name, by_matcher))
     return lines, said
+
+
+def word(p: Paired) -> str:
+    """A verdict's first word: higher, lower, not resolved, or no test."""
+    return verdict(p, 1.0, "nats").split(";")[0].removesuffix(" after Holm")
+
+
+def matchers_sentence(name: str, by_matcher: Mapping[str, Split]) -> str:
+    """Sharing's share of P's drop under each matcher, and whether the matchers' verdicts agree."""
+    shares = []
+    for matcher, found in by_matcher.items():
+        share = found.share(found.sharing)
+        shares.append(f"{matcher} {'n/a' if share is None else f'{100 * share:.0f} %'} ({word(found.sharing)})")
+    verdicts = {(word(f.freezing), word(f.sharing)) for f in by_matcher.values()}
+    agree = "the matchers agree on both parts' verdicts" if len(verdicts) == 1 else (
+        "the matchers disagree on the parts' verdicts")  # fmt: skip
+    return f"{name}: sharing's share of the drop in P, by matcher: {', '.join(shares)}; {agree}."
 
 
 SHOWN = (("loss barrier", "loss_barrier", 1), ("midpoint − chord", "loss_midpoint", 1),
