@@ -183,7 +183,7 @@ def unfinished(data: dict[str, Any]) -> list[str]:
                 lines.append(f"| {name} | {seed} | " + " | ".join(shown) + " |")
     if len(lines) == 2:
         return []
-    return ["Runs of the blocks not finished, each seed as it is (no interval, and no part of the rule; a run "
+    return ["Runs of the blocks not finished, each seed as it is (no interval, and no part of the rule; a run stopped or "
             "still going shows the round it had reached):", "",
             *lines, ""]
 

@@ -132,15 +132,30 @@ def split_parts(root: Path) -> list[tuple[str, list[Any]]]:
     return found
 
 
+def other_matchers(name: str, regime: Mapping[str, Any]) -> tuple[list[float], str]:
+    """Freezing's share of P's drop under each matcher besides full, as words and values."""
+    shares, words = [], []
+    for matcher in gate.matchers_in(regime)[1:]:
+        found = gate.regime_splits(name, regime, matcher)[0]
+        share = found.share(found.freezing)
+        if share is not None:
+            shares.append(share)
+            words.append(f"{100 * share:.0f} % under {matcher}")
+    return shares, f" ({', '.join(words)})" if words else ""
+
+
 def freezing_or_sharing(root: Path) -> str | None:
+    cells = gate_cells(root) or {}
     parts, shares = [], []
     for name, splits in split_parts(root):
         s = splits[0]
         share = s.share(s.freezing)
         if share is not None:
-            shares.append(share)
-            parts.append(f"{100 * share:.0f} % in {name} (sharing adds {s.sharing.mean:+.4f} nats, 95 % CI "
-                         f"{ci(s.sharing, digits=3)}: {reading(s.sharing, 1.0, 'nats')})")  # fmt: skip
+            more, said = other_matchers(name, cells[name])
+            shares += [share, *more]
+            parts.append(f"{100 * share:.0f} % in {name} under full weight matching{said}; sharing adds "
+                         f"{s.sharing.mean:+.4f} nats under full (95 % CI {ci(s.sharing, digits=3)}: "
+                         f"{reading(s.sharing, 1.0, 'nats')})")  # fmt: skip
     if not parts:
         return None
     lead = "Most of what shared anchors remove of P, freezing alone removes" if min(shares) > 0.5 else (
