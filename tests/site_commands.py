@@ -26,7 +26,7 @@ import run_sim
 from conftest import no_engine_starts
 from fedpfn.analysis import lmc
 from fedpfn.runtime import env
-from fedpfn.runtime.algorithms import load_config, validated
+from fedpfn.runtime.algorithms import from_run_config, load_config, validated
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBPROCESS_ENV = {**os.environ, **env.FLOWER_DEFAULTS}
@@ -291,7 +291,7 @@ def check_flwr_run(copy: Path, args: list[str]) -> None:
             options[word] = rest.pop(0)
     declared = tomllib.loads((copy / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
     run_config = parse_config_args([options["--run-config"]]) if "--run-config" in options else {}
-    cfg = load_config(dict(fuse_dicts(declared, run_config)))
+    cfg = load_config(from_run_config(dict(fuse_dicts(declared, run_config))))  # as the ServerApp reads it
     if "--federation-config" in options:
         assert parse_config_args([options["--federation-config"]])["num-supernodes"] == cfg.num_clients
 

@@ -24,6 +24,7 @@ import torch
 from conftest import tiny_config
 from fedpfn.runtime.transport import fails_this_round
 from fedpfn.core.config import RunConfig
+from fedpfn.core.hyper import flat_view
 from fedpfn.core.protocol import to_numpy
 from fedpfn.runtime.simulation import resume_config, simulate
 
@@ -52,8 +53,8 @@ def resumable_config(out: Path, engine: str = "batched", **overrides):
 
 def flags(cfg) -> list[str]:
     """The settings that differ from the defaults (a flag the run would not use is refused, even at its default)."""
-    defaults = RunConfig().to_dict()
-    return [f"--{k.replace('_', '-')}={v}" for k, v in cfg.to_dict().items()
+    defaults, values = flat_view(RunConfig().to_dict()), flat_view(cfg.to_dict())  # flags name settings alone
+    return [f"--{k.replace('_', '-')}={v}" for k, v in values.items()
             if v is not None and not isinstance(v, bool) and (k not in defaults or v != defaults[k])]  # fmt: skip
 
 
