@@ -110,7 +110,7 @@ def misalignment(root: Path) -> str | None:
     parts, lows = [], []
     for regime in cells.values():
         p = gate.against_zero("P", gate.series(regime, "plain", "permutation_loss"))
-        if p.low is not None:
+        if p.low is not None and len(p.seeds) >= gate.A_SEEDS:  # as the gate's page reads a regime
             lows.append(p.low)
             parts.append(f"{p.mean:+.3f} nats ({setting_words(regime['config'])}; 95 % CI {ci(p, digits=3)}, "
                          f"{len(p.seeds)} seeds)")  # fmt: skip
