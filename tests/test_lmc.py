@@ -522,3 +522,14 @@ def test_band_note_states_the_std_and_the_count() -> None:
     assert lmc_render.band_note(result(3, 1)) == "line: mean over 3 seeds; band: ± 1 std (n − 1)"
     assert lmc_render.band_note(result(2, 3)) == "line: mean over 2 seeds x 3 pairs; band: ± 1 std (n − 1)"
     assert lmc_render.band_note(result(1, 1)) == "one curve (1 seed), no band"
+
+
+def test_a_model_that_diverges_is_one_line_and_nothing_is_written(tmp_path: Path, capsys) -> None:
+    """At an lr that blows the weights up, the command says which seed, arm and model, and writes nothing
+    (matching cannot run on non-finite weights; a bare traceback from it was the symptom)."""
+    out = tmp_path / "lmc"
+    argv = [*_small_fmnist_argv(out), "--split", "same-data", "--width", "32", "--lr", "100", "--momentum", "0.99"]
+    assert lmc.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "weights are not finite after training (it diverged at lr 100)" in err[0], err
+    assert not (out / "lmc.json").exists()

@@ -38,6 +38,7 @@ from fedpfn.analysis.lmc_render import OUTPUT_FILES, markdown_table, write_outpu
 from fedpfn.analysis.matchers import MATCHERS
 from fedpfn.analysis.lmc_run import (
     ARM_KINDS,
+    Diverged,
     SPLITS,
     Arm,
     SeedSetup,
@@ -346,7 +347,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.l
         prepared = prepare(cfg)
     except (DataError, ValueError) as err:
         return command.fail(str(err).splitlines())
-    result = run_lmc(cfg, prepared, log=lambda line: print(line, flush=True))
+    try:
+        result = run_lmc(cfg, prepared, log=lambda line: print(line, flush=True))
+    except Diverged as err:
+        return command.fail([str(err)])
     result[provenance.KEY] = provenance.collect()  # which code, libraries and machine made these figures
     write_outputs(out, result)
     print(markdown_table(result))

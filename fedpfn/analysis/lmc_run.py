@@ -195,8 +195,15 @@ def train_arm(setup: SeedSetup, arm: Arm, train: tuple, spec: TrainSpec, granula
         setup.model.load_state_dict(start)
         batches = minibatches(idx, spec.batch_size, spec.epochs, torch_generator(setup.seed, Stream.DATA_ORDER, 0, i))
         train_local(setup.model, *train, batches, spec.optimizer_spec(), mask)
+        if not all(bool(p.isfinite().all()) for p in setup.model.parameters()):
+            raise Diverged(f"seed {setup.seed}, arm {arm.name}: model {i}'s weights are not finite after training "
+                           f"(it diverged at lr {spec.lr:g}); nothing written: lower --lr")  # fmt: skip
         states.append(snapshot(setup.model))
     return states
+
+
+class Diverged(ValueError):
+    """A model's training diverged: its figures would be meaningless (and matching cannot run on them)."""
 
 
 def run_arm(
