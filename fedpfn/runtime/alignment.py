@@ -58,11 +58,9 @@ from fedpfn.analysis.fusion import (
     analyse,
     average_states,
     has_batchnorm,
-    interpolation_curve,
-    signed_barrier,
+    matched_pair,
+    parameter_distance,
 )
-from fedpfn.analysis.matchers import match
-from fedpfn.analysis.matching import apply_permutation, permutation_spec
 from fedpfn.core.cache import client_data, dataset_on, initial_model
 from fedpfn.core.config import RunConfig
 from fedpfn.core.seeding import Stream, torch_generator
@@ -88,11 +86,6 @@ def retained_fraction(start: Sequence[float], fused: Sequence[float], own: Seque
     if gained == 0:
         return None
     return sum(n * (s - f) for n, s, f in zip(examples, start, fused)) / gained
-
-
-def distance(state: StateDict, other: StateDict, names: Sequence[str]) -> float:
-    """||state - other|| over the named tensors (the parameters: BatchNorm's running statistics left out)."""
-    return float(sum(((state[n].double() - other[n].double()) ** 2).sum() for n in names) ** 0.5)
 
 
 def to_state(arrays: dict[str, np.ndarray], device: torch.device) -> StateDict:
@@ -150,25 +143,16 @@ class AlignmentProbe:
         """`client_*` figures: every client of the round against the aggregate, under each of MATCHERS
         (`changes`: the changes from `start`, the model the round's clients started from)."""
         began = time.perf_counter()
-        spec = permutation_spec(self.probe.model)
-        weights = [name for name, _ in self.probe.model.named_parameters()]
+        model = self.probe.model
         figures: dict[str, Any] = {"client_reference": "aggregate", "client_partitions": list(partitions),
-                                   "client_distance": [distance(state, fused, weights) for state in states]}  # fmt: skip
+                                   "client_distance": [parameter_distance(model, state, fused) for state in states]}  # fmt: skip
         found = {f"client_{key}_{m}": [] for m in MATCHERS for key in CLIENT_FIGURES}  # not *_loss: rows check those
         for state in states:
             plain = self.probe.measure(average_states([fused, state]), data)[0]
             for matcher in MATCHERS:
-                matched = match(matcher, self.probe.model, fused, state, w0=start)
-                permuted = apply_permutation(spec, matched.perms, state)
-                curve = interpolation_curve(self.probe, fused, permuted, data, POINTS)
-                for key, value in (
-                    ("permutation_loss", plain - curve["loss"][POINTS // 2] + 0.0),  # + 0.0: never -0.0
-                    ("matched_loss_barrier", signed_barrier(curve["alpha"], curve["loss"])),
-                    ("moved_fraction", matched.moved_fraction),
-                    ("matched_distance", distance(permuted, fused, weights)),
-                    ("converged", matched.converged),
-                ):  # fmt: skip
-                    found[f"client_{key}_{matcher}"].append(value)
+                pair = matched_pair(self.probe, fused, state, data, POINTS, plain, matcher, w0=start)
+                for key in CLIENT_FIGURES:
+                    found[f"client_{key}_{matcher}"].append(pair[key])
         figures.update(found)
         figures["client_seconds"] = round(time.perf_counter() - began, 3)
         return figures
