@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedpfn.analysis.decompose import adjust_together, split
+from fedpfn.analysis.decompose import split
+from fedpfn.analysis.inference import adjust_together
 
 SEEDS = range(10)
 

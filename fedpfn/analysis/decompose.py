@@ -11,7 +11,8 @@ shares nothing, so on the same seeds, seed by seed,
 and whole = freezing + sharing. Each part gets its own paired test and interval. Its share of the
 whole is the ratio of the means, given only where the whole is resolved (its interval excludes 0):
 a ratio over a difference that may be 0 says nothing. A declared family (the parts of every
-endpoint of one setting) is Holm-adjusted together, across metrics, by `adjust_together`.
+endpoint of one setting) is Holm-adjusted together, across metrics, by `adjust_together`
+(`fedpfn.analysis.inference`, beside the per-metric `adjust` it serves too).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from fedpfn.analysis.inference import Paired, holm, paired
+from fedpfn.analysis.inference import Paired, paired
 
 PARTS = ("whole", "freezing", "sharing")
 
@@ -58,11 +59,3 @@ def split(
         freezing=paired(f"{label}: freezing (independent − plain)", metric, on["i"], on["p"], span),
         sharing=paired(f"{label}: sharing (shared − independent)", metric, on["s"], on["i"], span),
     )
-
-
-def adjust_together(comparisons: Iterable[Paired]) -> int:
-    """Holm over every comparison given, whatever its metric (one declared family); how many were tested."""
-    family = list(comparisons)
-    for p, adjusted in zip(family, holm([q.p_value for q in family])):
-        p.p_holm = adjusted
-    return sum(p.p_value is not None for p in family)

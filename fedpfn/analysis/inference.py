@@ -149,14 +149,21 @@ def holm(p_values: Sequence[float | None]) -> list[float | None]:
     return adjusted
 
 
+def adjust_together(comparisons: Iterable[Paired]) -> int:
+    """Holm over every comparison given, whatever its metric (one declared family); how many were tested."""
+    family = list(comparisons)
+    for p, adjusted in zip(family, holm([q.p_value for q in family])):
+        p.p_holm = adjusted
+    return sum(p.p_value is not None for p in family)
+
+
 def adjust(comparisons: Iterable[Paired]) -> None:
     """Set each comparison's `p_holm`, Holm-adjusting the comparisons of each metric together."""
     families: dict[str, list[Paired]] = {}
     for p in comparisons:
         families.setdefault(p.metric, []).append(p)
     for family in families.values():
-        for p, adjusted in zip(family, holm([q.p_value for q in family])):
-            p.p_holm = adjusted
+        adjust_together(family)
 
 
 def detectable(n: int, std: float, p_floor: float | None, span: float | None, tied: int = 0) -> tuple[float | None, str | None]:

@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fedpfn.analysis.decompose import PARTS, Split, adjust_together, split
+from fedpfn.analysis.decompose import PARTS, Split, split
+from fedpfn.analysis.inference import adjust_together
 from fedpfn.analysis.paired_text import p_number, p_text, verdict
 from fedpfn.analysis.stats import Paired, mean_std, paired, sign_test
 
