@@ -16,6 +16,7 @@ from typing import Any
 from fedpfn.analysis.inference import ALPHA, Paired
 from fedpfn.analysis.paired_text import p_number
 from fedpfn.study import gate
+from fedpfn.study.gate import interval_text as interval
 from fedpfn.study.drift import design, report_folder
 from fedpfn.study.drift_text import primary_family
 from fedpfn.study.spec import load
@@ -26,10 +27,6 @@ DRIFT_STUDY = "studies/drift.toml"
 def read(root: Path, relative: str) -> Any | None:
     path = root / relative
     return json.loads(path.read_text()) if path.is_file() else None
-
-
-def ci(p: Paired, scale: float = 1.0, digits: int = 2) -> str:
-    return f"[{scale * p.low:+.{digits}f}, {scale * p.high:+.{digits}f}]"
 
 
 def reading(p: Paired, scale: float, unit: str) -> str:
@@ -76,7 +73,7 @@ def drift_sentence(root: Path, base: str, lead: str) -> str | None:
     rows = drift_rows(root)
     if rows is None:
         return None
-    parts = [f"{100 * row.test.mean:+.2f} points at {name.split(':')[0]} (95 % CI {ci(row.test, 100)}; "
+    parts = [f"{100 * row.test.mean:+.2f} points at {name.split(':')[0]} (95 % CI {interval(row.test, 100, 2)}; "
              f"{drift_reading(row)})" for name, row in rows.items() if name.endswith(f"FedPFN − {base}")]  # fmt: skip
     return f"{lead}: FedPFN's accuracy minus it was {' and '.join(parts)}."
 
@@ -112,7 +109,7 @@ def misalignment(root: Path) -> str | None:
         p = gate.against_zero("P", gate.series(regime, "plain", "permutation_loss"))
         if p.low is not None and len(p.seeds) >= gate.A_SEEDS:  # as the gate's page reads a regime
             lows.append(p.low)
-            parts.append(f"{p.mean:+.3f} nats ({setting_words(regime['config'])}; 95 % CI {ci(p, digits=3)}, "
+            parts.append(f"{p.mean:+.3f} nats ({setting_words(regime['config'])}; 95 % CI {interval(p, digits=3)}, "
                          f"{len(p.seeds)} seeds)")  # fmt: skip
     found = "lose less" if lows and min(lows) > 0 else "do not in every setting lose less"
     return ("**Is there misalignment for anchors to remove?** Outside a federation, two models trained apart "
@@ -154,7 +151,7 @@ def freezing_or_sharing(root: Path) -> str | None:
             more, said = other_matchers(name, cells[name])
             shares += [share, *more]
             parts.append(f"{100 * share:.0f} % in {name} under full weight matching{said}; sharing adds "
-                         f"{s.sharing.mean:+.4f} nats under full (95 % CI {ci(s.sharing, digits=3)}: "
+                         f"{s.sharing.mean:+.4f} nats under full (95 % CI {interval(s.sharing, digits=3)}: "
                          f"{reading(s.sharing, 1.0, 'nats')})")  # fmt: skip
     if not parts:
         return None
@@ -165,7 +162,7 @@ def freezing_or_sharing(root: Path) -> str | None:
 
 
 def fused_accuracy(root: Path) -> str | None:
-    parts = [f"{100 * s[1].sharing.mean:+.2f} points in {name} (95 % CI {ci(s[1].sharing, 100)}; "
+    parts = [f"{100 * s[1].sharing.mean:+.2f} points in {name} (95 % CI {interval(s[1].sharing, 100, 2)}; "
              f"{reading(s[1].sharing, 100, 'points')})" for name, s in split_parts(root)]  # fmt: skip
     if not parts:
         return None

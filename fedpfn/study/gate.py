@@ -59,8 +59,8 @@ def matchers_in(regime: Cells) -> list[str]:
     return [m for m in MATCHERS if m == "full" or all(m in f.get("matchers", {}) for f in plain)]
 
 
-def interval_text(p: Paired, scale: float = 1.0) -> str:
-    return "n/a" if p.low is None or p.high is None else f"[{scale * p.low:+.3f}, {scale * p.high:+.3f}]"
+def interval_text(p: Paired, scale: float = 1.0, digits: int = 3) -> str:
+    return "n/a" if p.low is None or p.high is None else f"[{scale * p.low:+.{digits}f}, {scale * p.high:+.{digits}f}]"
 
 
 def above_zero(p: Paired) -> bool:
