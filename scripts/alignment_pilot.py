@@ -84,6 +84,7 @@ def run_cell(regime: str, lr: str, arm: str | None, seed: int | None) -> None:
     from fedpfn.cli.simulate import checked_config, parse_args
     from fedpfn.core.files import SUMMARY
     from fedpfn.runtime.compare import ensure_run
+    from fedpfn.runtime.ensure import in_use
 
     if arm is None:
         folder = control_path(regime, lr)
@@ -98,6 +99,9 @@ def run_cell(regime: str, lr: str, arm: str | None, seed: int | None) -> None:
     else:
         folder = run_path(regime, lr, arm, seed or 0)
         if (folder / SUMMARY).exists():
+            return
+        if in_use(folder):  # another worker runs it now; a later pass finds it finished
+            print(f"{folder}: running in another process, skipped", flush=True)
             return
         work = lambda: ensure_run(checked_config(parse_args([*flags(regime, lr, arm, seed or 0), "--out", str(folder)])))  # noqa: E731
     cpu, wall = _cpu(), time.time()
