@@ -176,11 +176,10 @@ def why_it_takes_long(words: list[str]) -> NotRun | None:
             )
         case ["fedpfn", "study", "page", "--stored", *_]:
             return NotRun(
-                "rewrites a page from its stored results (a minute; tests/test_drift_study.py checks docs/results.md)",
+                "rewrites a page from its stored results (a minute; tests/test_drift_study.py, "
+                "tests/test_alignment_federated_study.py and tests/test_study_pages.py check the committed pages)",
                 "help",
             )
-        case ["python", "scripts/privacy_page.py", *args] if "--help" not in args:
-            return NotRun("trains the page's six runs (minutes on 2 cores) before it writes the page", "help")
         case ["tensorboard", *_]:
             return NotRun("serves until stopped", "help")
         case ["python", "-m", "pytest", *_]:

@@ -27,7 +27,7 @@ from fedpfn.core.provenance import machines_sentence
 from fedpfn.study import alignment_federated, drift
 from fedpfn.study.cells import Configure, choices
 from fedpfn.study.runner import Planned, plan
-from fedpfn.study.spec import MARK, Spec, template_text
+from fedpfn.study.spec import MARK, Endpoint, Spec, template_text
 
 READINGS: dict[str, tuple[Callable[[Spec], None], dict[str, Callable[[Spec], list[str]]]]] = {
     "drift": (drift.write_stored, {"drift": drift.section}),  # what it stores; its sections by marker
@@ -35,11 +35,13 @@ READINGS: dict[str, tuple[Callable[[Spec], None], dict[str, Callable[[Spec], lis
 }
 
 
-def endpoint_value(spec: Spec, folder: Path, name: str) -> float:
+def endpoint_value(spec: Spec, folder: Path, name: str) -> float | None:
     """The endpoint in a finished run: the mean of its metric over the last rows that have it."""
     end = spec.endpoints[name]
     found = [r[end.metric] for r in read_jsonl(folder / METRICS) if r.get(end.metric) is not None]
     if not found:
+        if end.absent is not None:  # declared: a run may lack it (no privacy accountant, say)
+            return None
         raise spec.refuse(f"{folder} has no {end.metric} in {METRICS}; endpoint '{name}' cannot be read")
     window = found[-end.last :]
     return float(sum(window) / len(window))
@@ -87,13 +89,18 @@ def arms_table(spec: Spec, stored: dict[str, Any]) -> list[str]:
     for point, cells in by_point(stored).items():
         for arm in spec.arms:
             ours = [c for c in cells if c["arm"] == arm]
-            shown = []
-            for name in names:
-                scale = spec.endpoints[name].scale
-                mean, std = mean_std([scale * c["endpoints"][name] for c in ours])
-                shown.append(f"{mean:.2f}" + ("" if std is None else f" ± {std:.2f}"))
+            shown = [endpoint_text(spec.endpoints[name], [c["endpoints"][name] for c in ours]) for name in names]
             lines.append(f"| {spec.labels[arm]} | {point + ' | ' if spec.axes else ''}{len(ours)} | {' | '.join(shown)} |")
     return lines
+
+
+def endpoint_text(end: Endpoint, values: list[float | None]) -> str:
+    """Mean ± std (n-1) of the cells that have the endpoint, in its format; its `absent` text if none has it."""
+    found = [end.scale * v for v in values if v is not None]
+    if not found:
+        return end.absent or "n/a"
+    mean, std = mean_std(found)
+    return format(mean, end.format) + ("" if std is None else f" ± {format(std, end.format)}")
 
 
 def family_rows(spec: Spec, stored: dict[str, Any], name: str) -> list[Paired]:
@@ -123,13 +130,15 @@ def family_table(spec: Spec, stored: dict[str, Any], name: str) -> list[str]:
 
 
 def commands(spec: Spec, stored: dict[str, Any]) -> list[str]:
-    """How the page was made: the study's commands, then each arm's first cell as `fedpfn run`."""
-    first = {}
+    """How the page was made: the study's commands, then each arm's first cell (at each axes point)
+    as `fedpfn run`."""
+    first: dict[tuple[str, str], dict[str, Any]] = {}
     for cell in stored["cells"]:
-        first.setdefault(cell["arm"], cell)
+        first.setdefault((point_text(cell["point"]), cell["arm"]), cell)
+    where = " at each axes point" if spec.axes else ""
     return [f"Run with `fedpfn study run {spec.path}`, written with `fedpfn study page {spec.path}` "
-            f"(`--stored`: again from {spec.page.stored if spec.page else ''} alone). Each arm's first cell:", "",  # fmt: skip
-            *(f"- {spec.labels[arm]}: `{cell['command']}`" for arm, cell in first.items()),
+            f"(`--stored`: again from {spec.page.stored if spec.page else ''} alone). Each arm's first cell{where}:", "",  # fmt: skip
+            *(f"- {spec.labels[arm]}{', ' + point if point else ''}: `{cell['command']}`" for (point, arm), cell in first.items()),
             *machines_lines([cell.get(PROVENANCE) for cell in stored["cells"]])]
 
 

@@ -20,12 +20,12 @@ from fedpfn.core.settings import ConfigError, _preset_text
 
 TOP = ("title", "runs", "cell", "seeds", "shared", "baseline", "arms", "labels", "axes", "endpoints", "families",
        "tune", "page")  # fmt: skip
-ENDPOINT_KEYS = ("metric", "last", "scale", "unit")
+ENDPOINT_KEYS = ("metric", "last", "scale", "unit", "format", "absent")
 FAMILY_KEYS = ("endpoint", "arms", "baseline", "heading")
 TUNE_KEYS = ("flag", "values", "seed", "flags", "metric", "last", "floor", "cell")
 PAGE_KEYS = ("out", "stored", "template", "text", "reading")
 METRICS = ("test_accuracy", "test_loss", "val_accuracy", "val_loss", "train_loss")
-METRIC_PREFIXES = ("align_", "fed_eval_")  # the alignment and clients' own evaluation keys
+METRIC_PREFIXES = ("align_", "fed_eval_", "dp_")  # the alignment, clients' own evaluation and privacy keys
 STUDY_OWNS = ("--seed", "--seeds", "--out", "--resume", "--overwrite", "--compare", "--algorithms")
 MARK = "<!-- study: "  # a template's line `<!-- study: KIND [NAME] -->` is where a table goes
 
@@ -43,6 +43,8 @@ class Endpoint:
     last: int
     scale: float
     unit: str
+    format: str = ".2f"  # how the page writes it (a Python format spec)
+    absent: str | None = None  # what the page says for a run without the metric (None: such a run is refused)
 
 
 @dataclass(frozen=True)
@@ -157,7 +159,14 @@ def _endpoint(name: str, value: Any, path: Path) -> Endpoint:
     accuracy = metric.endswith("accuracy")
     scale = _of(table.get("scale", 100.0 if accuracy else 1.0), (int, float), f"endpoints.{name}.scale", path, "a number")
     unit = _of(table.get("unit", "points" if accuracy else ""), str, f"endpoints.{name}.unit", path, "a string")
-    return Endpoint(name, metric, last, float(scale), unit)
+    shown = _of(table.get("format", ".2f"), str, f"endpoints.{name}.format", path, "a format spec such as \".2f\"")
+    try:
+        format(1.0, shown)
+    except ValueError:
+        raise StudyError(f"study: {path}: endpoints.{name}.format = {shown!r} is not a number's format spec "
+                         "(e.g. \".2f\", \".3g\", \"g\")") from None  # fmt: skip
+    absent = _of(table["absent"], str, f"endpoints.{name}.absent", path, "a string") if "absent" in table else None
+    return Endpoint(name, metric, last, float(scale), unit, format=shown, absent=absent)
 
 
 def _family(name: str, value: Any, spec: dict[str, Any], path: Path) -> Family:
@@ -171,6 +180,9 @@ def _family(name: str, value: Any, spec: dict[str, Any], path: Path) -> Family:
     for arm in [baseline, *_of(arms, list, f"families.{name}.arms", path, "a list of arm names")]:
         if arm not in spec["arms"]:
             raise StudyError(f"study: {path}: families.{name}: unknown arm {arm!r} (declared: {', '.join(spec['arms'])})")
+    if spec["endpoints"][endpoint].absent is not None:
+        raise StudyError(f"study: {path}: families.{name}.endpoint: '{endpoint}' declares `absent` (a run may lack "
+                         "it); a family pairs every seed, so give it an endpoint every run has")  # fmt: skip
     heading = _of(table.get("heading", f"{name}: each arm against {baseline}"), str, f"families.{name}.heading",
                   path, "a string")  # fmt: skip
     return Family(name, endpoint, tuple(arms), baseline, heading)
