@@ -168,14 +168,13 @@ def test_fedmedian_holds_where_fedavg_falls_under_sign_flip_at_30_percent(tmp_pa
 
 
 def test_every_arm_of_the_results_page_reaches_its_run(tmp_path, monkeypatch):
-    """scripts/attack_page.py's 24 arms are accepted as they are (the robust aggregators' --server-args
-    included), up to where training would start: the page's commands run as written."""
-    import sys
-
+    """studies/attacks.toml's 24 arms (each aggregator at each attacker fraction, under each client
+    side) are accepted as they are (the robust aggregators' --server-args included), up to where
+    training would start: the page's commands run as written."""
     from conftest import no_engine_starts
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    import attack_page
+    from fedpfn.study.cells import main_cells
+    from fedpfn.study.spec import load
 
     class Started(Exception):
         pass
@@ -184,12 +183,11 @@ def test_every_arm_of_the_results_page_reaches_its_run(tmp_path, monkeypatch):
         raise Started
 
     no_engine_starts(monkeypatch, engine_run)
-    arms = [(a, s, f) for a in attack_page.ALGORITHMS for s in attack_page.SERVERS for f in attack_page.FRACTIONS]
-    for k, (algorithm, server, fraction) in enumerate(arms):
-        argv = [*attack_page.arm_flags(algorithm, server, fraction), "--out", str(tmp_path / f"run{k}")]
+    cells = [c for c in main_cells(load(Path(__file__).resolve().parents[1] / "studies" / "attacks.toml")) if c.seed == 0]
+    for k, cell in enumerate(cells):
         with pytest.raises(Started):
-            run_sim.main(argv)
-    assert len(arms) == 24
+            run_sim.main([*cell.flags, "--seed", "0", "--out", str(tmp_path / f"run{k}")])
+    assert len(cells) == 24
 
 
 def test_a_resumed_attack_continues_exactly_and_keeps_its_settings(tmp_path):

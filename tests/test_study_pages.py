@@ -15,6 +15,7 @@ from fedpfn.cli.main import main as fedpfn
 ROOT = Path(__file__).parents[1]
 PAGES = {  # study -> (its template, its stored results, the page it writes)
     "privacy": ("studies/privacy.md", "docs/study/privacy.json", "docs/guide/privacy-results.md"),
+    "attacks": ("studies/attacks.md", "docs/study/attacks.json", "docs/guide/attacks-results.md"),
 }
 
 
