@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedpfn.analysis.plots import OKABE_ITO, legend_below, new_figure, save, styled
+from fedpfn.analysis.plots import OKABE_ITO, SEED_LINES_MAX, finish, new_figure, save, styled
 from fedpfn.analysis.inference import Paired, mean_std, retested
 from fedpfn.analysis.paired_text import mde_notes, p_number, p_text, test_note
 from fedpfn.analysis.soup_run import ARMS, SPANS
@@ -105,9 +105,13 @@ def _accuracy_panel(ax: Any, arms: Mapping[str, Sequence[Mapping[str, Any]]]) ->
             label="ingredient" if x == 0 else None,
         )
         for offset, (metric, label, marker) in enumerate(SOUPS):
-            mean, std = mean_std([100 * r[metric] for r in arms[arm]])
-            ax.errorbar(x - 0.1 + 0.2 * offset, mean, yerr=std or 0, fmt=marker, color=OKABE_ITO[offset + 1],
-                        capsize=2, markersize=4, label=label if x == 0 else None)  # fmt: skip
+            values, at, color = [100 * r[metric] for r in arms[arm]], x - 0.1 + 0.2 * offset, OKABE_ITO[offset + 1]
+            mean, std = mean_std(values)
+            ax.errorbar(at, mean, yerr=std or 0, fmt=marker, color=color, capsize=2, markersize=4,
+                        label=label if x == 0 else None)  # fmt: skip
+            if 1 < len(values) <= SEED_LINES_MAX:  # few seeds: each one's own mark beside the mean
+                ax.scatter([at + 0.07] * len(values), values, marker=marker, s=7, facecolors="none",
+                           edgecolors=color, linewidths=0.5)  # fmt: skip
     ax.set_xticks(range(len(ARMS)), ARMS)
     ax.set_ylabel("test accuracy (%)")
 
@@ -129,24 +133,25 @@ def _paired_panel(ax: Any, comparisons: Sequence[Mapping[str, Any]]) -> None:
     ax.grid(axis="y", visible=False)
 
 
-def draw_figure(result: Mapping[str, Any], path: Path) -> list[Path]:
+@styled
+def soup_figure(result: Mapping[str, Any]) -> Any:
     """Top: every arm's ingredients and soups on the test set. Below: the arms' soups paired by seed."""
     from matplotlib.lines import Line2D
 
-    @styled
-    def figure() -> Any:
-        fig, axes = new_figure(2, 5.0)
-        _accuracy_panel(axes[0], result["arms"])
-        _paired_panel(axes[1], result["comparisons"])
-        handles = axes[0].get_legend_handles_labels()[0] + [
-            Line2D([], [], color=OKABE_ITO[2], marker="D", ls="", label="uniform soup, paired"),
-            Line2D([], [], color=OKABE_ITO[3], marker="D", ls="", label="greedy soup, paired"),
-        ]
-        legend_below(fig, handles)
-        cfg = result["config"]
-        seeds = len(result["arms"]["plain"])
-        fig.suptitle(f"Model soups, {cfg['dataset']} {cfg['model']}\n"
-                     f"K = {cfg['ingredients']} ingredients, ρ = {cfg['anchor_ratio']:g}, {seeds} seeds; test set")  # fmt: skip
-        return fig
+    fig, axes = new_figure(2, 5.0)
+    _accuracy_panel(axes[0], result["arms"])
+    _paired_panel(axes[1], result["comparisons"])
+    seeds = len(result["arms"]["plain"])
+    hollow = [Line2D([], [], color="0.4", marker="o", mfc="none", ls="", label="hollow: one seed")]
+    handles = axes[0].get_legend_handles_labels()[0] + hollow * (1 < seeds <= SEED_LINES_MAX) + [
+        Line2D([], [], color=OKABE_ITO[2], marker="D", ls="", label="uniform soup, paired"),
+        Line2D([], [], color=OKABE_ITO[3], marker="D", ls="", label="greedy soup, paired"),
+    ]
+    cfg = result["config"]
+    return finish(fig, handles, f"Model soups, {cfg['dataset']} {cfg['model']}\n"
+                  f"K = {cfg['ingredients']} ingredients, ρ = {cfg['anchor_ratio']:g}, {seeds} seeds; test set")  # fmt: skip
 
-    return save(figure(), path)
+
+def draw_figure(result: Mapping[str, Any], path: Path) -> list[Path]:
+    """soup.png (`soup_figure`) and its PDF beside it."""
+    return save(soup_figure(result), path)

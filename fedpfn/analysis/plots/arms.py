@@ -11,10 +11,9 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
 
+from fedpfn.analysis.plots.marks import mean_over_seeds, seed_key
 from fedpfn.analysis.plots.style import (
-    BAND_TEXT,
     OKABE_ITO,
     Rows,
     accuracy_points,
@@ -51,24 +50,15 @@ def seed_matrix(runs: Sequence[Rows]) -> tuple[np.ndarray, np.ndarray]:
     return np.array(common, dtype=int), acc
 
 
-def mean_band(acc: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """Mean over seeds and the n-1 standard deviation (None for a single seed)."""
-    return acc.mean(0), (acc.std(0, ddof=1) if acc.shape[0] > 1 else None)
-
-
 def _curves_panel(ax: Axes, curves: Mapping[str, Sequence[Rows]], styles: Mapping[str, dict]) -> None:
-    """Each arm's mean accuracy (%) over seeds, with its ± 1 std band."""
+    """Each arm's mean accuracy (%) over seeds, with its ± 1 std band and, for few seeds, each seed's line."""
     last = 1
     for label, runs in curves.items():
         rounds, acc = seed_matrix(runs)
         if not len(rounds):
             continue
-        mean, std = mean_band(100 * acc)
-        ax.plot(
-            rounds, mean, label=display_name(label), marker="." if len(rounds) < 30 else None, **styles[label]
-        )
-        if std is not None:
-            ax.fill_between(rounds, mean - std, mean + std, color=styles[label]["color"], alpha=0.15, lw=0)
+        mean_over_seeds(ax, rounds, 100 * acc, label=display_name(label), marker="." if len(rounds) < 30 else None,
+                        **styles[label])  # fmt: skip
         last = max(last, int(rounds[-1]))
     ax.set_ylabel("test accuracy (%)")
     round_axis(ax, last)
@@ -104,8 +94,7 @@ def comparison_figure(curves: Mapping[str, Sequence[Rows]], title: str = "") -> 
     _curves_panel(curve_ax, curves, styles)
     _final_panel(final_ax, curves, styles)
     seeds = max((len(runs) for runs in curves.values()), default=0)
-    handles = curve_ax.get_legend_handles_labels()[0] + [
-        Patch(color="0.6", alpha=0.3, label=BAND_TEXT if seeds > 1 else "no band: 1 seed"),
+    handles = curve_ax.get_legend_handles_labels()[0] + seed_key(seeds) + [
         Line2D([], [], color="0.4", marker="D", ls="", label="final: mean ± 1 std"),
         Line2D([], [], color="0.4", marker="o", ls="", alpha=0.6, label="final: one seed"),
     ]
@@ -201,19 +190,15 @@ def cumulative_bytes(rows: Rows, keys: Sequence[str]) -> np.ndarray:
 def _bytes_panel(
     ax: Axes, curves: Mapping[str, Sequence[Rows]], keys: Sequence[str], styles: Mapping[str, dict]
 ) -> None:
-    """Each arm's mean accuracy (%) over seeds, with its ± 1 std band, at the mean MB (10^6 bytes)
+    """Each arm's mean accuracy (%) over seeds, its ± 1 std band and few seeds' lines, at the mean MB (10^6 bytes)
     its seeds had sent by each round that every seed evaluated."""
     for label, runs in curves.items():
         rounds, acc = seed_matrix(runs)
         if not len(rounds):
             continue
         mb = np.mean([cumulative_bytes(rows, keys)[rounds - 1] for rows in runs], axis=0) / 1e6
-        mean, std = mean_band(100 * acc)
-        ax.plot(
-            mb, mean, label=display_name(label), marker="." if len(rounds) < 30 else None, **styles[label]
-        )
-        if std is not None:
-            ax.fill_between(mb, mean - std, mean + std, color=styles[label]["color"], alpha=0.15, lw=0)
+        mean_over_seeds(ax, mb, 100 * acc, label=display_name(label), marker="." if len(rounds) < 30 else None,
+                        **styles[label])  # fmt: skip
     ax.set_xlim(left=0)
     ax.set_ylabel("test accuracy (%)")
 
@@ -230,8 +215,7 @@ def bytes_figure(
         _bytes_panel(ax, curves, keys, styles)
         ax.set_xlabel(f"MB sent, cumulative ({name})")
     seeds = max((len(runs) for runs in curves.values()), default=0)
-    band = Patch(color="0.6", alpha=0.3, label=BAND_TEXT if seeds > 1 else "no band: 1 seed")
-    legend_below(fig, axes[0].get_legend_handles_labels()[0] + [band])
+    legend_below(fig, axes[0].get_legend_handles_labels()[0] + seed_key(seeds))
     fig.suptitle(wrapped(title or "accuracy against the bytes sent"))
     return fig
 

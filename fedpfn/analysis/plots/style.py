@@ -17,6 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 from matplotlib.ticker import MaxNLocator
 
 from fedpfn.core.files import atomic_write_bytes
@@ -149,9 +150,52 @@ def new_figure(rows: int, height: float, **kwargs: Any) -> tuple[Figure, np.ndar
     return fig, axes[:, 0]
 
 
+def placed_texts(fig: Figure) -> list[Text]:
+    """The texts a layout does not shrink to fit: titles, axis labels, keys, notes on the axes."""
+    texts = [fig._suptitle] if fig._suptitle is not None else []
+    for ax in fig.axes:
+        texts += [ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label, *ax.texts]
+        texts += ax.get_legend().get_texts() if ax.get_legend() else []
+    for legend in fig.legends:
+        texts += [*legend.get_texts(), legend.get_title()]
+    return [t for t in texts if t.get_visible() and t.get_text().strip()]
+
+
+def outside_canvas(fig: Figure) -> list[str]:
+    """The texts that the saved file would cut at its edge (laid out as when saved), each as written."""
+    fig.canvas.draw()  # constrained layout places everything on a draw
+    box, renderer = fig.bbox, fig.canvas.get_renderer()
+    found = []
+    for text in placed_texts(fig):
+        ext = text.get_window_extent(renderer)
+        if ext.x0 < box.x0 - 1 or ext.x1 > box.x1 + 1 or ext.y0 < box.y0 - 1 or ext.y1 > box.y1 + 1:
+            found.append(text.get_text())
+    return found
+
+
+def keep_inside(fig: Figure, tries: int = 4) -> Figure:
+    """Every text that runs past the canvas wrapped onto more, shorter lines until it fits (a label
+    cut at the edge is a label lost; a layout makes room around texts but cannot narrow one)."""
+    for _ in range(tries):
+        if not outside_canvas(fig):
+            break
+        box, renderer = fig.bbox, fig.canvas.get_renderer()
+        for text in placed_texts(fig):
+            ext = text.get_window_extent(renderer)
+            shrink = min(1.0, box.width / max(ext.width, 1), box.height / max(ext.height, 1))
+            inside = box.x0 <= ext.x0 and ext.x1 <= box.x1 and box.y0 <= ext.y0 and ext.y1 <= box.y1
+            if not inside:
+                lines = text.get_text().splitlines()
+                width = max(8, int(max(map(len, lines)) * min(shrink, 0.85)))
+                text.set_text("\n".join(textwrap.fill(line, width) for line in lines))
+    return fig
+
+
 def figure_files(fig: Figure) -> dict[str, bytes]:
-    """The figure as PNG and as PDF (its title as the PDF's title), then closed."""
+    """The figure as PNG and as PDF (its title as the PDF's title), texts kept inside, then closed."""
     files = {}
+    with plt.style.context(STYLE):
+        keep_inside(fig)
     title = fig.get_suptitle().replace("\n", " ")
     for fmt in ("png", VECTOR):
         buffer = io.BytesIO()
