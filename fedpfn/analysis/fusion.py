@@ -215,8 +215,9 @@ def interpolation_curve(
     return {"alpha": alphas, "loss": [loss for loss, _ in measured], "acc": [acc for _, acc in measured]}
 
 
-def _excess(alphas: Sequence[float], values: Sequence[float], higher_is_worse: bool) -> list[float]:
-    """Curve minus chord at every point (chord minus curve for accuracy): positive is worse."""
+def chord_excess(alphas: Sequence[float], values: Sequence[float], higher_is_worse: bool = True) -> list[float]:
+    """Curve minus chord at every point (chord minus curve for accuracy): positive is worse; 0 at both
+    ends by construction (the figures draw it: a barrier is read as height above the chord)."""
     start, end = values[0], values[-1]
     sign = 1.0 if higher_is_worse else -1.0
     return [sign * (v - ((1 - a) * start + a * end)) for a, v in zip(alphas, values)]
@@ -231,14 +232,14 @@ def signed_barrier(alphas: Sequence[float], values: Sequence[float], higher_is_w
     """
     if len(values) < 3:
         raise ValueError("a signed barrier needs at least one interior point")
-    return max(_excess(alphas, values, higher_is_worse)[1:-1])
+    return max(chord_excess(alphas, values, higher_is_worse)[1:-1])
 
 
 def midpoint_excess(alphas: Sequence[float], values: Sequence[float], higher_is_worse: bool = True) -> float:
     """The excess of the curve over its chord at a = 0.5 (which must be on the grid)."""
     if 0.5 not in alphas:
         raise ValueError("the midpoint a = 0.5 is not on the curve's grid; use an odd number of points")
-    return _excess(alphas, values, higher_is_worse)[list(alphas).index(0.5)]
+    return chord_excess(alphas, values, higher_is_worse)[list(alphas).index(0.5)]
 
 
 def curve_barriers(curve: dict[str, list[float]], prefix: str = "") -> dict[str, float]:

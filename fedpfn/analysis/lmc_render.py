@@ -138,52 +138,74 @@ def plot_title(config: Mapping[str, Any]) -> str:
     )
 
 
-def _path_panel(ax: Any, curve: Mapping[str, Any], what: str, label: str, color: str, scale: float) -> None:
-    """One arm's mean curve along the path (solid), after matching (dashed) and REPAIRed (dotted, where
-    measured), with its band."""
-    alphas = curve["alpha"]
-    for prefix, style in (("", "-"), ("matched_", "--"), ("repair_", ":")):
-        if f"{prefix}{what}_mean" not in curve:
-            continue
-        mean = [scale * v for v in curve[f"{prefix}{what}_mean"]]
-        std = [None if v is None else scale * v for v in curve[f"{prefix}{what}_std"]]
-        ax.plot(alphas, mean, linestyle=style, color=color, label=label if not prefix else None)
-        if not prefix and None not in std:  # one curve has no std (null), so no band
-            ax.fill_between(alphas, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
-                            color=color, alpha=0.15, linewidth=0)  # fmt: skip
+PATHS = (("", "-", "as trained"), ("matched_", "--", "after matching (B matched to A)"), ("repair_", ":", "REPAIRed"))
 
 
-def plot_curves(result: Mapping[str, Any], path: Path) -> list[Path]:
-    """The LMC figure as `path` (PNG) and a PDF beside it, one column wide (fedpfn.analysis.plots).
+def curves_of(entry: Mapping[str, Any], key: str) -> list[list[float]]:
+    """Every seed's every pair's curve of `key` (loss, matched_acc, ...): the rows a mean is drawn over;
+    [] where a curve lacks it (results written before that figure was measured)."""
+    curves = [pair for seed in entry["seeds"] for pair in seed["pairs"]]
+    return [pair[key] for pair in curves] if curves and all(key in pair for pair in curves) else []
+
+
+def _path_panel(ax: Any, entry: Mapping[str, Any], what: str, color: str, label: str) -> None:
+    """One arm's mean along the path over its curves (seeds x pairs) as trained (solid), after matching
+    (dashed) and REPAIRed (dotted, where measured); the band on the solid line; each curve thin for few.
+    `what`: "loss", "acc" (in %) or "excess" (loss − chord, fusion.chord_excess: 0 at both ends)."""
+    from fedpfn.analysis.fusion import chord_excess
+    from fedpfn.analysis.plots import mean_over_seeds
+
+    alphas = entry["summary"]["curve"]["alpha"]
+    for prefix, style, _ in PATHS:
+        rows = curves_of(entry, prefix + ("acc" if what == "acc" else "loss"))
+        if what == "acc":
+            rows = [[100 * v for v in row] for row in rows]
+        elif what == "excess":
+            rows = [chord_excess(alphas, row) for row in rows]
+        if rows:
+            shown = None if prefix else label  # one key entry per arm; the line styles have their own
+            mean_over_seeds(ax, alphas, rows, color, label=shown, linestyle=style, band=not prefix)
+
+
+def curves_figure(result: Mapping[str, Any]) -> Any:
+    """The LMC figure, one column wide (fedpfn.analysis.plots), returned unsaved for a test to read.
 
     Top: loss along the straight line between two models, each arm's mean over seeds x pairs,
     solid as trained and dashed after weight matching (the gap between them is what permutation
-    accounts for). Below: accuracy along the same paths.
+    accounts for). Middle: the same loss minus its chord (the straight line between the end points'
+    losses), so a barrier reads as height above 0 and both ends sit at 0. Below: accuracy.
     """
     # matplotlib is imported here only: the LMC command's checks run without it
-    from fedpfn.analysis.plots import OKABE_ITO, legend_below, new_figure, save, styled, wrapped
+    from fedpfn.analysis.plots import OKABE_ITO, finish, line_key, new_figure, seed_key, styled
 
-    @styled
-    def figure() -> Any:
-        fig, axes = new_figure(2, 4.6, sharex=True)
+    def draw() -> Any:
+        fig, axes = new_figure(3, 6.2, sharex=True, height_ratios=[1.0, 0.8, 1.0])
         colors = dict(zip(result["settings"], OKABE_ITO))
         for name, entry in result["settings"].items():
-            curve = entry["summary"]["curve"]
-            _path_panel(axes[0], curve, "loss", name, colors[name], 1.0)
-            _path_panel(axes[1], curve, "acc", name, colors[name], 100.0)
+            for ax, what in zip(axes, ("loss", "excess", "acc")):
+                _path_panel(ax, entry, what, colors[name], name)
+        axes[1].axhline(0, color="black", linewidth=0.8)
         where = result["config"]["measured_on"]
         axes[0].set_ylabel(f"loss, nats ({where})")
-        axes[1].set_ylabel(f"accuracy, % ({where})")
-        repaired = "repair_loss_mean" in next(iter(result["settings"].values()))["summary"]["curve"]
-        dotted = "; dotted: REPAIRed" if repaired else ""
-        axes[-1].set_xlabel(f"position on the line: 0 = model A, 1 = model B (dashed: B matched to A{dotted})")
-        legend_below(fig, axes[0].get_legend_handles_labels()[0])
+        axes[1].set_ylabel("loss − chord, nats")
+        axes[2].set_ylabel(f"accuracy, % ({where})")
+        axes[-1].set_xlabel("position on the line: 0 = model A, 1 = model B")
+        first = next(iter(result["settings"].values()))
+        styles = [(style, words) for prefix, style, words in PATHS if curves_of(first, prefix + "loss")]
+        handles = axes[0].get_legend_handles_labels()[0] + line_key(styles)
+        handles += seed_key(first["summary"]["curve"]["n"], "one curve (a seed's pair)")
         cfg = result["config"]
         details = f"lr {cfg['lr']}, {cfg['granularity']}-level anchors; {band_note(result)}"
-        fig.suptitle(wrapped(f"{plot_title(cfg)}\n{details}"))
-        return fig
+        return finish(fig, handles, f"{plot_title(cfg)}\n{details}")
 
-    return save(figure(), path)
+    return styled(draw)()
+
+
+def plot_curves(result: Mapping[str, Any], path: Path) -> list[Path]:
+    """`curves_figure` as `path` (PNG) and a PDF beside it."""
+    from fedpfn.analysis.plots import save
+
+    return save(curves_figure(result), path)
 
 
 def write_outputs(out: Path, result: Mapping[str, Any]) -> None:
