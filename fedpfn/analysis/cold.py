@@ -11,8 +11,9 @@ shared anchors (fedpfn) and independent masks at the same ratio (fedpfn with anc
 client, the control); the start itself is the reference. Then ColD's evaluation
 (fedpfn.analysis.cold_eval): each contributor's task with its own head, and held-out tasks with a
 fresh head (linear probe and full fine-tune), the arms paired by seed (95 % intervals, Holm within
-each metric). Writes DIR/cold.json and DIR/cold.md. Settings are checked, every problem at once,
-one line each, exit 2, before any run starts; a folder holding runs of other settings is refused.
+each metric). Writes DIR/cold.json, DIR/cold.md and DIR/cold.png (PDF beside it). Settings are
+checked, every problem at once, one line each, exit 2, before any run starts; a folder holding runs
+of other settings is refused.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ from fedpfn.core.settings import above, at_least, between, one_of, setting
 from fedpfn.core.training import OptimizerSpec, pick_device
 from partitions.tasks import TASK_NAMES
 
-OUTPUT_FILES = ("cold.json", "cold.md")
+OUTPUT_FILES = ("cold.json", "cold.md", "cold.png", "cold.pdf")
 SETTINGS_FILE = "cold_config.json"  # what the runs under DIR/runs were started with
 IMAGE_SHAPE, CLASSES = (1, 28, 28), 10  # Fashion-MNIST's, whose tasks ColD's are
 NOT_COMPARED = ("threads",)  # may differ when a folder's runs are reused
@@ -302,12 +303,13 @@ def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.c
     result["argv"], result["out"] = list(sys.argv[1:] if argv is None else argv), str(out)
     result["run_seconds"], result["seconds"] = run_seconds, time.perf_counter() - started
     result[provenance.KEY] = provenance.collect()  # which code, libraries and machine made these figures
-    from fedpfn.analysis.cold_report import markdown
+    from fedpfn.analysis.cold_report import draw_figure, markdown
 
     table = markdown(result)
-    write_files(out, {"cold.json": (json.dumps(result, indent=1) + "\n").encode(), "cold.md": table.encode()})
+    write_files(out, {"cold.json": (json.dumps(result, indent=1) + "\n").encode(), "cold.md": table.encode()},
+                draw=lambda staging: draw_figure(result, staging / "cold.png"))  # fmt: skip
     print(table)
-    print(f"wrote {out / 'cold.json'} and cold.md in {result['seconds']:.0f} s")
+    print(f"wrote {out / 'cold.json'}, cold.md and cold.png in {result['seconds']:.0f} s")
     return 0
 
 

@@ -10,9 +10,15 @@ detectable effect at 80 % power (fedpfn.analysis.stats); verdicts are fedpfn.ana
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
 from fedpfn.analysis.cold_eval import ARMS, METRICS
+from fedpfn.analysis.plots import OKABE_ITO, finish, line_key, mean_over_seeds, new_figure, save, seed_key, styled
 from fedpfn.analysis.render import verdict
 from fedpfn.analysis.soup_report import comparison_rows
 from fedpfn.analysis.inference import Paired, mean_std, retested
@@ -106,3 +112,60 @@ def markdown(result: Mapping[str, Any]) -> str:
         *reading(comparisons),
     ]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def seed_rows(arms: Mapping[str, list[dict[str, Any]]], shown: list[str], metric: str) -> list[list[float]]:
+    """`metric` (%) of each seed (a row) in each of the `shown` arms, paired by seed."""
+    by_seed = [{r["seed"]: 100 * r[metric] for r in arms[arm]} for arm in shown]
+    return [[values[seed] for values in by_seed] for seed in sorted(set.intersection(*map(set, by_seed)))]
+
+
+def _own_panel(ax: Any, arms: Mapping[str, list[dict[str, Any]]], color: str) -> None:
+    """The fused body with each contributor's own head, per fused arm: every contributor (dots), each
+    seed's mean over contributors (thin, for few seeds) and the mean over seeds ± 1 std."""
+    fused = [arm for arm in ARMS if all("own_task_acc" in r for r in arms[arm])]
+    x = [ARMS.index(arm) for arm in fused]
+    for i, arm in zip(x, fused):
+        points = [100 * c["acc"] for r in arms[arm] for c in r.get("contributors", {}).values()]
+        ax.scatter([i - 0.15] * len(points), points, color="0.6", s=5, zorder=1)
+    rows = seed_rows(arms, fused, "own_task_acc")
+    mean = mean_over_seeds(ax, x, rows, color, marker="o", band=False)
+    if len(rows) > 1:
+        ax.errorbar(x, mean, yerr=np.std(rows, axis=0, ddof=1), fmt="none", color=color, capsize=2)
+    ax.set_ylabel("own tasks (%)")
+
+
+def _held_out_panel(ax: Any, arms: Mapping[str, list[dict[str, Any]]], color: str) -> None:
+    """Held-out tasks with a fresh head, every arm and the start: linear probe solid, full fine-tune dashed."""
+    for metric, style in (("linear_acc", "-"), ("full_acc", "--")):
+        rows = seed_rows(arms, list(ARMS), metric)
+        mean_over_seeds(ax, range(len(ARMS)), rows, color, linestyle=style, marker="o", band=False)
+    ax.set_ylabel("held-out tasks (%)")
+
+
+@styled
+def cold_figure(result: Mapping[str, Any]) -> Figure:
+    """The arms on the contributors' own tasks, then on the held-out tasks, from cold.json alone (the
+    final fused body; cold.json keeps no per-round figures)."""
+    fig, axes = new_figure(2, 4.8, sharex=True)
+    arms, cfg = result["arms"], result["config"]
+    _own_panel(axes[0], arms, OKABE_ITO[5])
+    _held_out_panel(axes[1], arms, OKABE_ITO[3])
+    axes[1].set_xticks(range(len(ARMS)), list(ARMS))
+    axes[1].set_xlim(-0.5, len(ARMS) - 0.5)
+    seeds = len(arms["plain"])
+    handles = [
+        Line2D([], [], color=OKABE_ITO[5], marker="o", label="own tasks: mean over seeds ± 1 std"),
+        Line2D([], [], color="0.6", marker="o", ls="", label="own tasks: one contributor"),
+        Line2D([], [], color=OKABE_ITO[3], marker="o", label="held-out: mean over seeds"),
+        *line_key([("-", "linear probe (body fixed)"), ("--", "full fine-tune")]),
+        *seed_key(seeds, band=False),
+    ]
+    title = (f"ColD fusion, fmnist {cfg['model']}: {cfg['contributors']} contributors, {cfg['rounds']} rounds,\n"
+             f"ρ = {cfg['anchor_ratio']:g}, {seeds} seed{'s' * (seeds > 1)}; test set; start: no fusion")  # fmt: skip
+    return finish(fig, handles, title)
+
+
+def draw_figure(result: Mapping[str, Any], path: Path) -> list[Path]:
+    """cold.png (`cold_figure`) and its PDF beside it."""
+    return save(cold_figure(result), path)
