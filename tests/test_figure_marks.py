@@ -21,11 +21,14 @@ from fedpfn.analysis import cold, cold_report, lmc_render, soup_report
 from fedpfn.analysis.fusion import chord_excess
 from fedpfn.analysis.plots import (
     SEED_LINES_MAX,
+    PairedSeries,
+    bytes_figure,
     comparison_figure,
     keep_inside,
     key_texts,
     new_figure,
     outside_canvas,
+    paired_figure,
     run_figure,
     save,
     styled,
@@ -113,13 +116,19 @@ def test_a_text_past_the_canvas_is_wrapped_inside_it_when_saved(tmp_path: Path):
 
 
 def test_every_figure_keeps_its_texts_inside_the_canvas():
+    differences = [PairedSeries(arm, [0.5, -0.2, 1.0], 0.43, -0.4, 1.3) for arm in ("fedpfn", "fedpnu")]
+    sent = [[{**row, "bytes_up": 10**6 * row["round"]} for row in rows(seed)] for seed in range(3)]
     figures = {
         "run": run_figure(rows(0), "fedpfn · seed 0 · " + "a long setting " * 6),
+        "paired": paired_figure({"final round": differences}, "fedavg"),
+        "bytes": bytes_figure({"fedavg": sent}, {"uploaded": ["bytes_up"]}),
         "lmc": lmc_render.curves_figure(lmc_result()),
         "soup": soup_report.soup_figure(stored("soup")),
         "cold": cold_report.cold_figure(stored("cold")),
     }
     assert {name: outside_canvas(keep_inside(fig)) for name, fig in figures.items()} == dict.fromkeys(figures, [])
+    assert "thin: one seed" in key_texts(figures["bytes"])  # 3 seeds: each one's line beside the mean
+    assert "hollow: one seed" in key_texts(figures["soup"])  # 3 seeds: each one's mark beside the mean
 
 
 def test_the_cold_figure_is_drawn_from_a_stored_cold_json(tmp_path: Path):
