@@ -351,13 +351,13 @@ def run_part(copy: Path, part: str, words: list[str], monkeypatch) -> None:
 def run_script(copy: Path, part: str, words: list[str]) -> None:
     """The project's scripts: each runs as written in the fresh copy, where no study has run."""
     match words:
-        case ["python", "scripts/study_report.py"]:
-            unchanged(copy, part, "docs/results_earlier.md", 1, "left unchanged")
         case ["fedpfn", "study", "status", _]:
             done = shell(copy, ".venv/bin/" + part.strip())
             assert done.returncode == 0 and " cells: " in done.stdout, done.stderr[-2000:]
-        case ["fedpfn", "study", "page", "studies/drift.toml" | "studies/alignment_federated.toml" as study]:
-            page = {"studies/drift.toml": "docs/results.md"}.get(study, "docs/alignment_federated.md")
+        case ["fedpfn", "study", "page", "studies/drift.toml" | "studies/alignment_federated.toml" | "studies/earlier.toml" as study]:
+            page = {"studies/drift.toml": "docs/results.md", "studies/earlier.toml": "docs/results_earlier.md"}.get(
+                study, "docs/alignment_federated.md"
+            )
             unchanged(copy, part, page, 2, "cells are not finished")
         case ["fedpfn", "study", "page", _]:
             done = shell(copy, ".venv/bin/" + part.strip())

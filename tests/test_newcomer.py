@@ -10,7 +10,6 @@ and checked like a run (tests/test_flower_route.py runs them through a SuperLink
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -180,13 +179,3 @@ def test_every_readme_command_runs_as_written(checkout, monkeypatch):
             check(checkout, command, monkeypatch)
         except (Exception, pytest.fail.Exception) as err:
             raise AssertionError(f"the README command `{command}` did not run as written: {err}") from err
-
-
-def test_study_report_writes_a_page_that_loses_nothing(checkout):
-    """Where the page reports no finished section, the pending page replaces it (the script still writes)."""
-    page = checkout / "docs" / "results_earlier.md"
-    page.write_text("# an earlier page with no results\n")
-    done = shell(checkout, ".venv/bin/python scripts/study_report.py")
-    assert done.returncode == 0 and "comparisons pending" in done.stdout
-    assert "## Not yet run" in page.read_text()
-    shutil.copy2(ROOT / "docs" / "results_earlier.md", page)

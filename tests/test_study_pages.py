@@ -1,7 +1,7 @@
 """The pages written by declared studies from their stored results alone: each committed page is
 what `fedpfn study page --stored STUDY` writes, byte for byte (studies/privacy.toml,
-studies/attacks.toml), and the study format's keys these pages need (an endpoint's `format` and
-`absent`, the privacy metrics) are checked before any run."""
+studies/attacks.toml, studies/earlier.toml), and the study format's keys these pages need (an
+endpoint's `format` and `absent`, the privacy metrics) are checked before any run."""
 
 from __future__ import annotations
 
@@ -13,18 +13,22 @@ import pytest
 from fedpfn.cli.main import main as fedpfn
 
 ROOT = Path(__file__).parents[1]
-PAGES = {  # study -> (its template, its stored results, the page it writes)
-    "privacy": ("studies/privacy.md", "docs/study/privacy.json", "docs/guide/privacy-results.md"),
-    "attacks": ("studies/attacks.md", "docs/study/attacks.json", "docs/guide/attacks-results.md"),
+EARLIER = ("main-a0.1", "main-a0.5", "schedule", "server-fedavgm", "server-fedadam", "fedpnu-ratios", "anchors-fedavgm",
+           "anchors-fedadam")  # the earlier study's reports, each kept in docs/study/<section>/  # fmt: skip
+PAGES = {  # study -> (the page it writes, what it reads: its template, its stored results, ...)
+    "privacy": ("docs/guide/privacy-results.md", "studies/privacy.md", "docs/study/privacy.json"),
+    "attacks": ("docs/guide/attacks-results.md", "studies/attacks.md", "docs/study/attacks.json"),
+    "earlier": ("docs/results_earlier.md", "studies/earlier.md", "docs/study/earlier-page.json",
+                *(f"docs/study/{name}/report.{kind}" for name in EARLIER for kind in ("json", "md"))),
 }
 
 
 @pytest.mark.parametrize("name", list(PAGES))
 def test_the_committed_page_is_what_its_study_writes_from_its_stored_results(name: str, tmp_path: Path, monkeypatch,
                                                                             capsys) -> None:  # fmt: skip
-    """A copy holding only the study, its template and its stored file writes the committed page."""
-    template, stored, page = PAGES[name]
-    for path in (f"studies/{name}.toml", template, stored):
+    """A copy holding only the study, its template and its stored files writes the committed page."""
+    page, *read = PAGES[name]
+    for path in (f"studies/{name}.toml", *read):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_bytes((ROOT / path).read_bytes())
     monkeypatch.chdir(tmp_path)

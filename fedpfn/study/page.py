@@ -24,7 +24,7 @@ from fedpfn.analysis.paired_text import p_number, p_text, verdict
 from fedpfn.analysis.stats import Paired, adjust, mean_std, paired
 from fedpfn.core.files import CONFIG, METRICS, PROVENANCE, atomic_write_bytes, json_text, read_json, read_jsonl
 from fedpfn.core.provenance import machines_sentence
-from fedpfn.study import alignment_federated, drift
+from fedpfn.study import alignment_federated, drift, earlier
 from fedpfn.study.cells import Configure, choices
 from fedpfn.study.runner import Planned, plan
 from fedpfn.study.spec import MARK, Endpoint, Spec, template_text
@@ -32,6 +32,7 @@ from fedpfn.study.spec import MARK, Endpoint, Spec, template_text
 READINGS: dict[str, tuple[Callable[[Spec], None], dict[str, Callable[[Spec], list[str]]]]] = {
     "drift": (drift.write_stored, {"drift": drift.section}),  # what it stores; its sections by marker
     "alignment_federated": (alignment_federated.write_stored, {"alignment_federated": alignment_federated.section}),
+    "earlier": (earlier.write_stored, {"earlier": earlier.section}),
 }
 
 
