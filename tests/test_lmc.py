@@ -320,6 +320,7 @@ def _run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
         (["--data-root", "/nonexistent"], "dataset: data root /nonexistent does not exist"),
         (["--nosuch", "1"], "unknown flag --nosuch"),
         (["--matchers", "full,nearest"], "matchers: unknown 'nearest'; use one of full, masked, changes, activation"),
+        (["--matchers", "nearest"], "matchers: unknown 'nearest'"),  # once: not again for leaving out full
         (["--matchers", "activation,masked"], "matchers: activation,masked leaves out full"),
     ],
 )

@@ -75,6 +75,13 @@ def read_command_line(
     return CommandLine(cfg, out, set(args), found + output_problems(out, overwrite, files))
 
 
+def not_yet_refused(found: Sequence[str], more: Sequence[str]) -> list[str]:
+    """`more`'s `name: reason` lines about settings `found` does not already refuse: a value refused
+    once (an unknown matcher) is not refused again for what it would have implied."""
+    refused = {line.split(":", 1)[0] for line in found}
+    return [line for line in more if line.split(":", 1)[0] not in refused]
+
+
 def output_problems(out: Path, overwrite: bool, files: Sequence[str]) -> list[str]:
     """Why `files` could not be written into the folder `out`, found before any work: the check
     every command's --out goes through (fedpfn.core.places), then the files already there."""

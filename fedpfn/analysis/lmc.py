@@ -337,7 +337,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.l
     out = Path(args.pop("out")).expanduser()
     overwrite = bool(args.pop("overwrite", False))
     cfg, found = read_config(args)
-    found += unused_problems(cfg, set(args)) + relation_problems(cfg) + output_problems(out, overwrite, OUTPUT_FILES)
+    found += unused_problems(cfg, set(args))
+    found += command.not_yet_refused(found, relation_problems(cfg)) + output_problems(out, overwrite, OUTPUT_FILES)
     found = found or lmc_problems(cfg)  # memory and work, estimated from settings that passed their checks
     if found:
         return command.fail(found)
