@@ -42,10 +42,15 @@ class Shape(NamedTuple):
     batchnorm: bool
 
 
-def model_shape(model: str, dataset: str, width: int = 0) -> Shape:
+def meta_model(model: str, dataset: str, width: int = 0) -> nn.Module:
     """`model` for `dataset`, built on the meta device: nothing allocated, nothing initialised."""
     with torch.device("meta"):
-        built = build_model(model, SIZES[dataset][2], 100 if dataset == "cifar100" else 10, width=width)
+        return build_model(model, SIZES[dataset][2], 100 if dataset == "cifar100" else 10, width=width)
+
+
+def model_shape(model: str, dataset: str, width: int = 0) -> Shape:
+    """What the estimates need of `model` for `dataset` (`meta_model`)."""
+    built = meta_model(model, dataset, width)
     widest = max((p.shape[0] for p in built.parameters() if p.dim() > 1), default=1)
     batchnorm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in built.modules())
     return Shape(sum(p.numel() for p in built.parameters()), int(widest), batchnorm)

@@ -1,4 +1,5 @@
-"""ColD fusion (Don-Yehiya et al. 2023) from a pretrained start, plain against shared anchors.
+"""ColD fusion (Don-Yehiya et al. 2023) from a pretrained start, plain against shared anchors (each
+contributor's head is its own and never anchored; --no-anchor-bias and --no-anchor-norm narrow the rest).
 
     python -m fedpfn.analysis.pretrain --model cnn --out runs/pretrain-cnn-fmnist
     python -m fedpfn.analysis.cold --start runs/pretrain-cnn-fmnist/model.safetensors --out runs/cold
@@ -23,7 +24,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -44,10 +45,11 @@ from fedpfn.analysis.cold_eval import (
     own_task_figures,
     read_cold_run,
 )
+from fedpfn.analysis.bounds import meta_model
 from fedpfn.analysis.command import build_parser, fail, read_command_line, write_files
 from fedpfn.analysis.soup import _distinct_seeds
 from fedpfn.core import provenance
-from fedpfn.core.anchors import GRANULARITIES
+from fedpfn.core.anchors import GRANULARITIES, BodyScope, scope_filled, scope_unused
 from fedpfn.core.cache import validation_indices
 from fedpfn.core.data import DataError, find_data_problem, load_dataset
 from fedpfn.core.files import CONFIG, SUMMARY, DamagedFile, atomic_write_json, model_file, read_json
@@ -59,7 +61,7 @@ from fedpfn.core.init_file import (
     read_state_file,
     storage_budget,
 )
-from fedpfn.core.models import build_model, model_problem
+from fedpfn.core.models import MODELS, build_model, model_problem
 from fedpfn.core.seeding import Draw, Stream, torch_generator
 from fedpfn.core.settings import above, at_least, between, one_of, setting
 from fedpfn.core.training import OptimizerSpec, pick_device
@@ -77,8 +79,9 @@ RUN_FLAGS = {  # the federated arms; `independent` is the control
 
 
 @dataclass(frozen=True)
-class ColdConfig:
-    """Every setting of one ColD study; saved as the `config` of cold.json."""
+class ColdConfig(BodyScope):
+    """Every setting of one ColD study; saved as the `config` of cold.json (the anchors' scope with them:
+    biases and norms; the heads are personal, `--personal 'classifier.*'`, so no anchor_classifier)."""
 
     start: str | None = setting(None, "the pretrained start (python -m fedpfn.analysis.pretrain writes one)")
     model: str = setting("cnn", "the start's architecture: a zoo model or timm:NAME", model_problem)
@@ -144,7 +147,7 @@ def folder_problems(cfg: ColdConfig, out: Path) -> list[str]:
         before = read_json(saved)
     except (OSError, DamagedFile) as err:
         return [f"out: {saved} cannot be read ({err}); give another folder"]
-    now = folder_settings(cfg)
+    now, before = folder_settings(cfg), scope_filled(before, ColdConfig)  # runs before the scope: default scope
     differ = sorted(
         k for k in set(now) | set(before) if k not in NOT_COMPARED and before.get(k) != now.get(k)
     )
@@ -155,9 +158,12 @@ def folder_problems(cfg: ColdConfig, out: Path) -> list[str]:
     return []
 
 
-def relation_problems(cfg: ColdConfig, out: Path) -> list[str]:
-    """What no single setting shows: the start, the contributors, the data, the folder."""
+def relation_problems(cfg: ColdConfig, out: Path, given: Collection[str] = ()) -> list[str]:
+    """What no single setting shows: the start, the contributors, the data, the folder, a scope
+    switch for parts the model lacks."""
     found = start_problems(cfg)
+    if cfg.model in MODELS:  # a timm ViT has every part the scope names
+        found += scope_unused(meta_model(cfg.model, "fmnist"), cfg.model, given)
     if cfg.contributors % len(TASK_NAMES):
         found.append(f"contributors: {cfg.contributors} leaves the {len(TASK_NAMES)} tasks uneven; "
                      f"give a multiple of {len(TASK_NAMES)}")  # fmt: skip
@@ -176,7 +182,7 @@ def run_flags(cfg: ColdConfig, arm: str, seed: int) -> list[str]:
         "--init", str(Path(str(cfg.start)).expanduser().resolve()), "--seed", str(seed), *RUN_FLAGS[arm],
     ]  # fmt: skip
     if arm != "plain":
-        flags += ["--anchor-ratio", str(cfg.anchor_ratio), "--anchor-granularity", cfg.granularity]
+        flags += ["--anchor-ratio", str(cfg.anchor_ratio), "--anchor-granularity", cfg.granularity, *cfg.run_flags()]
     return flags + (["--data-root", cfg.data_root] if cfg.data_root else [])
 
 
@@ -286,8 +292,8 @@ def evaluate_study(cfg: ColdConfig, out: Path, log: Callable[[str], None] = prin
 
 def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.cold") -> int:
     parser = build_parser(prog, __doc__, ColdConfig, " and ".join(OUTPUT_FILES))
-    cfg, out, _, found = read_command_line(parser, ColdConfig, OUTPUT_FILES, argv)
-    found += relation_problems(cfg, out)
+    cfg, out, given, found = read_command_line(parser, ColdConfig, OUTPUT_FILES, argv)
+    found += relation_problems(cfg, out, given)
     if found:
         return fail(found)
     out.mkdir(parents=True, exist_ok=True)

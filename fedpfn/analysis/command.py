@@ -10,6 +10,7 @@ dataclass of `fedpfn.core.settings.setting(...)` fields and names the files it w
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -25,7 +26,8 @@ C = TypeVar("C")
 
 
 def build_parser(prog: str, doc: str | None, settings: type, writes: str) -> OneLineParser:
-    """`--out DIR`, `--overwrite` and one flag per declared setting (defaults left unset)."""
+    """`--out DIR`, `--overwrite` and one flag per declared setting (defaults left unset), the
+    settings a command inherits from a shared group (fedpfn.core.anchors.AnchorScope) last."""
     description = (doc or "").split("\n\n")[0]
     parser = OneLineParser(
         prog=prog, description=description, argument_default=argparse.SUPPRESS, refusal_format=ANALYSIS_REFUSAL
@@ -34,7 +36,10 @@ def build_parser(prog: str, doc: str | None, settings: type, writes: str) -> One
         "--out", metavar="DIR", required=True, help=f"folder for {writes}, created if missing (required)"
     )
     parser.add_argument("--overwrite", action="store_true", help=f"replace {writes} already in --out")
-    add_flags(parser, settings)
+    groups = [base for base in settings.__mro__[1:] if dataclasses.is_dataclass(base)]
+    shared = {f.name for group in groups for f in dataclasses.fields(group)}
+    add_flags(parser, settings, skip=shared)  # the command's own settings, then those it shares (anchors' scope)
+    add_flags(parser, settings, skip=set(field_map(settings)) - shared)
     return parser
 
 

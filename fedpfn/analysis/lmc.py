@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from fedpfn.analysis import command, repair
-from fedpfn.analysis.bounds import MAX_POINTS, lmc_problems, odd_points
+from fedpfn.analysis.bounds import MAX_POINTS, lmc_problems, meta_model, odd_points
 from fedpfn.analysis.command import output_problems, read_settings
 from fedpfn.analysis.fusion import WHERE, EvalData, Scope, has_batchnorm
 from fedpfn.analysis.lmc_render import OUTPUT_FILES, markdown_table, write_outputs
@@ -58,19 +58,11 @@ from fedpfn.analysis.lmc_run import (
     train_subsets,
 )
 from fedpfn.core import provenance
-from fedpfn.core.anchors import GRANULARITIES
+from fedpfn.core.anchors import GRANULARITIES, AnchorScope, scope_unused
 from fedpfn.core.data import DATASETS, DataError, find_data_problem, load_dataset
 from fedpfn.core.models import MODELS
 from fedpfn.core.seeding import MAX_SEED, Draw
-from fedpfn.core.settings import (
-    above,
-    at_least,
-    between,
-    each,
-    one_of,
-    setting,
-    shown_default,
-)
+from fedpfn.core.settings import above, at_least, between, each, field_map, one_of, setting, shown_default
 from fedpfn.core.training import pick_device
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -109,8 +101,8 @@ def start_epochs(start: str) -> int:
 
 
 @dataclass(frozen=True)
-class LmcConfig:
-    """Every setting of one analysis; saved as the `config` of lmc.json."""
+class LmcConfig(AnchorScope):
+    """Every setting of one analysis; saved as the `config` of lmc.json (the anchors' scope with them)."""
 
     dataset: str = setting("fmnist", f"one of {', '.join(DATASETS)}", one_of(DATASETS))
     model: str = setting("mlp", f"one of {', '.join(LMC_MODELS)}", one_of(LMC_MODELS))
@@ -206,9 +198,9 @@ def relation_problems(cfg: LmcConfig) -> list[str]:
     return found
 
 
+NO_ANCHORS = (lambda c: not {"shared", "independent"} & set(c.arms), "no shared or independent arm uses it")
 UNUSED = {  # a setting the run would not use, given on the command line: why
-    "anchor_ratio": (lambda c: not {"shared", "independent"} & set(c.arms), "no shared or independent arm uses it"),
-    "granularity": (lambda c: not {"shared", "independent"} & set(c.arms), "no shared or independent arm uses it"),
+    **{name: NO_ANCHORS for name in ("anchor_ratio", "granularity", *field_map(AnchorScope))},
     "alpha": (lambda c: c.split != "dirichlet", "only the dirichlet split uses it"),
     "held_out": (lambda c: c.where == "test", "--where test measures on the test set, not on held-out data"),
     "test_subset": (lambda c: c.where != "test", "only --where test measures on the test set"),
@@ -218,10 +210,13 @@ UNUSED = {  # a setting the run would not use, given on the command line: why
 
 
 def unused_problems(cfg: LmcConfig, given: set[str]) -> list[str]:
-    """Settings the user gave that this run would not use: refused rather than silently ignored."""
-    return [
-        f"{key}: {reason}; drop it" for key, (unused, reason) in UNUSED.items() if key in given and unused(cfg)
-    ]
+    """Settings the user gave that this run would not use: refused rather than silently ignored; a scope
+    switch for parameters the model lacks (`--no-anchor-norm` on the MLP) too."""
+    found = [f"{key}: {reason}; drop it" for key, (unused, reason) in UNUSED.items() if key in given and unused(cfg)]
+    scope = given & set(field_map(AnchorScope)) - {line.split(":")[0] for line in found}
+    if scope and cfg.model in LMC_MODELS and cfg.dataset in DATASETS:
+        found += scope_unused(meta_model(cfg.model, cfg.dataset), cfg.model, scope)  # whatever its width
+    return found
 
 
 # --------------------------------------------------------------------------- the run
@@ -306,7 +301,7 @@ def run_lmc(cfg: LmcConfig, prepared: Prepared, log: Callable[[str], None] = pri
     spec = train_spec(cfg)
     for setup in prepared.setups:
         for arm in arms:
-            result = run_arm(setup, arm, prepared.train, spec, cfg.granularity, cfg.points, cfg.matchers)
+            result = run_arm(setup, arm, prepared.train, spec, cfg.granularity, cfg.points, cfg.matchers, cfg)
             settings[arm.name]["seeds"].append(result)
             log(seed_line(arm.name, result))
     for name, entry in settings.items():

@@ -39,7 +39,7 @@ from torch import nn
 from fedpfn.analysis.fusion import EvalData, Probe, Scope, StateDict, analyse, snapshot
 from fedpfn.analysis.inference import mean_std
 from fedpfn.analysis.matchers import FIGURES as MATCHER_FIGURES
-from fedpfn.core.anchors import AnchorMask, anchored_fraction, draw_mask
+from fedpfn.core.anchors import AnchorMask, AnchorScope, anchored_fraction, draw_mask
 from fedpfn.core.models import build_model
 from fedpfn.core.seeding import Draw, Stream, seed_for, torch_generator
 from fedpfn.core.training import OptimizerSpec, minibatches, train_local
@@ -147,12 +147,17 @@ def bn_batches(pool: torch.Tensor, count: int, size: int, seed: int) -> tuple[to
     return tuple(order.split(size)[:count])
 
 
-def masks_for(arm: Arm, model: nn.Module, k: int, seed: int, granularity: str) -> list[AnchorMask | None]:
-    """The K models' masks in `arm`: none, one shared, or each its own (CLIENT_MASK (0, k))."""
+def masks_for(
+    arm: Arm, model: nn.Module, k: int, seed: int, granularity: str, scope: AnchorScope = AnchorScope()
+) -> list[AnchorMask | None]:
+    """The K models' masks in `arm`: none, one shared, or each its own (CLIENT_MASK (0, k)); `scope`
+    says whether they hold the classifier, the biases and the norm layers."""
+    within = scope.mask_options()
     if arm.kind == "shared":
-        return [draw_mask(model, arm.ratio, seed_for(seed, Stream.MASK, 0), granularity)] * k
+        return [draw_mask(model, arm.ratio, seed_for(seed, Stream.MASK, 0), granularity, **within)] * k
     if arm.kind == "independent":
-        return [draw_mask(model, arm.ratio, seed_for(seed, Stream.CLIENT_MASK, 0, i), granularity) for i in range(k)]
+        seeds = [seed_for(seed, Stream.CLIENT_MASK, 0, i) for i in range(k)]
+        return [draw_mask(model, arm.ratio, s, granularity, **within) for s in seeds]
     return [None] * k
 
 
@@ -181,14 +186,16 @@ def train_start(model: nn.Module, init: StateDict, train: tuple, pool: torch.Ten
     return snapshot(model)
 
 
-def train_arm(setup: SeedSetup, arm: Arm, train: tuple, spec: TrainSpec, granularity: str) -> list[StateDict]:
+def train_arm(
+    setup: SeedSetup, arm: Arm, train: tuple, spec: TrainSpec, granularity: str, scope: AnchorScope = AnchorScope()
+) -> list[StateDict]:
     """Model k trained on its samples from its start, its mask's entries fixed at the start's values.
 
     Model k's batches come from DATA_ORDER (0, k) in every arm, so arms differ only in the anchors
     (or, for diff-init, the start).
     """
     k = len(setup.indices)
-    masks = masks_for(arm, setup.model, k, setup.seed, granularity)
+    masks = masks_for(arm, setup.model, k, setup.seed, granularity, scope)
     states = []
     for i, (idx, mask) in enumerate(zip(setup.indices, masks)):
         start = setup.starts[1 + i] if arm.kind == "diff-init" else setup.starts[0]
@@ -208,13 +215,13 @@ class Diverged(ValueError):
 
 def run_arm(
     setup: SeedSetup, arm: Arm, train: tuple, spec: TrainSpec, granularity: str, points: int,
-    matchers: Sequence[str] = ("full",),
+    matchers: Sequence[str] = ("full",), scope: AnchorScope = AnchorScope(),
 ) -> dict:  # fmt: skip
     """Train the K models of one seed in `arm` and measure them (barriers, matching under each of
-    `matchers`, fusion); the models' common start is w0 (diff-init's models have none)."""
+    `matchers`, fusion); the models' common start is w0 (diff-init's models have none); anchors within `scope`."""
     started = time.perf_counter()
-    states = train_arm(setup, arm, train, spec, granularity)
-    masks = masks_for(arm, setup.model, 1, setup.seed, granularity)
+    states = train_arm(setup, arm, train, spec, granularity, scope)
+    masks = masks_for(arm, setup.model, 1, setup.seed, granularity, scope)
     return {
         "seed": setup.seed,
         "shard_sizes": [len(i) for i in setup.indices],

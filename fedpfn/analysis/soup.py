@@ -27,15 +27,15 @@ from typing import Any
 import torch
 
 from fedpfn.analysis import pretrain
-from fedpfn.analysis.bounds import MAX_POINTS, odd_points
+from fedpfn.analysis.bounds import MAX_POINTS, meta_model, odd_points
 from fedpfn.analysis.command import build_parser, fail, read_command_line, write_files
 from fedpfn.analysis.fusion import EvalData, Probe, has_batchnorm, snapshot
 from fedpfn.analysis.soup_run import ARMS, SeedData, compare_arms, recipes, run_arm
 from fedpfn.core import provenance
-from fedpfn.core.anchors import GRANULARITIES
+from fedpfn.core.anchors import GRANULARITIES, AnchorScope, scope_unused
 from fedpfn.core.data import DATASETS, DataError, DatasetSplits, find_data_problem, load_dataset
 from fedpfn.core.init_file import file_sha256, fresh_head_setting, init_file_problem, load_start
-from fedpfn.core.models import build_model, model_problem
+from fedpfn.core.models import MODELS, build_model, model_problem
 from fedpfn.core.seeding import MAX_SEED, Draw, Stream, seed_for, torch_generator
 from fedpfn.core.settings import above, at_least, between, each, one_of, setting
 from fedpfn.core.training import OPTIMIZERS, OptimizerSpec, pick_device
@@ -55,8 +55,8 @@ ANY_OF_THEM = each(lambda _: None)  # a non-empty list of any values
 
 
 @dataclass(frozen=True)
-class SoupConfig:
-    """Every setting of one soup experiment; saved as the `config` of soup.json."""
+class SoupConfig(AnchorScope):
+    """Every setting of one soup experiment; saved as the `config` of soup.json (the anchors' scope with them)."""
 
     start: str | None = setting(None, "the start: a state dict (.safetensors, or tensors-only .pt/.pth)")
     model: str = setting("vit_tiny28", "the start's architecture: a zoo model or timm:NAME", model_problem)
@@ -114,6 +114,8 @@ def relation_problems(cfg: SoupConfig, given: set[str]) -> list[str]:
                          f"--dataset {record.dataset}")  # fmt: skip
     if cfg.optimizer != "sgd" and "momentum" in given:
         found.append("momentum: only --optimizer sgd uses it; drop it")
+    if cfg.model in MODELS and cfg.dataset in DATASETS:  # a timm ViT has every part the scope names
+        found += scope_unused(meta_model(cfg.model, cfg.dataset), cfg.model, given)
     if cfg.device == "cuda" and not torch.cuda.is_available():
         found.append("device: cuda, but no CUDA device is available; use auto or cpu")
     if cfg.dataset in DATASETS and (problem := find_data_problem(cfg.dataset, cfg.data_root, False)):
@@ -197,7 +199,7 @@ def run_soups(cfg: SoupConfig, setups: list[Any], train: tuple[torch.Tensor, tor
     for setup in setups:
         for arm in ARMS:
             result = run_arm(
-                setup, arm, train, spec, cfg.batch_size, (cfg.anchor_ratio, cfg.granularity), cfg.points
+                setup, arm, train, spec, cfg.batch_size, (cfg.anchor_ratio, cfg.granularity, cfg), cfg.points
             )
             per_arm[arm].append(result)
             log(f"seed {setup.seed} {arm:>11}: best {100 * result['best_acc']:.2f} %, uniform "

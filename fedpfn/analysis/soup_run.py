@@ -50,7 +50,7 @@ from fedpfn.analysis.fusion import (
     interpolation_curve,
     parameter_distance,
 )
-from fedpfn.core.anchors import AnchorMask, draw_mask
+from fedpfn.core.anchors import AnchorMask, AnchorScope, draw_mask
 from fedpfn.core.seeding import Draw, Stream, numpy_rng, seed_for, torch_generator
 from fedpfn.core.training import LossTerm, OptimizerSpec, StepView, minibatches, train_local
 
@@ -117,14 +117,16 @@ def augmenter(generator: torch.Generator) -> Callable[[torch.Tensor], torch.Tens
 
 
 def masks_for(
-    arm: str, model: nn.Module, k: int, seed: int, ratio: float, granularity: str
+    arm: str, model: nn.Module, k: int, seed: int, ratio: float, granularity: str, scope: AnchorScope = AnchorScope()
 ) -> list[AnchorMask | None]:
-    """Each ingredient's anchor mask: none, one shared, or K independent at the same ratio."""
+    """Each ingredient's anchor mask: none, one shared, or K independent at the same ratio, within
+    `scope` (by default the classifier too: a fresh head is anchored at its random values)."""
     if arm == "plain" or ratio == 0:
         return [None] * k
+    within = scope.mask_options()
     if arm == "shared":
-        return [draw_mask(model, ratio, seed_for(seed, Stream.MASK, 0), granularity)] * k
-    return [draw_mask(model, ratio, seed_for(seed, Stream.MASK, 1, i), granularity) for i in range(k)]
+        return [draw_mask(model, ratio, seed_for(seed, Stream.MASK, 0), granularity, **within)] * k
+    return [draw_mask(model, ratio, seed_for(seed, Stream.MASK, 1, i), granularity, **within) for i in range(k)]
 
 
 @dataclass
@@ -212,8 +214,9 @@ def soup_arm(setup: SeedData, states: Sequence[StateDict], points: int) -> dict[
 
 
 def run_arm(setup: SeedData, arm: str, data: tuple[torch.Tensor, torch.Tensor], spec: OptimizerSpec,
-            batch_size: int, anchors: tuple[float, str], points: int) -> dict[str, Any]:  # fmt: skip
-    """Fine-tune one arm's K ingredients and report their soups."""
+            batch_size: int, anchors: tuple[float, str, AnchorScope], points: int) -> dict[str, Any]:  # fmt: skip
+    """Fine-tune one arm's K ingredients, anchored as `anchors` says (ratio, granularity, scope), and
+    report their soups."""
     started = time.perf_counter()
     masks = masks_for(arm, setup.model, len(setup.recipes), setup.seed, *anchors)
     states = fine_tune(setup, *data, masks, spec, batch_size)

@@ -9,8 +9,10 @@ FedPNU (clients/anchored.py) and the LMC analysis (fedpfn.analysis.fusion) draw 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+import dataclasses
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,6 +47,12 @@ def _params_by_module(model: nn.Module) -> Iterator[tuple[nn.Module, str, nn.Par
             yield module, f"{module_name}.{local_name}" if module_name else local_name, param
 
 
+def _is_bias(module: nn.Module, name: str) -> bool:
+    """A bias of a linear, conv or attention layer (`bias`, `in_proj_bias`); a norm layer's shift is its norm's."""
+    local = name.rsplit(".", 1)[-1]
+    return not isinstance(module, _NORM_TYPES) and (local == "bias" or local.endswith("_bias"))
+
+
 def _exactly(count: int, ratio: float, gen: torch.Generator) -> torch.Tensor:
     """A bool vector with exactly round(ratio * count) True entries at seeded places."""
     chosen = torch.zeros(count, dtype=torch.bool)
@@ -60,6 +68,7 @@ def draw_mask(
     include_classifier: bool = True,
     include_norm: bool = True,
     exclude: Collection[str] = (),
+    include_bias: bool = True,
 ) -> AnchorMask:
     """Draw which entries are anchors; parameters out of scope get no entry.
 
@@ -67,8 +76,9 @@ def draw_mask(
     round(ratio * n) of the n output neurons of each layer (rows of a Linear, output
     channels of a conv) are, each with its bias entry and the scale and shift of the norm
     layer that follows it. Buffers are never masked, nor the entries named in `exclude` (a
-    client's personal ones): they are drawn and dropped, so the other entries' masks stay
-    those of a run without them.
+    client's personal ones) nor, with `include_bias` off, the biases of linear, conv and
+    attention layers: they are drawn and dropped, so the other entries' masks stay those of a
+    mask with them. A classifier or norm layers switched off are not drawn at all, as ever.
     """
     if not 0 <= ratio < 1:
         raise ValueError(f"anchor ratio {ratio} must be in [0, 1)")
@@ -76,6 +86,7 @@ def draw_mask(
         raise ValueError(f"anchor granularity '{granularity}' must be weight or neuron")
     gen = torch.Generator().manual_seed(seed)
     skip = set() if include_classifier else _classifier_params(model)
+    dropped = set(exclude)
     mask: AnchorMask = {}
     neuron_rows: dict[int, torch.Tensor] = {}  # id(module) -> its neuron mask
     last_rows: torch.Tensor | None = None  # neuron mask of the latest Linear/conv
@@ -83,6 +94,8 @@ def draw_mask(
         is_norm = isinstance(module, _NORM_TYPES)
         if name in skip or (is_norm and not include_norm):
             continue
+        if not include_bias and _is_bias(module, name):
+            dropped.add(name)
         if granularity == "weight":
             mask[name] = torch.rand(param.shape, generator=gen) < ratio
             continue
@@ -95,7 +108,7 @@ def draw_mask(
                 last_rows = rows
         row_shape = (-1,) + (1,) * (param.dim() - 1) if param.dim() else ()
         mask[name] = rows.reshape(row_shape).expand(param.shape).clone()
-    return {name: m for name, m in mask.items() if name not in exclude}
+    return {name: m for name, m in mask.items() if name not in dropped}
 
 
 def anchored_fraction(mask: AnchorMask) -> float:
@@ -128,6 +141,7 @@ class AnchorParams:
         "round", "round: a new mask every round; fixed: one mask, the initial weights, all run", one_of(SCHEDULES)
     )
     anchor_classifier: bool = setting(True, "anchor the classifier layer too")
+    anchor_bias: bool = setting(True, "anchor the biases of linear, conv and attention layers too")
     anchor_norm: bool = setting(True, "anchor norm-layer scales and shifts too")
     anchor_server_step: str = setting(
         "keep",
@@ -155,4 +169,72 @@ def round_mask(model: nn.Module, params: AnchorParams, seed: int, personal: Coll
         include_classifier=params.anchor_classifier,
         include_norm=params.anchor_norm,
         exclude=personal,
+        include_bias=params.anchor_bias,
     )
+
+
+def anchor_values(params: AnchorParams) -> dict[str, Any]:
+    """The settings a run records: anchor_bias only where it is off, so a run reads as before it
+    (its config.json, checkpoint fingerprint and default folder name unchanged)."""
+    values = dataclasses.asdict(params)
+    if params.anchor_bias:
+        del values["anchor_bias"]
+    return values
+
+
+# --- the analysis commands' anchor scope (lmc, soup, cold): one declaration for the three ------
+
+
+@dataclass(frozen=True)
+class BodyScope:
+    """Whether an analysis command's masks hold the biases and the norm layers; ColD's settings
+    inherit it (its contributors' heads are their own, `--personal 'classifier.*'`, never anchored)."""
+
+    anchor_bias: bool = setting(
+        True, "anchor the biases of linear, conv and attention layers too (a norm layer's shift is --anchor-norm's)"
+    )
+    anchor_norm: bool = setting(True, "anchor norm-layer scales and shifts too (BatchNorm, GroupNorm, LayerNorm)")
+
+    def mask_options(self) -> dict[str, bool]:
+        """draw_mask's keywords for this scope."""
+        return {"include_bias": self.anchor_bias, "include_norm": self.anchor_norm}
+
+    def run_flags(self) -> list[str]:
+        """`fedpfn run`'s flags for the biases and norms: only those switched off, so a default run reads as before."""
+        return [f"--no-{f.name.replace('_', '-')}" for f in dataclasses.fields(BodyScope) if not getattr(self, f.name)]
+
+
+@dataclass(frozen=True)
+class AnchorScope(BodyScope):
+    """Whether the masks of the gate (lmc) and of soups hold the classifier, the biases and the norm layers."""
+
+    anchor_classifier: bool = setting(
+        True, "anchor the classifier layer too: a fresh or randomly initialised head is then anchored at its "
+        "random values; --no-anchor-classifier leaves it free",
+    )  # fmt: skip
+
+    def mask_options(self) -> dict[str, bool]:
+        return {"include_classifier": self.anchor_classifier, **super().mask_options()}
+
+
+SCOPE_PARTS = {"anchor_classifier": "no classifier layer", "anchor_bias": "no biases", "anchor_norm": "no norm layer"}
+
+
+def scope_unused(model: nn.Module, label: str, given: Collection[str]) -> list[str]:
+    """The scope switches given for parameters `model` lacks (`--no-anchor-norm` on the MLP): they would
+    change nothing, so they are refused, one line each, as every unused setting is."""
+    has = dict.fromkeys(SCOPE_PARTS, False)
+    has["anchor_classifier"] = bool(_classifier_params(model))
+    for module, name, _ in _params_by_module(model):
+        has["anchor_bias"] |= _is_bias(module, name)
+        has["anchor_norm"] |= isinstance(module, _NORM_TYPES)
+    return [f"{key}: {label} has {what}, so it would change nothing; drop it"
+            for key, what in SCOPE_PARTS.items() if key in given and not has[key]]  # fmt: skip
+
+
+def scope_filled(saved: Mapping[str, Any], cls: type) -> dict[str, Any]:
+    """A result's recorded settings with the scope settings of `cls` it lacks at their defaults: a result
+    written before the scope settings existed anchored the classifier, biases and norms, as they do."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    older = {f.name: f.default for f in dataclasses.fields(AnchorScope) if f.name in names}
+    return {**older, **saved}

@@ -38,6 +38,7 @@ from torch import nn
 
 from clients import ANCHOR_METHODS, CLIENT_RULES, ClientRule, load_client_rule
 from clients.attacks import AttackClient, AttackParams, attack_of, attack_problems, attack_values
+from fedpfn.core.anchors import AnchorParams, anchor_values
 from fedpfn.core.config import RunConfig, core_fields
 from fedpfn.core.hyper import NAMESPACE, SEP, dotted, key, split_key
 from fedpfn.core.init_file import file_sha256
@@ -174,12 +175,13 @@ def hparam_fields() -> dict[str, dataclasses.Field]:
 
 def resolve_hparams(cfg: RunConfig) -> dict[str, Any]:
     """The used hyperparameters as `namespace.name`, defaults filled in, the anchor granularity resolved
-    (the plug-ins and attacks only where set, so a run without them reads as before them)."""
+    (the plug-ins and attacks only where set, anchor_bias only where off, so a run reads as before them)."""
     values: dict[str, Any] = {}
     anchor = anchor_method(cfg)
     for space, cls in hyper_parts(cfg.algorithm, cfg.server):
         hyper = cfg.hyper(space, cls)
-        own = {PluginParams: plugin_values, AttackParams: attack_values}.get(cls, dataclasses.asdict)(hyper)
+        recorded = {PluginParams: plugin_values, AttackParams: attack_values, AnchorParams: anchor_values}
+        own = recorded.get(cls, dataclasses.asdict)(hyper)
         if space == anchor and own.get("anchor_granularity") is None:
             own["anchor_granularity"] = ANCHOR_METHODS[anchor].default_granularity  # type: ignore
         values.update({key(space, name): value for name, value in own.items()})
