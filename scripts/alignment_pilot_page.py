@@ -138,24 +138,32 @@ def own(block: dict[str, Any], when: str) -> tuple[float, float, float]:
     return interval({s: f[f"own_{when}"] for s, f in plain.items()}, {s: f[f"own_{when}"] for s, f in anchored.items()})
 
 
+def chosen(data: dict[str, Any]) -> str | None:
+    """The rule's choice among the finished blocks: the fewest local steps a round that qualifies,
+    then the highest lower bound of round-1 P(plain); None when no finished block qualifies."""
+    good = [(b["steps"], -judge(b)[0]["r1"][1], name) for name, b in data["blocks"].items()
+            if finished(b) and not judge(b)[1]]  # fmt: skip
+    return min(good)[2] if good else None
+
+
 def pick(data: dict[str, Any]) -> str:
     """The rule's choice among the finished blocks, in words, with the cheaper blocks not run."""
     done = {name: b for name, b in data["blocks"].items() if finished(b)}
-    good = [(b["steps"], -judge(b)[0]["r1"][1], name) for name, b in done.items() if not judge(b)[1]]
+    name = chosen(data)
     if not done:
         return ("**No block finished**, so the rule has picked nothing yet and the main study waits for it: "
                 "`python scripts/alignment_pilot.py run` goes on from where the runs stopped.")  # fmt: skip
-    if not good:
+    if name is None:
         return (f"**No regime qualified** among the {len(done)} blocks that ran; the table says which "
                 "condition failed where. The main study should not be run in any of them.")  # fmt: skip
-    chosen = data["blocks"][min(good)[2]]
-    clients, epochs = REGIMES[chosen["regime"]]
+    block = data["blocks"][name]
+    clients, epochs = REGIMES[block["regime"]]
     per_client = lambda regime: REGIMES[regime][1] / REGIMES[regime][0]  # noqa: E731  (steps go as epochs / clients)
     cheaper = [n for n, b in data["blocks"].items() if n not in done and per_client(b["regime"]) < epochs / clients]
     note = f" Cheaper blocks not run: {', '.join(cheaper)}; the pick bounds the steps needed from above." if cheaper else ""
-    return (f"**The pick: {min(good)[2]}** ({clients} clients, {epochs} local epochs, about {chosen['steps']:.0f} local "
-            f"steps a round, lr {chosen['lr']}): the cheapest qualifying block, and the main study's regime "
-            f"(`--num-clients {clients} --local-epochs {epochs} --lr {chosen['lr']}` with the fixed settings above).{note}")
+    return (f"**The pick: {name}** ({clients} clients, {epochs} local epochs, about {block['steps']:.0f} local "
+            f"steps a round, lr {block['lr']}): the cheapest qualifying block, and the main study's regime "
+            f"(`--num-clients {clients} --local-epochs {epochs} --lr {block['lr']}` with the fixed settings above).{note}")
 
 
 def shown_cell(value: float | None, run: dict[str, Any] | None) -> str:
@@ -238,6 +246,7 @@ def write_page(stored: bool) -> None:
         data = json.loads(STORED.read_text())
     else:
         data = collect()
+        data["pick"] = chosen(data)  # what the main study and the findings read
         if not RUNS.is_dir():
             raise SystemExit(f"error: no runs under {RUNS}; the page is left as it is "
                              "(page --stored writes it from docs/alignment/pilot.json)")  # fmt: skip

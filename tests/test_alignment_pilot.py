@@ -63,6 +63,7 @@ def test_the_cheapest_block_that_misaligns_is_picked_and_stored_gives_the_same_p
     written = page.PAGE.read_bytes()
     text = written.decode()
     assert "**The pick: r114/lr0.1** (20 clients, 3 local epochs" in text and "`--num-clients 20 --local-epochs 3 --lr 0.1`" in text
+    assert json.loads(page.STORED.read_text())["pick"] == "r114/lr0.1"  # what the findings read
     assert "Cheaper blocks not run: r24/lr0.1, r24/lr0.03, r24/lr0.01" in text  # begun is not finished
     assert "| r225/lr0.1 | 225 |" in text and "no: P(plain) in round 1; P(plain) at the last round" in text
     assert "no: plain's own accuracy below anchored's (r1); plain's own accuracy below anchored's (last)" in text
