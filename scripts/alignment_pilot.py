@@ -2,6 +2,7 @@
 """The alignment pilot whose rule is docs/alignment_pilot.md: where a round's clients misalign.
 
     nohup nice -n 19 python scripts/alignment_pilot.py run >> runs/alignment-pilot/log.txt 2>&1 &
+    python scripts/alignment_pilot.py run --only r24 --lr 0.1   # one block (a regime, a learning rate)
     python scripts/alignment_pilot.py page            # the results, below the page's marker
     python scripts/alignment_pilot.py page --stored   # the same from docs/alignment/pilot.json alone
 
@@ -117,13 +118,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("stage", choices=("run", "page"))
     parser.add_argument("--stored", action="store_true", help="page: from docs/alignment/pilot.json alone")
     parser.add_argument("--only", help="run: one regime (r24, r114, r225, r375)")
+    parser.add_argument("--lr", help="run: one learning rate (0.01, 0.03, 0.1)")
     args = parser.parse_args(argv)
     if args.only is not None and args.only not in REGIMES:
         parser.error(f"--only: '{args.only}' is not a regime; choose one of {', '.join(REGIMES)}")
+    if args.lr is not None and args.lr not in LRS:
+        parser.error(f"--lr: '{args.lr}' is not one of the pilot's; choose one of {', '.join(LRS)}")
+    if args.stage == "page" and (args.only or args.lr):
+        parser.error("--only and --lr choose cells to run; page reads every block")
     if args.stage == "run":
         RUNS.mkdir(parents=True, exist_ok=True)
         for cell in cells():
-            if args.only in (None, cell[0]):
+            if args.only in (None, cell[0]) and args.lr in (None, cell[1]):
                 run_cell(*cell)
         return 0
     from scripts.alignment_pilot_page import write_page
