@@ -138,6 +138,8 @@ BAD = {
     "the study's flag": ("[arms]\na = '--algorithm fedavg --seed 3'", "arms.a: --seed is the study's to set"),
     "unknown endpoint": ("[arms]\na = '--algorithm fedavg'\nb = '--algorithm fedpfn'\n[families.f]\nendpoint = 'acc'",
                          "families.f.endpoint: unknown endpoint 'acc' (declared: none)"),
+    "unknown statistic": ("[arms]\na = '--algorithm fedavg'\n[endpoints.acc]\nmetric = 'test_accuracy'\nstatistic = 'mode'",
+                          "endpoints.acc.statistic = 'mode' is not accepted (accepted: mean, median)"),
     "unknown metric": ("[arms]\na = '--algorithm fedavg'\n[endpoints.acc]\nmetric = 'accuracy'",
                        "endpoints.acc.metric: unknown metric 'accuracy' (accepted: test_accuracy,"),
 }
@@ -197,3 +199,27 @@ def test_jobs_run_each_cell_in_a_process_of_its_own_at_most_one_a_core(tiny: Pat
 def test_one_cell_by_its_folder_is_refused_when_the_study_has_none_there(tiny: Path, capsys) -> None:
     code, _, err = study(capsys, "run", "tiny.toml", "--cell", "runs/tiny/nope")
     assert code == 2 and err == "error: study: tiny.toml has no cell in 'runs/tiny/nope'\n"
+
+
+def test_an_endpoint_reads_the_mean_or_the_median_of_its_window_and_a_row_of_clients_as_their_mean(tiny: Path) -> None:
+    """The window is the last `last` rows that have the metric; a list (one value a client) is its mean."""
+    from fedpfn.study.page import endpoint_value
+    from fedpfn.study.spec import load
+
+    endpoints = """
+[endpoints.first]
+metric = "align_client_permutation_loss_changes"
+last = 3
+[endpoints.mid]
+metric = "align_client_permutation_loss_changes"
+last = 3
+statistic = "median"
+"""
+    (tiny / "ends.toml").write_text(TINY.replace("[families.primary]", endpoints + "[families.primary]"))
+    spec = load(tiny / "ends.toml")
+    rows = [[9.0, 9.0], None, [1.0, 3.0], [0.0, 0.0], [10.0, 20.0]]  # the first falls out of the window
+    (tiny / "metrics.jsonl").write_text("".join(
+        json.dumps({"round": r, "align_client_permutation_loss_changes": v}) + "\n" for r, v in enumerate(rows, 1)
+    ))  # fmt: skip
+    assert endpoint_value(spec, tiny, "first") == pytest.approx((2.0 + 0.0 + 15.0) / 3)
+    assert endpoint_value(spec, tiny, "mid") == 2.0

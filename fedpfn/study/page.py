@@ -16,6 +16,7 @@ The statistics are fedpfn.analysis.stats's; the verdicts fedpfn.analysis.render'
 from __future__ import annotations
 
 import shlex
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,15 +38,16 @@ READINGS: dict[str, tuple[Callable[[Spec], None], dict[str, Callable[[Spec], lis
 
 
 def endpoint_value(spec: Spec, folder: Path, name: str) -> float | None:
-    """The endpoint in a finished run: the mean of its metric over the last rows that have it."""
+    """The endpoint in a finished run: the mean (or median) of its metric over the last rows that
+    have it; a row's list (one value per client) counts as its mean."""
     end = spec.endpoints[name]
     found = [r[end.metric] for r in read_jsonl(folder / METRICS) if r.get(end.metric) is not None]
     if not found:
         if end.absent is not None:  # declared: a run may lack it (no privacy accountant, say)
             return None
         raise spec.refuse(f"{folder} has no {end.metric} in {METRICS}; endpoint '{name}' cannot be read")
-    window = found[-end.last :]
-    return float(sum(window) / len(window))
+    window = [sum(v) / len(v) if isinstance(v, list) else float(v) for v in found[-end.last :]]
+    return float(statistics.median(window) if end.statistic == "median" else sum(window) / len(window))
 
 
 def command_of(flags: tuple[str, ...]) -> str:

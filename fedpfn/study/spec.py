@@ -20,7 +20,8 @@ from fedpfn.core.settings import ConfigError, _preset_text
 
 TOP = ("title", "runs", "cell", "seeds", "shared", "baseline", "arms", "labels", "axes", "endpoints", "families",
        "tune", "page")  # fmt: skip
-ENDPOINT_KEYS = ("metric", "last", "scale", "unit", "format", "absent")
+ENDPOINT_KEYS = ("metric", "last", "statistic", "scale", "unit", "format", "absent")
+STATISTICS = ("mean", "median")  # of an endpoint's window of rows
 FAMILY_KEYS = ("endpoint", "arms", "baseline", "heading")
 TUNE_KEYS = ("flag", "values", "seed", "flags", "metric", "last", "floor", "cell")
 PAGE_KEYS = ("out", "stored", "template", "text", "reading")
@@ -36,13 +37,15 @@ class StudyError(ConfigError):
 
 @dataclass(frozen=True)
 class Endpoint:
-    """The mean of `metric` over a run's last `last` rows that have it (1: the final one)."""
+    """The mean (or median) of `metric` over a run's last `last` rows that have it (1: the final
+    one); a row whose value is a list (one per client of the round) counts as its mean."""
 
     name: str
     metric: str
     last: int
     scale: float
     unit: str
+    statistic: str = "mean"
     format: str = ".2f"  # how the page writes it (a Python format spec)
     absent: str | None = None  # what the page says for a run without the metric (None: such a run is refused)
 
@@ -156,6 +159,10 @@ def _endpoint(name: str, value: Any, path: Path) -> Endpoint:
     last = _of(table.get("last", 1), int, f"endpoints.{name}.last", path, "a whole number of rounds, 1 or more")
     if last < 1:
         raise StudyError(f"study: {path}: endpoints.{name}.last = {last} is not a whole number of rounds, 1 or more")
+    statistic = table.get("statistic", "mean")
+    if statistic not in STATISTICS:
+        raise StudyError(f"study: {path}: endpoints.{name}.statistic = {statistic!r} is not accepted (accepted: "
+                         f"{', '.join(STATISTICS)})")  # fmt: skip
     accuracy = metric.endswith("accuracy")
     scale = _of(table.get("scale", 100.0 if accuracy else 1.0), (int, float), f"endpoints.{name}.scale", path, "a number")
     unit = _of(table.get("unit", "points" if accuracy else ""), str, f"endpoints.{name}.unit", path, "a string")
@@ -166,7 +173,7 @@ def _endpoint(name: str, value: Any, path: Path) -> Endpoint:
         raise StudyError(f"study: {path}: endpoints.{name}.format = {shown!r} is not a number's format spec "
                          "(e.g. \".2f\", \".3g\", \"g\")") from None  # fmt: skip
     absent = _of(table["absent"], str, f"endpoints.{name}.absent", path, "a string") if "absent" in table else None
-    return Endpoint(name, metric, last, float(scale), unit, format=shown, absent=absent)
+    return Endpoint(name, metric, last, float(scale), unit, statistic, format=shown, absent=absent)
 
 
 def _family(name: str, value: Any, spec: dict[str, Any], path: Path) -> Family:
