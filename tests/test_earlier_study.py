@@ -1,8 +1,8 @@
 """The earlier study as a declared study (studies/earlier.toml, its page's reading
 fedpfn.study.earlier) on synthetic runs: from the learning-rate grid, the server grid and the
-main comparison, the page reports the grid's choices and both main comparisons, lists every
-follow-up comparison as not yet run, and comes out the same from what it stored as from the
-runs. (The committed docs/results_earlier.md from its stored results: tests/test_study_pages.py.)
+main comparison and one follow-up, the page reports the grid's choices and those comparisons,
+lists the other follow-ups as not yet run, and comes out the same from what it stored as from
+the runs; the follow-up studies declare exactly the folders the page compares. (The committed docs/results_earlier.md from its stored results: tests/test_study_pages.py.)
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from fedpfn.cli.study import configure
-from fedpfn.study import page
+from fedpfn.study import earlier, page
 from fedpfn.study.cells import choices, config_of, main_cells, merged, tuning_cells
-from fedpfn.study.earlier_text import SERVER_GRID
+from fedpfn.study.earlier_text import RATIOS, SERVER_GRID, comparisons
 from fedpfn.study.spec import load
 
 ROOT = Path(__file__).parents[1]
@@ -53,6 +53,12 @@ def test_the_page_from_runs_is_the_page_from_its_stored_file(tmp_path: Path) -> 
             write_run(spec.runs / "grid" / "a0.1" / f"{server}-slr{rate}" / "fedavg-s0", {}, [{"val_accuracy": 0.5 + 0.1 * k}] * 5)
     for cell in main_cells(spec, choices(spec)):
         write_run(cell.folder, config_of(spec, cell, configure).to_dict(), main_rows(cell.arm, cell.seed))
+    follow_ups = load(ROOT / "studies" / "earlier-follow-ups.toml")
+    follow_ups = dataclasses.replace(follow_ups, shared=merged(follow_ups.shared, ["--rounds", str(ROUNDS)]))
+    for cell in main_cells(follow_ups):  # of the follow-ups, only the anchor schedule has finished
+        if "fedpfn-fixed" in str(cell.folder):
+            write_run(spec.runs / cell.folder.relative_to(follow_ups.runs), config_of(follow_ups, cell, configure).to_dict(),
+                      main_rows("fedavg", cell.seed))  # 3 points below FedPFN's  # fmt: skip
 
     page.write(spec, configure)
     text = (tmp_path / "page.md").read_text()
@@ -60,7 +66,9 @@ def test_the_page_from_runs_is_the_page_from_its_stored_file(tmp_path: Path) -> 
     assert "| 0.1 | fedpfn | 60.00 | 70.00 | diverged | 0.03 |" in text and "6 of 18 grid runs diverged." in text
     assert "| fedadam | 0.03 | 70.00 |" in text and "Chosen: fedavgm 1.0 (an end of its grid), fedadam 0.03" in text
     assert "- higher than the baseline: fedpfn in *FedAvg, FedPFN, FedPNU at Dirichlet 0.1* (+3.00); " in text
-    assert "- **Anchor schedule (FedPFN, Dirichlet 0.1)**: not yet run." in text
+    assert ("- **Anchor schedule (FedPFN, Dirichlet 0.1)**\n  - fedpfn anchor_schedule=fixed: accuracy over the last 5 of "
+            "6 rounds lower than fedpfn anchor_schedule=round: -3.00 points") in text  # fmt: skip
+    assert "- **FedPFN under fedadam (Dirichlet 0.1)**: not yet run." in text
     assert "## Not yet run" in text and "- FedPFN under fedavgm (Dirichlet 0.1): `servers-a0.1/fedavg-fedavgm, " in text
     assert (tmp_path / "kept" / "main-a0.5" / "report.json").is_file()
 
@@ -68,3 +76,16 @@ def test_the_page_from_runs_is_the_page_from_its_stored_file(tmp_path: Path) -> 
     shutil.rmtree(tmp_path / "runs")  # where the runs are not: the same page from the stored files
     page.write(spec, configure, from_stored=True)
     assert (tmp_path / "page.md").read_text() == text
+
+
+def test_the_follow_up_studies_declare_every_folder_the_page_compares() -> None:
+    """Each comparison's folders are the main study's arms or the follow-up studies' cell folders, and
+    the server grid's are the ones the page scores: no follow-up is run where the page does not read it."""
+    spec = load(ROOT / "studies" / "earlier.toml")
+    declared = {f"main-a{alpha}/{arm}" for alpha in spec.axes["alpha"] for arm in spec.arms}
+    runs = earlier.follow_up_runs(spec)
+    ratios = [f"main-a0.1/fedpnu-r{ratio}" for ratio in RATIOS]
+    compared = {f for c in comparisons(spec, ratios) for f in c.folders}
+    grid = {f"grid/a0.1/{server}-slr{rate}" for server, rates in SERVER_GRID.items() for rate in rates}
+    assert set(runs) == (compared - declared) | grid
+    assert all(names == [f"{names[0].split('-s')[0]}-s{seed}" for seed in range(len(names))] for names in runs.values())

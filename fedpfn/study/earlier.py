@@ -1,11 +1,11 @@
 """The earlier study's page (`page.reading = "earlier"`, studies/earlier.toml): what it reads
 from the finished runs, and docs/results_earlier.md again from what it stored alone.
 
-The declared cells are the learning-rate grid and the main comparison (FedAvg, FedPFN, FedPNU at
+The study's cells are the learning-rate grid and the main comparison (FedAvg, FedPFN, FedPNU at
 each skew). The follow-up comparisons (the anchor schedule, the servers and their learning-rate
-grid, FedPNU's ratios, the anchors under servers) ran from the same settings in folders of their
-own under the study's `runs` (`fedpfn run --compare`, listed in the study file); a comparison is reported
-whole once its runs are finished, and listed as not yet run until then.
+grid, FedPNU's ratios, the anchors under servers) are studies of their own beside it
+(`FOLLOW_UPS`), whose cells lie under the same `runs`; a comparison is reported whole once its
+runs are finished, and listed as not yet run until then.
 
 From the runs: a `fedpfn.analysis.report` per comparison (its JSON and Markdown in
 `docs/study/<section>/`), the grid's scores, each comparison's commits and hours, and where the
@@ -25,12 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from fedpfn.analysis.report import main as report_main
-from fedpfn.core.files import COMPARISON_CONFIG, CONFIG, METRICS, SUMMARY, atomic_write_bytes, read_json, read_jsonl
+from fedpfn.core.files import CONFIG, METRICS, SUMMARY, atomic_write_bytes, read_json, read_jsonl
 from fedpfn.core.hyper import flat_view
 from fedpfn.core.provenance import git_state
-from fedpfn.study.cells import points, scores
+from fedpfn.study.cells import main_cells, points, scores
 from fedpfn.study.earlier_text import RATIOS, SERVER_ALPHA, SERVER_GRID, Comparison, comparisons, page_lines
-from fedpfn.study.spec import Spec
+from fedpfn.study.spec import Spec, load
+
+FOLLOW_UPS = ("earlier-follow-ups.toml", "earlier-server-grid.toml", "earlier-anchors.toml")  # beside the study's file
 
 
 def runs_score(spec: Spec, run: Path) -> float | None:
@@ -60,22 +62,33 @@ def server_grid(spec: Spec) -> dict[str, dict[str, float | None]]:
         for rate in rates:
             run = spec.runs / "grid" / f"a{SERVER_ALPHA}" / f"{server}-slr{rate}" / "fedavg-s0"
             if not (run / SUMMARY).is_file():
-                raise spec.refuse(f"the server grid's run {run} is not finished")
+                raise spec.refuse(f"the server grid's run {run} is not finished (fedpfn study run "
+                                  f"{spec.path.parent / FOLLOW_UPS[1]})")  # fmt: skip
             found.setdefault(server, {})[rate] = runs_score(spec, run)
+    return found
+
+
+def follow_up_runs(spec: Spec) -> dict[str, list[str]]:
+    """Each follow-up folder (under the study's runs) -> its runs' names, from the follow-up studies
+    declared beside the study's file (FOLLOW_UPS)."""
+    found: dict[str, list[str]] = {}
+    for name in FOLLOW_UPS:
+        follow = load(spec.path.parent / name)
+        for cell in main_cells(follow):
+            relative = cell.folder.relative_to(follow.runs)
+            found.setdefault(str(relative.parent), []).append(relative.name)
     return found
 
 
 def finished(spec: Spec, folders: list[str]) -> bool:
     """Every run of every compared folder has its summary (a comparison is reported whole or not at all):
-    a declared arm's are (the page is written once every cell is done), a follow-up's are read."""
+    a declared arm's have (the page is written once every cell is done), a follow-up's are read."""
     declared = {f"main-a{alpha}/{arm}" for alpha in spec.axes["alpha"] for arm in spec.arms}
+    runs = follow_up_runs(spec)
     for folder in (f for f in folders if f not in declared):
-        config = spec.runs / folder / COMPARISON_CONFIG
-        if not config.is_file():
-            return False
-        settings = read_json(config)
-        if not all((spec.runs / folder / f"{a}-s{s}" / SUMMARY).is_file()
-                   for a in settings["algorithms"] for s in settings["seeds"]):  # fmt: skip
+        if folder not in runs:
+            raise spec.refuse(f"the comparison folder {folder} is not a cell folder of {', '.join(FOLLOW_UPS)}")
+        if not all((spec.runs / folder / run / SUMMARY).is_file() for run in runs[folder]):
             return False
     return True
 

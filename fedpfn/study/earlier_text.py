@@ -174,7 +174,7 @@ def made_lines(spec: Spec, made: dict[str, Any]) -> list[str]:
             f"commit {made['commit']} on {made['date']}. Runs whose commit is not recorded were made before "
             "config.json kept provenance, at commit d3e3239 (branch study-base: 5a92930 with the validation split), "
             "whose numbers equal main's (`scripts/reference_metrics.py --compare`). Regenerate the runs with "
-            f"`fedpfn study run {spec.path}` (restartable; the follow-up comparisons' runs are listed in that file) "
+            f"`fedpfn study run {spec.path}` (restartable; the follow-up studies it names run the other comparisons) "
             f"and this page with `fedpfn study page {spec.path}`, or from its stored results alone with "
             f"`fedpfn study page --stored {spec.path}`.", ""]  # fmt: skip
 
