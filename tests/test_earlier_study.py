@@ -2,7 +2,8 @@
 fedpfn.study.earlier) on synthetic runs: from the learning-rate grid, the server grid and the
 main comparison and one follow-up, the page reports the grid's choices and those comparisons,
 lists the other follow-ups as not yet run, and comes out the same from what it stored as from
-the runs; the follow-up studies declare exactly the folders the page compares. (The committed docs/results_earlier.md from its stored results: tests/test_study_pages.py.)
+the runs; the follow-up studies declare exactly the folders the page compares. (The committed
+docs/results_earlier.md from its stored results: tests/test_study_pages.py.)
 """
 
 from __future__ import annotations
