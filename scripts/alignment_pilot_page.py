@@ -154,8 +154,16 @@ def pick(data: dict[str, Any]) -> str:
         return ("**No block finished**, so the rule has picked nothing yet and the main study waits for it: "
                 "`python scripts/alignment_pilot.py run` goes on from where the runs stopped.")  # fmt: skip
     if name is None:
+        failures = [judge(b)[1] for b in done.values()]
+        everywhere = [c for c in failures[0] if all(c in f for f in failures)]
         return (f"**No regime qualified** among the {len(done)} blocks that ran; the table says which "
-                "condition failed where. The main study should not be run in any of them.")  # fmt: skip
+                "condition failed where. The main study should not be run in any of them."
+                + (f" Failed in every block: {'; '.join(everywhere)}." if everywhere else "")
+                + (" What to try next: P(plain) at the last round failing everywhere says that a round's clients, "
+                   "starting from a trained aggregate, did not misalign at any local steps or learning rate tried, "
+                   "so what there is to remove lives in round 1; more seeds would resolve round 1 (3 cannot), and a "
+                   "federated study can read anchors' effect only as an exploratory one."
+                   if "P(plain) at the last round" in everywhere else ""))  # fmt: skip
     block = data["blocks"][name]
     clients, epochs = REGIMES[block["regime"]]
     per_client = lambda regime: REGIMES[regime][1] / REGIMES[regime][0]  # noqa: E731  (steps go as epochs / clients)
@@ -246,6 +254,7 @@ def write_page(stored: bool) -> None:
         data = json.loads(STORED.read_text())
     else:
         data = collect()
+        data["finished"] = [name for name, block in data["blocks"].items() if finished(block)]
         data["pick"] = chosen(data)  # what the main study and the findings read
         if not RUNS.is_dir():
             raise SystemExit(f"error: no runs under {RUNS}; the page is left as it is "

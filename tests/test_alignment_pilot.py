@@ -63,7 +63,8 @@ def test_the_cheapest_block_that_misaligns_is_picked_and_stored_gives_the_same_p
     written = page.PAGE.read_bytes()
     text = written.decode()
     assert "**The pick: r114/lr0.1** (20 clients, 3 local epochs" in text and "`--num-clients 20 --local-epochs 3 --lr 0.1`" in text
-    assert json.loads(page.STORED.read_text())["pick"] == "r114/lr0.1"  # what the findings read
+    stored = json.loads(page.STORED.read_text())  # what the findings read
+    assert stored["pick"] == "r114/lr0.1" and stored["finished"] == ["r375/lr0.1", "r375/lr0.03", "r114/lr0.1", "r225/lr0.1"]
     assert "Cheaper blocks not run: r24/lr0.1, r24/lr0.03, r24/lr0.01" in text  # begun is not finished
     assert "| r225/lr0.1 | 225 |" in text and "no: P(plain) in round 1; P(plain) at the last round" in text
     assert "no: plain's own accuracy below anchored's (r1); plain's own accuracy below anchored's (last)" in text
@@ -81,8 +82,12 @@ def test_the_cheapest_block_that_misaligns_is_picked_and_stored_gives_the_same_p
 
 def test_no_block_qualifies_when_plain_clients_do_not_misalign(planted):
     plant_block("r375", "0.1", [0.01, -0.01, 0.0], [1.0, 1.1, 1.2])
+    plant_block("r114", "0.1", [0.05, 0.06, 0.07], [1.0, 1.1, 1.2], acc_plain=0.7)  # misaligned, plain worse
     pilot.main(["page"])
-    assert "**No regime qualified** among the 1 blocks that ran" in page.PAGE.read_text()
+    text = page.PAGE.read_text()
+    assert "**No regime qualified** among the 2 blocks that ran" in text
+    assert "Failed in every block: P(plain) at the last round." not in text  # only what failed in both is named
+    assert "What to try next" not in text
 
 
 def test_a_pilot_cut_short_says_the_rule_has_picked_nothing_yet(planted):
@@ -95,3 +100,16 @@ def test_page_without_runs_leaves_the_page_alone(planted):
     with pytest.raises(SystemExit, match="no runs under"):
         pilot.main(["page"])
     assert page.PAGE.read_text() == RULE and not page.STORED.exists()
+
+
+def test_a_trained_round_that_never_misaligns_is_named_with_what_to_try_next(planted):
+    for regime in ("r375", "r114"):
+        plant_block(regime, "0.1", [0.05, 0.06, 0.07], [1.0, 1.1, 1.2])
+        for seed in pilot.SEEDS:  # round 1 misaligned, the trained round not
+            run = pilot.run_path(regime, "0.1", "plain", seed) / "metrics.jsonl"
+            rows = [json.loads(line) for line in run.read_text().splitlines()]
+            rows[-1]["align_permutation_loss"] = 0.0
+            run.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pilot.main(["page"])
+    text = page.PAGE.read_text()
+    assert "Failed in every block: P(plain) at the last round." in text and "What to try next" in text

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fedpfn.analysis.inference import paired
-from fedpfn.study.findings import bottom_line, reading
+from fedpfn.study.findings import bottom_line, pilot, reading
 from scripts import findings_page
 
 
@@ -18,7 +18,7 @@ def test_the_committed_bottom_line_is_what_the_stored_results_write() -> None:
 def test_a_study_without_stored_results_is_named_missing_not_guessed(tmp_path: Path) -> None:
     said = bottom_line(tmp_path)
     assert said == ["Not yet computed, for want of stored results: accuracy_beat, accuracy_control, "
-                    "misalignment, freezing_or_sharing, fused_accuracy, federated."]  # fmt: skip
+                    "misalignment, freezing_or_sharing, fused_accuracy, federated, pilot, main_study."]  # fmt: skip
 
 
 def comparison(shift: float, holm: float | None) -> object:
@@ -33,3 +33,20 @@ def test_the_wording_follows_the_interval_and_holm() -> None:
     assert reading(comparison(-0.05, 0.001), 100, "points").startswith("lower")  # the sign: arm − reference
     assert reading(comparison(0.05, 0.2), 100, "points").startswith("the interval excludes 0, but 10 seeds")
     assert reading(comparison(0.0, 1.0), 100, "points").startswith("not resolved: the interval excludes gains above")
+
+
+def test_the_pilot_sentence_says_what_its_rule_picked_or_that_nothing_qualified(tmp_path: Path) -> None:
+    """Read from the pilot's stored results: round 1 against round 5, and the pick (None: nothing met the rule)."""
+    import json
+
+    block = lambda p1, p5: {"runs": {"plain": {"0": {"P_r1": p1, "P_last": p5}, "1": {"P_r1": p1, "P_last": p5}}}}  # noqa: E731
+    stored = {"blocks": {"r114/lr0.1": block(0.04, 0.0), "r375/lr0.1": block(0.08, 0.001), "r24/lr0.1": block(9.0, 9.0)},
+              "finished": ["r114/lr0.1", "r375/lr0.1"], "pick": None}  # fmt: skip
+    (tmp_path / "docs" / "alignment").mkdir(parents=True)
+    (tmp_path / "docs" / "alignment" / "pilot.json").write_text(json.dumps(stored))
+    said = pilot(tmp_path)
+    assert "averaged +0.0400 to +0.0800 nats in round 1" in said and "+0.0000 to +0.0010 nats at round 5" in said
+    assert "no block met its rule" in said  # a block not finished (r24) is not read
+    stored["pick"] = "r114/lr0.1"
+    (tmp_path / "docs" / "alignment" / "pilot.json").write_text(json.dumps(stored))
+    assert pilot(tmp_path).endswith("its rule picked r114/lr0.1.")

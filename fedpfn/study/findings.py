@@ -19,6 +19,7 @@ from fedpfn.study import gate
 from fedpfn.study.gate import interval_text as interval
 from fedpfn.study.drift import design, report_folder
 from fedpfn.study.drift_text import primary_family
+from fedpfn.study.page import family_rows
 from fedpfn.study.spec import load
 
 DRIFT_STUDY = "studies/drift.toml"
@@ -177,11 +178,68 @@ def federated(root: Path) -> str | None:
     return (f"**In a federation?** In the first federated study (an MLP, about {stored['steps_per_round']:.0f} "
             f"local steps a round) matching found almost no permutation between a round's clients (mean P "
             f"between {min(means):+.4f} and {max(means):+.4f} nats in every arm), so that study could not test "
-            "the mechanism; the pilot (docs/alignment_pilot.md) looks for a regime where clients do misalign.")  # fmt: skip
+            "the mechanism.")  # fmt: skip
+
+
+def _block_means(block: Mapping[str, Any], key: str) -> float:
+    runs = block["runs"]["plain"].values()
+    return sum(run[key] for run in runs) / len(runs)
+
+
+def pilot(root: Path) -> str | None:
+    """What the pilot's finished blocks found between a round's plain clients, first round against the trained one."""
+    stored = read(root, "docs/alignment/pilot.json")
+    if stored is None or not stored.get("finished"):
+        return None
+    blocks = [stored["blocks"][name] for name in stored["finished"]]
+    first, last = ([_block_means(b, key) for b in blocks] for key in ("P_r1", "P_last"))
+    span = lambda values: f"{round(min(values), 4) + 0.0:+.4f} to {round(max(values), 4) + 0.0:+.4f} nats"  # noqa: E731  (no -0.0000)
+    picked = (f"its rule picked {stored['pick']}" if stored.get("pick") else
+              "no block met its rule, so no federated regime was found where clients stay misaligned")  # fmt: skip
+    return (f"In the pilot (docs/alignment_pilot.md; the MLP, 5 clients a round, {len(blocks)} blocks of local steps "
+            f"and learning rate, 3 seeds each), P between a round's plain clients averaged {span(first)} in round 1, "
+            f"from the random start, and {span(last)} at round 5, from a trained aggregate: {picked}.")  # fmt: skip
+
+
+MAIN_STUDY = "studies/alignment_main.toml"
+
+
+def main_rows(root: Path, family: str) -> list[Paired]:
+    """A family of the main federated study as its page computes it, from its stored results."""
+    stored = read(root, "docs/alignment/main.json")
+    return [] if stored is None else family_rows(load(root / MAIN_STUDY), stored, family)
+
+
+def points_text(rows: list[Paired]) -> str:
+    """Each comparison at its axes point: the difference in points, its interval and its reading."""
+    return "; ".join(f"{100 * p.mean:+.2f} points at {p.label.split(':')[0]} (95 % CI {interval(p, 100, 2)}; "
+                     f"{reading(p, 100, 'points')})" for p in rows)  # fmt: skip
+
+
+def main_setting(root: Path) -> str:
+    """The main study's setting in words, read from its declaration."""
+    spec = load(root / MAIN_STUDY)
+    flag = lambda name: spec.shared[spec.shared.index(name) + 1]  # noqa: E731
+    return (f"the {flag('--model').upper()}, {flag('--num-clients')} clients, {flag('--clients-per-round')} a round, "
+            f"{flag('--local-epochs')} local epochs at lr {flag('--lr')}, {len(spec.seeds)} seeds, test accuracy over "
+            f"the last {spec.endpoints['acc'].last} of {flag('--rounds')} rounds")  # fmt: skip
+
+
+def main_study(root: Path) -> str | None:
+    """The exploratory federated study's accuracy comparisons, each with its interval and reading."""
+    fedpfn = [p for p in main_rows(root, "accuracy") if p.label.endswith("FedPFN − FedAvg")]
+    if not fedpfn:
+        return None
+    spec = load(root / MAIN_STUDY)
+    slower = spec.arms[spec.families["step"].baseline]
+    return (f"**Did FedPFN beat FedAvg in a federation?** In the exploratory federated study (docs/alignment_main.md; "
+            f"{main_setting(root)}; Holm within each family), FedPFN minus FedAvg was {points_text(fedpfn)}. Against "
+            f"FedAvg at lr {slower[slower.index('--lr') + 1]} it was {points_text(main_rows(root, 'step'))}; against the control that "
+            f"freezes as much and shares nothing, {points_text(main_rows(root, 'sharing'))}.")  # fmt: skip
 
 
 SENTENCES: tuple[Callable[[Path], str | None], ...] = (
-    accuracy_beat, accuracy_control, misalignment, freezing_or_sharing, fused_accuracy, federated,
+    accuracy_beat, accuracy_control, misalignment, freezing_or_sharing, fused_accuracy, federated, pilot, main_study,
 )
 
 
