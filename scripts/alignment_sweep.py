@@ -89,7 +89,10 @@ def finished(folder: Path, regime: str, seed: int) -> bool:
     result = folder / "lmc.json"
     if not result.is_file():
         return False
-    saved = json.loads(result.read_text())["config"]
+    from fedpfn.analysis.lmc import LmcConfig
+    from fedpfn.core.anchors import scope_filled
+
+    saved = scope_filled(json.loads(result.read_text())["config"], LmcConfig)  # a cell from before the scope: defaults
     wanted = expected_config(regime, seed)
     differing = sorted(k for k in wanted if saved.get(k) != wanted[k])
     if differing:
