@@ -8,8 +8,8 @@
 
 Every federated cell goes through fedpfn.runtime.compare.ensure_run (reused when finished with the
 same settings, resumed when killed); the positive control is `python -m fedpfn.analysis.lmc`'s
-diff-init arm, run once per regime and lr unless its lmc.json exists. The page's figures and the
-pick are computed in scripts/alignment_pilot_page.py from the runs' rows.
+diff-init arm, run once per regime and lr unless its lmc.json exists. The grid, the page's figures
+and the pick are fedpfn/study/pilot.py's; this script runs the cells.
 """
 
 from __future__ import annotations
@@ -25,17 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-RUNS = ROOT / "runs" / "alignment-pilot"
-TIMES = RUNS / "cpu.jsonl"  # one line per cell this script ran: its CPU and wall seconds
+from fedpfn.study import pilot  # noqa: E402  (the grid, and the page)
+
 TRAIN_SAMPLES = 60_000  # Fashion-MNIST's training set, split over the clients
-REGIMES = {"r24": (100, 3), "r114": (20, 3), "r225": (10, 3), "r375": (10, 5)}  # clients, local epochs; cheapest first
-LRS = ("0.01", "0.03", "0.1")
-SEEDS = (0, 1, 2)
 ROUNDS = 5  # the trained round is the last
-BLOCKS = [(regime, lr) for regime in ("r375", "r114", "r225", "r24") for lr in ("0.1", "0.03")]
-BLOCKS += [(regime, "0.01") for regime in ("r375", "r114", "r225", "r24")]
-# the amended order (docs/alignment_pilot.md): the likeliest to misalign first, a whole block at a time
-ARMS = {"plain": ["--algorithm", "fedavg"], "anchored": ["--algorithm", "fedpfn"]}
 DESIGN = [
     "--dataset", "fmnist", "--model", "mlp", "--clients-per-round", "5", "--partition", "dirichlet",
     "--alpha", "0.5", "--rounds", str(ROUNDS), "--batch-size", "64", "--momentum", "0.9", "--weight-decay", "5e-4",
@@ -43,34 +36,26 @@ DESIGN = [
 ]  # fmt: skip
 CONTROL = ["--dataset", "fmnist", "--model", "mlp", "--split", "dirichlet", "--alpha", "0.5", "--arms", "plain,diff-init",
            "--models", "2", "--batch-size", "64", "--momentum", "0.9", "--weight-decay", "5e-4", "--held-out", "0.2",
-           "--where", "union", "--points", "5", "--seeds", ",".join(map(str, SEEDS))]  # fmt: skip
-
-
-def run_path(regime: str, lr: str, arm: str, seed: int) -> Path:
-    return RUNS / regime / f"lr{lr}" / arm / f"s{seed}"
-
-
-def control_path(regime: str, lr: str) -> Path:
-    return RUNS / regime / f"lr{lr}" / "diff-init"
+           "--where", "union", "--points", "5", "--seeds", ",".join(map(str, pilot.SEEDS))]  # fmt: skip
 
 
 def flags(regime: str, lr: str, arm: str, seed: int) -> list[str]:
-    clients, epochs = REGIMES[regime]
-    return [*DESIGN, *ARMS[arm], "--num-clients", str(clients), "--local-epochs", str(epochs), "--lr", lr,
+    clients, epochs = pilot.REGIMES[regime]
+    return [*DESIGN, *pilot.ARMS[arm], "--num-clients", str(clients), "--local-epochs", str(epochs), "--lr", lr,
             "--seed", str(seed)]  # fmt: skip
 
 
 def control_flags(regime: str, lr: str) -> list[str]:
     """The gate's tool at the regime's steps: two models, each on a shard of a client's size."""
-    clients, epochs = REGIMES[regime]
+    clients, epochs = pilot.REGIMES[regime]
     return [*CONTROL, "--train-subset", str(2 * TRAIN_SAMPLES // clients), "--epochs", str(epochs), "--lr", lr]
 
 
 def cells() -> Iterator[tuple[str, str, str | None, int | None]]:
     """(regime, lr, arm, seed) in BLOCKS' order, each block's control (arm None) after its runs."""
-    for regime, lr in BLOCKS:
-        for seed in SEEDS:
-            for arm in ARMS:
+    for regime, lr in pilot.BLOCKS:
+        for seed in pilot.SEEDS:
+            for arm in pilot.ARMS:
                 yield regime, lr, arm, seed
         yield regime, lr, None, None
 
@@ -88,7 +73,7 @@ def run_cell(regime: str, lr: str, arm: str | None, seed: int | None) -> None:
     from fedpfn.runtime.ensure import in_use
 
     if arm is None:
-        folder = control_path(regime, lr)
+        folder = pilot.control_path(regime, lr)
         if (folder / "lmc.json").exists():
             return
         try:
@@ -98,7 +83,7 @@ def run_cell(regime: str, lr: str, arm: str | None, seed: int | None) -> None:
             return
         work = lambda: lmc.main([*control_flags(regime, lr), "--out", str(folder), "--overwrite"])  # noqa: E731
     else:
-        folder = run_path(regime, lr, arm, seed or 0)
+        folder = pilot.run_path(regime, lr, arm, seed or 0)
         if (folder / SUMMARY).exists():
             return
         if in_use(folder):  # another worker runs it now; a later pass finds it finished
@@ -107,8 +92,8 @@ def run_cell(regime: str, lr: str, arm: str | None, seed: int | None) -> None:
         work = lambda: ensure_run(checked_config(parse_args([*flags(regime, lr, arm, seed or 0), "--out", str(folder)])))  # noqa: E731
     cpu, wall = _cpu(), time.time()
     work()
-    line = {"cell": str(folder.relative_to(RUNS)), "cpu_s": round(_cpu() - cpu, 1), "wall_s": round(time.time() - wall, 1)}
-    with TIMES.open("a") as out:
+    line = {"cell": str(folder.relative_to(pilot.RUNS)), "cpu_s": round(_cpu() - cpu, 1), "wall_s": round(time.time() - wall, 1)}
+    with pilot.TIMES.open("a") as out:
         out.write(json.dumps(line) + "\n")
     print(json.dumps(line), flush=True)
 
@@ -120,21 +105,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="run: one regime (r24, r114, r225, r375)")
     parser.add_argument("--lr", help="run: one learning rate (0.01, 0.03, 0.1)")
     args = parser.parse_args(argv)
-    if args.only is not None and args.only not in REGIMES:
-        parser.error(f"--only: '{args.only}' is not a regime; choose one of {', '.join(REGIMES)}")
-    if args.lr is not None and args.lr not in LRS:
-        parser.error(f"--lr: '{args.lr}' is not one of the pilot's; choose one of {', '.join(LRS)}")
+    if args.only is not None and args.only not in pilot.REGIMES:
+        parser.error(f"--only: '{args.only}' is not a regime; choose one of {', '.join(pilot.REGIMES)}")
+    if args.lr is not None and args.lr not in pilot.LRS:
+        parser.error(f"--lr: '{args.lr}' is not one of the pilot's; choose one of {', '.join(pilot.LRS)}")
     if args.stage == "page" and (args.only or args.lr):
         parser.error("--only and --lr choose cells to run; page reads every block")
     if args.stage == "run":
-        RUNS.mkdir(parents=True, exist_ok=True)
+        pilot.RUNS.mkdir(parents=True, exist_ok=True)
         for cell in cells():
             if args.only in (None, cell[0]) and args.lr in (None, cell[1]):
                 run_cell(*cell)
         return 0
-    from scripts.alignment_pilot_page import write_page
-
-    write_page(args.stored)
+    pilot.write_page(args.stored)
     return 0
 
 

@@ -10,7 +10,8 @@ A cell is one regime and one seed: `python -m fedpfn.analysis.lmc` with every ar
 shared mask, independent masks, different initialisations) into runs/alignment/<regime>/seed<k>.
 A finished cell is skipped; a cell whose lmc.json holds other settings is refused, never reused
 or overwritten; a killed cell leaves no lmc.json and is run again. So the sweep can be stopped
-and continued, and a device that runs out of time still brings its finished cells back.
+and continued, and a device that runs out of time still brings its finished cells back. The regimes
+and the flags they share are fedpfn/study/gate_grid.py's, where the page reads them too.
 """
 
 from __future__ import annotations
@@ -23,46 +24,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "runs" / "alignment"
-COMMON = [
-    "--dataset", "fmnist", "--models", "2", "--arms", "plain,shared,independent,diff-init",
-    "--anchor-ratio", "0.4", "--momentum", "0.9", "--weight-decay", "5e-4", "--batch-size", "64",
-    "--points", "11", "--where", "union", "--held-out", "0.2", "--device", "cpu",
-]  # fmt: skip
-REGIMES: dict[str, list[str]] = {  # name -> the flags that set it apart, cheapest first
-    "mlp-same-init": ["--model", "mlp", "--split", "same-data", "--start", "init", "--lr", "0.1",
-                      "--epochs", "3", "--train-subset", "10000"],
-    "mlp32-same-init": ["--model", "mlp", "--width", "32", "--split", "same-data", "--start", "init",
-                        "--lr", "0.1", "--epochs", "3", "--train-subset", "10000"],
-    "cnn-same-init": ["--model", "cnn", "--split", "same-data", "--start", "init", "--lr", "0.1",
-                      "--epochs", "3", "--train-subset", "10000"],
-    "cnn-dirichlet-init": ["--model", "cnn", "--split", "dirichlet", "--alpha", "0.1", "--start", "init",
-                           "--lr", "0.1", "--epochs", "3", "--train-subset", "10000"],
-    "cnn-same-trained1": ["--model", "cnn", "--split", "same-data", "--start", "trained:1", "--lr", "0.1",
-                          "--epochs", "3", "--train-subset", "10000"],
-    "resnet20-same-init": ["--model", "resnet20", "--split", "same-data", "--start", "init", "--lr", "0.1",
-                           "--epochs", "2", "--train-subset", "4000", "--bn-batches", "8"],
-}  # fmt: skip
-
-
-def changed(flags: list[str], flag: str, value: str) -> list[str]:
-    """`flags` with `flag`'s value replaced (or the pair added): a regime one setting away."""
-    if flag not in flags:
-        return [*flags, flag, value]
-    at = flags.index(flag) + 1
-    return [*flags[:at], value, *flags[at + 1 :]]
-
-
-CNN = REGIMES["cnn-same-init"]
-REGIMES.update({  # cnn-same-init with one setting changed: is the regime the step, the ratio, the granularity?
-    "cnn-same-init-lr0.01": changed(CNN, "--lr", "0.01"),
-    "cnn-same-init-lr0.03": changed(CNN, "--lr", "0.03"),
-    "cnn-same-init-lr0.06": changed(CNN, "--lr", "0.06"),  # plain's step scaled as the anchored arms' free 60 %
-    "cnn-same-init-r0.1": changed(CNN, "--anchor-ratio", "0.1"),
-    "cnn-same-init-r0.2": changed(CNN, "--anchor-ratio", "0.2"),
-    "cnn-same-init-r0.6": changed(CNN, "--anchor-ratio", "0.6"),
-    "cnn-same-init-neuron": changed(CNN, "--granularity", "neuron"),  # FedPNU's anchors: whole units
-})
+sys.path.insert(0, str(ROOT))
+from fedpfn.study.gate_grid import COMMON, OUT, REGIMES  # noqa: E402  (the gate's grid)
 
 
 def cell_flags(regime: str, seed: int) -> list[str]:
@@ -71,7 +34,6 @@ def cell_flags(regime: str, seed: int) -> list[str]:
 
 def expected_config(regime: str, seed: int) -> dict:
     """The config lmc.json must hold for this cell, read off the command's own parser and checks."""
-    sys.path.insert(0, str(ROOT))
     from dataclasses import asdict
 
     from fedpfn.analysis.lmc import build_parser, read_config

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fedpfn.study import gate
-from scripts import alignment_page as page
+from fedpfn.study import gate_page as page
 
 ARMS = ("plain", "shared-0.4", "independent-0.4", "diff-init")
 

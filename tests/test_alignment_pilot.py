@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from scripts import alignment_pilot as pilot
-from scripts import alignment_pilot_page as page
+from fedpfn.study import pilot
+from scripts import alignment_pilot as runner
 
-RULE = "# Pilot\n\nThe rule.\n\n" + page.MARKER + "\n\nNot run yet.\n"
+RULE = "# Pilot\n\nThe rule.\n\n" + pilot.MARKER + "\n\nNot run yet.\n"
 
 
 def plant_run(folder: Path, p: float, acc: float) -> None:
@@ -39,12 +39,11 @@ def plant_block(regime: str, lr: str, p_plain: list[float], control: list[float]
 @pytest.fixture
 def planted(tmp_path, monkeypatch):
     runs = tmp_path / "runs"
-    for module in (pilot, page):
-        monkeypatch.setattr(module, "RUNS", runs)
-        monkeypatch.setattr(module, "TIMES", runs / "cpu.jsonl")
-    monkeypatch.setattr(page, "PAGE", tmp_path / "pilot.md")
-    monkeypatch.setattr(page, "STORED", tmp_path / "pilot.json")
-    page.PAGE.write_text(RULE)
+    monkeypatch.setattr(pilot, "RUNS", runs)
+    monkeypatch.setattr(pilot, "TIMES", runs / "cpu.jsonl")
+    monkeypatch.setattr(pilot, "PAGE", tmp_path / "pilot.md")
+    monkeypatch.setattr(pilot, "STORED", tmp_path / "pilot.json")
+    pilot.PAGE.write_text(RULE)
     return runs
 
 
@@ -59,11 +58,11 @@ def test_the_cheapest_block_that_misaligns_is_picked_and_stored_gives_the_same_p
     (going / "summary.json").unlink()  # still going: two rounds measured so far
     (going / "metrics.jsonl").write_text("".join((going / "metrics.jsonl").read_text().splitlines(True)[:2]))
     (planted / "cpu.jsonl").write_text(json.dumps({"cell": "r375/lr0.1/plain/s0", "cpu_s": 36.0, "wall_s": 40.0}) + "\n")
-    assert pilot.main(["page"]) == 0
-    written = page.PAGE.read_bytes()
+    assert runner.main(["page"]) == 0
+    written = pilot.PAGE.read_bytes()
     text = written.decode()
     assert "**The pick: r114/lr0.1** (20 clients, 3 local epochs" in text and "`--num-clients 20 --local-epochs 3 --lr 0.1`" in text
-    stored = json.loads(page.STORED.read_text())  # what the findings read
+    stored = json.loads(pilot.STORED.read_text())  # what the findings read
     assert stored["pick"] == "r114/lr0.1" and stored["finished"] == ["r375/lr0.1", "r375/lr0.03", "r114/lr0.1", "r225/lr0.1"]
     assert "Cheaper blocks not run: r24/lr0.1, r24/lr0.03, r24/lr0.01" in text  # begun is not finished
     assert "| r225/lr0.1 | 225 |" in text and "no: P(plain) in round 1; P(plain) at the last round" in text
@@ -72,19 +71,19 @@ def test_the_cheapest_block_that_misaligns_is_picked_and_stored_gives_the_same_p
     assert "| r24/lr0.1 | 0 | +0.0020 | +0.0020 | not run | not run | +0.0020 | +0.0020 | not run |" in text
     assert "| r24/lr0.1 | 1 | +0.0300 | at round 2 of 5 | not run | not run | +0.0300 | at round 2 of 5 | not run |" in text
     assert "36 CPU-seconds (0.01 CPU-hours) over 1 cells" in text and "by regime: r375 36." in text
-    assert "took 0.5 s of wall time a measured round" in text and text.startswith(RULE.split(page.MARKER)[0])
+    assert "took 0.5 s of wall time a measured round" in text and text.startswith(RULE.split(pilot.MARKER)[0])
     for run in planted.rglob("metrics.jsonl"):
         run.unlink()  # the runs gone: the stored figures alone
-    page.PAGE.write_text(RULE)
-    assert pilot.main(["page", "--stored"]) == 0
-    assert page.PAGE.read_bytes() == written
+    pilot.PAGE.write_text(RULE)
+    assert runner.main(["page", "--stored"]) == 0
+    assert pilot.PAGE.read_bytes() == written
 
 
 def test_no_block_qualifies_when_plain_clients_do_not_misalign(planted):
     plant_block("r375", "0.1", [0.01, -0.01, 0.0], [1.0, 1.1, 1.2])
     plant_block("r114", "0.1", [0.05, 0.06, 0.07], [1.0, 1.1, 1.2], acc_plain=0.7)  # misaligned, plain worse
-    pilot.main(["page"])
-    text = page.PAGE.read_text()
+    runner.main(["page"])
+    text = pilot.PAGE.read_text()
     assert "**No regime qualified** among the 2 blocks that ran" in text
     assert "Failed in every block: P(plain) at the last round." not in text  # only what failed in both is named
     assert "What to try next" not in text
@@ -92,14 +91,14 @@ def test_no_block_qualifies_when_plain_clients_do_not_misalign(planted):
 
 def test_a_pilot_cut_short_says_the_rule_has_picked_nothing_yet(planted):
     plant_run(pilot.run_path("r375", "0.1", "plain", 0), 0.05, 0.8)
-    pilot.main(["page"])
-    assert "**No block finished**, so the rule has picked nothing yet" in page.PAGE.read_text()
+    runner.main(["page"])
+    assert "**No block finished**, so the rule has picked nothing yet" in pilot.PAGE.read_text()
 
 
 def test_page_without_runs_leaves_the_page_alone(planted):
     with pytest.raises(SystemExit, match="no runs under"):
-        pilot.main(["page"])
-    assert page.PAGE.read_text() == RULE and not page.STORED.exists()
+        runner.main(["page"])
+    assert pilot.PAGE.read_text() == RULE and not pilot.STORED.exists()
 
 
 def test_a_trained_round_that_never_misaligns_is_named_with_what_to_try_next(planted):
@@ -110,6 +109,13 @@ def test_a_trained_round_that_never_misaligns_is_named_with_what_to_try_next(pla
             rows = [json.loads(line) for line in run.read_text().splitlines()]
             rows[-1]["align_permutation_loss"] = 0.0
             run.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    pilot.main(["page"])
-    text = page.PAGE.read_text()
+    runner.main(["page"])
+    text = pilot.PAGE.read_text()
     assert "Failed in every block: P(plain) at the last round." in text and "What to try next" in text
+
+
+def test_the_committed_page_is_what_its_stored_figures_write() -> None:
+    """`alignment_pilot.py page --stored` writes docs/alignment_pilot.md again, byte for byte."""
+    page = pilot.PAGE.read_text()
+    stored = json.loads(pilot.STORED.read_text())
+    assert page.split(pilot.MARKER)[1] == "\n\n" + pilot.results(stored)

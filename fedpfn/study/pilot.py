@@ -1,10 +1,13 @@
-"""The alignment pilot's results: figures from its runs, the rule applied, the page written.
+"""The alignment pilot (docs/alignment_pilot.md): its grid, the figures of its runs, the rule applied,
+the page written.
 
-`collect` reads runs/alignment-pilot/ into one JSON-able dict (kept as docs/alignment/pilot.json);
-`results` renders the page's results from that dict alone, so `page --stored` writes the same
-bytes. The rule is docs/alignment_pilot.md's: a (regime, lr) block qualifies when P(plain) in
-round 1 and at the last round are above 0 with intervals excluding 0, the diff-init control
-likewise, and plain's own accuracy is not resolved below anchored's in either round.
+The grid (REGIMES x LRS x SEEDS x ARMS, run in BLOCKS' order) is read both by the runner,
+`python scripts/alignment_pilot.py run`, and by the page. `collect` reads runs/alignment-pilot/ into one
+JSON-able dict (kept as docs/alignment/pilot.json); `results` renders the page's results from that
+dict alone, so `page --stored` writes the same bytes. The rule is docs/alignment_pilot.md's: a
+(regime, lr) block qualifies when P(plain) in round 1 and at the last round are above 0 with
+intervals excluding 0, the diff-init control likewise, and plain's own accuracy is not resolved
+below anchored's in either round.
 """
 
 from __future__ import annotations
@@ -16,7 +19,28 @@ from typing import Any
 
 from fedpfn.analysis.stats import paired
 from fedpfn.core.files import CLIENTS, METRICS, SUMMARY, atomic_write_bytes, read_jsonl
-from scripts.alignment_pilot import ARMS, BLOCKS, REGIMES, ROOT, RUNS, SEEDS, TIMES, control_path, run_path
+from fedpfn.core.provenance import CHECKOUT as ROOT
+
+RUNS = ROOT / "runs" / "alignment-pilot"
+TIMES = RUNS / "cpu.jsonl"  # one line per cell the runner ran: its CPU and wall seconds
+REGIMES = {"r24": (100, 3), "r114": (20, 3), "r225": (10, 3), "r375": (10, 5)}  # clients, local epochs; cheapest first
+LRS = ("0.01", "0.03", "0.1")
+SEEDS = (0, 1, 2)
+BLOCKS = [(regime, lr) for regime in ("r375", "r114", "r225", "r24") for lr in ("0.1", "0.03")]
+BLOCKS += [(regime, "0.01") for regime in ("r375", "r114", "r225", "r24")]
+# the amended order (docs/alignment_pilot.md): the likeliest to misalign first, a whole block at a time
+ARMS = {"plain": ["--algorithm", "fedavg"], "anchored": ["--algorithm", "fedpfn"]}
+
+
+def run_path(regime: str, lr: str, arm: str, seed: int) -> Path:
+    """Where one federated cell of the grid runs (and is read)."""
+    return RUNS / regime / f"lr{lr}" / arm / f"s{seed}"
+
+
+def control_path(regime: str, lr: str) -> Path:
+    """Where a block's diff-init control (the gate's tool) writes its lmc.json."""
+    return RUNS / regime / f"lr{lr}" / "diff-init"
+
 
 PAGE = ROOT / "docs" / "alignment_pilot.md"
 STORED = ROOT / "docs" / "alignment" / "pilot.json"
