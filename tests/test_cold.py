@@ -199,10 +199,9 @@ def test_cold_json_records_its_provenance(tmp_path: Path, monkeypatch, capsys) -
 
 
 def test_the_committed_fusion_page_is_what_its_stored_results_write(tmp_path: Path, monkeypatch) -> None:
-    root = Path(__file__).resolve().parents[1]
-    monkeypatch.syspath_prepend(str(root))
-    from scripts import fusion_page
+    from fedpfn.study import fusion_page
 
+    root = Path(__file__).resolve().parents[1]
     (tmp_path / "docs").mkdir()
     monkeypatch.setattr(fusion_page, "PAGE", tmp_path / "docs" / "fusion.md")
     monkeypatch.setattr(fusion_page, "ROOT", tmp_path)

@@ -184,13 +184,12 @@ def test_pretrain_then_soup_write_their_files(tmp_path: Path, capsys) -> None:
     assert code == 2 and "already holds" in err
 
 
-def test_the_fusion_pages_commands_are_read_from_the_stored_results(monkeypatch) -> None:
+def test_the_fusion_pages_commands_are_read_from_the_stored_results() -> None:
     """A CNN soup's page shows the CNN's command, not a ViT's typed into the script; a soup.json kept
     before it recorded its command line has one rebuilt from its settings, with what was not recorded said."""
-    root = Path(__file__).resolve().parents[1]
-    monkeypatch.syspath_prepend(str(root))
-    from scripts import fusion_page
+    from fedpfn.study import fusion_page
 
+    root = Path(__file__).resolve().parents[1]
     kept = json.loads((root / "docs" / "fusion" / "soup.json").read_text())
     settings = {"model": "cnn", "ingredients": 2, "seeds": [3, 4], "start": "runs/p/model.safetensors"}
     cnn = {**kept, "config": {**kept["config"], **settings}}
