@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import page_figures  # noqa: E402
+from fedpfn.study import page_figures
 
-sys.path.remove(str(ROOT / "scripts"))
+ROOT = Path(__file__).resolve().parents[1]
 FIGURES = json.loads(page_figures.FIGURES.read_text())
 
 
