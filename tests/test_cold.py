@@ -209,3 +209,22 @@ def test_the_committed_fusion_page_is_what_its_stored_results_write(tmp_path: Pa
     written = (tmp_path / "docs" / "fusion.md").read_text()
     assert written == (root / "docs" / "fusion.md").read_text()
     assert "## ColD fusion" in written and "not built" not in written
+
+
+def test_a_fusion_page_refused_for_a_bad_cold_folder_keeps_no_soup_result(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Both results are read before either is stored: a refusal leaves docs/fusion/ as it was."""
+    from fedpfn.study import fusion_page
+
+    root = Path(__file__).resolve().parents[1]
+    stored = {kind: tmp_path / "docs" / "fusion" / f"{kind}.json" for kind in ("soup", "cold")}
+    stored["soup"].parent.mkdir(parents=True)
+    stored["soup"].write_text("kept\n")
+    monkeypatch.setattr(fusion_page, "STORED", stored)
+    monkeypatch.setattr(fusion_page, "PAGE", tmp_path / "docs" / "fusion.md")
+    run = tmp_path / "soup-run"
+    run.mkdir()
+    (run / "soup.json").write_bytes((root / "docs" / "fusion" / "soup.json").read_bytes())
+    with pytest.raises(SystemExit) as refused:
+        fusion_page.main([str(run), "--cold", str(tmp_path / "missing")])
+    assert refused.value.code == 2 and capsys.readouterr().err.count("\n") == 1
+    assert stored["soup"].read_text() == "kept\n" and not (tmp_path / "docs" / "fusion.md").exists()

@@ -146,18 +146,20 @@ def cold_section(result: Mapping[str, Any]) -> str:
 
 
 def read(kind: str, run: Path | None) -> dict[str, Any]:
-    """A run's result (its copy stored for the page) or, without a run, the stored copy;
-    SystemExit with one line if it cannot be read."""
+    """A run's result or, without a run, the stored copy; SystemExit with one line if it cannot be read."""
     source = STORED[kind] if run is None else run / f"{kind}.json"
     try:
-        result = read_json(source, MAX_JSON_BYTES)
+        return read_json(source, MAX_JSON_BYTES)
     except (OSError, DamagedFile) as err:
         print(f"fusion_page.py: cannot read {source} ({err})", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def keep(kind: str, run: Path | None, result: dict[str, Any]) -> None:
+    """A run's result stored for the page, once every result given has been read."""
     if run is not None:
         STORED[kind].parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(STORED[kind], (json.dumps(result, indent=1) + "\n").encode())
-    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.stored == (args.run is not None or args.cold is not None):
         parser.error("give a soup run folder and/or --cold DIR, or --stored alone")
-    soup, cold = read("soup", args.run), read("cold", args.cold)
+    soup, cold = read("soup", args.run), read("cold", args.cold)  # both read before either is kept
+    keep("soup", args.run, soup)
+    keep("cold", args.cold, cold)
     mixed = machines_sentence([p for p in (soup.get(KEY), cold.get(KEY)) if p])  # unrecorded: said per section
     atomic_write_bytes(PAGE, (soup_section(soup) + cold_section(cold) + (f"\n{mixed}\n" if mixed else "")).encode())
     print(
