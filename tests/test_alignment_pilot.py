@@ -95,9 +95,11 @@ def test_a_pilot_cut_short_says_the_rule_has_picked_nothing_yet(planted):
     assert "**No block finished**, so the rule has picked nothing yet" in pilot.PAGE.read_text()
 
 
-def test_page_without_runs_leaves_the_page_alone(planted):
-    with pytest.raises(SystemExit, match="no runs under"):
+def test_page_without_runs_leaves_the_page_alone(planted, capsys):
+    with pytest.raises(SystemExit) as refused:
         runner.main(["page"])
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and err.startswith("error: no runs under") and err.count("\n") == 1
     assert pilot.PAGE.read_text() == RULE and not pilot.STORED.exists()
 
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from fedpfn.analysis.stats import paired
 from fedpfn.core.files import CLIENTS, METRICS, SUMMARY, atomic_write_bytes, read_jsonl
@@ -269,20 +270,25 @@ def results(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def refuse(line: str) -> NoReturn:
+    """One line on stderr, exit 2: the house refusal, before anything is written."""
+    print(f"error: {line}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def write_page(stored: bool) -> None:
     """The results below the page's marker, from the runs (kept in pilot.json) or from that copy alone."""
     text_now = PAGE.read_text()
     if MARKER not in text_now:
-        raise SystemExit(f"error: {PAGE} has lost its results marker; restore it before writing results")
+        refuse(f"{PAGE} has lost its results marker; restore it before writing results")
     if stored:
         data = json.loads(STORED.read_text())
     else:
+        if not RUNS.is_dir():
+            refuse(f"no runs under {RUNS}; the page is left as it is (page --stored writes it from {STORED.name})")
         data = collect()
         data["finished"] = [name for name, block in data["blocks"].items() if finished(block)]
         data["pick"] = chosen(data)  # what the main study and the findings read
-        if not RUNS.is_dir():
-            raise SystemExit(f"error: no runs under {RUNS}; the page is left as it is "
-                             "(page --stored writes it from docs/alignment/pilot.json)")  # fmt: skip
         atomic_write_bytes(STORED, (json.dumps(data, indent=1) + "\n").encode())
         data = json.loads(STORED.read_text())  # rendered from the stored copy, so --stored gives the same bytes
     atomic_write_bytes(PAGE, (text_now.split(MARKER)[0] + MARKER + "\n\n" + results(data)).encode())
