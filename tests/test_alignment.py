@@ -163,3 +163,24 @@ def test_a_client_that_is_a_permuted_copy_of_the_aggregate_is_moved_and_undone(m
         assert figures["moved_fraction"][1] > 0.5
         assert figures["matched_distance"][1] < 1e-5  # undone: the matched client is the aggregate again
         assert abs(figures["matched_loss_barrier"][1]) < 1e-5
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+def test_a_round_whose_models_diverged_is_recorded_as_such_and_measures_nothing(model):
+    """NaN weights (a federation at too large a step) are not readings: the round says it diverged and the
+    run goes on, where matching them stopped the run with a bare ValueError; finite models are measured."""
+    cfg = tiny_config(model=model, alignment_every=1, alignment_clients=2, alignment_samples=64)
+    start = state(initial_model(cfg))
+    other = state(initial_model(tiny_config(model=model, seed=1)))
+    broken = {k: np.full_like(v, np.nan) if v.dtype.kind == "f" else v for k, v in other.items()}
+    assert probe_for(cfg).measure(start, start, [start, broken], [0, 1], [10, 10]) == {"align_diverged": True}
+    finite = probe_for(cfg).measure(start, start, [start, other], [0, 1], [10, 10])
+    assert "align_diverged" not in finite and finite["align_client_distance"][0] == 0.0
+
+
+def test_a_run_that_diverges_goes_to_its_end_and_its_measured_round_says_so(tmp_path):
+    cfg = tiny_config(engine="batched", rounds=2, alignment_every=2, alignment_clients=2, alignment_samples=300,
+                      lr=1e6, out=str(tmp_path / "run"))  # fmt: skip
+    simulate(cfg, show_progress=False)
+    rows = read_jsonl(tmp_path / "run" / METRICS)
+    assert len(rows) == 2 and rows[1]["align_diverged"] is True and "align_permutation_loss" not in rows[1]

@@ -119,7 +119,11 @@ class AlignmentProbe:
         self, start: dict[str, np.ndarray], fused: dict[str, np.ndarray],
         models: list[dict[str, np.ndarray]], partitions: list[int], examples: list[int],
     ) -> dict[str, Any]:  # fmt: skip
-        """The `align_*` figures of a round: R over its clients, pair figures over the first few."""
+        """The `align_*` figures of a round: R over its clients, pair figures over the first few. A round
+        whose models are not finite (training diverged) is recorded as such, with no figure: matching
+        and losses of NaN weights are not readings, and the run goes on to its end."""
+        if not all(np.isfinite(w).all() for m in (start, fused, *models) for w in m.values()):
+            return {PREFIX + "diverged": True}
         local = self.cfg.local_test_fraction > 0
         held = tuple(self.held_out(p) for p in partitions) if local else ()
         states = [to_state(m, self.device) for m in models]
