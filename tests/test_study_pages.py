@@ -42,9 +42,6 @@ BAD = {
     "format": (ARMS + "[endpoints.eps]\nmetric = 'dp_epsilon'\nformat = '.2d'",
                "endpoints.eps.format = '.2d' is not a number's format spec (e.g. \".2f\", \".3g\", \"g\")"),
     "absent": (ARMS + "[endpoints.eps]\nmetric = 'dp_epsilon'\nabsent = 3", "endpoints.eps.absent = 3 is not a string"),
-    "family": (ARMS + "[endpoints.eps]\nmetric = 'dp_epsilon'\nabsent = 'none'\n[families.f]\nendpoint = 'eps'",
-               "families.f.endpoint: 'eps' declares `absent` (a run may lack it); a family pairs every seed, so give "
-               "it an endpoint every run has"),
 }  # fmt: skip
 
 
@@ -73,3 +70,18 @@ def test_an_absent_endpoint_is_said_as_declared_and_a_present_one_in_its_format(
     assert values == {"a": None, "b": 12.3456}
     stored = {"cells": [{"arm": arm, "point": {}, "seed": 0, "endpoints": {"eps": v}} for arm, v in values.items()]}
     assert page.arms_table(spec, stored)[2:] == ["| a | 1 | no noise |", "| b | 1 | 12.3 |"]
+
+
+def test_a_family_on_an_endpoint_a_run_may_lack_pairs_the_seeds_where_both_arms_have_it(tmp_path: Path) -> None:
+    """A diverged run has no alignment figure: its seed leaves the comparison, and the count says so."""
+    from fedpfn.study import page
+    from fedpfn.study.spec import load
+
+    (tmp_path / "s.toml").write_text(ARMS + "[endpoints.p]\nmetric = 'align_permutation_loss'\nabsent = 'diverged'\n"
+                                     "[families.f]\nendpoint = 'p'\n")  # fmt: skip
+    spec = load(tmp_path / "s.toml")
+    values = {"a": {0: 0.1, 1: 0.2, 2: 0.3, 3: 0.4}, "b": {0: 0.5, 1: None, 2: 0.7, 3: 0.9}}
+    stored = {"cells": [{"arm": arm, "point": {}, "seed": s, "endpoints": {"p": v}}
+                        for arm, seeds in values.items() for s, v in seeds.items()]}  # fmt: skip
+    (row,) = page.family_rows(spec, stored, "f")
+    assert row.seeds == [0, 2, 3] and row.mean == pytest.approx((0.4 + 0.4 + 0.5) / 3)  # b − a on seeds 0, 2, 3

@@ -107,14 +107,18 @@ def endpoint_text(end: Endpoint, values: list[float | None]) -> str:
 
 
 def family_rows(spec: Spec, stored: dict[str, Any], name: str) -> list[Paired]:
-    """The family's comparisons (each arm − its baseline on the same seed, at every axes point), Holm-adjusted."""
+    """The family's comparisons (each arm − its baseline on the same seed, at every axes point), Holm-adjusted.
+    An endpoint a run may lack (`absent`: a diverged run has no alignment figure) pairs the seeds where
+    both arms have it; the table's seed count says how many."""
     family = spec.families[name]
     rows = []
     for point, cells in by_point(stored).items():
-        values = {arm: {c["seed"]: c["endpoints"][family.endpoint] for c in cells if c["arm"] == arm} for arm in spec.arms}
+        values = {arm: {c["seed"]: c["endpoints"][family.endpoint] for c in cells
+                        if c["arm"] == arm and c["endpoints"][family.endpoint] is not None} for arm in spec.arms}  # fmt: skip
         for arm in family.arms:
             label = f"{point + ': ' if point else ''}{spec.labels[arm]} − {spec.labels[family.baseline]}"
-            rows.append(paired(label, family.endpoint, values[arm], values[family.baseline]))
+            both = {seed: v for seed, v in values[arm].items() if seed in values[family.baseline]}
+            rows.append(paired(label, family.endpoint, both, values[family.baseline]))
     adjust(rows)
     return rows
 

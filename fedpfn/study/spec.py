@@ -187,9 +187,6 @@ def _family(name: str, value: Any, spec: dict[str, Any], path: Path) -> Family:
     for arm in [baseline, *_of(arms, list, f"families.{name}.arms", path, "a list of arm names")]:
         if arm not in spec["arms"]:
             raise StudyError(f"study: {path}: families.{name}: unknown arm {arm!r} (declared: {', '.join(spec['arms'])})")
-    if spec["endpoints"][endpoint].absent is not None:
-        raise StudyError(f"study: {path}: families.{name}.endpoint: '{endpoint}' declares `absent` (a run may lack "
-                         "it); a family pairs every seed, so give it an endpoint every run has")  # fmt: skip
     heading = _of(table.get("heading", f"{name}: each arm against {baseline}"), str, f"families.{name}.heading",
                   path, "a string")  # fmt: skip
     return Family(name, endpoint, tuple(arms), baseline, heading)
