@@ -18,6 +18,7 @@ EARLIER = ("main-a0.1", "main-a0.5", "schedule", "server-fedavgm", "server-fedad
 PAGES = {  # study -> (the page it writes, what it reads: its template, its stored results, ...)
     "privacy": ("docs/guide/privacy-results.md", "studies/privacy.md", "docs/study/privacy.json"),
     "attacks": ("docs/guide/attacks-results.md", "studies/attacks.md", "docs/study/attacks.json"),
+    "alignment_main": ("docs/alignment_main.md", "studies/alignment_main.md", "docs/alignment/main.json"),
     "earlier": ("docs/results_earlier.md", "studies/earlier.md", "docs/study/earlier-page.json",
                 *(f"docs/study/{name}/report.{kind}" for name in EARLIER for kind in ("json", "md"))),
 }
