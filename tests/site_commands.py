@@ -221,6 +221,7 @@ def check_help(copy: Path, words: list[str]) -> None:
     """The program prints its --help, and it names every flag the command gives."""
     depth = 3 if words[:2] == ["flwr", "supernode"] or words[1:2] == ["-m"] else 1
     depth = 2 if depth == 1 and words[0] in ("python", ".venv/bin/python", "flwr", "ray", "fedpfn") else depth
+    depth = 3 if words[:2] == ["fedpfn", "study"] else depth  # a study verb's flags are in its own --help
     program = [".venv/bin/python" if words[0] == "python" else words[0], *words[1:depth]]
     shown = help_text(copy, tuple(program))
     args = words[depth:]
