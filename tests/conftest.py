@@ -163,3 +163,13 @@ def pytest_configure(config) -> None:
             f"--dist loadgroup needs pytest below 9.2 with pytest-xdist {xdist} "
             "(pytest-xdist issue #1386): pip install -e '.[test]' installs it"
         )
+
+
+def run_main(main, argv: list[str], capsys) -> tuple[int, str]:
+    """An analysis command's `main` called in-process: its exit code (argparse's own refusals
+    included) and what it wrote to stderr."""
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own refusals
+        code = exc.code
+    return code, capsys.readouterr().err

@@ -15,6 +15,7 @@ import pytest
 import torch
 from test_data import write_idx_set
 
+from conftest import run_main
 from fedpfn.analysis import cold, lmc, lmc_run, soup, soup_run
 from fedpfn.analysis.command import build_parser, read_command_line
 from fedpfn.core.anchors import AnchorParams, AnchorScope, anchored_fraction, draw_mask, round_mask, scope_filled
@@ -160,14 +161,6 @@ def test_a_scope_switch_is_refused_only_where_the_model_lacks_its_parameters() -
     assert lmc.unused_problems(no_anchors, {"anchor_norm"}) == ["anchor_norm: no shared or independent arm uses it; drop it"]
 
 
-def _run(main, argv: list[str], capsys) -> tuple[int, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse's own refusals
-        code = exc.code
-    return code, capsys.readouterr().err
-
-
 @pytest.mark.parametrize(
     "main, argv, says",
     [
@@ -184,7 +177,7 @@ def _run(main, argv: list[str], capsys) -> tuple[int, str]:
 def test_a_scope_flag_the_run_would_not_use_or_a_bad_value_is_one_line(
     main, argv: list[str], says: str, tmp_path: Path, capsys
 ) -> None:
-    code, err = _run(main, [*argv, "--out", str(tmp_path / "out")], capsys)
+    code, err = run_main(main, [*argv, "--out", str(tmp_path / "out")], capsys)
     lines = [line for line in err.splitlines() if says in line]
     assert code == 2 and len(lines) == 1 and err.startswith("error: "), err
     assert not (tmp_path / "out").exists()

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from test_provenance import assert_provenance
 
+from conftest import run_main
 from fedpfn.analysis import pretrain, soup, soup_run
 from fedpfn.analysis.fusion import EvalData, Probe, average_states, snapshot
 from fedpfn.core.data import find_data_problem
@@ -120,14 +121,6 @@ def test_recipes_cover_the_grid_before_repeating() -> None:
     assert soup_run.recipes(grid, 6, seed=0) == drawn and soup_run.recipes(grid, 6, seed=1) != drawn
 
 
-def _run(main, argv: list[str], capsys) -> tuple[int, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse's own refusals
-        code = exc.code
-    return code, capsys.readouterr().err
-
-
 @pytest.mark.parametrize(
     "main, argv, says",
     [
@@ -150,7 +143,7 @@ def _run(main, argv: list[str], capsys) -> tuple[int, str]:
 def test_the_commands_refuse_bad_values_in_one_line(
     main, argv: list[str], says: str, tmp_path: Path, capsys
 ) -> None:
-    code, err = _run(main, [*argv, "--out", str(tmp_path / "out")], capsys)
+    code, err = run_main(main, [*argv, "--out", str(tmp_path / "out")], capsys)
     lines = [line for line in err.splitlines() if says.split(":")[0] + ":" in line]
     assert code == 2 and len(lines) == 1 and says in lines[0], err
     assert not (tmp_path / "out").exists()
@@ -180,7 +173,7 @@ def test_pretrain_then_soup_write_their_files(tmp_path: Path, capsys) -> None:
         assert [r["recipes"] for r in runs] == [[asdict(k) for k in soup_run.recipes(grid, 2, s)] for s in (0, 1)]
     assert {p.name for p in (tmp_path / "soup").iterdir()} == set(soup.OUTPUT_FILES)
     assert "| shared − independent | greedy_acc |" in (tmp_path / "soup" / "soup.md").read_text()
-    code, err = _run(soup.main, argv, capsys)
+    code, err = run_main(soup.main, argv, capsys)
     assert code == 2 and "already holds" in err
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from fedpfn.analysis.render import verdict
 from fedpfn.analysis.stats import Paired, adjust, paired, sign_test
-from fedpfn.core.files import CLIENTS, METRICS, atomic_write_bytes, read_json, read_jsonl
+from fedpfn.core.files import CLIENTS, METRICS, atomic_write_bytes, read_jsonl
 from fedpfn.study.cells import groups, main_cells
 from fedpfn.study.spec import Spec
 
@@ -154,10 +154,7 @@ def write_stored(spec: Spec) -> None:
 def section(spec: Spec) -> list[str]:
     """The page's results from the stored file alone."""
     assert spec.page is not None
-    if not spec.page.stored.is_file():
-        raise spec.refuse(f"{spec.page.stored} is missing: the page was never written from the runs (fedpfn study "
-                          f"page {spec.path}); nothing written")  # fmt: skip
-    kept = read_json(spec.page.stored)
+    kept = spec.stored_results()
     table = {f: {arm: {int(k): v for k, v in seeds.items()} for arm, seeds in by_arm.items()}
              for f, by_arm in kept["figures"].items()}  # fmt: skip
     return results(spec, table, kept["steps_per_round"]).split("\n")[:-1]

@@ -165,10 +165,7 @@ def section(spec: Spec) -> list[str]:
     """The page's results from the stored files alone."""
     assert spec.page is not None
     d = design(spec)
-    if not spec.page.stored.is_file():
-        raise spec.refuse(f"{spec.page.stored} is missing: the page was never written from the runs (fedpfn study "
-                          f"page {spec.path}); nothing written")  # fmt: skip
-    data = read_json(spec.page.stored)
+    data = spec.stored_results()
     reports = {alpha: {name: stored_report(spec, report_folder(spec, alpha, name)) for name in d.reports}
                for alpha in d.alphas}  # fmt: skip
     return results(d, data, reports)[:-1]

@@ -159,10 +159,7 @@ def write_stored(spec: Spec) -> None:
 def section(spec: Spec) -> list[str]:
     """The page's results from the stored files alone."""
     assert spec.page is not None
-    if not spec.page.stored.is_file():
-        raise spec.refuse(f"{spec.page.stored} is missing: the page was never written from the runs (fedpfn study "
-                          f"page {spec.path}); nothing written")  # fmt: skip
-    data = read_json(spec.page.stored)
+    data = spec.stored_results()
     reports = {}
     for kept in data["sections"]:
         out = spec.page.stored.parent / kept["name"]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedpfn.core.files import read_json
 from fedpfn.core.seeding import MAX_SEED
 from fedpfn.core.settings import ConfigError, _preset_text
 
@@ -105,6 +106,14 @@ class Spec:
 
     def refuse(self, message: str) -> StudyError:
         return StudyError(f"study: {self.path}: {message}")
+
+    def stored_results(self) -> Any:
+        """The page's stored results, what a reading writes its sections from; refused if never written."""
+        assert self.page is not None
+        if not self.page.stored.is_file():
+            raise self.refuse(f"{self.page.stored} is missing: the page was never written from the runs (fedpfn study "
+                              f"page {self.path}); nothing written")  # fmt: skip
+        return read_json(self.page.stored)
 
 
 def _table(value: Any, where: str, keys: tuple[str, ...], path: Path) -> dict[str, Any]:
