@@ -525,12 +525,35 @@ def test_band_note_states_the_std_and_the_count() -> None:
     assert lmc_render.band_note(result(1, 1)) == "one curve (1 seed), no band"
 
 
-def test_a_model_that_diverges_is_one_line_and_nothing_is_written(tmp_path: Path, capsys) -> None:
-    """At an lr that blows the weights up, the command says which seed, arm and model, and writes nothing
-    (matching cannot run on non-finite weights; a bare traceback from it was the symptom)."""
+def test_a_model_that_diverges_is_a_reading_and_the_run_goes_on(tmp_path: Path, capsys) -> None:
+    """At an lr that blows the weights up, every seed and arm says which model diverged at which lr,
+    lmc.json and the figure are written, and the table names the arms; before, the first diverged
+    model stopped the command, so a regime's other seeds could not count (a bare traceback before that)."""
     out = tmp_path / "lmc"
     argv = [*_small_fmnist_argv(out), "--split", "same-data", "--width", "32", "--lr", "100", "--momentum", "0.99"]
-    assert lmc.main(argv) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "weights are not finite after training (it diverged at lr 100)" in err[0], err
-    assert not (out / "lmc.json").exists()
+    assert lmc.main(argv) == 0
+    printed = capsys.readouterr().out
+    result = json.loads((out / "lmc.json").read_text())
+    for entry in result["settings"].values():
+        assert [s["seed"] for s in entry["seeds"]] == [0, 1]
+        assert all("weights are not finite after training (it diverged at lr 100)" in s["diverged"] for s in entry["seeds"])
+        assert entry["summary"]["diverged_seeds"] == 2 and "loss_barrier" not in entry["summary"]
+    assert "plain: diverged in 2 of 2 seeds" in printed and (out / "lmc.png").is_file()
+
+
+def test_a_diverged_seed_is_left_out_of_its_arm_and_of_the_pairs(trained: dict) -> None:
+    """Figures over the seeds measured; a pair with plain only on seeds both arms measured; the table says so."""
+    scope = fusion.Scope("test", test=trained["test"][0])
+    result = fusion.analyse(trained["probe"], trained["states"], scope, points=3, matchers=("full",))
+    gone = {"seed": 1, "diverged": "model 0's weights are not finite after training (it diverged at lr 9)"}
+    plain, shared = [{**result, "seed": 0}, gone], [{**result, "seed": 0}, {**result, "seed": 1, "fused_acc": 2.0}]
+    assert lmc_run.measured(plain) == plain[:1]
+    assert lmc_run.over_seeds([]) == {} and lmc_run.paired_difference(shared, []) == {}
+    paired = lmc_run.paired_difference(shared, lmc_run.measured(plain))
+    assert paired["fused_acc"] == {"mean": 0.0, "std": None}  # seed 0 alone; seed 1's 2.0 would move it
+    assert lmc_run.by_matcher(shared, lmc_run.measured(plain))["full"]["permutation_loss"]["std"] is None
+    summary = {"plain": {**lmc_run.over_seeds(plain[:1]), "diverged_seeds": 1}, "shared": lmc_run.over_seeds(shared)}
+    settings = {"plain": {"seeds": plain, "summary": summary["plain"]},
+                "shared": {"seeds": shared, "summary": summary["shared"], "vs_plain": paired}}  # fmt: skip
+    table = lmc_render.markdown_table({"settings": settings, "config": {"measured_on": "test"}})
+    assert "plain: diverged in 1 of 2 seeds, left out of its figures and of the pairs with plain" in table

@@ -34,11 +34,10 @@ from fedpfn.analysis import command, repair
 from fedpfn.analysis.bounds import MAX_POINTS, lmc_problems, meta_model, odd_points
 from fedpfn.analysis.command import output_problems, read_settings
 from fedpfn.analysis.fusion import WHERE, EvalData, Scope, has_batchnorm
-from fedpfn.analysis.lmc_render import OUTPUT_FILES, markdown_table, write_outputs
+from fedpfn.analysis.lmc_render import DIVERGED, OUTPUT_FILES, markdown_table, write_outputs
 from fedpfn.analysis.matchers import MATCHERS
 from fedpfn.analysis.lmc_run import (
     ARM_KINDS,
-    Diverged,
     SPLITS,
     Arm,
     SeedSetup,
@@ -49,6 +48,7 @@ from fedpfn.analysis.lmc_run import (
     held_out_sets,
     hold_out,
     initial_model,
+    measured,
     over_seeds,
     paired_difference,
     run_arm,
@@ -282,6 +282,8 @@ def prepare(cfg: LmcConfig) -> Prepared:
 
 def seed_line(name: str, result: Mapping[str, Any]) -> str:
     """One seed's figures in the table's units: nats for losses, points for accuracies."""
+    if DIVERGED in result:
+        return f"seed {result['seed']} {name:>15}: {result[DIVERGED]}; no figures ({result['seconds']:.1f} s)"
     return (
         f"seed {result['seed']} {name:>15}: loss barrier {result['loss_barrier']:+.3f} "
         f"(matched {result['matched_loss_barrier']:+.3f}), P {result['permutation_loss']:+.3f}, "
@@ -304,11 +306,14 @@ def run_lmc(cfg: LmcConfig, prepared: Prepared, log: Callable[[str], None] = pri
             result = run_arm(setup, arm, prepared.train, spec, cfg.granularity, cfg.points, cfg.matchers, cfg)
             settings[arm.name]["seeds"].append(result)
             log(seed_line(arm.name, result))
+    plain = measured(settings["plain"]["seeds"])
     for name, entry in settings.items():
-        entry["summary"] = {**over_seeds(entry["seeds"]), "matchers": by_matcher(entry["seeds"])}
+        finite = measured(entry["seeds"])
+        entry["summary"] = {**over_seeds(finite), "matchers": by_matcher(finite)}
+        if len(finite) < len(entry["seeds"]):
+            entry["summary"]["diverged_seeds"] = len(entry["seeds"]) - len(finite)
         if name != "plain":
-            entry["vs_plain"] = paired_difference(entry["seeds"], settings["plain"]["seeds"])
-            entry["vs_plain"]["matchers"] = by_matcher(entry["seeds"], settings["plain"]["seeds"])
+            entry["vs_plain"] = {**paired_difference(finite, plain), "matchers": by_matcher(finite, plain)}
     config = asdict(cfg)
     with_bn = has_batchnorm(prepared.setups[0].model) and cfg.bn_batches > 0
     config["bn_recalibration"] = f"{cfg.bn_batches} batches of {cfg.bn_batch_size}" if with_bn else "none"
@@ -343,10 +348,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.l
         prepared = prepare(cfg)
     except (DataError, ValueError) as err:
         return command.fail(str(err).splitlines())
-    try:
-        result = run_lmc(cfg, prepared, log=lambda line: print(line, flush=True))
-    except Diverged as err:
-        return command.fail([str(err)])
+    result = run_lmc(cfg, prepared, log=lambda line: print(line, flush=True))
     result[provenance.KEY] = provenance.collect()  # which code, libraries and machine made these figures
     write_outputs(out, result)
     print(markdown_table(result))

@@ -14,6 +14,7 @@ from typing import Any
 from fedpfn.analysis.command import write_files
 
 OUTPUT_FILES = ("lmc.json", "lmc.png", "lmc.pdf")  # all the tool writes into --out; nothing else is touched
+DIVERGED = "diverged"  # a seed's key, in place of its figures, saying which model diverged at which lr
 
 
 COLUMNS = (  # (header, key, scale, decimals)
@@ -47,7 +48,7 @@ def _table(
     lines = [f"| {first} | " + " | ".join(c[0] for c in columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for name, stats in rows:
         cells = [
-            f"{stats[key]['mean'] * scale:+.{dec}f}"
+            "n/a" if key not in stats else f"{stats[key]['mean'] * scale:+.{dec}f}"
             + ("" if stats[key]["std"] is None else f" ± {stats[key]['std'] * scale:.{dec}f}")  # null: one seed
             for _, key, scale, dec in columns
         ]
@@ -64,7 +65,7 @@ def markdown_table(result: Mapping[str, Any]) -> str:
         f"measured on: {where}; mean ± std over {n} seed{'s' * (n > 1)} (sample std, n − 1); "
         "barriers signed (negative: the path beats its chord); P = L(avg(A, B)) − L(avg(A, π(B)))"
     )
-    lines = [caption, ""]
+    lines = [caption, *diverged_notes(settings), ""]
     lines += _table("arm", [(name, entry["summary"]) for name, entry in settings.items()])
     paired = [(f"{name} − plain", entry["vs_plain"]) for name, entry in settings.items() if "vs_plain" in entry]
     if paired:
@@ -74,10 +75,24 @@ def markdown_table(result: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def diverged_notes(settings: Mapping[str, Any]) -> list[str]:
+    """A line per arm with seeds whose models diverged: left out of its figures and its pairs ('n/a' where all)."""
+    return [
+        f"{name}: diverged in {entry['summary']['diverged_seeds']} of {len(entry['seeds'])} seeds, "
+        "left out of its figures and of the pairs with plain"
+        for name, entry in settings.items() if entry["summary"].get("diverged_seeds")
+    ]  # fmt: skip
+
+
+def measured_arms(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The arms with at least one seed measured (an arm whose every seed diverged has no curve)."""
+    return {name: entry for name, entry in settings.items() if "curve" in entry["summary"]}
+
+
 def beside_table(result: Mapping[str, Any]) -> list[str]:
     """The loss barrier beside what it is read against (on training data, REPAIRed, ||A - B||) and
     the fused model beside the ensemble, per arm; [] for results written before these figures."""
-    settings, config = result["settings"], result["config"]
+    settings, config = measured_arms(result["settings"]), result["config"]
     rows = [(name, entry["summary"]) for name, entry in settings.items()]
     columns = [c for c in BESIDE_COLUMNS if all(c[1] in stats for _, stats in rows)]
     new = ("train_loss_barrier", "repair_loss_barrier", "distance", "ensemble_acc")
@@ -105,11 +120,12 @@ def _matcher_cell(figures: Mapping[str, Any], notes: dict[str, str], row: str, m
 
 def matcher_table(settings: Mapping[str, Any]) -> list[str]:
     """P under each matcher by name, per arm and paired with plain; [] for results without matchers."""
-    names = list(settings["plain"]["summary"].get("matchers", {}))
+    rows = [(name, entry["summary"].get("matchers")) for name, entry in settings.items()]
+    rows += [(f"{name} − plain", entry["vs_plain"].get("matchers")) for name, entry in settings.items() if "vs_plain" in entry]
+    rows = [(row, found) for row, found in rows if found]  # an arm (or pair) with no seed measured has none
+    names = list(rows[0][1]) if rows else []
     if not names:
         return []
-    rows = [(name, entry["summary"]["matchers"]) for name, entry in settings.items()]
-    rows += [(f"{name} − plain", entry["vs_plain"]["matchers"]) for name, entry in settings.items() if "vs_plain" in entry]
     notes: dict[str, str] = {}
     lines = ["", "P (nats) under a permutation that each matcher finds; units moved, mean over seeds", "",
              "| arm | " + " | ".join(f"P {m}" for m in names) + " |", "|---" * (len(names) + 1) + "|"]  # fmt: skip
@@ -120,8 +136,11 @@ def matcher_table(settings: Mapping[str, Any]) -> list[str]:
 
 def band_note(result: Mapping[str, Any]) -> str:
     """What the plot's line and band are: mean and ± 1 sample std over how many curves."""
-    plain = result["settings"]["plain"]
-    seeds, curves = len(plain["seeds"]), plain["summary"]["curve"]["n"]
+    arms = measured_arms(result["settings"])
+    if not arms:
+        return "no curve: every model diverged"
+    plain = next(iter(arms.values()))  # plain, unless every plain seed diverged
+    seeds, curves = sum(DIVERGED not in seed for seed in plain["seeds"]), plain["summary"]["curve"]["n"]
     over = f"{seeds} seed{'s' * (seeds > 1)}" + (f" x {curves // seeds} pairs" if curves != seeds else "")
     return f"line: mean over {over}; band: ± 1 std (n − 1)" if curves > 1 else f"one curve ({over}), no band"
 
@@ -144,7 +163,7 @@ PATHS = (("", "-", "as trained"), ("matched_", "--", "after matching (B matched 
 def curves_of(entry: Mapping[str, Any], key: str) -> list[list[float]]:
     """Every seed's every pair's curve of `key` (loss, matched_acc, ...): the rows a mean is drawn over;
     [] where a curve lacks it (results written before that figure was measured)."""
-    curves = [pair for seed in entry["seeds"] for pair in seed["pairs"]]
+    curves = [pair for seed in entry["seeds"] for pair in seed.get("pairs", ())]  # a diverged seed has none
     return [pair[key] for pair in curves] if curves and all(key in pair for pair in curves) else []
 
 
@@ -181,7 +200,7 @@ def curves_figure(result: Mapping[str, Any]) -> Any:
     def draw() -> Any:
         fig, axes = new_figure(3, 6.2, sharex=True, height_ratios=[1.0, 0.8, 1.0])
         colors = dict(zip(result["settings"], OKABE_ITO))
-        for name, entry in result["settings"].items():
+        for name, entry in measured_arms(result["settings"]).items():
             for ax, what in zip(axes, ("loss", "excess", "acc")):
                 _path_panel(ax, entry, what, colors[name], name)
         axes[1].axhline(0, color="black", linewidth=0.8)
@@ -190,10 +209,10 @@ def curves_figure(result: Mapping[str, Any]) -> Any:
         axes[1].set_ylabel("loss − chord, nats")
         axes[2].set_ylabel(f"accuracy, % ({where})")
         axes[-1].set_xlabel("position on the line: 0 = model A, 1 = model B")
-        first = next(iter(result["settings"].values()))
-        styles = [(style, words) for prefix, style, words in PATHS if curves_of(first, prefix + "loss")]
-        handles = axes[0].get_legend_handles_labels()[0] + line_key(styles)
-        handles += seed_key(first["summary"]["curve"]["n"], "one curve (a seed's pair)")
+        handles = axes[0].get_legend_handles_labels()[0]
+        for first in list(measured_arms(result["settings"]).values())[:1]:
+            handles += line_key([(style, words) for prefix, style, words in PATHS if curves_of(first, prefix + "loss")])
+            handles += seed_key(first["summary"]["curve"]["n"], "one curve (a seed's pair)")
         cfg = result["config"]
         details = f"lr {cfg['lr']}, {cfg['granularity']}-level anchors; {band_note(result)}"
         return finish(fig, handles, f"{plot_title(cfg)}\n{details}")

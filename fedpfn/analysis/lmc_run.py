@@ -38,6 +38,7 @@ from torch import nn
 
 from fedpfn.analysis.fusion import EvalData, Probe, Scope, StateDict, analyse, snapshot
 from fedpfn.analysis.inference import mean_std
+from fedpfn.analysis.lmc_render import DIVERGED
 from fedpfn.analysis.matchers import FIGURES as MATCHER_FIGURES
 from fedpfn.core.anchors import AnchorMask, AnchorScope, anchored_fraction, draw_mask
 from fedpfn.core.models import build_model
@@ -203,8 +204,7 @@ def train_arm(
         batches = minibatches(idx, spec.batch_size, spec.epochs, torch_generator(setup.seed, Stream.DATA_ORDER, 0, i))
         train_local(setup.model, *train, batches, spec.optimizer_spec(), mask)
         if not all(bool(p.isfinite().all()) for p in setup.model.parameters()):
-            raise Diverged(f"seed {setup.seed}, arm {arm.name}: model {i}'s weights are not finite after training "
-                           f"(it diverged at lr {spec.lr:g}); nothing written: lower --lr")  # fmt: skip
+            raise Diverged(f"model {i}'s weights are not finite after training (it diverged at lr {spec.lr:g})")
         states.append(snapshot(setup.model))
     return states
 
@@ -220,16 +220,24 @@ def run_arm(
     """Train the K models of one seed in `arm` and measure them (barriers, matching under each of
     `matchers`, fusion); the models' common start is w0 (diff-init's models have none); anchors within `scope`."""
     started = time.perf_counter()
-    states = train_arm(setup, arm, train, spec, granularity, scope)
     masks = masks_for(arm, setup.model, 1, setup.seed, granularity, scope)
-    return {
+    found: dict[str, Any] = {
         "seed": setup.seed,
         "shard_sizes": [len(i) for i in setup.indices],
         "anchored_fraction": anchored_fraction(masks[0]) if masks[0] is not None else 0.0,
-        **analyse(setup.probe, states, setup.scope, points, match="curve", matchers=matchers,
-                  w0=None if arm.kind == "diff-init" else setup.starts[0]),  # fmt: skip
-        "seconds": time.perf_counter() - started,
     }
+    try:
+        states = train_arm(setup, arm, train, spec, granularity, scope)
+    except Diverged as err:  # a reading of the regime, not a crash: the other arms and seeds still count
+        return {**found, DIVERGED: str(err), "seconds": time.perf_counter() - started}
+    figures = analyse(setup.probe, states, setup.scope, points, match="curve", matchers=matchers,
+                      w0=None if arm.kind == "diff-init" else setup.starts[0])  # fmt: skip
+    return {**found, **figures, "seconds": time.perf_counter() - started}
+
+
+def measured(per_seed: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The seeds whose models trained to finite weights: the only ones with figures."""
+    return [s for s in per_seed if DIVERGED not in s]
 
 
 # --------------------------------------------------------------------------- over seeds
@@ -248,6 +256,8 @@ def figures_in(per_seed: Sequence[dict[str, Any]]) -> list[str]:
 
 def over_seeds(per_seed: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Mean and std over seeds of each figure, and the mean curve over its `n` curves (seeds x pairs)."""
+    if not per_seed:
+        return {}
     summary: dict[str, Any] = {key: spread([s[key] for s in per_seed]) for key in figures_in(per_seed)}
     curves = [p for s in per_seed for p in s["pairs"]]
     summary["curve"] = {"alpha": curves[0]["alpha"], "n": len(curves)}
@@ -260,21 +270,26 @@ def over_seeds(per_seed: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def paired_difference(per_seed: Sequence[dict[str, Any]], baseline: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Mean and std over seeds of (arm - baseline) per figure, seed by seed (shared starts and shards)."""
+    """Mean and std over seeds of (arm - baseline) per figure, seed by seed (shared starts and shards),
+    over the seeds both have; {} where they share none."""
     by_seed = {s["seed"]: s for s in baseline}
-    keys = figures_in([*per_seed, *baseline])
-    return {key: spread([s[key] - by_seed[s["seed"]][key] for s in per_seed]) for key in keys}
+    both = [s for s in per_seed if s["seed"] in by_seed]
+    if not both:
+        return {}
+    keys = figures_in([*both, *baseline])
+    return {key: spread([s[key] - by_seed[s["seed"]][key] for s in both]) for key in keys}
 
 
 def by_matcher(per_seed: Sequence[dict[str, Any]], baseline: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """Each matcher's figures over seeds (minus `baseline`'s seed by seed, where given), its seeds
     whose weight matching stopped unconverged, or why it was omitted; {} for results without matchers."""
-    if not all("matchers" in s for s in [*per_seed, *baseline]):
+    base = {s["seed"]: s["matchers"] for s in baseline if "matchers" in s}
+    both = [s for s in per_seed if not baseline or s["seed"] in base]
+    if not both or not all("matchers" in s for s in both):
         return {}
-    base = {s["seed"]: s["matchers"] for s in baseline}
     found: dict[str, Any] = {}
-    for name in per_seed[0]["matchers"]:
-        entries = [(s["seed"], s["matchers"][name], base[s["seed"]][name] if baseline else {}) for s in per_seed]
+    for name in both[0]["matchers"]:
+        entries = [(s["seed"], s["matchers"][name], base[s["seed"]][name] if baseline else {}) for s in both]
         omitted = [e.get("omitted") or b.get("omitted") for _, e, b in entries]
         if any(omitted):
             found[name] = {"omitted": next(reason for reason in omitted if reason)}
