@@ -115,3 +115,18 @@ def test_the_summary_says_where_matchers_disagree() -> None:
         for figures in arms.values():
             figures["matchers"] = {"masked": {"permutation_loss": figures["permutation_loss"]}}
     assert gate.question_b({"r": same}, ["r"])[1][-1].endswith("the matchers agree on both parts' verdicts.")
+
+
+def test_a_regime_whose_plain_model_diverged_is_void_and_the_table_says_where() -> None:
+    """A diverged seed is kept as such (which model, which lr), left out of every figure, and makes (a) void:
+    the regime does not train at its lr, whatever the other seeds read."""
+    regime = planted(MOVING, seeds=5)
+    record = {"seed": 2, "diverged": "model 1's weights are not finite after training (it diverged at lr 0.1)"}
+    regime["seeds"]["2"]["plain"] = page.figures_of(record)
+    assert regime["seeds"]["2"]["plain"] == {"diverged": record["diverged"]}
+    assert gate.diverged(regime, "plain") == [2] and gate.diverged(regime, "shared-0.4") == []
+    assert sorted(gate.series(regime, "plain", "permutation_loss")) == [0, 1, 3, 4]
+    _, found, said = gate.question_a({"r": regime})
+    assert found == [] and "void: a plain model diverged in seed 2, so this regime does not train" in said[0]
+    table = gate.regimes_table({"r": regime}, {"r": ["--lr", "0.1"], "q": []}, {"q": "why q waits"})
+    assert table[2:] == ["| r | 5 (0-4); plain diverged in seed(s) 2 | `--lr 0.1` |", "| q | not run: why q waits | `` |"]

@@ -19,6 +19,7 @@ from typing import Any
 
 from fedpfn.analysis.decompose import PARTS, Split, split
 from fedpfn.analysis.inference import adjust_together
+from fedpfn.analysis.lmc_render import DIVERGED
 from fedpfn.analysis.paired_text import p_number, p_text, verdict
 from fedpfn.analysis.stats import Paired, mean_std, paired, sign_test
 
@@ -53,6 +54,11 @@ def series(regime: Cells, arm: str, key: str, matcher: str = "full") -> dict[int
     return found
 
 
+def diverged(regime: Cells, arm: str) -> list[int]:
+    """The seeds whose `arm` diverged (`python -m fedpfn.analysis.lmc` records which model, at which lr)."""
+    return sorted(int(seed) for seed, arms in regime["seeds"].items() if DIVERGED in arms.get(arm, {}))
+
+
 def matchers_in(regime: Cells) -> list[str]:
     """The matchers every seed of the regime's plain arm was measured under."""
     plain = [arms.get("plain", {}) for arms in regime["seeds"].values()]
@@ -71,8 +77,12 @@ def against_zero(label: str, values: Mapping[int, float]) -> Paired:
     return paired(label, "P", values, dict.fromkeys(values, 0.0))
 
 
-def a_reading(plain: Paired, control: Paired, n: int) -> str:
-    """What the interval supports, given that the positive control moved."""
+def a_reading(plain: Paired, control: Paired, n: int, lost: Sequence[int] = ()) -> str:
+    """What the interval supports, given that the plain models trained (`lost`: seeds where one diverged)
+    and that the positive control moved."""
+    if lost:
+        seeds = ", ".join(map(str, lost))
+        return f"void: a plain model diverged in seed{'s' * (len(lost) > 1)} {seeds}, so this regime does not train at its lr"
     if not above_zero(control):
         return "void: the positive control's interval does not exclude 0, so the instrument did not move here"
     if n < A_SEEDS:
@@ -95,7 +105,7 @@ def question_a(cells: Cells) -> tuple[list[str], list[str], list[str]]:
             by = "full" if matcher == "changes" else matcher  # diff-init has no common start: full's control
             control = against_zero("P(diff-init)", series(regime, "diff-init", "permutation_loss", by))
             moved = list(series(regime, "plain", "moved_fraction", matcher).values())
-            reading = a_reading(plain, control, len(plain.seeds))
+            reading = a_reading(plain, control, len(plain.seeds), diverged(regime, "plain"))
             if matcher == "full" and reading.startswith("P(plain) > 0"):
                 found.append(name)
             said.append(f"{name}, {matcher}: P(plain) {plain.mean:+.3f} nats, 95 % CI {interval_text(plain)} "
@@ -205,11 +215,13 @@ def arms_table(cells: Cells) -> list[str]:
     return lines
 
 
-def regimes_table(cells: Cells, regimes: Mapping[str, Sequence[str]]) -> list[str]:
-    """Every regime the sweep defines, with its seeds run or that it has not run."""
+def regimes_table(cells: Cells, regimes: Mapping[str, Sequence[str]], why_not: Mapping[str, str]) -> list[str]:
+    """Every regime the sweep defines: its seeds run and the arms that diverged in some, or why it has not run."""
     lines = ["| regime | seeds run | flags (beside the common ones) |", "|---|---|---|"]
     for name, flags in regimes.items():
         seeds = sorted(int(s) for s in cells[name]["seeds"]) if name in cells else []
-        ran = f"{len(seeds)} ({seeds[0]}-{seeds[-1]})" if seeds else "not run yet"
-        lines.append(f"| {name} | {ran} | `{' '.join(flags)}` |")
+        ran = f"{len(seeds)} ({seeds[0]}-{seeds[-1]})" if seeds else f"not run: {why_not.get(name, 'not yet')}"
+        lost = [f"{arm} diverged in seed(s) {', '.join(map(str, diverged(cells[name], arm)))}"
+                for arm in (arms_of(cells[name]) if seeds else []) if diverged(cells[name], arm)]  # fmt: skip
+        lines.append(f"| {name} | {'; '.join([ran, *lost])} | `{' '.join(flags)}` |")
     return lines

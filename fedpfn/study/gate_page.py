@@ -21,8 +21,9 @@ from typing import Any
 from fedpfn.core.files import atomic_write_bytes
 from fedpfn.core.provenance import CHECKOUT as ROOT
 from fedpfn.core.provenance import KEY, machines_sentence
+from fedpfn.analysis.lmc_render import DIVERGED
 from fedpfn.study import gate
-from fedpfn.study.gate_grid import COMMON, OUT, REGIMES
+from fedpfn.study.gate_grid import COMMON, NOT_RUN, OUT, REGIMES
 
 CELLS = ROOT / "docs" / "alignment" / "cells.json"
 PAGE = ROOT / "docs" / "alignment.md"
@@ -34,7 +35,10 @@ MATCHED = ("permutation_loss", "moved_fraction", "matched_loss_barrier", "conver
 
 
 def figures_of(seed: Mapping[str, Any]) -> dict[str, Any]:
-    """What a cell keeps of one seed's arm: KEPT where measured, and each matcher's MATCHED figures."""
+    """What a cell keeps of one seed's arm: KEPT where measured, and each matcher's MATCHED figures
+    (a seed whose model diverged: which one, and no figure)."""
+    if DIVERGED in seed:
+        return {DIVERGED: seed[DIVERGED]}
     kept: dict[str, Any] = {key: seed[key] for key in KEPT if key in seed}
     if "matchers" in seed:
         kept["matchers"] = {m: {k: v[k] for k in MATCHED if k in v} for m, v in seed["matchers"].items()}
@@ -86,7 +90,7 @@ def write_page(cells: Mapping[str, Any]) -> str:
     table_b, said_b = gate.question_b(cells, found)
     return TEMPLATE.read_text().format(
         summary="\n".join(f"- {line}" for line in [*said, *said_b]), machines=machines(cells),
-        common=" ".join(COMMON), regimes="\n".join(gate.regimes_table(cells, REGIMES)), a_seeds=gate.A_SEEDS,
+        common=" ".join(COMMON), regimes="\n".join(gate.regimes_table(cells, REGIMES, NOT_RUN)), a_seeds=gate.A_SEEDS,
         b_seeds=gate.B_SEEDS, table_a="\n".join(table_a), table_b="\n".join(table_b),
         table_arms="\n".join(gate.arms_table(cells)),
     )  # fmt: skip
