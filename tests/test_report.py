@@ -238,14 +238,19 @@ def test_arms_are_listed_in_the_order_their_folders_were_given(tmp_path: Path, c
     assert labels == ["fedavg", *ratios]
 
 
-def test_the_results_pages_in_short_claims_only_what_each_interval_supports(study: Path, capsys) -> None:
+def test_the_results_pages_in_short_claims_only_what_each_test_supports(study: Path, capsys) -> None:
     """The earlier study's conclusion (fedpfn.study.earlier_text), read off fedpfn.analysis.report's
-    JSON for the `study` fixture, whose fedpfn - fedavg differences (+2, -1, +3, +4 points at the end) hold 0."""
+    JSON for the `study` fixture, whose fedpfn - fedavg differences (+2, -1, +3, +4 points at the end) hold 0.
+    Before, a 95 % t interval alone made a claim: at 5 seeds "lower" where the exact test cannot go below 0.0625."""
+    from fedpfn.analysis.inference import compare
     from fedpfn.study import earlier_text as page
 
-    assert page.claim({"low": 0.001, "high": 0.02}) == "higher than"
-    assert page.claim({"low": -0.02, "high": -0.001}) == "lower than"
-    assert page.claim({"low": -0.01, "high": 0.02}) == "not resolved from"
+    lower = compare("a", "lastk", [0, 1, 2, 3, 4, 5], [-0.02, -0.03, -0.025, -0.02, -0.03, -0.028], 1.0)
+    lower.p_holm = lower.p_value
+    assert page.claim(lower) == "lower than"
+    five = compare("a", "lastk", [0, 1, 2, 3, 4], [-0.02, -0.03, -0.025, -0.02, -0.03], 1.0)
+    five.p_holm = five.p_value
+    assert five.high is not None and five.high < 0 and page.claim(five) == "not resolved from"  # t excludes 0; exact cannot
 
     code, _, err = run_report(capsys, study, "--out", study / "report")
     assert code == 0, err
@@ -253,13 +258,15 @@ def test_the_results_pages_in_short_claims_only_what_each_interval_supports(stud
     last = next(p for p in result["paired"] if p["metric"] != "final")
     assert last["low"] < 0 < last["high"]
     lines = page.in_short([("Heading", result)], seeds=4)
-    assert f"- not resolved from the baseline: fedpfn in *Heading* ({100 * last['mean']:+.2f})." in lines
+    assert f"- not resolved from the baseline: fedpfn in *Heading* ({100 * last['mean']:+.2f}, p Holm 0.25)." in lines
     assert "- higher than the baseline: none." in lines and "- lower than the baseline: none." in lines
-    five = page.in_short([("Heading", result)], seeds=5)  # 4 seeds: left out of a 5-seed conclusion
-    assert all(f"- {claim} the baseline: none." in five for claim in page.CLAIMS)
+    assert "Holm over the 1 comparisons listed" in lines[0]
+    five_seeds = page.in_short([("Heading", result)], seeds=5)  # 4 seeds: left out of a 5-seed conclusion
+    assert all(f"- {claim} the baseline: none." in five_seeds for claim in page.CLAIMS)
     assert page.in_short([]) == []
     twice = page.in_short([("Heading", result), ("Sweep", result)], seeds=4)  # the same runs in two sections
-    assert f"- not resolved from the baseline: fedpfn in *Heading* and *Sweep* as fedpfn ({100 * last['mean']:+.2f})." in twice
+    assert "Holm over the 1 comparisons listed" in twice[0]
+    assert f"- not resolved from the baseline: fedpfn in *Heading* and *Sweep* as fedpfn ({100 * last['mean']:+.2f}, p Holm 0.25)." in twice
 
 
 def analysed(folder: Path, **kwargs: Any) -> Report:

@@ -1,8 +1,8 @@
 """The earlier study's page text (docs/results_earlier.md), from its stored data and reports alone.
 
 Every comparison is a `fedpfn.analysis.report` (its Markdown under the section, its JSON behind the
-sentences); what a paired 95 % interval supports is read off it (`claim`: an interval that holds
-0 is a null result, stated as one). fedpfn.study.earlier keeps the data this module reads.
+sentences); each comparison is tested again from its per-seed differences as every page of the
+project tests one (the exact test up to 5 seeds, Holm within its family, `verdict`'s words). fedpfn.study.earlier keeps the data this module reads.
 """
 
 from __future__ import annotations
@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from fedpfn.analysis.inference import Paired, adjust_together, retested
+from fedpfn.analysis.paired_text import p_number, p_text, test_note, verdict
+from fedpfn.analysis.stats import ACCURACY_SPAN
 from fedpfn.study.spec import Spec
 
 SERVER_ALPHA = "0.1"  # the skew of every follow-up comparison
@@ -17,6 +20,7 @@ SERVER_GRID = {"fedavgm": ("0.3", "1.0"), "fedadam": ("0.003", "0.01", "0.03")} 
 RATIOS = ("0.2", "0.6")  # FedPNU's anchor ratios besides its default 0.4
 VARIANTS = ("plain", "round-keep", "round-reset", "fixed")  # the anchors under a server
 CLAIMS = ("higher than", "lower than", "not resolved from")
+SPANS = {"lastk": ACCURACY_SPAN, "final": ACCURACY_SPAN}  # the largest difference of an accuracy
 GRID_HEADING = "Learning rates, chosen on a validation split"
 ANCHORS_CAVEAT = ("an exploratory check, not an answer: the MLP, 3 seeds, and the server learning rates issue 11 "
                   "fixed (FedAvgM 1.0, FedAdam 0.01) rather than rates tuned per arm, so it is left out of *In short*.")  # fmt: skip
@@ -62,23 +66,32 @@ def comparisons(spec: Spec, ratio_folders: list[str]) -> list[Comparison]:
     return found
 
 
-def claim(paired: dict[str, Any]) -> str:
-    """What a paired interval supports: one of CLAIMS."""
-    if paired["low"] > 0:
-        return CLAIMS[0]
-    return CLAIMS[1] if paired["high"] < 0 else CLAIMS[2]
+def tested(result: dict[str, Any]) -> list[Paired]:
+    """A section's comparisons tested again from their per-seed differences: the exact sign-flip test
+    up to 5 seeds (its floor named), Holm within each metric of the section, as its report does."""
+    return retested([p for p in result["paired"] if p["low"] is not None], SPANS)
+
+
+def claim(p: Paired) -> str:
+    """What a comparison supports, after its family's Holm adjustment: one of CLAIMS."""
+    said = verdict(p)
+    return CLAIMS[0] if said == "higher" else CLAIMS[1] if said == "lower" else CLAIMS[2]
+
+
+def gap_text(p: Paired) -> str:
+    """The difference in points, its 95 % t interval, its p and Holm p, and the seeds it was higher on."""
+    return (f"{100 * p.mean:+.2f} points (95 % CI {100 * p.low:+.2f} to {100 * p.high:+.2f}; p {p_text(p, '.2g')}, "
+            f"p Holm {p_number(p.p_holm, '.2g')}; higher on {p.wins} of {len(p.diffs)} seeds)")  # fmt: skip
 
 
 def verdicts(result: dict[str, Any], final: bool = True) -> list[str]:
     """One plain sentence per arm and metric (without `final`: the last-rounds mean only)."""
     lines = []
-    for p in result["paired"]:
-        if p["low"] is None or (p["metric"] == "final" and not final):
+    for p in tested(result):
+        if p.metric == "final" and not final:
             continue
-        what = "final accuracy" if p["metric"] == "final" else f"accuracy over the {result['window']}"
-        gap = (f"{100 * p['mean']:+.2f} points (95 % CI {100 * p['low']:+.2f} to {100 * p['high']:+.2f}; "
-               f"higher on {p['wins']} of {len(p['diffs'])} seeds)")  # fmt: skip
-        lines.append(f"- {p['label']}: {what} {claim(p)} {result['baseline']}: {gap}.")
+        what = "final accuracy" if p.metric == "final" else f"accuracy over the {result['window']}"
+        lines.append(f"- {p.label}: {what} against {result['baseline']}: {gap_text(p)}; {verdict(p)}.")
     return lines
 
 
@@ -88,26 +101,29 @@ def arm_runs(result: dict[str, Any], label: str) -> tuple[str, ...]:
 
 
 def in_short(results: list[tuple[str, dict[str, Any]]], seeds: int = 5) -> list[str]:
-    """The page's conclusion: every arm compared over `seeds` or more, grouped by what its interval
-    supports; two sections comparing the very same runs against the same baseline runs make one entry."""
+    """The page's conclusion: every arm compared over `seeds` or more, tested again as one Holm family
+    (counted as computed) and grouped by what it supports; two sections comparing the very same runs
+    against the same baseline runs make one entry, tested once."""
     if not results:
         return []  # nothing finished: the page lists every comparison as not yet run
-    entries: dict[tuple, tuple[str, str, list[str]]] = {}  # runs compared -> (claim, gap, where)
+    entries: dict[tuple, tuple[Paired, list[str]]] = {}  # runs compared -> (comparison, where)
     for heading, result in results:
-        for p in result["paired"]:
-            if p["metric"] == "final" or p["low"] is None or len(p["diffs"]) < seeds:
+        for p in tested(result):
+            if p.metric == "final" or len(p.diffs) < seeds:
                 continue
-            runs = arm_runs(result, p["label"])
-            same = (runs, arm_runs(result, result["baseline"])) if runs else (heading, p["label"])
+            runs = arm_runs(result, p.label)
+            same = (runs, arm_runs(result, result["baseline"])) if runs else (heading, p.label)
             if same in entries:
-                entries[same][2].append(f"*{heading}* as {p['label']}")
+                entries[same][1].append(f"*{heading}* as {p.label}")
             else:
-                entries[same] = (claim(p), f"{100 * p['mean']:+.2f}", [f"{p['label']} in *{heading}*"])
+                entries[same] = (p, [f"{p.label} in *{heading}*"])
+    family = adjust_together(p for p, _ in entries.values())
     groups: dict[str, list[str]] = {c: [] for c in CLAIMS}
-    for verdict, gap, where in entries.values():
-        groups[verdict].append(f"{' and '.join(where)} ({gap})")
-    return [f"**In short** (accuracy over the last rounds, every comparison with {seeds} seeds; "
-            "the paired difference from the section's baseline in points):", "",
+    for p, where in entries.values():
+        groups[claim(p)].append(f"{' and '.join(where)} ({100 * p.mean:+.2f}, p Holm {p_number(p.p_holm, '.2g')})")
+    note = test_note([p for p, _ in entries.values()]) if entries else ""
+    return [f"**In short** (accuracy over the last rounds, every comparison with {seeds} seeds; the paired "
+            f"difference from the section's baseline in points; Holm over the {family} comparisons listed. {note}):", "",
             *(f"- {c} the baseline: {'; '.join(found) or 'none'}." for c, found in groups.items()), ""]  # fmt: skip
 
 
