@@ -53,3 +53,12 @@ def test_the_quickstart_still_gives_the_pages_figure_and_files(tmp_path):
         spread = max(stored["seeds"].values()) - min(stored["seeds"].values())
         assert abs(run["accuracy"][0] - stored["accuracy"][0]) <= 0.1, (run, stored)
         assert abs(run["accuracy"][-1] - stored["accuracy"][-1]) <= spread, (run, stored)
+
+
+def test_a_wrong_action_is_one_line_and_exit_2(capsys) -> None:
+    """The script's mistakes are one line naming the value, never argparse's usage dump; nothing is measured."""
+    for argv, said in ((["bogus"], "'bogus'"), (["measure"], "measure needs quickstart or default")):
+        with pytest.raises(SystemExit) as stop:
+            page_figures.main(argv)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert stop.value.code == 2 and len(err) == 1 and said in err[0], err

@@ -18,7 +18,6 @@ not rerun.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -30,7 +29,8 @@ import time
 from datetime import date
 from pathlib import Path
 
-from fedpfn.core.files import CLIENT_STATE, MODEL_ROUND, TENSORBOARD, WANDB, model_file
+from fedpfn.core.files import CLIENT_STATE, MODEL_ROUND, TENSORBOARD, WANDB, atomic_write_bytes, model_file
+from fedpfn.core.flags import OneLineParser
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: the pages and configs/ the commands read
 
@@ -222,14 +222,14 @@ def write(figures: dict, root: Path = ROOT) -> list[str]:
             if said not in re.sub(r"\s*\n\s*", " ", text):  # a sentence that says it already keeps its lines
                 text = pattern(template).sub(lambda _, said=said: said, text, count=1)
         if text != before:
-            path.write_text(text)
+            atomic_write_bytes(path, text.encode())  # a page is replaced whole, never left half-written
             changed.append(page)
     return changed
 
 
 def main(argv: list[str] | None = None) -> int:
     """Measure, write or check the pages' figures; 1 where a page says other than the stored ones."""
-    parser = argparse.ArgumentParser(prog="python scripts/page_figures.py", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="python scripts/page_figures.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=("measure", "write", "check"))
     parser.add_argument("what", nargs="?", choices=tuple(COMMANDS), help="measure: which command")
     args = parser.parse_args(argv)
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.what is None:
             parser.error("measure needs quickstart or default")
         figures[args.what] = measure(args.what)
-        FIGURES.write_text(json.dumps(figures, indent=2) + "\n")
+        atomic_write_bytes(FIGURES, (json.dumps(figures, indent=2) + "\n").encode())
         print(f"{FIGURES.relative_to(ROOT)}: {args.what} {figures[args.what]['accuracy'][-1]} %")
     elif args.action == "write":
         print("rewritten: " + (", ".join(write(figures)) or "nothing (the pages say the stored figures)"))
