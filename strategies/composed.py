@@ -14,7 +14,7 @@ or a user's own):
 3. The replies it aggregates carry exactly one ArrayRecord (`arrays`, full-size) and one
    MetricRecord with `num-examples`; the parts' own records are taken out first. A strategy
    that aggregates by the example-weighted mean alone (registered `mean_based`: FedAvg and
-   the FedOpt family, FedAvgM) may instead be given one reply that holds the round's mean
+   the FedOpt family, FedAvgM) is given one reply that holds the round's mean instead
    (`aggregate_totals`), which is what it would compute from the K replies.
 4. Its result is cast back to each parameter's dtype and shape as sent (0-d arrays and
    float32 included), then the parts adjust it.
@@ -23,8 +23,9 @@ or a user's own):
    momentum, FedOpt's moments); for any other class, its attributes that hold arrays or
    plain values.
 
-The parts read the round through `RoundTotals` (strategies/totals.py): from the replies
-here, or computed where the clients trained (the batched engine).
+The parts read the round through `RoundTotals` (strategies/totals.py): the grid's, with a
+mean-based inner strategy (taken of the replies for a plain Flower grid, where the clients
+trained for the batched engine); of the replies here, with any other.
 """
 
 from __future__ import annotations
@@ -97,14 +98,14 @@ class ComposedStrategy(Strategy):
         the replies holding the inner strategy's slim copies."""
         for part in reversed(self.parts):
             part.restore(server_round, contents, self.sent)
-        self.restored = {id(content): content[ARRAYS] for content in contents}
+        self.restored = {id(content): content[ARRAYS] for content in contents if ARRAYS in content.array_records}
 
     def aggregate_restored(
         self, server_round: int, replies: list[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """`aggregate_train` of replies `restore` has seen (a wrapper clipped them in between)."""
         good = [reply.content for reply in replies if not reply.has_error()]
-        totals = RoundTotals.of_replies(good, self.sent, self.param_names)
+        totals = RoundTotals.of_replies([RecordDict({**c}) for c in good], self.sent, self.param_names)
         for content in good:  # the inner's own slim copy (FedMedian, Krum pop what they read)
             record = content[ARRAYS]
             for key in list(content.array_records):
@@ -114,12 +115,17 @@ class ComposedStrategy(Strategy):
         return self._complete(server_round, aggregated, metrics, totals)
 
     def aggregate_totals(
-        self, server_round: int, totals: RoundTotals, reply_to: Message
+        self, server_round: int, totals: RoundTotals, replies: list[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """A round given as its totals (guarantee 3's one reply); for mean-based inner strategies."""
+        """A round given as its totals (guarantee 3's one reply); for mean-based inner strategies.
+
+        `replies` are the round's, with or without arrays: those with arrays are restored in place
+        first, so totals taken of them (`RoundTotals.of_replies`) read whole models, and so do
+        `client_models`."""
+        self.restore(server_round, [reply.content for reply in replies if not reply.has_error()])
         metrics = MetricRecord({**totals.metrics, NUM_EXAMPLES: totals.examples})
         params = to_array_record(totals.param_mean)
-        merged = Message(RecordDict({ARRAYS: params, METRICS: metrics}), reply_to=reply_to)
+        merged = Message(RecordDict({ARRAYS: params, METRICS: metrics}), reply_to=replies[0])
         aggregated, metrics = self.inner.aggregate_train(server_round, [merged])
         return self._complete(server_round, aggregated, metrics, totals)
 

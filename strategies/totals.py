@@ -5,7 +5,9 @@ and the anchors take example-weighted means, buffers are example-weighted means)
 reads `RoundTotals`, never the replies themselves. There is one arithmetic, over the
 round's clients stacked (client first), with two sources:
 
-- the replies the server received (Ray, deployment, robust strategies): `of_replies`;
+- the replies the server received: `of_replies`, which a plain Flower grid's round comes with
+  (Ray, deployment: fedpfn.runtime.transport.PlainGrid) and a strategy that reads the replies
+  (robust ones, wrappers) takes itself;
 - the batched engine's cohort, where the clients trained, so a round of K clients is never
   K serialised models (fedpfn.runtime.engines.grid).
 
@@ -48,14 +50,17 @@ class RoundTotals:
 
     @classmethod
     def of_replies(cls, replies: Sequence[RecordDict], sent: Arrays, param_names: Sequence[str]) -> RoundTotals:
-        """The totals of replies received, each with its full model (FedPNU's unpacked): their
-        records as received (the composed strategy hands the inner strategy slimmer copies)."""
-        received = [dict(content.array_records) for content in replies]
+        """The totals of replies received (a plain Flower grid's round): their records are read
+        when a total is first read, so the server restores the replies in place before (FedPNU's
+        unpacked, personal entries filled: ComposedStrategy.restore). Whoever changes the
+        replies after that hands in copies (`RecordDict({**content})`)."""
+        replies = list(replies)
 
         def stack(key: str, name: str) -> torch.Tensor:
-            return torch.stack([torch.from_numpy(r[key][name].numpy()) for r in received])
+            return torch.stack([torch.from_numpy(content[key][name].numpy()) for content in replies])
 
         def stacks() -> Stacks:
+            received = [content.array_records for content in replies]
             if not received:
                 return {}, {}, {}
             parameters = set(param_names)

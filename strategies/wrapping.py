@@ -16,8 +16,8 @@ wrapper wraps a view of it (`ComposedView`) that shows it exactly that:
 - what it adds to the aggregate (noise) lands on the composed strategy's result, after the
   parts adjusted it.
 
-A wrapper reads every reply (per-client clipping), so the batched engine sends every client's
-model instead of the round's totals (fedpfn.runtime.algorithms.mean_based).
+A wrapper reads every reply (per-client clipping), so the server asks for every client's model
+and aggregates the replies, never the round's totals (fedpfn.runtime.algorithms.mean_based).
 """
 
 from __future__ import annotations
@@ -216,9 +216,9 @@ class WrappedStrategy:
         return to_array_record({**to_numpy(self.view.last), **params}), metrics
 
     def aggregate_totals(
-        self, server_round: int, totals: RoundTotals, reply_to: Message
+        self, server_round: int, totals: RoundTotals, replies: list[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        raise AssertionError("a wrapped strategy reads every reply: the engine sends no totals for it")
+        raise AssertionError("a wrapped strategy reads every reply: the server aggregates its replies")
 
     def client_models(self, server_round: int, replies: list[Message]) -> list[Any]:
         return self.composed.client_models(server_round, replies)

@@ -18,7 +18,9 @@ A train reply, client -> server:
     and update records (SCAFFOLD's delta): parameter-shaped changes, zero wherever the
     client did not train (anchors), so a receiver may fill entries not sent with zeros.
     A reply that stands for its client's part in a round total computed where the clients
-    trained (the batched engine) carries METRICS and UPLOAD instead of arrays.
+    trained (the batched engine, in a round whose models the server does not read: the
+    `need_models` argument of fedpfn.runtime.transport.TrainGrid) carries METRICS and UPLOAD
+    instead of arrays.
 A query message asks a node which partition it holds; its reply carries NODE.
 """
 
@@ -41,9 +43,6 @@ RUN_CONFIG = "run-config"
 # the last round whose reply from this client the server aggregated (0: none): a client's
 # state (SCAFFOLD's c_i, FedDyn's gradient) continues from that round's, as the server's does
 ACCEPTED_ROUND = "accepted-round"
-# the server needs every client's arrays this round (it measures their alignment): an engine
-# that could answer with totals (UPLOAD) sends the arrays instead
-FULL_REPLY = "full-reply"
 UPLOAD_BYTES = "bytes"  # UPLOAD's key
 
 # METRICS keys (and NODE's: the node config keys Flower's simulation sets on every node)

@@ -25,6 +25,7 @@ from fedpfn.runtime.resume import resume_point
 from fedpfn.runtime.runfolder import RunFolder, RunFolderError
 from fedpfn.runtime.server import ServerLoop
 from fedpfn.runtime.tracking import Tracking, tracked_run
+from fedpfn.runtime.transport import TrainGrid
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ def tracking(run: RunPlan, compute: str, show: bool = True) -> Iterator[Tracking
         yield tracker
 
 
-def serve(grid: Grid, run: RunPlan, tracker: Tracking | None) -> dict[str, Any]:
-    """The rounds, from the run's checkpoint (or round 1) to its last: the summary."""
-    return ServerLoop(grid, run.cfg, run.folder, run.checkpoint).run(tracker)
+def serve(grid: Grid, run: RunPlan, tracker: Tracking | None, train_grid: TrainGrid | None = None) -> dict[str, Any]:
+    """The rounds, from the run's checkpoint (or round 1) to its last: the summary. `train_grid`:
+    what the rounds train through, when not `grid` itself (the batched engine's)."""
+    return ServerLoop(grid, run.cfg, run.folder, run.checkpoint, train_grid).run(tracker)

@@ -25,12 +25,12 @@ from fedpfn.core.config import RunConfig
 from fedpfn.core.files import CLIENTS
 from fedpfn.core.training import evaluate, pick_device
 from fedpfn.runtime import alignment, federated_eval
-from fedpfn.runtime.algorithms import build_strategy
+from fedpfn.runtime.algorithms import build_strategy, mean_based
 from fedpfn.runtime.recording import evaluation_set, write_partition_report, write_summary
 from fedpfn.runtime.resume import accepted_rounds
 from fedpfn.runtime.runfolder import RunFolder
 from fedpfn.runtime.tracking import Tracking, local_test_summary
-from fedpfn.runtime.transport import NodeDirectory, send_round, simulated_failures
+from fedpfn.runtime.transport import NodeDirectory, PlainGrid, TrainGrid, simulated_failures
 from strategies import RoundTotals, SampledGrid, sample_clients
 
 log = logging.getLogger("fedpfn")
@@ -147,14 +147,25 @@ class RoundOutcome:
 class ServerLoop:
     """One run on the server side: the global model, the strategy, the run folder."""
 
-    def __init__(self, grid: Grid, cfg: RunConfig, folder: RunFolder, checkpoint: dict[str, Any] | None) -> None:
-        """`checkpoint`: what `resume_point` found (None: start at round 1)."""
+    def __init__(
+        self,
+        grid: Grid,
+        cfg: RunConfig,
+        folder: RunFolder,
+        checkpoint: dict[str, Any] | None,
+        train_grid: TrainGrid | None = None,
+    ) -> None:
+        """`checkpoint`: what `resume_point` found (None: start at round 1); `train_grid`: what the
+        rounds train through (None: `grid`, a plain Flower Grid)."""
         self.grid = grid
         self.cfg = cfg
         self.folder = folder
         self.device = pick_device()  # the server evaluates on a visible GPU, whatever the clients use
         self.model = initial_model(cfg).to(self.device)
         self.strategy = build_strategy(cfg, self.model)
+        # the one decision: a mean-based strategy aggregates the round's totals, any other its replies
+        self.from_totals = mean_based(cfg)
+        self.train_grid = train_grid or PlainGrid(grid, [name for name, _ in self.model.named_parameters()])
         self.round_timeout = cfg.round_timeout or None  # 0: wait for every reply
         self.nodes = NodeDirectory(grid, cfg.num_clients, query_timeout=self.round_timeout)
         self.eval_name, self.eval_x, self.eval_y = evaluation_set(cfg, self.device)
@@ -180,7 +191,8 @@ class ServerLoop:
         failing = simulated_failures(cfg, server_round, present)
         to_send = {p: nodes[p] for p in present if p not in failing}
         sent = self.train_messages(server_round, to_send) if to_send else {}
-        replies = send_round(self.grid, sent, self.round_timeout)
+        need_models = not self.from_totals or alignment.due(cfg, server_round)  # the clients' arrays read
+        replies = self.train_grid.train_round(sent, self.round_timeout, need_models=need_models)
         replies.failed.update(failing)
         good = [replies.replies[p] for p in sorted(replies.replies)]
         stop_if_a_worker_died(server_round, replies.failed)
@@ -223,10 +235,10 @@ class ServerLoop:
         start, fused = protocol.to_numpy(sent), protocol.to_numpy(self.arrays)
         return self.alignment.measure(start, fused, models, partitions, examples)
 
-    def aggregate(self, server_round: int, replies: list[Message], totals: RoundTotals | None) -> float:
-        """The new global model from the round's replies (or the totals the engine computed); its train loss."""
-        if totals is not None:  # the grid gave totals only because the strategy is mean-based
-            arrays, metrics = self.strategy.aggregate_totals(server_round, totals, reply_to=replies[0])
+    def aggregate(self, server_round: int, replies: list[Message], totals: RoundTotals) -> float:
+        """The new global model from the round's totals (mean-based strategies) or its replies; its train loss."""
+        if self.from_totals:
+            arrays, metrics = self.strategy.aggregate_totals(server_round, totals, replies)
         else:
             arrays, metrics = self.strategy.aggregate_train(server_round, replies)
         if arrays is not None:
@@ -237,8 +249,6 @@ class ServerLoop:
         """The strategy's train messages for these partitions' nodes, by partition id."""
         view = SampledGrid(self.grid, list(nodes.values()))
         config = train_config(self.cfg, server_round)
-        if alignment.due(self.cfg, server_round):
-            config[protocol.FULL_REPLY] = True
         partition_of = {node: partition for partition, node in nodes.items()}
         messages = self.strategy.configure_train(server_round, self.arrays, config, view)
         by_partition = {partition_of[m.metadata.dst_node_id]: m for m in messages}

@@ -18,6 +18,7 @@ from fedpfn.runtime.lifecycle import RunPlan, claimed, plan, serve, tracking
 from fedpfn.runtime.runfolder import RunFolder
 from fedpfn.runtime.server import FederationError
 from fedpfn.runtime.tracking import Tracking, check_available
+from fedpfn.runtime.transport import TrainGrid
 
 # The switches this process found unset: set now for what it starts, but its own Flower read them
 # when it was imported, before this module (under `flwr run`); deployed_main says so.
@@ -26,13 +27,14 @@ SIMULATED_NODES_SECONDS = 10.0  # a simulation registers its nodes as its Server
 log = logging.getLogger("fedpfn")
 
 
-def make_server_app(run: RunPlan, tracker: Tracking | None = None) -> ServerApp:
-    """A ServerApp for a run checked and claimed by the caller (run_sim.py's engines)."""
+def make_server_app(run: RunPlan, tracker: Tracking | None = None, train_grid: TrainGrid | None = None) -> ServerApp:
+    """A ServerApp for a run checked and claimed by the caller (run_sim.py's engines); `train_grid`:
+    what its rounds train through, when not the grid Flower hands it (the batched engine's)."""
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        serve(grid, run, tracker)
+        serve(grid, run, tracker, train_grid)
 
     return app
 

@@ -12,6 +12,11 @@ live on the SuperLink only until shortly after its deadline (their TTL), so a no
 comes back later never trains on them and the SuperLink refuses their replies; and only
 this round's message ids are pulled, any other reply is dropped.
 
+A training round goes through a `TrainGrid`, which gives the round's totals with its replies:
+`PlainGrid` takes them of the replies for any Flower Grid; the batched engine's grid
+(engines/grid.py) takes them where its clients trained. Whether the replies must carry the
+clients' arrays is an argument of the call (`need_models`), not a key of the messages.
+
 Nodes come and go in a real federation (a crashed SuperNode restarted, a replacement
 machine). `NodeDirectory` maps partition ids to the nodes connected now, asking only nodes
 it has not met, so a restarted node takes part again from the next round.
@@ -23,9 +28,9 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Collection, Hashable, Iterator, Mapping
+from collections.abc import Collection, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar, runtime_checkable
+from typing import Generic, Protocol, TypeVar
 
 from flwr.app import Message, MessageType, RecordDict
 from flwr.serverapp import Grid
@@ -49,18 +54,47 @@ class RoundReplies(Generic[K]):
 
     replies: dict[K, Message]  # answered in time, without error
     failed: dict[K, str]  # no usable reply, and why (the node's error, or the deadline)
-    totals: RoundTotals | None = None  # the replies' totals, when the grid computed them (TotalsGrid)
 
 
-@runtime_checkable
-class TotalsGrid(Protocol):
-    """A grid that trains a round in one program may also give the totals of its replies.
+@dataclass(frozen=True)
+class TrainedRound(RoundReplies[int]):
+    """A training round's replies, by partition id, and the totals of the successful ones in
+    partition order (strategies.totals), which a mean-based server aggregates."""
 
-    Its replies then carry METRICS and UPLOAD without arrays (protocol.UPLOAD), and the
-    server parts and a mean-based strategy read the totals instead (strategies.totals).
+    totals: RoundTotals
+
+
+class TrainGrid(Protocol):
+    """What the server trains a round through: its replies always come with the round's totals.
+
+    `need_models`: the server reads every client's arrays this round (it measures their
+    alignment, or its strategy is not mean-based); otherwise a grid that takes the totals where
+    the clients trained may answer with METRICS and UPLOAD alone (protocol.UPLOAD).
     """
 
-    def round_totals(self, message_ids: list[str]) -> RoundTotals | None: ...
+    def train_round(self, messages: Mapping[int, Message], timeout: float | None, need_models: bool) -> TrainedRound:
+        """Send a round's train messages (by partition id) and collect replies and totals by `timeout`."""
+        ...
+
+
+class PlainGrid:
+    """A Flower Grid (the Ray engine's, a deployment's SuperLink): every reply carries its arrays,
+    whatever `need_models` says, and the round's totals are taken of the replies."""
+
+    def __init__(self, grid: Grid, param_names: Sequence[str]) -> None:
+        """`param_names`: the model's parameters (the rest of what is sent is buffers)."""
+        self.grid = grid
+        self.param_names = list(param_names)
+
+    def train_round(self, messages: Mapping[int, Message], timeout: float | None, need_models: bool) -> TrainedRound:
+        return self.totals_of(messages, send_round(self.grid, messages, timeout))
+
+    def totals_of(self, messages: Mapping[int, Message], got: RoundReplies[int]) -> TrainedRound:
+        """`got` with the totals of its successful replies, in partition order (RoundTotals.of_replies)."""
+        sent = protocol.to_numpy(next(iter(messages.values())).content[protocol.ARRAYS]) if messages else {}
+        good = [got.replies[p].content for p in sorted(got.replies)]
+        totals = RoundTotals.of_replies(good, sent, self.param_names)
+        return TrainedRound(replies=got.replies, failed=got.failed, totals=totals)
 
 
 def fails_this_round(cfg: RunConfig, server_round: int, partition_id: int) -> bool:
@@ -116,8 +150,7 @@ def send_round(grid: Grid, messages: Mapping[K, Message], timeout: float | None)
         if pending:
             time.sleep(wait)
     failed.update({key: f"no reply within {timeout:g} s" for key in pending.values()})  # timeout set
-    totals = grid.round_totals([mid for mid in ids if mid]) if isinstance(grid, TotalsGrid) else None
-    return RoundReplies(replies=replies, failed=failed, totals=totals)
+    return RoundReplies(replies=replies, failed=failed)
 
 
 def _poll_delays(deadline: float) -> Iterator[float]:

@@ -97,6 +97,6 @@ def run(run: RunPlan, tracker: Tracking) -> None:
     grid = BatchedGrid(run.cfg, runner)
     context = Context(run_id=RUN_ID, node_id=SERVER_NODE, node_config=UserConfig(), state=RecordDict(), run_config=UserConfig())
     try:
-        make_server_app(run, tracker)(grid, context)
+        make_server_app(run, tracker, train_grid=grid)(grid, context)
     finally:
         runner.close()

@@ -4,16 +4,17 @@ The unchanged ServerApp, ServerLoop and strategies run over `BatchedGrid`: one n
 partition. A round's train messages arrive in one push (the server loop pushes the whole
 round at once); they are decoded once and trained as one cohort by the runner (this
 process's CohortRunner, or the RayRunner's actors), and each client is answered with the
-reply the ClientApp would send. With a mean-based server algorithm the replies carry
-metrics and their upload size only, and the round's totals are taken where the clients
-trained (strategies.totals.RoundTotals): no client's model is serialised. Query messages,
-and any message that is not training, go through the same ClientApp in-process.
+reply the ClientApp would send. A round sent through `train_round` always gets its totals
+taken where the clients trained (strategies.totals.RoundTotals); unless the server needs the
+clients' models that round, the replies carry metrics and their upload size only: no
+client's model is serialised. Query messages, and any message that is not training, go
+through the same ClientApp in-process.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from flwr.app import ConfigRecord, Context, Error, Message, MessageType, MetricRecord, RecordDict
 from flwr.app.user_config import UserConfig
@@ -24,10 +25,10 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from fedpfn.core import protocol
 from fedpfn.core.config import RunConfig
-from fedpfn.runtime.algorithms import mean_based
 from fedpfn.runtime.client_app import client_app
 from fedpfn.runtime.engines.prepared import ClientJob
 from fedpfn.runtime.engines.result import CohortResult
+from fedpfn.runtime.transport import PlainGrid, TrainedRound, send_round
 from strategies import RoundTotals
 
 RUN_ID = 1
@@ -48,7 +49,7 @@ class BatchedGrid(Grid):
     def __init__(self, cfg: RunConfig, runner: Runner) -> None:
         self.cfg = cfg
         self.runner = runner
-        self.totals_wanted = mean_based(cfg)  # else every reply carries its arrays
+        self.models_wanted = True  # the replies carry their arrays (train_round says per round)
         self._run = Run.create_empty(RUN_ID)
         self.contexts = {
             FIRST_NODE + pid: Context(
@@ -61,7 +62,8 @@ class BatchedGrid(Grid):
             for pid in range(cfg.num_clients)
         }
         self._replies: dict[str, Message] = {}
-        self._totals: dict[frozenset[str], RoundTotals] = {}
+        self._totals: dict[frozenset[str], RoundTotals] = {}  # the last round's, by its message ids
+        self._param_names: list[str] = []  # the model's parameters, once a cohort trained
 
     # --- Grid -------------------------------------------------------------------------------
 
@@ -99,9 +101,20 @@ class BatchedGrid(Grid):
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
         return self.pull_messages(self.push_messages(messages))
 
-    def round_totals(self, message_ids: list[str]) -> RoundTotals | None:
-        """The totals of the round these messages trained (once), if the replies carried no arrays."""
-        return self._totals.pop(frozenset(message_ids), None)
+    # --- TrainGrid ----------------------------------------------------------------------------
+
+    def train_round(self, messages: Mapping[int, Message], timeout: float | None, need_models: bool) -> TrainedRound:
+        """The round as one cohort (transport.TrainGrid): replies with arrays only if `need_models`,
+        and the totals the program took."""
+        self.models_wanted = need_models
+        try:
+            got = send_round(self, messages, timeout)
+        finally:
+            self.models_wanted = True
+        totals = self._totals.pop(frozenset(m.metadata.message_id for m in messages.values()), None)
+        if totals is None:  # no message, or trained one by one (models of their own): as PlainGrid
+            return PlainGrid(self, self._param_names).totals_of(messages, got)
+        return TrainedRound(replies=got.replies, failed=got.failed, totals=totals)
 
     # --- answering ---------------------------------------------------------------------------
 
@@ -120,34 +133,30 @@ class BatchedGrid(Grid):
         shared = {id(m.content[protocol.ARRAYS]) for m in trained}
         if len(shared) > 1:  # not one round's messages: each as a cohort of its own, with arrays
             for message in trained:
-                self._train_cohort([message], totals=False)
+                self._train_cohort([message], arrays=True)
             return
-        full = bool(trained[0].content.config_records[protocol.CONFIG].get(protocol.FULL_REPLY, False))
-        totals = self._train_cohort(trained, totals=self.totals_wanted and not full)
-        if totals is not None:  # asked for by the ids of the round's messages
-            self._totals[frozenset(m.metadata.message_id for m in messages)] = totals
+        totals = self._train_cohort(trained, arrays=self.models_wanted)
+        self._totals = {frozenset(m.metadata.message_id for m in messages): totals}  # for train_round
 
-    def _train_cohort(self, messages: list[Message], totals: bool) -> RoundTotals | None:
-        """Train `messages`' clients as one cohort and answer them; their totals if `totals`."""
+    def _train_cohort(self, messages: list[Message], arrays: bool) -> RoundTotals:
+        """Train `messages`' clients as one cohort and answer them (with their arrays if `arrays`,
+        else with their upload size); their totals."""
         jobs = [
             ClientJob(self._partition(m), self.contexts[m.metadata.dst_node_id].state, accepted_round(m))
             for m in messages
         ]
         result = self.runner(messages[0].content, jobs)
-        if totals:
-            upload = protocol.arrays_bytes(result.reply_content(0))  # every client's arrays have one shape
-            for k, message in enumerate(messages):
-                content = RecordDict({
-                    protocol.METRICS: MetricRecord(result.metrics[k]),
-                    protocol.UPLOAD: ConfigRecord({protocol.UPLOAD_BYTES: upload}),
-                })  # fmt: skip
-                self._replies[message.metadata.message_id] = Message(content, reply_to=message)
-            sent = protocol.to_numpy(messages[0].content[protocol.ARRAYS])
-            already_stacked = (result.params, result.buffers, result.records)
-            return RoundTotals(lambda: already_stacked, result.metrics, sent, list(result.params))
+        self._param_names = list(result.params)
+        upload = None if arrays else protocol.arrays_bytes(result.reply_content(0))  # all of one shape
         for k, message in enumerate(messages):
-            self._replies[message.metadata.message_id] = Message(result.reply_content(k), reply_to=message)
-        return None
+            content = result.reply_content(k) if arrays else RecordDict({
+                protocol.METRICS: MetricRecord(result.metrics[k]),
+                protocol.UPLOAD: ConfigRecord({protocol.UPLOAD_BYTES: upload}),
+            })  # fmt: skip
+            self._replies[message.metadata.message_id] = Message(content, reply_to=message)
+        sent = protocol.to_numpy(messages[0].content[protocol.ARRAYS])
+        already_stacked = (result.params, result.buffers, result.records)
+        return RoundTotals(lambda: already_stacked, result.metrics, sent, list(result.params))
 
     def _partition(self, message: Message) -> int:
         return int(self.contexts[message.metadata.dst_node_id].node_config[protocol.PARTITION_ID])
