@@ -19,6 +19,7 @@ PAGES = {  # study -> (the page it writes, what it reads: its template, its stor
     "privacy": ("docs/guide/privacy-results.md", "studies/privacy.md", "docs/study/privacy.json"),
     "attacks": ("docs/guide/attacks-results.md", "studies/attacks.md", "docs/study/attacks.json"),
     "alignment_main": ("docs/alignment_main.md", "studies/alignment_main.md", "docs/alignment/main.json"),
+    "alignment_confirm": ("docs/alignment_confirm.md", "studies/alignment_confirm.md", "docs/alignment/confirm.json"),
     "earlier": ("docs/results_earlier.md", "studies/earlier.md", "docs/study/earlier-page.json",
                 *(f"docs/study/{name}/report.{kind}" for name in EARLIER for kind in ("json", "md"))),
 }

@@ -202,12 +202,17 @@ def pilot(root: Path) -> str | None:
 
 
 MAIN_STUDY = "studies/alignment_main.toml"
+CONFIRM_STUDY = "studies/alignment_confirm.toml"
 
 
-def main_rows(root: Path, family: str) -> list[Paired]:
-    """A family of the main federated study as its page computes it, from its stored results."""
-    stored = read(root, "docs/alignment/main.json")
-    return [] if stored is None else family_rows(load(root / MAIN_STUDY), stored, family)
+def study_rows(root: Path, study: str, family: str) -> list[Paired]:
+    """A family of a federated study as its page computes it, from its stored results ([] where not stored)."""
+    if not (root / study).is_file():
+        return []
+    spec = load(root / study)
+    assert spec.page is not None
+    stored = read(root, str(spec.page.stored))  # relative to where fedpfn runs: the checkout, here
+    return [] if stored is None else family_rows(spec, stored, family)
 
 
 def points_text(rows: list[Paired]) -> str:
@@ -216,30 +221,49 @@ def points_text(rows: list[Paired]) -> str:
                      f"{reading(p, 100, 'points')})" for p in rows)  # fmt: skip
 
 
-def main_setting(root: Path) -> str:
-    """The main study's setting in words, read from its declaration."""
-    spec = load(root / MAIN_STUDY)
+def study_setting(root: Path, study: str) -> str:
+    """A federated study's setting in words, read from its declaration."""
+    spec = load(root / study)
     flag = lambda name: spec.shared[spec.shared.index(name) + 1]  # noqa: E731
     return (f"the {flag('--model').upper()}, {flag('--num-clients')} clients, {flag('--clients-per-round')} a round, "
             f"{flag('--local-epochs')} local epochs at lr {flag('--lr')}, {len(spec.seeds)} seeds, test accuracy over "
             f"the last {spec.endpoints['acc'].last} of {flag('--rounds')} rounds")  # fmt: skip
 
 
+def slower_lr(root: Path, study: str) -> str:
+    """The learning rate of the study's `step` family's baseline (FedAvg with a smaller step)."""
+    spec = load(root / study)
+    flags = spec.arms[spec.families["step"].baseline]
+    return flags[flags.index("--lr") + 1]
+
+
 def main_study(root: Path) -> str | None:
     """The exploratory federated study's accuracy comparisons, each with its interval and reading."""
-    fedpfn = [p for p in main_rows(root, "accuracy") if p.label.endswith("FedPFN − FedAvg")]
+    fedpfn = [p for p in study_rows(root, MAIN_STUDY, "accuracy") if p.label.endswith("FedPFN − FedAvg")]
     if not fedpfn:
         return None
-    spec = load(root / MAIN_STUDY)
-    slower = spec.arms[spec.families["step"].baseline]
     return (f"**Did FedPFN beat FedAvg in a federation?** In the exploratory federated study (docs/alignment_main.md; "
-            f"{main_setting(root)}; Holm within each family), FedPFN minus FedAvg was {points_text(fedpfn)}. Against "
-            f"FedAvg at lr {slower[slower.index('--lr') + 1]} it was {points_text(main_rows(root, 'step'))}; against the control that "
-            f"freezes as much and shares nothing, {points_text(main_rows(root, 'sharing'))}.")  # fmt: skip
+            f"{study_setting(root, MAIN_STUDY)}; Holm within each family), FedPFN minus FedAvg was {points_text(fedpfn)}. "
+            f"Against FedAvg at lr {slower_lr(root, MAIN_STUDY)} it was {points_text(study_rows(root, MAIN_STUDY, 'step'))}; "
+            f"against the control that freezes as much and shares nothing, "
+            f"{points_text(study_rows(root, MAIN_STUDY, 'sharing'))}.")  # fmt: skip
+
+
+def confirm_study(root: Path) -> str | None:
+    """The confirmatory federated study's three pre-registered hypotheses, each with its interval and reading."""
+    step = study_rows(root, CONFIRM_STUDY, "step")
+    if not step:
+        return None
+    fedpfn = [p for p in study_rows(root, CONFIRM_STUDY, "accuracy") if p.label.endswith("FedPFN − FedAvg")]
+    return (f"**Did it hold on new seeds?** The confirmatory study (docs/alignment_confirm.md; pre-registered, "
+            f"{study_setting(root, CONFIRM_STUDY)}, seeds the exploratory study never ran) found FedPFN minus FedAvg at "
+            f"lr {slower_lr(root, CONFIRM_STUDY)} (primary) {points_text(step)}; minus the control, "
+            f"{points_text(study_rows(root, CONFIRM_STUDY, 'sharing'))}; minus FedAvg at the same lr, {points_text(fedpfn)}.")  # fmt: skip
 
 
 SENTENCES: tuple[Callable[[Path], str | None], ...] = (
     accuracy_beat, accuracy_control, misalignment, freezing_or_sharing, fused_accuracy, federated, pilot, main_study,
+    confirm_study,
 )
 
 
