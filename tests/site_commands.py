@@ -167,8 +167,6 @@ def why_it_takes_long(words: list[str]) -> NotRun | None:
             return NotRun("reads the run folders an earlier comparison wrote (hours of training)", "help")
         case ["fedpfn", "study", "run", *_]:
             return NotRun(HOURS + " (tests/test_study.py runs a tiny study end to end)", "help")
-        case ["python", "scripts/alignment_sweep.py", *_]:
-            return NotRun(HOURS, "help")
         case ["scripts/lmc_sweep.sh", *_]:
             return NotRun(
                 HOURS + " (30 minutes); the script takes no --help: its commands are fedpfn.analysis.lmc's",
@@ -360,14 +358,14 @@ def run_script(copy: Path, part: str, words: list[str]) -> None:
                 study, "docs/alignment_federated.md"
             )
             unchanged(copy, part, page, 2, "cells are not finished")
-        case ["fedpfn", "study", "page", _]:
-            done = shell(copy, ".venv/bin/" + part.strip())
-            assert done.returncode == 2 and "cells are not finished" in done.stderr, done.stderr[-2000:]
-        case ["python", "scripts/alignment_page.py"]:  # no runs here: the page again from the kept cells
+        case ["fedpfn", "study", "page", "studies/alignment_gate.toml"]:  # no runs here: the page from the kept cells
             done = shell(copy, ".venv/bin/" + part.strip())
             assert done.returncode == 0 and "wrote docs/alignment.md" in done.stdout, done.stderr[-2000:]
             for kept in ("docs/alignment.md", "docs/alignment/cells.json"):
                 assert (copy / kept).read_bytes() == (ROOT / kept).read_bytes(), f"{part.strip()} changed {kept}"
+        case ["fedpfn", "study", "page", _]:
+            done = shell(copy, ".venv/bin/" + part.strip())
+            assert done.returncode == 2 and "cells are not finished" in done.stderr, done.stderr[-2000:]
         case ["python", "scripts/fusion_page.py", folder]:
             unchanged(copy, part, "docs/fusion.md", 2, f"cannot read {folder}/soup.json")
         case ["python", "scripts/fusion_page.py", "--cold", folder]:

@@ -1,9 +1,22 @@
-"""docs/alignment.md's readings, computed from planted cells: what (a) and (b) may and may not say."""
+"""docs/alignment.md's readings, computed from planted cells: what (a) and (b) may and may not say;
+the page is what `fedpfn study page --stored studies/alignment_gate.toml` writes, byte for byte, and
+`fedpfn study page` merges the finished cells with the kept ones."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+from fedpfn.cli.main import main as fedpfn
+from fedpfn.cli.study import configure
 from fedpfn.study import gate
 from fedpfn.study import gate_page as page
+from fedpfn.study.cells import config_of, main_cells
+from fedpfn.study.commands import settings_of
+from fedpfn.study.spec import load
+
+ROOT = Path(__file__).parents[1]
+GATE = ("studies/alignment_gate.toml", "studies/alignment.md", "docs/alignment/cells.json")  # what the page reads
 
 ARMS = ("plain", "shared-0.4", "independent-0.4", "diff-init")
 
@@ -96,9 +109,67 @@ def test_runs_here_replace_a_kept_regime_only_once_they_cover_its_seeds() -> Non
     assert waiting == [] and set(cells) == {"r", "new"}
 
 
-def test_the_committed_page_is_what_its_stored_cells_write() -> None:
-    """`alignment_page.py --stored` writes docs/alignment.md again, byte for byte."""
-    assert page.write_page(page.stored_cells()) == page.PAGE.read_text()
+def test_the_committed_page_is_what_its_stored_cells_write(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A copy holding only the gate's study, its template and its kept cells writes docs/alignment.md again."""
+    for path in GATE:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_bytes((ROOT / path).read_bytes())
+    monkeypatch.chdir(tmp_path)
+    assert fedpfn(["study", "page", "--stored", GATE[0]]) == 0
+    assert capsys.readouterr().out == "wrote docs/alignment.md\n"
+    assert (tmp_path / "docs/alignment.md").read_bytes() == (ROOT / "docs/alignment.md").read_bytes()
+
+
+SMALL = """command = "lmc"
+runs = "runs/alignment"
+cell = "{arm}/seed{seed}"
+seeds = [0, 1]
+shared = "--dataset fmnist --models 2 --device cpu"
+
+[arms]
+r = "--model mlp --lr 0.1"
+q = "--model mlp --lr 0.05"
+w = "--model mlp --lr 0.01"
+
+[not_run]
+w = "why w waits"
+
+[page]
+out = "page.md"
+stored = "cells.json"
+text = '''{regimes}
+'''
+reading = "gate"
+"""
+
+
+def test_the_page_from_the_runs_merges_finished_cells_with_the_kept_ones(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A regime's runs replace its kept cells once they cover as many seeds; a cell still running (no lmc.json)
+    is left out; a regime not run says why; the page from the runs is the page from what it stored."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gate.toml").write_text(SMALL)
+    spec = load("gate.toml")
+    assert fedpfn(["study", "page", "gate.toml"]) == 2
+    assert "no finished cell under runs/alignment; fedpfn study run gate.toml first" in capsys.readouterr().err
+    (tmp_path / "cells.json").write_text(json.dumps({"r": planted(MOVING, seeds=2)}))
+    for cell in main_cells(spec):
+        if (cell.arm, cell.seed) in (("r", 0), ("q", 0)):
+            cell.folder.mkdir(parents=True)
+            seeds = [{"seed": cell.seed, **dict.fromkeys(page.KEPT, 0.5)}]
+            result = {"config": settings_of(config_of(spec, cell, configure).settings),
+                      "settings": {arm: {"seeds": seeds} for arm in ARMS}}  # fmt: skip
+            (cell.folder / "lmc.json").write_text(json.dumps(result))
+    assert fedpfn(["study", "page", "gate.toml"]) == 0
+    out = capsys.readouterr().out
+    assert out == "r: 1 cells run here wait to cover the 2 kept seeds\nwrote page.md\n"
+    stored = json.loads((tmp_path / "cells.json").read_text())
+    assert list(stored) == ["q", "r"] and stored["r"] == json.loads(json.dumps(planted(MOVING, seeds=2)))
+    assert list(stored["q"]["seeds"]) == ["0"] and stored["q"]["config"]["lr"] == 0.05
+    written = (tmp_path / "page.md").read_text()
+    assert written.splitlines()[2:] == ["| r | 2 (0-1) | `--model mlp --lr 0.1` |", "| q | 1 (0-0) | `--model mlp --lr 0.05` |",
+                                        "| w | not run: why w waits | `--model mlp --lr 0.01` |"]  # fmt: skip
+    assert fedpfn(["study", "page", "--stored", "gate.toml"]) == 0
+    assert (tmp_path / "page.md").read_text() == written
 
 
 def test_the_summary_says_where_matchers_disagree() -> None:
@@ -130,3 +201,13 @@ def test_a_regime_whose_plain_model_diverged_is_void_and_the_table_says_where() 
     assert found == [] and "void: a plain model diverged in seed 2, so this regime does not train" in said[0]
     table = gate.regimes_table({"r": regime}, {"r": ["--lr", "0.1"], "q": []}, {"q": "why q waits"})
     assert table[2:] == ["| r | 5 (0-4); plain diverged in seed(s) 2 | `--lr 0.1` |", "| q | not run: why q waits | `` |"]
+
+
+def test_the_step_control_pairs_anchored_arms_at_lr_0_1_with_plain_at_the_smaller_step() -> None:
+    """Seed by seed across two regimes; absent until both exist; a planted gap is read with its sign."""
+    assert gate.step_control({"cnn-same-init": planted(MOVING)})[0].startswith("Not yet read")
+    smaller = planted({**MOVING, "plain": [0.3, 0.32, 0.31, 0.29]}, seeds=6)  # plain at lr 0.06: P larger
+    lines = gate.step_control({"cnn-same-init-lr0.06": smaller, "cnn-same-init": planted(MOVING, seeds=6)})
+    assert lines[0] == "One Holm family of the 2 tests below."  # accuracies planted equal: no test
+    row = next(line for line in lines if line.startswith("| shared-0.4 at lr 0.1 − plain at lr 0.06: P |"))
+    assert "| 6 | -0.3" in row and "lower" in row

@@ -1,26 +1,25 @@
-"""A study's cells: one run folder each, its flags as `fedpfn run` takes them, its config and state.
+"""A study's cells: one folder each, its flags as the study's command takes them, its config.
 
 A cell is an arm at one axes point and one seed (or, where the study tunes a setting first, an
 arm at one axes point and one of the tuned values). Its flags are the shared ones, then the
 axes', the arm's, the tuned value and the stage's: a later flag replaces an earlier one of the
 same name, so an arm may change a shared setting. `Configure` is `fedpfn run`'s own path from
-flags to a checked config (fedpfn.cli passes it in: this layer sits below the command line).
+flags to a checked config (fedpfn.cli passes it in: this layer sits below the command line); a
+study whose cells run another command checks them as that command does (fedpfn.study.commands).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from fedpfn.core.config import RunConfig
-from fedpfn.core.files import METRICS, SUMMARY, DamagedFile, read_jsonl
+from fedpfn.core.files import METRICS, SUMMARY, read_jsonl
 from fedpfn.core.settings import ConfigError
-from fedpfn.runtime.ensure import in_use, run_action
+from fedpfn.study.commands import Command, Configure, RunCells
 from fedpfn.study.spec import Spec
-
-Configure = Callable[[list[str]], RunConfig]
 
 
 @dataclass(frozen=True)
@@ -100,16 +99,26 @@ def main_cells(spec: Spec, chosen: dict[tuple, str] | None = None) -> list[Cell]
     for point in points(spec):
         for arm, flags in spec.arms.items():
             tuned = [] if spec.tune is None else [spec.tune.flag, (chosen or {}).get((arm, point), spec.tune.values[0])]
-            for seed in spec.seeds:
+            for seed in spec.seeds_of(arm):
                 folder = folder_of(spec, spec.cell, arm=arm, seed=seed, **dict(point))
                 cells.append(Cell(arm, seed, point, folder, merged(spec.shared, axis_flags(point), flags, tuned)))
     return cells
 
 
-def config_of(spec: Spec, cell: Cell, configure: Configure) -> RunConfig:
-    """`fedpfn run`'s config of the cell; what it refuses is one line naming the cell."""
+def command_of(name: str, configure: Configure) -> Command:
+    """The command a study's cells run, by the name its file gives (fedpfn.study.spec.COMMANDS)."""
+    if name == "lmc":
+        from fedpfn.study.lmc_cells import LmcCells  # the analysis (torch) only where a study runs it
+
+        return LmcCells()
+    return RunCells(configure)
+
+
+def config_of(spec: Spec, cell: Cell, configure: Configure) -> Any:
+    """The config of the cell as the study's command checks it (`fedpfn run`'s: a RunConfig); what
+    it refuses is one line naming the cell."""
     try:
-        return configure([*cell.flags, "--seed", str(cell.seed), "--out", str(cell.folder)])
+        return command_of(spec.command, configure).configure(list(cell.flags), cell.seed, cell.folder)
     except ConfigError as err:
         raise spec.refuse(f"{cell.label()}: {'; '.join(str(err).splitlines())}") from None
 
@@ -141,24 +150,3 @@ def choices(spec: Spec) -> dict[tuple, str] | None:
         return None
     return {(arm, point): max(spec.tune.values, key=lambda v: found[arm, point, v] or 0.0)
             for point in points(spec) for arm in spec.arms}  # fmt: skip
-
-
-def state(cfg: RunConfig) -> str:
-    """done, running, stopped, missing, or `other settings: ...` (the folder holds another run)."""
-    try:
-        action = run_action(cfg)
-    except ConfigError as err:
-        return f"refused: {err}"
-    if action == "reuse":
-        return "done"
-    if action == "start":
-        return "missing"
-    return "running" if in_use(cfg.run_dir) else "stopped"
-
-
-def rounds_done(folder: Path) -> int:
-    """The rounds a run folder's metrics hold (a stopped run's progress)."""
-    try:
-        return len(read_jsonl(folder / METRICS))
-    except (OSError, DamagedFile):
-        return 0

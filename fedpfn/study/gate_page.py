@@ -1,33 +1,31 @@
-"""docs/alignment.md from the alignment gate's cells: every number and verdict on it is computed here.
+"""docs/alignment.md from the alignment gate's cells (studies/alignment_gate.toml, `page.reading = "gate"`).
 
-    python scripts/alignment_page.py            # gather runs/alignment/*/seed*/lmc.json, then write the page
-    python scripts/alignment_page.py --stored   # write the page from docs/alignment/cells.json alone
+    fedpfn study page studies/alignment_gate.toml            # the finished cells, merged with the kept ones
+    fedpfn study page --stored studies/alignment_gate.toml   # from docs/alignment/cells.json alone
 
-The cells (scripts/alignment_sweep.py, over fedpfn/study/gate_grid.py's regimes) are kept, per
-seed and arm, as their figures in docs/alignment/cells.json, so the page can be written again
-without the runs. A regime's cells all come from one sweep: the runs found here replace the kept
-ones of their regime once they cover as many seeds, never a mix of the two. The reading is fedpfn/study/gate.py; the page's text is
-studies/alignment.md.
+The cells (`python -m fedpfn.analysis.lmc`, one regime and seed each: the study's arms are the
+regimes) are kept, per seed and arm, as their figures in the study's stored file, so the page can
+be written again without the runs. A regime's cells all come from one sweep: the runs found here
+replace the kept ones of their regime once they cover as many seeds, never a mix of the two; the
+page reads whatever regimes have cells (a regime not run says why: the study's `not_run`). The
+reading is fedpfn/study/gate.py; the page's text is the study's template, with `{summary}`-style
+fields (the gate's page predates the study format's marker lines).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from collections.abc import Mapping
 from typing import Any
 
-from fedpfn.core.files import atomic_write_bytes
-from fedpfn.core.provenance import CHECKOUT as ROOT
-from fedpfn.core.provenance import KEY, machines_sentence
 from fedpfn.analysis.lmc_render import DIVERGED
+from fedpfn.core.files import atomic_write_bytes, read_json
+from fedpfn.core.provenance import KEY, machines_sentence
 from fedpfn.study import gate
-from fedpfn.study.gate_grid import COMMON, NOT_RUN, OUT, REGIMES
+from fedpfn.study.cells import main_cells
+from fedpfn.study.spec import Spec, template_text
 
-CELLS = ROOT / "docs" / "alignment" / "cells.json"
-PAGE = ROOT / "docs" / "alignment.md"
-TEMPLATE = ROOT / "studies" / "alignment.md"
+RESULT = "lmc.json"
 KEPT = ("loss_barrier", "loss_midpoint", "matched_loss_barrier", "permutation_loss", "moved_fraction",
         "fused_acc", "mean_individual_acc", "fusion_gap", "distance", "repair_loss_barrier", "train_loss_barrier",
         "ensemble_acc", "ensemble_gap")  # fmt: skip
@@ -45,25 +43,31 @@ def figures_of(seed: Mapping[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def runs_here() -> dict[str, Any]:
-    """Every finished cell under runs/alignment, by regime, seed and arm, with the settings it ran with."""
+def runs_here(spec: Spec) -> dict[str, Any]:
+    """Every finished cell of the study, by regime, seed and arm, with the settings it ran with."""
     cells: dict[str, Any] = {}
-    for regime in REGIMES:
-        for result in sorted((OUT / regime).glob("seed*/lmc.json")):
-            data = json.loads(result.read_text())
-            entry = cells.setdefault(regime, {"config": data["config"], "seeds": {}})
-            entry.setdefault(KEY, {})[result.parent.name] = data.get(KEY)  # each cell's code and machine
-            for arm, setting in data["settings"].items():
-                for seed in setting["seeds"]:
-                    entry["seeds"].setdefault(str(seed["seed"]), {})[arm] = figures_of(seed)
-            entry["config"]["seeds"] = sorted(int(s) for s in entry["seeds"])
+    for cell in main_cells(spec):
+        result = cell.folder / RESULT
+        if not result.is_file():
+            continue
+        data = read_json(result)
+        entry = cells.setdefault(cell.arm, {"config": data["config"], "seeds": {}})
+        entry.setdefault(KEY, {})[cell.folder.name] = data.get(KEY)  # each cell's code and machine
+        for arm, setting in data["settings"].items():
+            for seed in setting["seeds"]:
+                entry["seeds"].setdefault(str(seed["seed"]), {})[arm] = figures_of(seed)
+        entry["config"]["seeds"] = sorted(int(s) for s in entry["seeds"])
     return cells
 
 
-def stored_cells() -> dict[str, Any]:
-    """docs/alignment/cells.json (kept with sorted keys), its regimes back in the sweep's order."""
-    stored = json.loads(CELLS.read_text()) if CELLS.is_file() else {}
-    return {name: stored[name] for name in [*REGIMES, *sorted(stored)] if name in stored}
+def in_order(spec: Spec, cells: Mapping[str, Any]) -> dict[str, Any]:
+    """The regimes in the study's order, then any other kept one by name."""
+    return {name: cells[name] for name in [*spec.arms, *sorted(cells)] if name in cells}
+
+
+def stored_cells(spec: Spec) -> dict[str, Any]:
+    """The kept cells (written with sorted keys), their regimes back in the study's order; none before the first page."""
+    return in_order(spec, spec.stored_results()) if spec.page and spec.page.stored.is_file() else {}
 
 
 def merged(stored: Mapping[str, Any], found: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -75,7 +79,19 @@ def merged(stored: Mapping[str, Any], found: Mapping[str, Any]) -> tuple[dict[st
             cells[name] = regime
         else:
             waiting.append(f"{name}: {len(regime['seeds'])} cells run here wait to cover the {kept} kept seeds")
-    return {name: cells[name] for name in [*REGIMES, *sorted(cells)] if name in cells}, waiting
+    return cells, waiting
+
+
+def write_stored(spec: Spec) -> None:
+    """The kept cells merged with the finished ones here, into the study's stored file; refused if there are none."""
+    assert spec.page is not None
+    cells, waiting = merged(stored_cells(spec), runs_here(spec))
+    if not cells:
+        raise spec.refuse(f"no finished cell under {spec.runs}; fedpfn study run {spec.path} first; nothing written")
+    for line in waiting:
+        print(line)
+    spec.page.stored.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(spec.page.stored, (json.dumps(in_order(spec, cells), indent=1, sort_keys=True) + "\n").encode())
 
 
 def machines(cells: Mapping[str, Any]) -> str:
@@ -84,32 +100,18 @@ def machines(cells: Mapping[str, Any]) -> str:
     return machines_sentence(found) or "Every cell ran on one machine with one set of libraries."
 
 
-def write_page(cells: Mapping[str, Any]) -> str:
-    """The page's text: studies/alignment.md filled with the gate's readings of `cells`."""
+def write_page(spec: Spec, cells: Mapping[str, Any]) -> str:
+    """The page's text: the study's template filled with the gate's readings of `cells`."""
     table_a, found, said = gate.question_a(cells)
     table_b, said_b = gate.question_b(cells, found)
-    return TEMPLATE.read_text().format(
+    return template_text(spec).format(
         summary="\n".join(f"- {line}" for line in [*said, *said_b]), machines=machines(cells),
-        common=" ".join(COMMON), regimes="\n".join(gate.regimes_table(cells, REGIMES, NOT_RUN)), a_seeds=gate.A_SEEDS,
-        b_seeds=gate.B_SEEDS, table_a="\n".join(table_a), table_b="\n".join(table_b),
+        common=" ".join(spec.shared), regimes="\n".join(gate.regimes_table(cells, spec.arms, spec.not_run)),
+        a_seeds=gate.A_SEEDS, b_seeds=gate.B_SEEDS, table_a="\n".join(table_a), table_b="\n".join(table_b),
         table_arms="\n".join(gate.arms_table(cells)),
     )  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--stored", action="store_true", help="write the page from docs/alignment/cells.json alone")
-    args = parser.parse_args(argv)
-    cells = stored_cells()
-    if not args.stored:
-        cells, waiting = merged(cells, runs_here())
-        if not cells:
-            print(f"error: no finished cell under {OUT}; run scripts/alignment_sweep.py first", file=sys.stderr)
-            return 2
-        for line in waiting:
-            print(line)
-        CELLS.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(CELLS, (json.dumps(cells, indent=1, sort_keys=True) + "\n").encode())
-    atomic_write_bytes(PAGE, write_page(cells).encode())
-    print(f"wrote {PAGE.relative_to(ROOT)} from {sum(len(c['seeds']) for c in cells.values())} cells")
-    return 0
+def page_text(spec: Spec) -> str:
+    """The whole page from the stored cells alone (what `fedpfn study page` writes after storing them)."""
+    return write_page(spec, in_order(spec, spec.stored_results()))

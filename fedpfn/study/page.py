@@ -9,7 +9,9 @@ or the markdown file `template` names) with each marker line replaced by a table
     <!-- study: family NAME -->     the family's paired comparisons, Holm-adjusted together
     <!-- study: commands -->        the commands that ran it and wrote the page
 
-A study with `page.reading` has sections of its own (fedpfn.study.drift: `<!-- study: drift -->`).
+A study with `page.reading` has sections of its own (fedpfn.study.drift: `<!-- study: drift -->`),
+or writes the whole page itself (the alignment gate's, fedpfn.study.gate_page, reading its
+finished cells while others are still to run).
 The statistics are fedpfn.analysis.stats's; the verdicts fedpfn.analysis.render's.
 """
 
@@ -25,16 +27,19 @@ from fedpfn.analysis.paired_text import p_number, p_text, verdict
 from fedpfn.analysis.stats import Paired, adjust, mean_std, paired
 from fedpfn.core.files import CONFIG, METRICS, PROVENANCE, atomic_write_bytes, json_text, read_json, read_jsonl
 from fedpfn.core.provenance import machines_sentence
-from fedpfn.study import alignment_federated, drift, earlier
+from fedpfn.study import alignment_federated, drift, earlier, gate_page
 from fedpfn.study.cells import Configure, choices
-from fedpfn.study.runner import Planned, plan
+from fedpfn.study.runner import Planned, plan, refused
 from fedpfn.study.spec import MARK, Endpoint, Spec, template_text
 
 READINGS: dict[str, tuple[Callable[[Spec], None], dict[str, Callable[[Spec], list[str]]]]] = {
     "drift": (drift.write_stored, {"drift": drift.section}),  # what it stores; its sections by marker
     "alignment_federated": (alignment_federated.write_stored, {"alignment_federated": alignment_federated.section}),
     "earlier": (earlier.write_stored, {"earlier": earlier.section}),
+    "gate": (gate_page.write_stored, {}),
 }
+WHOLE: dict[str, Callable[[Spec], str]] = {"gate": gate_page.page_text}  # readings that write the whole page
+PARTIAL = ("gate",)  # readings that read the finished cells while others are still to run
 
 
 def endpoint_value(spec: Spec, folder: Path, name: str) -> float | None:
@@ -175,7 +180,9 @@ def section(spec: Spec, stored: dict[str, Any] | None, marker: str) -> list[str]
 
 
 def render(spec: Spec, stored: dict[str, Any] | None) -> str:
-    """The template with each marker line replaced by its section."""
+    """The template with each marker line replaced by its section (or the reading's whole page)."""
+    if spec.page is not None and spec.page.reading in WHOLE:
+        return WHOLE[spec.page.reading](spec)
     out = []
     for line in template_text(spec).splitlines(keepends=True):
         text = line.strip()
@@ -193,8 +200,15 @@ def write(spec: Spec, configure: Configure, from_stored: bool = False) -> Path:
     keeps, _ = READINGS.get(spec.page.reading or "", (None, {}))
     if spec.page.reading is not None and keeps is None:
         raise spec.refuse(f"page.reading '{spec.page.reading}' is not known (known: {', '.join(READINGS)})")
+    if keeps is None and spec.command != "run":
+        raise spec.refuse(f"the page's tables read `fedpfn run` folders; a study of command = {spec.command!r} "
+                          f"needs a page.reading (known: {', '.join(READINGS)})")  # fmt: skip
     if not from_stored:
-        if keeps is not None:
+        if spec.page.reading in PARTIAL:
+            if (problem := refused(plan(spec, configure))) is not None:
+                raise problem
+            keeps(spec)  # type: ignore[misc]
+        elif keeps is not None:
             plan_done(spec, configure)
             keeps(spec)
         else:

@@ -1,8 +1,9 @@
 """`fedpfn study status` and `fedpfn study run`: every cell planned and checked before any starts.
 
-A run goes through the one primitive (fedpfn.runtime.ensure.ensure_run): a finished cell of
-the same settings is reused, a stopped one resumed, a missing one started, and a folder that
-holds other settings refused, for every cell, before the first runs. `--jobs N` runs N cells
+A cell goes through its command's one primitive (fedpfn.study.commands; `fedpfn run`'s is
+fedpfn.runtime.ensure.ensure_run): a finished cell of the same settings is reused, a stopped one
+resumed, a missing one started, and a folder that holds other settings refused, for every cell,
+before the first runs. `--jobs N` runs N cells
 at a time, each in a process of its own (`fedpfn study run FILE --cell FOLDER`), at most one
 per core. Tuning cells run first; the main cells then take the values they chose.
 """
@@ -14,13 +15,13 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass
+from typing import Any
 
-from fedpfn.core.config import RunConfig
-from fedpfn.core.files import SUMMARY, DamagedFile, read_json
-from fedpfn.runtime.ensure import ensure_run
 from fedpfn.runtime.progress import duration
-from fedpfn.study.cells import Cell, Configure, choices, config_of, main_cells, rounds_done, state, tuning_cells
+from fedpfn.study.cells import Cell, Configure, choices, command_of, config_of, main_cells, tuning_cells
+from fedpfn.study.commands import Command, rounds_done
 from fedpfn.study.spec import Spec, StudyError
 
 WAITING = "waiting for the tuning runs"
@@ -31,17 +32,18 @@ class Planned:
     """A cell, its config, and its state (done, running, stopped, missing, waiting, refused: ...)."""
 
     cell: Cell
-    cfg: RunConfig
+    cfg: Any  # the command's checked config (`fedpfn run`'s: a RunConfig)
     state: str
 
 
 def plan(spec: Spec, configure: Configure) -> list[Planned]:
-    """Every cell with its checked config and state; a flag `fedpfn run` refuses is a StudyError."""
-    planned = [Planned(c, cfg := config_of(spec, c, configure), state(cfg)) for c in tuning_cells(spec)]
+    """Every cell with its checked config and state; a flag its command refuses is a StudyError."""
+    command = command_of(spec.command, configure)
+    planned = [Planned(c, cfg := config_of(spec, c, configure), command.state(cfg, c.folder)) for c in tuning_cells(spec)]
     chosen = choices(spec) if spec.tune is not None else {}
     for cell in main_cells(spec, chosen):
         cfg = config_of(spec, cell, configure)
-        planned.append(Planned(cell, cfg, WAITING if chosen is None else state(cfg)))
+        planned.append(Planned(cell, cfg, WAITING if chosen is None else command.state(cfg, cell.folder)))
     return planned
 
 
@@ -54,36 +56,32 @@ def refused(planned: Sequence[Planned]) -> StudyError | None:
     return StudyError(f"study: {bad[0].state.removeprefix('refused: ')}{more}")
 
 
-def seconds_a_round(planned: Sequence[Planned]) -> tuple[float, int] | None:
-    """Wall seconds a round over the finished cells (summary.json), and how many there were."""
-    total, rounds, count = 0.0, 0, 0
+def seconds_each(planned: Sequence[Planned], command: Command) -> tuple[float, int] | None:
+    """Wall seconds a unit of work (a round, a cell) over the finished cells, and how many there were."""
+    total, units, count = 0.0, 0, 0
     for p in planned:
-        if p.state == "done":
-            try:
-                summary = read_json(p.cell.folder / SUMMARY)
-                total, rounds, count = total + float(summary["wall_seconds"]), rounds + int(summary["rounds"]), count + 1
-            except (OSError, DamagedFile, KeyError, TypeError, ValueError):
-                continue
-    return (total / rounds, count) if rounds else None
+        if p.state == "done" and (spent := command.spent(p.cell.folder)) is not None:
+            total, units, count = total + spent[0], units + spent[1], count + 1
+    return (total / units, count) if units else None
 
 
-def time_left(planned: Sequence[Planned], jobs: int = 1) -> str:
+def time_left(planned: Sequence[Planned], command: Command, jobs: int = 1) -> str:
     """The time the unfinished cells need, estimated from the finished ones."""
-    left = sum(p.cfg.rounds - (0 if p.state in ("missing", WAITING) else rounds_done(p.cell.folder))
-               for p in planned if p.state != "done")  # fmt: skip
+    unit = command.unit
+    left = sum(command.work(p.cfg, p.cell.folder, p.state) for p in planned)
     if not left:
         return "nothing left to run"
-    rate = seconds_a_round(planned)
+    rate = seconds_each(planned, command)
     if rate is None:
-        return f"{left} rounds left; the time left is known once a cell has finished"
+        return f"{left} {unit}s left; the time left is known once a cell has finished"
     each, count = rate
     cells = f"{count} finished cell{'s' * (count != 1)}"
-    return f"{left} rounds left, about {duration(each * left / jobs)} at {each:.2f} s a round ({cells}, {jobs} at a time)"
+    return f"{left} {unit}s left, about {duration(each * left / jobs)} at {each:.2f} s a {unit} ({cells}, {jobs} at a time)"
 
 
 def status(spec: Spec, configure: Configure) -> list[str]:
     """One line per cell (its folder and state), then the counts and the time left."""
-    planned = plan(spec, configure)
+    planned, command = plan(spec, configure), command_of(spec.command, configure)
     width = max(len(str(p.cell.folder)) for p in planned)
     lines = []
     for p in planned:
@@ -96,7 +94,7 @@ def status(spec: Spec, configure: Configure) -> list[str]:
         key = "refused (other settings)" if p.state.startswith("refused") else p.state
         counts[key] = counts.get(key, 0) + 1
     summary = ", ".join(f"{n} {name}" for name, n in counts.items())
-    return [*lines, f"{len(planned)} cells: {summary}; {time_left(planned)}"]
+    return [*lines, f"{len(planned)} cells: {summary}; {time_left(planned, command)}"]
 
 
 def usable_jobs(jobs: int) -> int:
@@ -107,18 +105,24 @@ def usable_jobs(jobs: int) -> int:
     return min(jobs, cores)
 
 
-def run_cells(spec: Spec, todo: Sequence[Planned], jobs: int) -> list[str]:
+def run_cells(spec: Spec, command: Command, todo: Sequence[Planned], jobs: int) -> list[str]:
     """Ensure each cell: in this process one by one, or `jobs` processes at a time; the failures."""
     if jobs == 1:
         for i, p in enumerate(todo, 1):
-            ensure_run(p.cfg, "reuse" if p.state == "done" else None,
-                       heading=lambda _cfg, _action, p=p, i=i: f"== {p.cell.label()} ({i} of {len(todo)})")
+            heading = lambda p=p, i=i: f"== {p.cell.label()} ({i} of {len(todo)})"  # noqa: E731
+            command.ensure(p.cfg, p.cell.folder, p.state, heading)
         return []
 
     def one(p: Planned) -> str | None:
-        command = [sys.executable, "-m", "fedpfn.cli.main", "study", "run", str(spec.path), "--cell", str(p.cell.folder)]
+        argv = [sys.executable, "-m", "fedpfn.cli.main", "study", "run", str(spec.path), "--cell", str(p.cell.folder)]
         print(f"== {p.cell.label()}: {p.cell.folder}", flush=True)
-        done = subprocess.run(command, check=False, stdout=subprocess.DEVNULL)  # its run.log has its lines
+        with ExitStack() as stack:  # its lines: in its run.log, or in the log file its command names
+            if command.log is not None:
+                p.cell.folder.mkdir(parents=True, exist_ok=True)
+                out: Any = stack.enter_context(open(p.cell.folder / command.log, "a"))
+            else:
+                out = subprocess.DEVNULL
+            done = subprocess.run(argv, check=False, stdout=out, stderr=subprocess.STDOUT if command.log else None)
         return None if done.returncode == 0 else f"{p.cell.folder} (exit {done.returncode})"
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -127,8 +131,8 @@ def run_cells(spec: Spec, todo: Sequence[Planned], jobs: int) -> list[str]:
 
 def run(spec: Spec, configure: Configure, jobs: int = 1) -> int:
     """Every cell to its end: the tuning cells, then the main cells; 1 if a cell failed. Every
-    cell goes through ensure_run, a finished one too (it is reused, and says so)."""
-    jobs = usable_jobs(jobs)
+    cell goes through its command's ensure, a finished one too (it is reused, and says so)."""
+    jobs, command = usable_jobs(jobs), command_of(spec.command, configure)
     for tuning in (True, False):
         planned = plan(spec, configure)
         if (problem := refused(planned)) is not None:
@@ -140,9 +144,9 @@ def run(spec: Spec, configure: Configure, jobs: int = 1) -> int:
         if not cells:
             continue
         left = [p for p in cells if p.state != "done"]
-        print(f"{'tuning' if tuning else 'main'}: {len(left)} of {len(cells)} cells to run; {time_left(planned, jobs)}",
+        print(f"{'tuning' if tuning else 'main'}: {len(left)} of {len(cells)} cells to run; {time_left(planned, command, jobs)}",
               flush=True)  # fmt: skip
-        failed = run_cells(spec, cells if jobs == 1 else left, jobs)
+        failed = run_cells(spec, command, cells if jobs == 1 else left, jobs)
         if failed:
             print(f"error: {len(failed)} cells stopped: {', '.join(failed)}; run the study again to resume them",
                   file=sys.stderr)  # fmt: skip
@@ -155,5 +159,6 @@ def run_one_cell(spec: Spec, configure: Configure, folder: str) -> int:
     found = [p for p in plan(spec, configure) if str(p.cell.folder) == folder]
     if not found:
         raise StudyError(f"study: {spec.path} has no cell in '{folder}'")
-    ensure_run(found[0].cfg, heading=lambda _cfg, _action: f"== {found[0].cell.label()}")
+    one = found[0]
+    command_of(spec.command, configure).ensure(one.cfg, one.cell.folder, one.state, lambda: f"== {one.cell.label()}")
     return 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shlex
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,8 @@ from fedpfn.core.seeding import MAX_SEED
 from fedpfn.core.settings import ConfigError, _preset_text
 
 TOP = ("title", "runs", "cell", "seeds", "shared", "baseline", "arms", "labels", "axes", "endpoints", "families",
-       "tune", "page")  # fmt: skip
+       "tune", "page", "command", "arm_seeds", "not_run")  # fmt: skip
+COMMANDS = ("run", "lmc")  # what a cell runs: `fedpfn run`, `python -m fedpfn.analysis.lmc` (fedpfn.study.commands)
 ENDPOINT_KEYS = ("metric", "last", "statistic", "scale", "unit", "format", "absent")
 STATISTICS = ("mean", "median")  # of an endpoint's window of rows
 FAMILY_KEYS = ("endpoint", "arms", "baseline", "heading")
@@ -103,6 +104,12 @@ class Spec:
     families: dict[str, Family]
     tune: Tune | None
     page: Page | None
+    command: str = "run"
+    arm_seeds: dict[str, tuple[int, ...]] = field(default_factory=dict)  # an arm's own seeds, where not `seeds`
+    not_run: dict[str, str] = field(default_factory=dict)  # why an arm has no cells yet, said on its page
+
+    def seeds_of(self, arm: str) -> tuple[int, ...]:
+        return self.arm_seeds.get(arm, self.seeds)
 
     def refuse(self, message: str) -> StudyError:
         return StudyError(f"study: {self.path}: {message}")
@@ -149,14 +156,29 @@ def flags_of(value: Any, where: str, path: Path) -> tuple[str, ...]:
     return tuple(tokens)
 
 
-def _seeds(value: Any, path: Path) -> tuple[int, ...]:
+def _seeds(value: Any, path: Path, where: str = "seeds") -> tuple[int, ...]:
     accepted = f"a list of whole numbers from 0 to {MAX_SEED}, each once"
     if not isinstance(value, list) or not value:
-        raise StudyError(f"study: {path}: seeds = {value!r} is not {accepted}")
+        raise StudyError(f"study: {path}: {where} = {value!r} is not {accepted}")
     for seed in value:
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED or value.count(seed) > 1:
-            raise StudyError(f"study: {path}: seeds: {seed!r} is not accepted; seeds are {accepted}")
+            raise StudyError(f"study: {path}: {where}: {seed!r} is not accepted; seeds are {accepted}")
     return tuple(value)
+
+
+def _per_arm(data: dict[str, Any], key: str, arms: dict[str, Any], path: Path) -> dict[str, Any]:
+    """`arm_seeds` (an arm's own seeds) or `not_run` (why an arm has no cells yet), by declared arm."""
+    table = _table(data.get(key, {}), key, tuple(arms), path) if key in data else {}
+    if key == "arm_seeds":
+        return {arm: _seeds(value, path, f"arm_seeds.{arm}") for arm, value in table.items()}
+    return {arm: _of(value, str, f"not_run.{arm}", path, "a string saying why") for arm, value in table.items()}
+
+
+def _command(data: dict[str, Any], path: Path) -> str:
+    command = data.get("command", "run")
+    if command not in COMMANDS:
+        raise StudyError(f"study: {path}: command = {command!r} is not accepted (accepted: {', '.join(COMMANDS)})")
+    return command
 
 
 def _endpoint(name: str, value: Any, path: Path) -> Endpoint:
@@ -255,7 +277,8 @@ def parse(path: Path, data: dict[str, Any]) -> Spec:
         baseline=spec["baseline"], arms=spec["arms"], labels=spec["labels"], axes=spec["axes"], endpoints=spec["endpoints"],
         families={name: _family(name, value, spec, path) for name, value in families.items()},
         tune=_tune(data["tune"], path) if "tune" in data else None,
-        page=_page(data["page"], path) if "page" in data else None,
+        page=_page(data["page"], path) if "page" in data else None, command=_command(data, path),
+        arm_seeds=_per_arm(data, "arm_seeds", arms, path), not_run=_per_arm(data, "not_run", arms, path),
     )  # fmt: skip
 
 

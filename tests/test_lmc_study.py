@@ -1,0 +1,109 @@
+"""A study whose cells are `python -m fedpfn.analysis.lmc` runs (`command = "lmc"`): status says
+missing then done, run runs a missing cell and reuses a finished one, a cell whose lmc.json holds
+other settings is refused in one line (exit 2), a cell written before the anchors' scope settings
+counts as their defaults, and a flag the command refuses is one line before anything runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fedpfn.cli.main import main as fedpfn
+from fedpfn.cli.study import configure
+from fedpfn.core.data import find_data_problem
+from fedpfn.study.cells import config_of, main_cells
+from fedpfn.study.lmc_cells import LmcCells
+from fedpfn.study.spec import load
+
+needs_fmnist = pytest.mark.skipif(find_data_problem("fmnist", None, False) is not None,
+                                  reason="Fashion-MNIST not installed")  # fmt: skip
+TINY = """command = "lmc"
+runs = "runs/gate"
+cell = "{arm}/seed{seed}"
+seeds = [0]
+shared = "--dataset fmnist --models 2 --arms plain,shared --matchers full --train-subset 200 --epochs 1 --points 3 --bn-batches 0 --device cpu"
+
+[arms]
+mlp8 = "--model mlp --width 8 --split same-data --lr 0.1"
+"""
+SCOPE = ("anchor_classifier", "anchor_bias", "anchor_norm")
+
+
+def study(tmp_path: Path, monkeypatch, text: str = TINY) -> str:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gate.toml").write_text(text)
+    return "gate.toml"
+
+
+@needs_fmnist
+def test_an_lmc_study_runs_its_cell_reuses_it_and_refuses_one_of_other_settings(tmp_path: Path, monkeypatch,
+                                                                               capsys) -> None:  # fmt: skip
+    name = study(tmp_path, monkeypatch)
+    assert fedpfn(["study", "status", name]) == 0
+    assert capsys.readouterr().out.splitlines() == ["runs/gate/mlp8/seed0  missing",
+                                                    "1 cells: 1 missing; 1 cells left; the time left is known once a "
+                                                    "cell has finished"]  # fmt: skip
+    assert fedpfn(["study", "run", name]) == 0
+    result = tmp_path / "runs/gate/mlp8/seed0/lmc.json"
+    written = json.loads(result.read_text())
+    assert written["config"]["seeds"] == [0] and written["config"]["width"] == 8 and written["config"]["threads"] == 1
+    assert sorted(p.name for p in result.parent.iterdir()) == ["lmc.json", "lmc.pdf", "lmc.png"]  # no lock left
+    capsys.readouterr()
+    before = result.read_bytes()
+    assert fedpfn(["study", "run", name]) == 0
+    assert "runs/gate/mlp8/seed0: finished earlier with the same settings, reused" in capsys.readouterr().out
+    assert result.read_bytes() == before
+    assert fedpfn(["study", "status", name]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "runs/gate/mlp8/seed0  done"
+    result.write_text(json.dumps({**written, "config": {**written["config"], "lr": 0.5}}))
+    assert fedpfn(["study", "run", name]) == 2
+    out, err = capsys.readouterr()
+    assert err == ("error: study: runs/gate/mlp8/seed0/lmc.json holds other settings (lr); move it away to run the "
+                   "cell again\n")
+    assert "==" not in out
+
+
+def test_a_cell_from_before_the_scope_settings_is_done_and_one_of_other_settings_is_refused(tmp_path: Path,
+                                                                                           monkeypatch) -> None:  # fmt: skip
+    spec = load(study(tmp_path, monkeypatch))
+    cell = main_cells(spec)[0]
+    planned = config_of(spec, cell, configure)
+    wanted = json.loads(json.dumps(planned.settings.__dict__))
+    assert set(SCOPE) <= set(wanted)
+    lmc = LmcCells()
+    assert lmc.state(planned, cell.folder) == "missing"  # a killed cell left no lmc.json: run again
+
+    def plant(config: dict) -> str:
+        cell.folder.mkdir(parents=True, exist_ok=True)
+        (cell.folder / "lmc.json").write_text(json.dumps({"config": config}))
+        return lmc.state(planned, cell.folder)
+
+    assert plant({k: v for k, v in wanted.items() if k not in SCOPE}) == "done"
+    assert plant({**wanted, "anchor_bias": False}).endswith("holds other settings (anchor_bias); move it away to "
+                                                            "run the cell again")  # fmt: skip
+
+
+@pytest.mark.parametrize(("flags", "said"), [
+    ("--widht 8", "unknown flag --widht"),
+    ("--width -1", "width"),
+    ("--seeds 3", "--seeds is the study's to set"),
+])  # fmt: skip
+def test_a_flag_the_command_refuses_is_one_line_before_anything_runs(flags: str, said: str, tmp_path: Path,
+                                                                     monkeypatch, capsys) -> None:  # fmt: skip
+    name = study(tmp_path, monkeypatch, TINY.replace('--lr 0.1"', f'--lr 0.1 {flags}"'))
+    assert fedpfn(["study", "run", name]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("error: study: ") and said in err and err.count("\n") == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_lmc_study_without_a_reading_has_no_page_and_an_unknown_command_is_refused(tmp_path: Path, monkeypatch,
+                                                                                    capsys) -> None:  # fmt: skip
+    name = study(tmp_path, monkeypatch, TINY.replace('command = "lmc"', 'command = "soup"'))
+    assert fedpfn(["study", "status", name]) == 2
+    assert capsys.readouterr().err == "error: study: gate.toml: command = 'soup' is not accepted (accepted: run, lmc)\n"
+    name = study(tmp_path, monkeypatch, TINY + "[page]\nout = 'p.md'\nstored = 'p.json'\ntext = 'x'\n")
+    assert fedpfn(["study", "page", "--stored", name]) == 2
+    assert "needs a page.reading" in capsys.readouterr().err and not (tmp_path / "p.md").exists()
