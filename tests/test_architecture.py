@@ -230,7 +230,7 @@ def test_no_file_in_the_packages_is_longer_than_400_lines():
 
 def test_the_engine_setting_names_the_engine_modules():
     """`--engine`'s choices (checked in fedpfn.core before any engine loads) are the engines' modules."""
-    from fedpfn.core.config import ENGINES as CHOICES
+    from fedpfn.core.groups import ENGINES as CHOICES
     from fedpfn.runtime.engines.registry import ENGINES
 
     assert set(ENGINES) == set(CHOICES)

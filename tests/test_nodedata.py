@@ -25,6 +25,7 @@ from fedpfn.runtime.engines.program import local_round
 from fedpfn.runtime.algorithms import build_strategy, client_rules
 from fedpfn.core.cache import SplitKey, client_indices, dataset_for, initial_model, local_split
 from fedpfn.core.config import RunConfig
+from fedpfn.core.groups import Iid
 from fedpfn.runtime.nodedata import PartitionDataError, read_partition, write_partition
 from fedpfn.runtime.server import train_config, with_accepted_round
 from conftest import NodeGrid, tiny_config
@@ -108,8 +109,8 @@ def test_a_copy_is_refused_for_other_settings_in_one_line(tmp_path: Path) -> Non
         "seed": dataclasses.replace(cfg, seed=1),
         "validation-fraction": dataclasses.replace(cfg, validation_fraction=0.2),
         "num-clients": dataclasses.replace(cfg, num_clients=4),
-        "alpha": dataclasses.replace(cfg, alpha=0.1),
-        "partition": dataclasses.replace(cfg, partition="iid"),
+        "alpha": dataclasses.replace(cfg, partition=dataclasses.replace(cfg.partition, alpha=0.1)),
+        "partition": dataclasses.replace(cfg, partition=Iid()),
     }
     for name, other in others.items():
         with pytest.raises(PartitionDataError, match=f"other settings \\({name}: ") as refused:

@@ -267,6 +267,9 @@ UNUSED = [
         ["--engine", "ray", "--engine-mode", "vmap"],
         "engine_mode: vmap is set, but only --engine batched uses it",
     ),
+    (["--engine", "ray", "--engine-workers", "2"], "engine_workers: 2 is set, but only --engine batched uses it"),
+    (["--engine-mode", "loop", "--engine-chunk", "4"], "engine_chunk: 4 is set, but only the batched engine's vmap"),
+    (["--partition", "shards", "--alpha", "-1"], "alpha: -1.0 must be > 0"),  # its own check first
     (
         ["--alignment-every", "1", "--alignment-clients", "11"],
         "alignment_clients: 11 must be at most clients_per_round",
@@ -287,6 +290,14 @@ def test_a_given_flag_the_run_would_not_use_is_refused_at_any_value(
         capsys, monkeypatch, *args, "--model", "mlp", "--out", str(tmp_path / "new"), expected=message
     )
     assert not (tmp_path / "new").exists()
+
+
+def test_a_resume_refuses_a_setting_of_the_engine_it_moves_to_that_the_engine_would_not_use(tmp_path, capsys, monkeypatch):
+    """Moved to Ray, the batched engine's mode has no place: given, it is refused, one line."""
+    scene = Scene(tmp_path)
+    expected = "engine_mode: loop is set, but only --engine batched uses it"
+    scene.refused(capsys, monkeypatch, "--resume", str(scene.folder.path), "--engine", "ray", "--engine-mode", "loop",
+                  expected=expected)  # fmt: skip
 
 
 def test_a_preset_gives_settings_as_the_command_line_does(tmp_path, capsys, monkeypatch):
@@ -346,4 +357,4 @@ def test_a_resume_keeps_the_mode_the_run_started_in_unless_asked(tmp_path, capsy
             run_sim.main(["--resume", str(out), *extra])
         err = capsys.readouterr().err
         assert ("within rounding, not bit for bit" in err) == warned, err  # threads and Ray: the same sums
-    assert [(cfg.engine, cfg.engine_mode) for cfg in started] == [("batched", "threads"), ("ray", "auto"), ("batched", "vmap")]
+    assert [(cfg.engine.name, cfg.engine.mode) for cfg in started] == [("batched", "threads"), ("ray", None), ("batched", "vmap")]

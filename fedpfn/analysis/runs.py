@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedpfn.core.config import RunConfig
+from fedpfn.core.config import RunFlags
 from fedpfn.core.files import CONFIG, METRICS, PROVENANCE, SUMMARY, DamagedFile, read_json, read_jsonl
 from fedpfn.core.hyper import flat_view
 from fedpfn.core.seeding import MAX_SEED
@@ -28,11 +28,11 @@ from fedpfn.core.settings import ConfigError, of_kind
 
 # Where and how a run was executed, not what it computed: never part of an arm.
 IGNORED_KEYS = (
-    "seed", PROVENANCE, *of_kind(RunConfig, "bookkeeping"), *of_kind(RunConfig, "placement"),
-    *of_kind(RunConfig, "tracking"),
+    "seed", PROVENANCE, *of_kind(RunFlags, "bookkeeping"), *of_kind(RunFlags, "placement"),
+    *of_kind(RunFlags, "tracking"),
 )  # fmt: skip
 # The federation setting: equal in every arm, or the arms are not comparable.
-SETTING_KEYS = of_kind(RunConfig, "federation")
+SETTING_KEYS = of_kind(RunFlags, "federation")
 @dataclass
 class Run:
     """One finished run folder: its settings (provenance left out) and its metric rows."""
@@ -188,8 +188,8 @@ def varying_keys(configs: Sequence[dict[str, Any]]) -> list[str]:
 
 @functools.cache
 def _defaults() -> dict[str, Any]:
-    """RunConfig's defaults."""
-    fields = dataclasses.fields(RunConfig)
+    """RunConfig's defaults, as its settings are typed."""
+    fields = dataclasses.fields(RunFlags)
     return {f.name: f.default for f in fields if f.default is not dataclasses.MISSING}
 
 

@@ -25,7 +25,7 @@ from fedpfn.runtime import env
 
 env.flower_defaults()  # before Flower is imported: its telemetry reads the switch once, at import
 
-from fedpfn.core.config import ConfigError, RunConfig  # noqa: E402
+from fedpfn.core.config import ConfigError, RunConfig, RunFlags  # noqa: E402
 from fedpfn.core.flags import suggestion  # noqa: E402
 from fedpfn.core.settings import add_flags, read_toml  # noqa: E402
 from fedpfn.core.user_code import code_settings, keep_out_of_imports, name_code  # noqa: E402
@@ -148,11 +148,11 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "--server",
         help=f"server algorithm: {', '.join(SERVER_RULES)}, or package.module:Class (default: fedavg)",
     )
-    flagged = {f.name: group_of(f) for f in dataclasses.fields(RunConfig) if f.metadata.get("flag", True)}
+    flagged = {f.name: group_of(f) for f in dataclasses.fields(RunFlags) if f.metadata.get("flag", True)}
     for name, group in groups.items():
         mine = {key for key, where in flagged.items() if where == name} - {"algorithm", "server"}
         add_flags(
-            group, RunConfig, skip=[f.name for f in dataclasses.fields(RunConfig) if f.name not in mine]
+            group, RunFlags, skip=[f.name for f in dataclasses.fields(RunFlags) if f.name not in mine]
         )
     flagged_already: set[str] = set()  # one flag a name: it sets each part of the run that declares it
     for name, classes in hparam_groups().items():

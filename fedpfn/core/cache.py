@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from fedpfn.core.data import DatasetSplits, load_dataset
+from fedpfn.core.groups import PARTITION, Tasks
 from fedpfn.core.init_file import load_start
 from fedpfn.core.models import build_model
 from fedpfn.core.seeding import Stream, numpy_rng, seed_for
@@ -68,9 +69,11 @@ class SplitKey:
 
     @classmethod
     def of(cls, cfg: RunConfig) -> SplitKey:
+        split = PARTITION.flat(cfg.partition)  # a setting the partition lacks at its default, as before the variants
         return cls(
-            cfg.dataset, cfg.data_root, cfg.download, cfg.num_clients, cfg.partition, cfg.alpha,
-            cfg.shards_per_client, cfg.min_partition_size, cfg.validation_fraction, cfg.seed, cfg.partition_args,
+            cfg.dataset, cfg.data_root, cfg.download, cfg.num_clients, split["partition"], split["alpha"],
+            split["shards_per_client"], split["min_partition_size"], cfg.validation_fraction, cfg.seed,
+            split["partition_args"],
         )
 
 
@@ -193,7 +196,7 @@ def client_data(cfg: RunConfig, partition_id: int, device: torch.device) -> Clie
 
 def train_labels(cfg: RunConfig, device: torch.device) -> torch.Tensor:
     """The labels clients train on: the dataset's, or each client's relabelled in its task (`tasks`)."""
-    if cfg.partition == "tasks":
+    if isinstance(cfg.partition, Tasks):
         return _task_labels_on(SplitKey.of(cfg), str(device))
     return dataset_on(cfg, device).train_y
 

@@ -3,9 +3,10 @@
 The core settings are declared here; each algorithm declares its own hyperparameters beside
 its code (`FedProxParams` next to `FedProxClient`, `AnchorParams` next to the anchors),
 `fedpfn.runtime.algorithms` collects them and a run keeps them namespaced by their algorithm
-(`fedprox.prox_mu`, fedpfn.core.hyper). The command line, TOML presets, Flower's run config
-(`[tool.flwr.app.config]`) and `config.json` are all derived from these declarations, so a
-setting has one name, one default and one check. Keys may be written with `-` or `_`.
+(`fedprox.prox_mu`, fedpfn.core.hyper). The partition and the engine are variants that hold only
+the settings their choice uses (fedpfn.core.groups). The command line, TOML presets, Flower's run
+config (`[tool.flwr.app.config]`) and `config.json` are all derived from these declarations, flat
+(`RunFlags`), so a setting has one name, one default and one check. Keys may be written with `-` or `_`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fedpfn.core.data import DATASETS, dataset_problem
+from fedpfn.core.groups import ENGINE, PARTITION, Dirichlet, Engine, FlwrPartition, Loop, Partition, Ray, Tasks, Vmap
 from fedpfn.core.hyper import flat_view, hyper_of
 from fedpfn.core.init_file import fresh_head_setting, init_file_problem, sha256_problem, start_changed
 from fedpfn.core.models import MAX_PROJECTION_HEAD, MODELS, TIMM_PREFIX, model_problem
@@ -40,13 +42,11 @@ from fedpfn.core.settings import (
 )
 from fedpfn.core.training import OPTIMIZERS
 from fedpfn.core.user_code import is_code
-from partitions import PARTITION_METHODS, flwr_problem, is_flwr, partition_problem
+from partitions import flwr_problem
 
 __all__ = ["ConfigError", "RunConfig"]
 
 P = TypeVar("P")
-ENGINES = ("batched", "ray")  # fedpfn.runtime.engines implements each
-ENGINE_MODES = ("auto", "vmap", "threads", "loop")
 
 
 @dataclass
@@ -94,17 +94,8 @@ class RunConfig:
     num_clients: int = setting(20, "clients in the federation", at_least(1), kind="federation")
     clients_per_round: int = setting(10, "clients sampled each round", at_least(1), kind="federation")
     rounds: int = setting(20, "communication rounds", at_least(1), kind="federation")
-    partition: str = setting("dirichlet", f"one of {', '.join(PARTITION_METHODS)}, or flwr:NAME, a flwr-datasets "
-                             "partitioner (docs/guide/data.md)", partition_problem, kind="federation")  # fmt: skip
-    partition_args: str = setting("", "flwr:NAME's keyword arguments, a JSON object, e.g. '{\"alpha\": 0.5}' (fedpfn "
-                                  "sets num_partitions, seed and partition_by)", kind="federation")  # fmt: skip
-    alpha: float = setting(0.5, "Dirichlet concentration (smaller = more label skew)", above(0), kind="federation")
-    shards_per_client: int = setting(
-        2, "shards (classes) per client for --partition shards", at_least(1), kind="federation"
-    )
-    min_partition_size: int = setting(
-        10, "fewest training samples a client may hold", at_least(1), kind="federation"
-    )
+    # the partition: a variant holding only its own settings (fedpfn.core.groups)
+    partition: Partition = dataclasses.field(default_factory=Dirichlet, metadata={"group": PARTITION})
     seed: int = setting(0, "run seed: partition, sampling, init, masks, data order", between(0, MAX_SEED))
     # local training
     local_epochs: int = setting(1, "local epochs per round", at_least(1), kind="federation")
@@ -162,35 +153,8 @@ class RunConfig:
         False, "log to Weights & Biases (WANDB_MODE=offline: files under <out>/wandb)", kind="tracking"
     )
     # resources and faults
-    engine: str = setting(
-        "batched",
-        "where clients train: batched (a round's clients as one program in this process, on its GPU or "
-        "CPU) or ray (Flower's simulation engine, one ClientApp call per client; clusters)",
-        one_of(ENGINES),
-        kind="placement",
-    )
-    engine_mode: str = setting(
-        "auto",
-        "how the batched engine runs a round: vmap (one stacked program), threads (clients side by side, "
-        "one CPU thread each), loop (one after another); auto: vmap on a GPU, threads on the CPU (never "
-        "timed: the same command gives the same numbers whatever the load)",
-        one_of(ENGINE_MODES),
-        kind="placement",
-    )
-    engine_chunk: int = setting(
-        0,
-        "clients per vmapped program of the batched engine (0: as many as the device's free memory holds)",
-        at_least(0),
-        kind="placement",
-    )
-    engine_workers: int | None = setting(
-        None,
-        "Ray actors the batched engine spreads a round's clients over, each running the batched program "
-        "(default: one per GPU when this machine has several, or with --ray-address one per GPU of the "
-        "cluster, else one per node with that node's CPUs; else none: this process)",
-        at_least(1),
-        kind="placement",
-    )
+    # where the clients train: a variant holding only its own settings (fedpfn.core.groups)
+    engine: Engine = dataclasses.field(default_factory=Vmap, metadata={"group": ENGINE})
     client_cpus: float = setting(1.0, "CPUs per simulated client (Ray)", above(0), kind="placement")
     client_gpus: float | None = setting(
         None,
@@ -224,6 +188,9 @@ class RunConfig:
     )
     # the algorithms' hyperparameters: `fedprox.prox_mu`, or by name until resolved (fedpfn.core.hyper)
     hparams: dict[str, Any] = dataclasses.field(default_factory=dict, metadata={"flag": False})
+    # a group's settings that its variant does not take, as parsed: refused where given (problems),
+    # kept as read in config.json (to_dict), where no run uses them
+    unused: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False, metadata={"flag": False})
 
     # --- derived views -------------------------------------------------------------------
 
@@ -237,7 +204,7 @@ class RunConfig:
         """
         if self.out:
             return Path(self.out)
-        ignored = {"seed", *of_kind(RunConfig, "bookkeeping"), *PLACEMENT, *TRACKERS}
+        ignored = {"seed", *of_kind(RunFlags, "bookkeeping"), *PLACEMENT, *TRACKERS}
         settings = {key: value for key, value in flat_view(self.to_dict()).items() if key not in ignored}
         digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
         server = "" if self.server == "fedavg" else "-" + self.server.rpartition(":")[2]
@@ -263,20 +230,32 @@ class RunConfig:
         under `flwr run` (`given` None) Flower's federation decides and the ClientApp reads
         client_cpus, so those settings are checked only with `given`.
         """
-        out = [line for line in problems(self) if line.split(":")[0] not in unknown]
+        found = problems(self) + problems(self.partition) + problems(self.engine)
+        out = [line for line in found if line.split(":")[0] not in unknown]
         refused = {*unknown, *(line.split(":")[0] for line in out)}
         out += [line for names, check in RELATIONS if refused.isdisjoint(names) and (line := check(self))]
         if refused.isdisjoint(ALIGNMENT) and (line := _alignment_clients_problem(self, given)):
             out.append(line)
         if given is not None and "init" in given and self.init is None:  # `--init ""`: not "no start"
             out.append(f"init: {init_file_problem('')}, or leave --init out")
-        defaults = RunConfig()
-        return out + [
-            f"{name}: {getattr(self, name)} is set, but {why}"
-            for name, (used, why) in USED_ONLY_IF.items()
-            if name not in refused and not used(self) and (given is not None or name not in PLACEMENT)
-            and is_set(name, getattr(self, name), getattr(defaults, name), given)
-        ]
+        return out + self._unused_problems(given, refused)
+
+    def _unused_problems(self, given: Collection[str] | None, refused: Collection[str]) -> list[str]:
+        """A setting given that the run would not use: one its group's variant does not take
+        (`unused`, with the refusal its group words), or one USED_ONLY_IF says this run leaves unused."""
+        values = {**{name: getattr(self, name) for name in USED_ONLY_IF}, **self.unused}
+        why = {name: why for group in GROUPS for name, why in group.why.items()}
+        unused = {name: why[name] for name in self.unused} | {
+            name: why for name, (used, why) in USED_ONLY_IF.items() if not used(self)
+        }
+        lines = []
+        for name, reason in unused.items():
+            value, check = values[name], FLAT_FIELDS[name].metadata["check"]
+            if name in refused or (given is None and name in PLACEMENT) or not is_set(name, value, FLAT_DEFAULTS[name], given):
+                continue
+            bad = check(value) if check is not None and value is not None else None  # its own check first
+            lines.append(f"{name}: {bad or f'{value} is set, but {reason}'}")
+        return lines
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings that decide a run's numbers: what a checkpoint is tied to."""
@@ -293,10 +272,14 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         """Every setting, and the hyperparameters; a start's own settings only with a start (as the
         algorithms' only with their algorithm), so a run without one reads as it did before them."""
-        left_out = ["hparams", *(START_ONLY if self.init is None else ()), *(() if self.evaluate_clients else EVAL_ONLY)]
-        left_out += [] if self.partition_args else ["partition_args"]
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in left_out}
-        return {**values, **self.hparams}
+        left_out = [*(START_ONLY if self.init is None else ()), *(() if self.evaluate_clients else EVAL_ONLY)]
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            values |= f.metadata["group"].flat(value) if "group" in f.metadata else {f.name: value}
+        values |= self.unused  # as read: a folder written before their refusal keeps its fingerprint
+        left_out += [] if values["partition_args"] else ["partition_args"]
+        return {**{k: v for k, v in values.items() if k in FLAT_FIELDS and k not in left_out}, **self.hparams}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -311,7 +294,14 @@ class RunConfig:
         """
         parsed, unparsed = parse_leniently({**core_fields(), **hparam_fields}, values)
         hparams = {k: v for k, v in parsed.items() if k in hparam_fields}
-        return cls(**{k: v for k, v in parsed.items() if k not in hparam_fields}, hparams=hparams), unparsed
+        core = {k: v for k, v in parsed.items() if k not in hparam_fields}
+        unused: dict[str, Any] = {}
+        for group in GROUPS:
+            core[group.name], lines, left = group.build(core)
+            unparsed += lines
+            unused |= {k: v for k, v in left.items() if k in parsed}  # one at its default was not written
+            core = {k: v for k, v in core.items() if k not in group.declarations() or k == group.name}
+        return cls(**core, hparams=hparams, unused=unused), unparsed
 
 
 def _at_most(name: str, limit: str, why: str = "") -> Callable[[RunConfig], str | None]:
@@ -329,7 +319,7 @@ EVAL_ONLY = ("evaluate_clients", "evaluate_clients_every")  # what only a run wi
 
 def _alignment_clients_problem(cfg: RunConfig, given: Collection[str] | None) -> str | None:
     """Set above a round's clients, the count would not be what was asked (the default, 3, means up to 3)."""
-    default = RunConfig().alignment_clients
+    default = FLAT_DEFAULTS["alignment_clients"]
     if cfg.alignment_every > 0 and is_set("alignment_clients", cfg.alignment_clients, default, given):
         return _at_most("alignment_clients", "clients_per_round", ": a measurement compares a round's clients")(cfg)
     return None
@@ -349,10 +339,13 @@ RELATIONS: list[tuple[tuple[str, ...], Callable[[RunConfig], str | None]]] = [
     (("init", "init_sha256"), lambda c: c.init and c.init_sha256 and start_changed(c.init, c.init_sha256)),
     (
         ("partition", "dataset"),
-        lambda c: c.partition == "tasks" and c.dataset != "fmnist"
+        lambda c: isinstance(c.partition, Tasks) and c.dataset != "fmnist"
         and f"partition: tasks are derived from Fashion-MNIST's classes; use --dataset fmnist, not {c.dataset}",
     ),
-    (("partition", "partition_args"), lambda c: is_flwr(c.partition) and flwr_problem(c.partition, c.partition_args)),
+    (
+        ("partition", "partition_args"),
+        lambda c: isinstance(p := c.partition, FlwrPartition) and flwr_problem(p.partition, p.partition_args),
+    ),
     (("evaluate_clients", "local_test_fraction"), lambda c: c.evaluate_clients > 0 and c.local_test_fraction == 0
      and f"evaluate_clients: {c.evaluate_clients} evaluates on each client's local test split; give it one with "
      "--local-test-fraction F (e.g. 0.2)"),  # fmt: skip
@@ -361,39 +354,43 @@ RELATIONS: list[tuple[tuple[str, ...], Callable[[RunConfig], str | None]]] = [
         lambda c: unmatched_problem(c.model, c.dataset, c.projection_head, c.personal),
     ),
 ]
-# settings a run uses only with others: (whether this run uses it, what the refusal says)
+# settings a run uses only with others: (whether this run uses it, what the refusal says); a
+# group's settings that its choice does not use are not here: its variant has no place for them
 USED_ONLY_IF: dict[str, tuple[Callable[[RunConfig], bool], str]] = {
-    "alpha": (lambda c: c.partition == "dirichlet", "only --partition dirichlet uses it"),
     "download": (lambda c: not is_code(c.dataset), "a dataset of your own (--dataset package.module:load) loads itself"),
     "init_sha256": (lambda c: c.init is not None, "only --init uses it"),
     "fresh_head": (lambda c: c.init is not None, "only --init uses it"),
-    "shards_per_client": (lambda c: c.partition == "shards", "only --partition shards uses it"),
-    "partition_args": (lambda c: is_flwr(c.partition), "only --partition flwr:NAME uses it"),
-    "min_partition_size": (lambda c: not is_flwr(c.partition), "flwr:NAME takes its own, in --partition-args"),
     "evaluate_clients_every": (lambda c: c.evaluate_clients > 0, "only --evaluate-clients F (F > 0) uses it"),
     "alignment_clients": (lambda c: c.alignment_every > 0, "only --alignment-every K (K > 0) uses it"),
     "alignment_samples": (lambda c: c.alignment_every > 0, "only --alignment-every K (K > 0) uses it"),
-    "client_cpus": (
-        lambda c: c.engine == "ray" or c.engine_mode == "loop",
+    "client_cpus": (  # not the engine's own: under `flwr run` the ClientApp reads it whatever the engine
+        lambda c: isinstance(c.engine, Ray | Loop),
         "the batched engine uses it only with --engine-mode loop (threads a client); --engine ray reserves it",
     ),
-    "engine_mode": (lambda c: c.engine == "batched", "only --engine batched uses it"),
-    "engine_workers": (lambda c: c.engine == "batched", "only --engine batched uses it"),
-    "engine_chunk": (
-        lambda c: c.engine == "batched" and c.engine_mode in ("auto", "vmap"),
-        "only the batched engine's vmap mode (--engine-mode vmap or auto) runs a round in chunks",
-    ),
 }
+GROUPS = (PARTITION, ENGINE)
 
 
-def core_fields() -> dict[str, dataclasses.Field]:
-    """RunConfig's own settings (the algorithms' ride in `hparams`)."""
-    return {k: f for k, f in field_map(RunConfig).items() if k != "hparams"}
+def _flat_fields() -> list[tuple[str, Any, dataclasses.Field]]:
+    """RunConfig's settings as users type them: a group's field as the group's flat settings."""
+    found = []
+    for f in dataclasses.fields(RunConfig):
+        group = f.metadata.get("group")
+        declared = group.declarations() if group else {} if f.metadata.get("flag") is False else {f.name: f}
+        found += [(k, d.type, dataclasses.field(default=d.default, metadata=d.metadata)) for k, d in declared.items()]
+    return found
 
 
-PLACEMENT = of_kind(RunConfig, "placement")  # where a run computes: a resume may move it
-BATCHED_SETTINGS = ("engine_mode", "engine_chunk", "engine_workers")  # the batched engine's alone
-TRACKERS = of_kind(RunConfig, "tracking")  # where its numbers are also logged: a resume may switch them
+# every setting as a flag, a TOML key, a key of Flower's run config and of config.json
+RunFlags = dataclasses.make_dataclass("RunFlags", _flat_fields(), frozen=True)
+FLAT_FIELDS = field_map(RunFlags)
+FLAT_DEFAULTS = {name: f.default for name, f in FLAT_FIELDS.items()}
+core_fields = FLAT_FIELDS.copy  # RunConfig's own settings as typed (the algorithms' ride in `hparams`)
+PLACEMENT = of_kind(RunFlags, "placement")  # where a run computes: a resume may move it
+TRACKERS = of_kind(RunFlags, "tracking")  # where its numbers are also logged: a resume may switch them
+# RunConfig's fields a resume may change: those all of whose settings are placement or tracking
+MOVABLE = tuple(f.name for f in dataclasses.fields(RunConfig)
+                if {*getattr(f.metadata.get("group"), "order", [f.name])} <= {*PLACEMENT, *TRACKERS})  # fmt: skip
 # settings that may change between a run and its continuation (`--resume DIR --rounds N`)
 # or that only say where and how it runs, never what it computes
 NOT_IN_FINGERPRINT = ("rounds", "out", "overwrite", *PLACEMENT, *TRACKERS)

@@ -193,7 +193,7 @@ def compare(
     seeds, algorithms = check_seeds(seeds), check_algorithms(algorithms)
     if (warning := seeds_warning(seeds)) is not None:
         print(f"warning: {warning}", file=sys.stderr, flush=True)
-    base = ENGINES[base.engine].prepare(base)  # placement as its sub-runs record it
+    base = ENGINES[base.engine.name].prepare(base)  # placement as its sub-runs record it
     root = base.run_dir
     check_root(root)
     configs = comparison_configs(base, algorithms, seeds, given)

@@ -71,7 +71,7 @@ def wrapped_budget(cfg: RunConfig, params: PluginParams) -> None:
 def mod_problems(cfg: RunConfig, given: Collection[str] | None, rules: list[type[ClientRule]]) -> list[str]:
     """A mod runs around a ClientApp, and sees one model sent and the same entries back."""
     params = plugins_of(cfg)
-    if given is not None and cfg.engine == "batched":
+    if given is not None and cfg.engine.name == "batched":
         return [
             f"client_mod: {params.client_mod} runs around Flower's ClientApp, which the batched engine does not "
             "call (it trains a round as one program); run it with --engine ray (or flwr run, or a deployment)"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedpfn.core.files import ACCURACY_FIGURE
+from fedpfn.core.groups import Dirichlet
 from fedpfn.runtime.runfolder import RunFolder
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ def header_lines(
     `start`: round 0's split, loss and accuracy), folder, compute."""
     from fedpfn.runtime.plugins import wrapper_line  # a wrapper and its budget, a client mod
 
-    split = f"Dirichlet({cfg.alpha:g})" if cfg.partition == "dirichlet" else cfg.partition
+    split = f"Dirichlet({cfg.partition.alpha:g})" if isinstance(cfg.partition, Dirichlet) else cfg.partition.method
     resumed = f" (resumed after {first_round - 1})" if first_round > 1 else ""
     rounds = f"{first_round}..{cfg.rounds}{resumed}"
     every = f"evaluated every {cfg.eval_every}" if cfg.eval_every > 1 else "evaluated every round"

@@ -12,6 +12,7 @@ from fedpfn.core.cache import dataset_on, initial_model, partition_label_counts,
 from fedpfn.core.config import RunConfig
 from fedpfn.core.data import CLASS_NAMES
 from fedpfn.core.files import ACCURACY_FIGURE, PARTITION, PARTITION_FIGURE
+from fedpfn.core.groups import Dirichlet
 from fedpfn.core.hyper import flat_view
 from fedpfn.core.training import evaluate, pick_device
 from fedpfn.runtime.runfolder import RunFolder
@@ -86,7 +87,7 @@ def summarise_rows(rows: list[dict[str, Any]], split: str = "test") -> dict[str,
 
 
 def split_text(cfg: RunConfig) -> str:
-    return f"Dirichlet α={cfg.alpha:g}" if cfg.partition == "dirichlet" else cfg.partition
+    return f"Dirichlet α={cfg.partition.alpha:g}" if isinstance(cfg.partition, Dirichlet) else cfg.partition.method
 
 
 def setting_title(cfg: RunConfig) -> str:

@@ -25,13 +25,14 @@ from typing import Any
 
 from fedpfn.core.cache import client_indices, initial_model
 from fedpfn.core.config import (
-    BATCHED_SETTINGS,
+    MOVABLE,
     NOT_IN_FINGERPRINT,
     PLACEMENT,
     TRACKERS,
     ConfigError,
     RunConfig,
 )
+from fedpfn.core.groups import Vmap
 from fedpfn.core.data import DataError, find_data_problem
 from fedpfn.core.files import LOCK, LOG, append_text, stop_writing
 from fedpfn.core.hyper import flat_view
@@ -191,7 +192,7 @@ def quiet_flower() -> None:
 
 def simulate(cfg: RunConfig, resume: bool = False, show_progress: bool = True) -> dict[str, Any]:
     """Run (or resume) one simulation on the config's engine and return its summary."""
-    engine = ENGINES[cfg.engine]
+    engine = ENGINES[cfg.engine.name]
     cfg = dataclasses.replace(cfg, out=str(cfg.run_dir.resolve()))  # workers find it from any folder
     with stop_on_signals(RunFolder(cfg.run_dir)):
         check_present(cfg)
@@ -200,7 +201,7 @@ def simulate(cfg: RunConfig, resume: bool = False, show_progress: bool = True) -
         check_runnable(cfg)
         quiet_flower()
         run, why = engine.settle(run)  # config.json records what the engine resolved (auto)
-        claimed = lifecycle.claimed(run, cfg.engine)
+        claimed = lifecycle.claimed(run, cfg.engine.name)
         compute = engine.describe(run.cfg) + (f" ({why})" if why else "")
         with claimed, lifecycle.tracking(run, compute, show_progress) as tracker:
             engine.run(run, tracker)
@@ -211,13 +212,13 @@ def simulate(cfg: RunConfig, resume: bool = False, show_progress: bool = True) -
 
 def arithmetic(cfg: RunConfig) -> str | None:
     """'vmap', 'per client' (loop, threads and Ray agree bit for bit), or None (auto: not known)."""
-    if cfg.engine == "batched" and cfg.engine_mode in ("auto", "vmap"):
-        return None if cfg.engine_mode == "auto" else "vmap"
+    if isinstance(cfg.engine, Vmap):
+        return None if cfg.engine.mode == "auto" else "vmap"
     return "per client"
 
 
 def placement(cfg: RunConfig) -> str:
-    return f"engine {cfg.engine}" + (f", mode {cfg.engine_mode}" if cfg.engine == "batched" else "")
+    return f"engine {cfg.engine.name}" + (f", mode {cfg.engine.mode}" if cfg.engine.name == "batched" else "")
 
 
 def resume_config(run_dir: str, overrides: dict[str, Any]) -> RunConfig:
@@ -251,12 +252,9 @@ def resume_config(run_dir: str, overrides: dict[str, Any]) -> RunConfig:
                 f"resume: '{run_dir}' is finished ({stored.rounds} rounds); pass --rounds N to continue it to N rounds"
             )
         folder.check_usable()
-    switched = {name: getattr(requested, name) for name in (*PLACEMENT, *TRACKERS)}  # may change on resume
-    if requested.engine != stored.engine:  # the other engine's settings stay behind, unless given now
-        defaults = RunConfig()
-        switched |= {name: getattr(defaults, name) for name in BATCHED_SETTINGS if name not in overrides}
+    switched = {name: getattr(requested, name) for name in MOVABLE}  # may change on resume
     cfg = dataclasses.replace(
-        stored, rounds=requested.rounds, out=str(folder.path), overwrite=False, **switched
+        stored, rounds=requested.rounds, out=str(folder.path), overwrite=False, unused=requested.unused, **switched
     )
     cfg = validated(cfg, given=set(overrides))
     if arithmetic(stored) and arithmetic(cfg) and arithmetic(stored) != arithmetic(cfg):

@@ -21,7 +21,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any, Protocol
 
-from fedpfn.core.config import PLACEMENT, TRACKERS, RunConfig
+from fedpfn.core.config import PLACEMENT, TRACKERS, RunConfig, RunFlags
 from fedpfn.core.files import COMPARISON_CONFIG, LOG
 from fedpfn.core.settings import ConfigError, of_kind
 from fedpfn.runtime.progress import Progress, header_lines
@@ -106,7 +106,7 @@ def scalars(record: dict[str, Any], client_rows: list[dict[str, Any]]) -> dict[s
 def run_settings(cfg: RunConfig) -> dict[str, bool | int | float | str]:
     """What the run computes, as TensorBoard's hparams take it: every setting but where it ran
     and where it wrote; a list as text, none as 'none'."""
-    ignored = {*of_kind(RunConfig, "bookkeeping"), *PLACEMENT, *TRACKERS}
+    ignored = {*of_kind(RunFlags, "bookkeeping"), *PLACEMENT, *TRACKERS}
     return {key: _hparam(value) for key, value in cfg.to_dict().items() if key not in ignored}
 
 

@@ -24,6 +24,7 @@ from flwr.app import Context, RecordDict
 from flwr.app.user_config import UserConfig
 
 from fedpfn.core.config import RunConfig
+from fedpfn.core.groups import ENGINE
 from fedpfn.core.training import pick_device
 from fedpfn.runtime.engines.actors import RayRunner, start_ray
 from fedpfn.runtime.engines.cohort import CohortRunner, auto_reason, device_of, mode_of
@@ -39,8 +40,8 @@ from fedpfn.runtime.tracking import Tracking
 def workers_of(cfg: RunConfig) -> int | None:
     """Ray actors to spread a round over: set, or one per GPU of a multi-GPU machine; with
     `ray_address` (None here) as many as placement.plan_actors finds on the cluster."""
-    if cfg.engine_workers is not None:
-        return cfg.engine_workers
+    if cfg.engine.engine_workers is not None:
+        return cfg.engine.engine_workers
     gpus = 0 if cfg.ray_address else torch.cuda.device_count()
     return gpus if gpus > 1 else None
 
@@ -65,10 +66,11 @@ def settle(run: RunPlan) -> tuple[RunPlan, str]:
     continues in it (a GPU machine picks vmap, a CPU one threads: they agree within rounding,
     not bit for bit). Ray actors resolve their own by the same rule."""
     cfg = run.cfg
-    if cfg.engine_mode != "auto" or uses_ray(cfg):
+    if cfg.engine.mode != "auto" or uses_ray(cfg):
         return run, ""
     device = device_of(cfg)
-    return dataclasses.replace(run, cfg=dataclasses.replace(cfg, engine_mode=mode_of(cfg, device))), auto_reason(device)
+    engine = ENGINE.changed(cfg.engine, engine_mode=mode_of(cfg, device))
+    return dataclasses.replace(run, cfg=dataclasses.replace(cfg, engine=engine)), auto_reason(device)
 
 
 def describe(cfg: RunConfig) -> str:
@@ -83,7 +85,7 @@ def describe(cfg: RunConfig) -> str:
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"the CPU, {os.cpu_count()} cores"
     how = {
         "vmap": "all of a round's clients as one vmapped program"
-        + (f", {cfg.engine_chunk} per chunk" if cfg.engine_chunk else ", chunks as large as free memory holds"),
+        + (f", {chunk} per chunk" if (chunk := getattr(cfg.engine, "engine_chunk", 0)) else ", chunks as large as free memory holds"),
         "threads": f"clients side by side on {os.cpu_count()} threads, one each",
         "loop": "one client after another",
     }[mode]

@@ -9,6 +9,7 @@ import torch
 from flwr.app import RecordDict
 
 from fedpfn.core.config import RunConfig
+from fedpfn.core.groups import Vmap
 from fedpfn.core.training import pick_device
 from fedpfn.runtime.algorithms import client_rules
 from fedpfn.runtime.engines.prepared import ClientJob
@@ -27,8 +28,8 @@ def mode_of(cfg: RunConfig, device: torch.device) -> str:
     threads on the CPU. Threads give the numbers of loop with one thread per client and of the
     Ray engine bit for bit, whatever the load or the cores, so the same command on the same
     machine gives the same numbers; vmap (another order of sums) only when named on the CPU."""
-    if cfg.engine_mode != "auto":
-        return cfg.engine_mode
+    if cfg.engine.mode != "auto":
+        return cfg.engine.mode
     return "vmap" if device.type == "cuda" else "threads"
 
 
@@ -48,7 +49,7 @@ class CohortRunner:
         self.mode = mode_of(cfg, self.device)
         cores = threads or os.cpu_count() or 1  # `threads`: clients side by side; `loop`: the ClientApp's
         self.threads = cores if self.mode == "threads" else max(1, int(cfg.client_cpus))
-        self.chunk = cfg.engine_chunk or None  # None: measured on the first round (vmap on a GPU)
+        self.chunk = (cfg.engine.engine_chunk if isinstance(cfg.engine, Vmap) else 0) or None  # None: measured on the first round (vmap on a GPU)
 
     def __call__(self, content: RecordDict, jobs: list[ClientJob]) -> CohortResult:
         cohort = Cohort(client_rules(self.cfg), self.cfg, content, self.device, jobs)

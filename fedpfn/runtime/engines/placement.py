@@ -123,14 +123,14 @@ def plan_actors(nodes: list[Node], cfg: RunConfig, where: str) -> list[Slot]:
         raise ConfigError(f"client_gpus: {cfg.client_gpus:g} asks for a GPU, but {described(nodes, where)}")
     if gpus and cfg.client_gpus != 0:
         per_gpu = [Slot(node, node.cpus // node.gpus, 1) for node in nodes for _ in range(node.gpus)]
-        return take(spread(per_gpu), cfg.engine_workers, "a GPU", nodes, where)
-    if cfg.engine_workers is None:
+        return take(spread(per_gpu), cfg.engine.engine_workers, "a GPU", nodes, where)
+    if cfg.engine.engine_workers is None:
         slots = [Slot(node, node.cpus, 0) for node in nodes if node.cpus]
         if not slots:
             raise ConfigError(f"the batched engine's actors need a CPU each, but {described(nodes, where)}")
         return slots
     per_cpu = spread([Slot(node, 1, 0) for node in nodes for _ in range(node.cpus)])
-    chosen = take(per_cpu, cfg.engine_workers, "a CPU", nodes, where)
+    chosen = take(per_cpu, cfg.engine.engine_workers, "a CPU", nodes, where)
     return [Slot(s.node, s.node.cpus // sum(c.node == s.node for c in chosen), 0) for s in chosen]
 
 

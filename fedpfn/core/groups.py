@@ -1,0 +1,193 @@
+"""The partition and the engine: each choice holds only the settings it uses (fedpfn.core.variants).
+
+`cfg.partition` is one of `Dirichlet`, `Shards`, `Iid`, `Tasks` or `FlwrPartition`; `cfg.engine`
+one of `Vmap` (the batched engine's vmap mode, or auto: vmap on a GPU, threads on the CPU),
+`Threads`, `Loop` or `Ray`. A run of `--partition shards` has no `alpha` to read, and a run on Ray
+no `engine_chunk`. Where the clients train (`client_cpus`, `client_gpus`, `ray_address`) stays
+beside the engine: both engines read it, and under `flwr run` the ClientApp reads `client_cpus`
+whatever the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from fedpfn.core.settings import above, at_least, one_of, setting
+from fedpfn.core.variants import Group
+from partitions import PARTITION_METHODS, is_flwr, partition_problem
+
+ENGINES = ("batched", "ray")  # fedpfn.runtime.engines implements each
+ENGINE_MODES = ("auto", "vmap", "threads", "loop")
+
+
+def _min_size() -> Any:
+    return setting(10, "fewest training samples a client may hold", at_least(1), kind="federation")
+
+
+class _Split:
+    """What every partition says: its method, as `--partition` names it."""
+
+    chosen_by: ClassVar[dict[str, str]] = {}
+
+    @property
+    def method(self) -> str:
+        return self.chosen_by.get("partition") or getattr(self, "partition")
+
+
+@dataclass(frozen=True)
+class Dirichlet(_Split):
+    """Label skew drawn from a Dirichlet distribution per class."""
+
+    chosen_by: ClassVar[dict[str, str]] = {"partition": "dirichlet"}
+    alpha: float = setting(0.5, "Dirichlet concentration (smaller = more label skew)", above(0), kind="federation")
+    min_partition_size: int = _min_size()
+
+
+@dataclass(frozen=True)
+class Shards(_Split):
+    """Each client holds a few label-sorted shards."""
+
+    chosen_by: ClassVar[dict[str, str]] = {"partition": "shards"}
+    shards_per_client: int = setting(
+        2, "shards (classes) per client for --partition shards", at_least(1), kind="federation"
+    )
+    min_partition_size: int = _min_size()
+
+
+@dataclass(frozen=True)
+class Iid(_Split):
+    chosen_by: ClassVar[dict[str, str]] = {"partition": "iid"}
+    min_partition_size: int = _min_size()
+
+
+@dataclass(frozen=True)
+class Tasks(_Split):
+    """Clients of Fashion-MNIST tasks (partitions/tasks.py)."""
+
+    chosen_by: ClassVar[dict[str, str]] = {"partition": "tasks"}
+    min_partition_size: int = _min_size()
+
+
+def _flwr_name(value: str) -> str | None:
+    return None if is_flwr(value) else f"'{value}' is not flwr:NAME"
+
+
+@dataclass(frozen=True)
+class FlwrPartition(_Split):
+    """A flwr-datasets partitioner, `flwr:NAME`, with its keyword arguments."""
+
+    partition: str = setting("flwr:IidPartitioner", "flwr:NAME", _flwr_name, kind="federation")
+    partition_args: str = setting("", "flwr:NAME's keyword arguments, a JSON object, e.g. '{\"alpha\": 0.5}' (fedpfn "
+                                  "sets num_partitions, seed and partition_by)", kind="federation")  # fmt: skip
+
+
+Partition = Dirichlet | Shards | Iid | Tasks | FlwrPartition
+
+PARTITION = Group(
+    "partition",
+    {"partition": setting("dirichlet", f"one of {', '.join(PARTITION_METHODS)}, or flwr:NAME, a flwr-datasets "
+                          "partitioner (docs/guide/data.md)", partition_problem, kind="federation")},  # fmt: skip
+    (Dirichlet, Shards, Iid, Tasks, FlwrPartition),
+    {
+        "alpha": "only --partition dirichlet uses it",
+        "shards_per_client": "only --partition shards uses it",
+        "partition_args": "only --partition flwr:NAME uses it",
+        "min_partition_size": "flwr:NAME takes its own, in --partition-args",
+    },
+    ("partition", "partition_args", "alpha", "shards_per_client", "min_partition_size"),
+)
+
+
+class _Engine:
+    """What every engine says: its name, as `--engine` names it, and its mode (None: the engine has none)."""
+
+    chosen_by: ClassVar[dict[str, str]] = {}
+
+    @property
+    def name(self) -> str:
+        return self.chosen_by["engine"]
+
+    @property
+    def mode(self) -> str | None:
+        return self.chosen_by.get("engine_mode") or getattr(self, "engine_mode", None)
+
+
+def _workers() -> Any:
+    return setting(
+        None,
+        "Ray actors the batched engine spreads a round's clients over, each running the batched program "
+        "(default: one per GPU when this machine has several, or with --ray-address one per GPU of the "
+        "cluster, else one per node with that node's CPUs; else none: this process)",
+        at_least(1),
+        kind="placement",
+    )
+
+
+@dataclass(frozen=True)
+class Vmap(_Engine):
+    """The batched engine as one stacked program (auto: vmap on a GPU, threads on the CPU)."""
+
+    chosen_by: ClassVar[dict[str, str]] = {"engine": "batched"}
+    engine_mode: str = setting("auto", "auto or vmap", one_of(("auto", "vmap")), kind="placement")
+    engine_chunk: int = setting(
+        0,
+        "clients per vmapped program of the batched engine (0: as many as the device's free memory holds)",
+        at_least(0),
+        kind="placement",
+    )
+    engine_workers: int | None = _workers()
+
+
+@dataclass(frozen=True)
+class Threads(_Engine):
+    """The batched engine with a round's clients side by side, one CPU thread each."""
+
+    chosen_by: ClassVar[dict[str, str]] = {"engine": "batched", "engine_mode": "threads"}
+    engine_workers: int | None = _workers()
+
+
+@dataclass(frozen=True)
+class Loop(_Engine):
+    """The batched engine with a round's clients one after another (`client_cpus` threads each)."""
+
+    chosen_by: ClassVar[dict[str, str]] = {"engine": "batched", "engine_mode": "loop"}
+    engine_workers: int | None = _workers()
+
+
+@dataclass(frozen=True)
+class Ray(_Engine):
+    """Flower's simulation engine: one ClientApp call per client."""
+
+    chosen_by: ClassVar[dict[str, str]] = {"engine": "ray"}
+
+
+Engine = Vmap | Threads | Loop | Ray
+
+ENGINE = Group(
+    "engine",
+    {
+        "engine": setting(
+            "batched",
+            "where clients train: batched (a round's clients as one program in this process, on its GPU or "
+            "CPU) or ray (Flower's simulation engine, one ClientApp call per client; clusters)",
+            one_of(ENGINES),
+            kind="placement",
+        ),
+        "engine_mode": setting(
+            "auto",
+            "how the batched engine runs a round: vmap (one stacked program), threads (clients side by side, "
+            "one CPU thread each), loop (one after another); auto: vmap on a GPU, threads on the CPU (never "
+            "timed: the same command gives the same numbers whatever the load)",
+            one_of(ENGINE_MODES),
+            kind="placement",
+        ),
+    },
+    (Vmap, Threads, Loop, Ray),
+    {
+        "engine_mode": "only --engine batched uses it",
+        "engine_workers": "only --engine batched uses it",
+        "engine_chunk": "only the batched engine's vmap mode (--engine-mode vmap or auto) runs a round in chunks",
+    },
+    ("engine", "engine_mode", "engine_chunk", "engine_workers"),
+)

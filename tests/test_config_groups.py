@@ -1,0 +1,86 @@
+"""The partition and the engine as variants (fedpfn.core.groups): a setting its choice does not use
+has no place in a run's config, while the flags, config.json and the fingerprint read as before."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from fedpfn.core.config import FLAT_DEFAULTS, EVAL_ONLY, START_ONLY, RunConfig
+from fedpfn.core.groups import ENGINE, PARTITION, Dirichlet, FlwrPartition, Iid, Loop, Ray, Shards, Threads, Vmap
+from fedpfn.runtime.algorithms import parse_config
+
+CASES = {
+    "default": ({}, Dirichlet(), Vmap()),
+    "shards": ({"partition": "shards", "shards_per_client": 3}, Shards(shards_per_client=3), Vmap()),
+    "iid": ({"partition": "iid", "min_partition_size": 5}, Iid(min_partition_size=5), Vmap()),
+    "flwr": (
+        {"partition": "flwr:IidPartitioner", "partition_args": "{}"},
+        FlwrPartition("flwr:IidPartitioner", "{}"),
+        Vmap(),
+    ),
+    "loop": ({"engine_mode": "loop", "client_cpus": 2.0}, Dirichlet(), Loop()),
+    "vmap": ({"engine_mode": "vmap", "engine_chunk": 3, "engine_workers": 2}, Dirichlet(), Vmap("vmap", 3, 2)),
+    "ray": ({"engine": "ray", "client_gpus": 0.0}, Dirichlet(), Ray()),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_flags_build_the_variant_and_config_json_reads_as_before(name):
+    """config.json (and so the fingerprint a resume checks) is every setting as it was when the
+    config was flat: the ones given, every other at its default, a variant's absent ones too."""
+    values, partition, engine = CASES[name]
+    cfg = parse_config(values)
+    assert (cfg.partition, cfg.engine, cfg.unused) == (partition, engine, {})
+    left_out = {*START_ONLY, *EVAL_ONLY, *([] if values.get("partition_args") else ["partition_args"])}
+    assert cfg.to_dict() == {**{k: v for k, v in FLAT_DEFAULTS.items() if k not in left_out}, **values}
+    assert parse_config(cfg.to_dict()) == cfg
+
+
+def test_a_variant_has_no_place_for_a_setting_its_choice_does_not_use():
+    with pytest.raises(TypeError):
+        dataclasses.replace(Shards(), alpha=0.1)
+    with pytest.raises(TypeError):
+        Ray(engine_workers=2)
+    assert not hasattr(Threads(), "engine_chunk") and not hasattr(Iid(), "alpha")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Dirichlet().alpha = 0.1  # type: ignore[misc]
+
+
+def test_the_settings_a_choice_leaves_out_are_handed_back_and_refused_where_given():
+    variant, lines, unused = PARTITION.build({"partition": "iid", "alpha": 0.3})
+    assert (variant, lines, unused["alpha"]) == (Iid(), [], 0.3)
+    cfg = parse_config({"partition": "iid", "alpha": 0.3})
+    assert cfg.problems(given={"partition", "alpha"}) == ["alpha: 0.3 is set, but only --partition dirichlet uses it"]
+    assert cfg.problems(given=None) == cfg.problems(given={"partition", "alpha"})  # not its default: set
+    engine = parse_config({"engine": "ray", "engine_workers": 2})
+    assert engine.problems(given={"engine", "engine_workers"}) == [
+        "engine_workers: 2 is set, but only --engine batched uses it"
+    ]
+    assert engine.problems(given=None) == []  # under flwr run Flower's federation decides where clients train
+
+
+def test_an_unknown_choice_is_one_line_naming_it():
+    variant, lines, _ = ENGINE.build({"engine_mode": "warp"})
+    assert variant == Vmap() and lines == ["engine_mode: unknown 'warp'; use one of auto, vmap, threads, loop"]
+    _, lines, _ = PARTITION.build({"partition": "zipf"})
+    assert lines == ["partition: unknown 'zipf'; use one of dirichlet, iid, shards, tasks, or flwr:NAME (a flwr-datasets "
+                     "partitioner)"]  # fmt: skip
+
+
+def test_auto_resolved_is_the_variant_of_the_mode_it_resolved_to():
+    """The batched engine's auto becomes threads on the CPU: its chunk (vmap's alone) goes with it."""
+    assert ENGINE.changed(Vmap(engine_chunk=4, engine_workers=2), engine_mode="threads") == Threads(engine_workers=2)
+    assert ENGINE.changed(Vmap(engine_chunk=4), engine_mode="vmap") == Vmap("vmap", 4)
+    assert RunConfig().engine.mode == "auto" and Ray().mode is None and Loop().name == "batched"
+
+
+def test_a_folder_written_before_the_refusals_keeps_its_fingerprint():
+    """config.json of a run started before a setting its partition leaves out was refused (iid with
+    alpha 0.1): the value is kept as read, so its checkpoints still belong to it and it resumes."""
+    written = {**parse_config({"partition": "iid"}).to_dict(), "alpha": 0.1, "engine": "ray", "engine_mode": "loop"}
+    cfg = parse_config(written)
+    assert isinstance(cfg.partition, Iid) and cfg.engine == Ray()
+    assert cfg.to_dict() == written and cfg.fingerprint()["alpha"] == 0.1
+    assert cfg.problems(given=set()) == []  # a resume gives none of them: nothing refused
