@@ -225,3 +225,28 @@ def regimes_table(cells: Cells, regimes: Mapping[str, Sequence[str]], why_not: M
                 for arm in (arms_of(cells[name]) if seeds else []) if diverged(cells[name], arm)]  # fmt: skip
         lines.append(f"| {name} | {'; '.join([ran, *lost])} | `{' '.join(flags)}` |")
     return lines
+
+
+STEP = ("cnn-same-init-lr0.06", "cnn-same-init")  # plain at the anchored arms' free 60 % of the step; the anchored arms
+STEP_ENDPOINTS = (("permutation_loss", "P", 1.0, "nats"), ("mean_individual_acc", "own accuracy", 100.0, "points"),
+                  ("fused_acc", "fused accuracy", 100.0, "points"))  # fmt: skip
+
+
+def step_control(cells: Cells) -> list[str]:
+    """Is anchoring a smaller step? Each anchored arm at lr 0.1 minus plain at lr 0.06, seed by seed (a seed
+    fixes the start, the data and the batch order in every regime): P, own and fused accuracy, one Holm family."""
+    smaller, anchored = (cells.get(name) for name in STEP)
+    if smaller is None or anchored is None:
+        return [f"Not yet read: it needs the cells of {STEP[0]} and {STEP[1]}."]
+    plain = arm_named(smaller, "plain")
+    found = [(key, scale, unit, paired(f"{arm} at lr 0.1 − plain at lr 0.06: {title}", key,
+                                       series(anchored, arm, key), series(smaller, plain, key), SPANS.get(key)))
+             for arm in (arm_named(anchored, "shared"), arm_named(anchored, "independent"))
+             for key, title, scale, unit in STEP_ENDPOINTS]  # fmt: skip
+    tested = adjust_together(p for *_, p in found)
+    lines = [f"One Holm family of the {tested} tests below.", "",
+             "| comparison | seeds | mean | 95 % CI | p | p Holm | verdict |", "|---" * 7 + "|"]  # fmt: skip
+    for _, scale, unit, p in found:
+        lines.append(f"| {p.label} | {len(p.seeds)} | {scale * p.mean:+.4f} {unit} | {interval_text(p, scale)} "
+                     f"| {p_text(p, '.3g')} | {p_number(p.p_holm, '.3g')} | {verdict(p, scale, unit)} |")  # fmt: skip
+    return lines

@@ -108,7 +108,7 @@ def write_page(spec: Spec, cells: Mapping[str, Any]) -> str:
         summary="\n".join(f"- {line}" for line in [*said, *said_b]), machines=machines(cells),
         common=" ".join(spec.shared), regimes="\n".join(gate.regimes_table(cells, spec.arms, spec.not_run)),
         a_seeds=gate.A_SEEDS, b_seeds=gate.B_SEEDS, table_a="\n".join(table_a), table_b="\n".join(table_b),
-        table_arms="\n".join(gate.arms_table(cells)),
+        table_arms="\n".join(gate.arms_table(cells)), table_step="\n".join(gate.step_control(cells)),
     )  # fmt: skip
 
 
