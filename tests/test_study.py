@@ -142,6 +142,9 @@ BAD = {
                           "endpoints.acc.statistic = 'mode' is not accepted (accepted: mean, median)"),
     "unknown metric": ("[arms]\na = '--algorithm fedavg'\n[endpoints.acc]\nmetric = 'accuracy'",
                        "endpoints.acc.metric: unknown metric 'accuracy' (accepted: test_accuracy,"),
+    "a margin not above 0": ("[arms]\na = '--algorithm fedavg'\nb = '--algorithm fedpfn'\n[endpoints.acc]\n"
+                             "metric = 'test_accuracy'\n[families.f]\nendpoint = 'acc'\nmargin = -0.5",
+                             "families.f.margin = -0.5: give a positive number, in the endpoint's unit"),
 }
 
 
@@ -223,3 +226,16 @@ statistic = "median"
     ))  # fmt: skip
     assert endpoint_value(spec, tiny, "first") == pytest.approx((2.0 + 0.0 + 15.0) / 3)
     assert endpoint_value(spec, tiny, "mid") == 2.0
+
+
+def test_a_margin_says_smaller_only_when_the_whole_interval_lies_inside_it() -> None:
+    """An equivalence margin declared before the runs (families.NAME.margin, in the page's unit): inside
+    ±margin the difference is smaller; an interval that reaches it rules nothing out, whatever its mean."""
+    from fedpfn.analysis.inference import paired
+    from fedpfn.study.page import margin_text
+
+    base = {s: 0.8 for s in range(6)}
+    small = paired("x", "acc", {s: 0.8 + 0.001 * (-1) ** s for s in range(6)}, base)  # within ±0.1 points
+    wide = paired("x", "acc", {s: 0.8 + 0.01 * (-1) ** s for s in range(6)}, base)  # mean 0, interval about ±1 point
+    assert margin_text(small, 0.5, 100, "points").startswith("smaller than the margin of ±0.5 points")
+    assert margin_text(wide, 0.5, 100, "points").startswith("a difference of ±0.5 points or more")

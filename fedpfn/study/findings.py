@@ -19,7 +19,7 @@ from fedpfn.study import gate
 from fedpfn.study.gate import interval_text as interval
 from fedpfn.study.drift import design, report_folder
 from fedpfn.study.drift_text import primary_family
-from fedpfn.study.page import family_rows
+from fedpfn.study.page import family_rows, margin_text
 from fedpfn.study.spec import load
 
 DRIFT_STUDY = "studies/drift.toml"
@@ -255,10 +255,13 @@ def confirm_study(root: Path) -> str | None:
     if not step:
         return None
     fedpfn = [p for p in study_rows(root, CONFIRM_STUDY, "accuracy") if p.label.endswith("FedPFN − FedAvg")]
+    sharing = study_rows(root, CONFIRM_STUDY, "sharing")
+    margin = load(root / CONFIRM_STUDY).families["sharing"].margin
+    within = "".join(f", {margin_text(p, margin, 100, 'points')}" for p in sharing if margin is not None)
     return (f"**Did it hold on new seeds?** The confirmatory study (docs/alignment_confirm.md; pre-registered, "
             f"{study_setting(root, CONFIRM_STUDY)}, seeds the exploratory study never ran) found FedPFN minus FedAvg at "
             f"lr {slower_lr(root, CONFIRM_STUDY)} (primary) {points_text(step)}; minus the control, "
-            f"{points_text(study_rows(root, CONFIRM_STUDY, 'sharing'))}; minus FedAvg at the same lr, {points_text(fedpfn)}.")  # fmt: skip
+            f"{points_text(sharing)}{within}; minus FedAvg at the same lr, {points_text(fedpfn)}.")  # fmt: skip
 
 
 SENTENCES: tuple[Callable[[Path], str | None], ...] = (

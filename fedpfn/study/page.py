@@ -138,7 +138,21 @@ def family_table(spec: Spec, stored: dict[str, Any], name: str) -> list[str]:
         p, holm = p_text(c, ".4f"), p_number(c.p_holm, ".4f")
         lines.append(f"| {c.label} | {end.scale * c.mean:+.3f} | {ci} | {p} | {holm} | {c.wins} of {len(c.seeds)} "
                      f"| {verdict(c, end.scale, end.unit or 'as measured')} |")  # fmt: skip
+    margin = spec.families[name].margin
+    if margin is not None:
+        lines += ["", *(f"- {c.label}: {margin_text(c, margin, end.scale, unit)}." for c in family_rows(spec, stored, name))]
     return lines
+
+
+def margin_text(c: Paired, margin: float, scale: float, unit: str) -> str:
+    """Whether the 95 % interval lies inside ±margin (declared before the runs, in the page's unit):
+    then the difference is smaller than the margin; else a difference that large is not ruled out."""
+    if c.low is None or c.high is None:
+        return f"no interval, so the margin of ±{margin:g} {unit} is not read"
+    if -margin < scale * c.low and scale * c.high < margin:
+        return f"smaller than the margin of ±{margin:g} {unit} declared before the runs: the 95 % CI lies inside it"
+    return (f"a difference of ±{margin:g} {unit} or more, the margin declared before the runs, is not ruled out: "
+            "the 95 % CI reaches it")  # fmt: skip
 
 
 def commands(spec: Spec, stored: dict[str, Any]) -> list[str]:

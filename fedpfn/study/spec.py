@@ -24,7 +24,7 @@ TOP = ("title", "runs", "cell", "seeds", "shared", "baseline", "arms", "labels",
 COMMANDS = ("run", "lmc")  # what a cell runs: `fedpfn run`, `python -m fedpfn.analysis.lmc` (fedpfn.study.commands)
 ENDPOINT_KEYS = ("metric", "last", "statistic", "scale", "unit", "format", "absent")
 STATISTICS = ("mean", "median")  # of an endpoint's window of rows
-FAMILY_KEYS = ("endpoint", "arms", "baseline", "heading")
+FAMILY_KEYS = ("endpoint", "arms", "baseline", "heading", "margin")
 TUNE_KEYS = ("flag", "values", "seed", "flags", "metric", "last", "floor", "cell")
 PAGE_KEYS = ("out", "stored", "template", "text", "reading")
 METRICS = ("test_accuracy", "test_loss", "val_accuracy", "val_loss", "train_loss")
@@ -61,6 +61,7 @@ class Family:
     arms: tuple[str, ...]
     baseline: str
     heading: str
+    margin: float | None = None  # an equivalence margin in the endpoint's unit, declared before the runs
 
 
 @dataclass(frozen=True)
@@ -220,7 +221,11 @@ def _family(name: str, value: Any, spec: dict[str, Any], path: Path) -> Family:
             raise StudyError(f"study: {path}: families.{name}: unknown arm {arm!r} (declared: {', '.join(spec['arms'])})")
     heading = _of(table.get("heading", f"{name}: each arm against {baseline}"), str, f"families.{name}.heading",
                   path, "a string")  # fmt: skip
-    return Family(name, endpoint, tuple(arms), baseline, heading)
+    margin = table.get("margin")
+    if margin is not None and (isinstance(margin, bool) or not isinstance(margin, int | float) or not margin > 0):
+        raise StudyError(f"study: {path}: families.{name}.margin = {margin!r}: give a positive number, in the "
+                         "endpoint's unit (the interval inside ±margin says the difference is smaller)")  # fmt: skip
+    return Family(name, endpoint, tuple(arms), baseline, heading, None if margin is None else float(margin))
 
 
 def _tune(value: Any, path: Path) -> Tune:
