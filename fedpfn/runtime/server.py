@@ -165,12 +165,13 @@ class ServerLoop:
         self.strategy = build_strategy(cfg, self.model)
         # the one decision: a mean-based strategy aggregates the round's totals, any other its replies
         self.from_totals = mean_based(cfg)
-        self.train_grid = train_grid or PlainGrid(grid, [name for name, _ in self.model.named_parameters()])
+        names = [name for name, _ in self.model.named_parameters()]
+        self.train_grid = train_grid if train_grid is not None else PlainGrid(grid, names)
         self.round_timeout = cfg.round_timeout or None  # 0: wait for every reply
         self.nodes = NodeDirectory(grid, cfg.num_clients, query_timeout=self.round_timeout)
         self.eval_name, self.eval_x, self.eval_y = evaluation_set(cfg, self.device)
         self.alignment = (
-            alignment.AlignmentProbe(cfg, self.device, self.eval_x, self.eval_y) if cfg.alignment_every else None
+            alignment.AlignmentProbe(cfg, self.device, self.eval_x, self.eval_y) if alignment.measured(cfg) else None
         )
         self.arrays = ArrayRecord(self.model.state_dict())
         self.next_round = 1
