@@ -9,6 +9,7 @@ import pytest
 
 from fedpfn.core.config import FLAT_DEFAULTS, EVAL_ONLY, START_ONLY, RunConfig
 from fedpfn.core.groups import ENGINE, PARTITION, Dirichlet, FlwrPartition, Iid, Loop, Ray, Shards, Threads, Vmap
+from fedpfn.core.groups import Alignment, ClientEvaluation, NoAlignment, NoClientEvaluation
 from fedpfn.runtime.algorithms import parse_config
 
 CASES = {
@@ -24,6 +25,24 @@ CASES = {
     "vmap": ({"engine_mode": "vmap", "engine_chunk": 3, "engine_workers": 2}, Dirichlet(), Vmap("vmap", 3, 2)),
     "ray": ({"engine": "ray", "client_gpus": 0.0}, Dirichlet(), Ray()),
 }
+# the measurements a run may make: off, or on with their own settings
+MEASURED = {
+    "none": ({}, NoClientEvaluation(), NoAlignment()),
+    "clients": (
+        {"evaluate_clients": 0.5, "evaluate_clients_every": 2, "local_test_fraction": 0.2},
+        ClientEvaluation(0.5, 2),
+        NoAlignment(),
+    ),
+    "alignment": ({"alignment_every": 2, "alignment_samples": 100}, NoClientEvaluation(), Alignment(2, 3, 100)),
+}
+
+
+def written(values: dict) -> dict:
+    """config.json as the flat config wrote it: every setting, the given ones as given; a start's
+    and the clients' evaluation's own only where the run has them."""
+    left_out = {*START_ONLY, *([] if values.get("evaluate_clients") else EVAL_ONLY)}
+    left_out |= set() if values.get("partition_args") else {"partition_args"}
+    return {**{k: v for k, v in FLAT_DEFAULTS.items() if k not in left_out}, **values}
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -33,9 +52,16 @@ def test_the_flags_build_the_variant_and_config_json_reads_as_before(name):
     values, partition, engine = CASES[name]
     cfg = parse_config(values)
     assert (cfg.partition, cfg.engine, cfg.unused) == (partition, engine, {})
-    left_out = {*START_ONLY, *EVAL_ONLY, *([] if values.get("partition_args") else ["partition_args"])}
-    assert cfg.to_dict() == {**{k: v for k, v in FLAT_DEFAULTS.items() if k not in left_out}, **values}
+    assert cfg.to_dict() == written(values)
     assert parse_config(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize("name", MEASURED)
+def test_a_measurement_is_off_or_on_with_its_own_settings(name):
+    values, evaluation, alignment = MEASURED[name]
+    cfg = parse_config(values)
+    assert (cfg.federated_eval, cfg.alignment, cfg.unused) == (evaluation, alignment, {})
+    assert cfg.to_dict() == written(values) and parse_config(cfg.to_dict()) == cfg
 
 
 def test_a_variant_has_no_place_for_a_setting_its_choice_does_not_use():
@@ -44,6 +70,7 @@ def test_a_variant_has_no_place_for_a_setting_its_choice_does_not_use():
     with pytest.raises(TypeError):
         Ray(engine_workers=2)
     assert not hasattr(Threads(), "engine_chunk") and not hasattr(Iid(), "alpha")
+    assert not hasattr(NoAlignment(), "alignment_samples") and not hasattr(NoClientEvaluation(), "evaluate_clients_every")
     with pytest.raises(dataclasses.FrozenInstanceError):
         Dirichlet().alpha = 0.1  # type: ignore[misc]
 

@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fedpfn.core.data import DATASETS, dataset_problem
-from fedpfn.core.groups import ENGINE, PARTITION, Dirichlet, Engine, FlwrPartition, Loop, Partition, Ray, Tasks, Vmap
+from fedpfn.core.groups import ALIGNMENT, ENGINE, FEDERATED_EVAL, PARTITION, Aligned, Alignment, ClientEval  # noqa: I001
+from fedpfn.core.groups import ClientEvaluation, Dirichlet, Engine, FlwrPartition, Loop, NoAlignment
+from fedpfn.core.groups import NoClientEvaluation, Partition, Ray, Tasks, Vmap
 from fedpfn.core.hyper import flat_view, hyper_of
 from fedpfn.core.init_file import fresh_head_setting, init_file_problem, sha256_problem, start_changed
 from fedpfn.core.models import MAX_PROJECTION_HEAD, MODELS, TIMM_PREFIX, model_problem
@@ -129,25 +131,9 @@ class RunConfig:
         between(0, 0.5),
         kind="federation",
     )
-    evaluate_clients: float = setting(
-        0.0, "federated evaluation: this fraction of the clients (seeded, at least one) evaluates the global model, "
-        "and its own where the rule keeps one (FedBN, --personal), on its local test split; metrics.jsonl gets the "
-        "weighted and plain mean, the 10th percentile and the worst client; 0: never", between(0, 1), kind="federation",
-    )
-    evaluate_clients_every: int = setting(1, "clients evaluate every K rounds (and the last)", at_least(1), kind="federation")
-    alignment_every: int = setting(
-        0,
-        "every K rounds measure how aligned the round's client models are: loss and accuracy barriers "
-        "of pairs and the fusion gap (mean client accuracy minus their average's); 0: never",
-        at_least(0),
-        kind="bookkeeping",
-    )
-    alignment_clients: int = setting(
-        3, "client models an alignment measurement compares (every pair of them)", at_least(2), kind="bookkeeping"
-    )
-    alignment_samples: int = setting(
-        2000, "evaluation samples an alignment measurement uses", at_least(1), kind="bookkeeping"
-    )
+    # federated evaluation and the alignment measurement: each off, or on with its own settings
+    federated_eval: ClientEval = dataclasses.field(default_factory=NoClientEvaluation, metadata={"group": FEDERATED_EVAL})
+    alignment: Aligned = dataclasses.field(default_factory=NoAlignment, metadata={"group": ALIGNMENT})
     tensorboard: bool = setting(False, "write TensorBoard event files under <out>/tensorboard", kind="tracking")
     wandb: bool = setting(
         False, "log to Weights & Biases (WANDB_MODE=offline: files under <out>/wandb)", kind="tracking"
@@ -230,11 +216,11 @@ class RunConfig:
         under `flwr run` (`given` None) Flower's federation decides and the ClientApp reads
         client_cpus, so those settings are checked only with `given`.
         """
-        found = problems(self) + problems(self.partition) + problems(self.engine)
+        found = problems(self) + [line for group in GROUPS for line in problems(getattr(self, group.name))]
         out = [line for line in found if line.split(":")[0] not in unknown]
         refused = {*unknown, *(line.split(":")[0] for line in out)}
         out += [line for names, check in RELATIONS if refused.isdisjoint(names) and (line := check(self))]
-        if refused.isdisjoint(ALIGNMENT) and (line := _alignment_clients_problem(self, given)):
+        if refused.isdisjoint(ALIGNMENT_READS) and (line := _alignment_clients_problem(self, given)):
             out.append(line)
         if given is not None and "init" in given and self.init is None:  # `--init ""`: not "no start"
             out.append(f"init: {init_file_problem('')}, or leave --init out")
@@ -272,7 +258,7 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         """Every setting, and the hyperparameters; a start's own settings only with a start (as the
         algorithms' only with their algorithm), so a run without one reads as it did before them."""
-        left_out = [*(START_ONLY if self.init is None else ()), *(() if self.evaluate_clients else EVAL_ONLY)]
+        left_out = [*(START_ONLY if self.init is None else ()), *(() if isinstance(self.federated_eval, ClientEvaluation) else EVAL_ONLY)]
         values: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -304,24 +290,27 @@ class RunConfig:
         return cls(**core, hparams=hparams, unused=unused), unparsed
 
 
-def _at_most(name: str, limit: str, why: str = "") -> Callable[[RunConfig], str | None]:
+def _at_most(name: str, limit: str) -> Callable[[RunConfig], str | None]:
     return lambda c: (
-        f"{name}: {getattr(c, name)} must be at most {limit} ({getattr(c, limit)}){why}"
+        f"{name}: {getattr(c, name)} must be at most {limit} ({getattr(c, limit)})"
         if getattr(c, name) > getattr(c, limit)
         else None
     )
 
 
-ALIGNMENT = ("alignment_clients", "clients_per_round", "alignment_every")
+ALIGNMENT_READS = ("alignment_clients", "clients_per_round", "alignment_every")
 START_ONLY = ("init_sha256", "fresh_head")  # what only a run with --init has
 EVAL_ONLY = ("evaluate_clients", "evaluate_clients_every")  # what only a run with --evaluate-clients has
 
 
 def _alignment_clients_problem(cfg: RunConfig, given: Collection[str] | None) -> str | None:
     """Set above a round's clients, the count would not be what was asked (the default, 3, means up to 3)."""
-    default = FLAT_DEFAULTS["alignment_clients"]
-    if cfg.alignment_every > 0 and is_set("alignment_clients", cfg.alignment_clients, default, given):
-        return _at_most("alignment_clients", "clients_per_round", ": a measurement compares a round's clients")(cfg)
+    measured, most = cfg.alignment, cfg.clients_per_round
+    if not isinstance(measured, Alignment) or measured.alignment_clients <= most:
+        return None
+    if is_set("alignment_clients", measured.alignment_clients, FLAT_DEFAULTS["alignment_clients"], given):
+        return f"alignment_clients: {measured.alignment_clients} must be at most clients_per_round ({most}): " \
+            "a measurement compares a round's clients"
     return None
 
 
@@ -346,8 +335,9 @@ RELATIONS: list[tuple[tuple[str, ...], Callable[[RunConfig], str | None]]] = [
         ("partition", "partition_args"),
         lambda c: isinstance(p := c.partition, FlwrPartition) and flwr_problem(p.partition, p.partition_args),
     ),
-    (("evaluate_clients", "local_test_fraction"), lambda c: c.evaluate_clients > 0 and c.local_test_fraction == 0
-     and f"evaluate_clients: {c.evaluate_clients} evaluates on each client's local test split; give it one with "
+    (("evaluate_clients", "local_test_fraction"), lambda c: isinstance(e := c.federated_eval, ClientEvaluation)
+     and c.local_test_fraction == 0
+     and f"evaluate_clients: {e.evaluate_clients} evaluates on each client's local test split; give it one with "
      "--local-test-fraction F (e.g. 0.2)"),  # fmt: skip
     (
         ("personal", "model", "dataset", "projection_head"),
@@ -360,15 +350,12 @@ USED_ONLY_IF: dict[str, tuple[Callable[[RunConfig], bool], str]] = {
     "download": (lambda c: not is_code(c.dataset), "a dataset of your own (--dataset package.module:load) loads itself"),
     "init_sha256": (lambda c: c.init is not None, "only --init uses it"),
     "fresh_head": (lambda c: c.init is not None, "only --init uses it"),
-    "evaluate_clients_every": (lambda c: c.evaluate_clients > 0, "only --evaluate-clients F (F > 0) uses it"),
-    "alignment_clients": (lambda c: c.alignment_every > 0, "only --alignment-every K (K > 0) uses it"),
-    "alignment_samples": (lambda c: c.alignment_every > 0, "only --alignment-every K (K > 0) uses it"),
     "client_cpus": (  # not the engine's own: under `flwr run` the ClientApp reads it whatever the engine
         lambda c: isinstance(c.engine, Ray | Loop),
         "the batched engine uses it only with --engine-mode loop (threads a client); --engine ray reserves it",
     ),
 }
-GROUPS = (PARTITION, ENGINE)
+GROUPS = (PARTITION, FEDERATED_EVAL, ALIGNMENT, ENGINE)
 
 
 def _flat_fields() -> list[tuple[str, Any, dataclasses.Field]]:

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from fedpfn.core.settings import above, at_least, one_of, setting
-from fedpfn.core.variants import Group
+from fedpfn.core.settings import above, at_least, between, one_of, setting
+from fedpfn.core.variants import Group, chooser
 from partitions import PARTITION_METHODS, is_flwr, partition_problem
 
 ENGINES = ("batched", "ray")  # fedpfn.runtime.engines implements each
@@ -86,8 +86,8 @@ Partition = Dirichlet | Shards | Iid | Tasks | FlwrPartition
 
 PARTITION = Group(
     "partition",
-    {"partition": setting("dirichlet", f"one of {', '.join(PARTITION_METHODS)}, or flwr:NAME, a flwr-datasets "
-                          "partitioner (docs/guide/data.md)", partition_problem, kind="federation")},  # fmt: skip
+    {"partition": chooser("str", setting("dirichlet", f"one of {', '.join(PARTITION_METHODS)}, or flwr:NAME, a flwr-datasets "
+                          "partitioner (docs/guide/data.md)", partition_problem, kind="federation"))},  # fmt: skip
     (Dirichlet, Shards, Iid, Tasks, FlwrPartition),
     {
         "alpha": "only --partition dirichlet uses it",
@@ -167,21 +167,21 @@ Engine = Vmap | Threads | Loop | Ray
 ENGINE = Group(
     "engine",
     {
-        "engine": setting(
+        "engine": chooser("str", setting(
             "batched",
             "where clients train: batched (a round's clients as one program in this process, on its GPU or "
             "CPU) or ray (Flower's simulation engine, one ClientApp call per client; clusters)",
             one_of(ENGINES),
             kind="placement",
-        ),
-        "engine_mode": setting(
+        )),
+        "engine_mode": chooser("str", setting(
             "auto",
             "how the batched engine runs a round: vmap (one stacked program), threads (clients side by side, "
             "one CPU thread each), loop (one after another); auto: vmap on a GPU, threads on the CPU (never "
             "timed: the same command gives the same numbers whatever the load)",
             one_of(ENGINE_MODES),
             kind="placement",
-        ),
+        )),
     },
     (Vmap, Threads, Loop, Ray),
     {
@@ -191,3 +191,73 @@ ENGINE = Group(
     },
     ("engine", "engine_mode", "engine_chunk", "engine_workers"),
 )
+
+
+@dataclass(frozen=True)
+class NoClientEvaluation:
+    """No federated evaluation: the clients never evaluate."""
+
+    chosen_by: ClassVar[dict[str, float]] = {"evaluate_clients": 0.0}
+
+
+@dataclass(frozen=True)
+class ClientEvaluation:
+    """`--evaluate-clients F`: a seeded fraction of the clients evaluates every K rounds."""
+
+    chosen_by: ClassVar[dict[str, float]] = {}
+    evaluate_clients: float = setting(1.0, "F > 0", between(0, 1, low_open=True), kind="federation")
+    evaluate_clients_every: int = setting(
+        1, "clients evaluate every K rounds (and the last)", at_least(1), kind="federation"
+    )
+
+
+FEDERATED_EVAL = Group(
+    "federated_eval",
+    {"evaluate_clients": chooser("float", setting(
+        0.0, "federated evaluation: this fraction of the clients (seeded, at least one) evaluates the global model, "
+        "and its own where the rule keeps one (FedBN, --personal), on its local test split; metrics.jsonl gets the "
+        "weighted and plain mean, the 10th percentile and the worst client; 0: never", between(0, 1), kind="federation",
+    ))},  # fmt: skip
+    (NoClientEvaluation, ClientEvaluation),
+    {"evaluate_clients_every": "only --evaluate-clients F (F > 0) uses it"},
+    ("evaluate_clients", "evaluate_clients_every"),
+)
+
+
+@dataclass(frozen=True)
+class NoAlignment:
+    """No alignment measurement."""
+
+    chosen_by: ClassVar[dict[str, int]] = {"alignment_every": 0}
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """`--alignment-every K`: every K rounds, how aligned the round's client models are."""
+
+    chosen_by: ClassVar[dict[str, int]] = {}
+    alignment_every: int = setting(1, "K > 0", at_least(1), kind="bookkeeping")
+    alignment_clients: int = setting(
+        3, "client models an alignment measurement compares (every pair of them)", at_least(2), kind="bookkeeping"
+    )
+    alignment_samples: int = setting(
+        2000, "evaluation samples an alignment measurement uses", at_least(1), kind="bookkeeping"
+    )
+
+
+ALIGNMENT = Group(
+    "alignment",
+    {"alignment_every": chooser("int", setting(
+        0,
+        "every K rounds measure how aligned the round's client models are: loss and accuracy barriers "
+        "of pairs and the fusion gap (mean client accuracy minus their average's); 0: never",
+        at_least(0),
+        kind="bookkeeping",
+    ))},  # fmt: skip
+    (NoAlignment, Alignment),
+    {name: "only --alignment-every K (K > 0) uses it" for name in ("alignment_clients", "alignment_samples")},
+    ("alignment_every", "alignment_clients", "alignment_samples"),
+)
+
+ClientEval = NoClientEvaluation | ClientEvaluation
+Aligned = NoAlignment | Alignment

@@ -18,13 +18,19 @@ from dataclasses import dataclass
 from typing import Any
 
 
+def chooser(type_name: str, declared: dataclasses.Field) -> dataclasses.Field:
+    """A chooser's declaration (`setting(...)`) with the type its values parse as ("str", "int", "float")."""
+    declared.type = type_name
+    return declared
+
+
 @dataclass(frozen=True)
 class Group:
     """The flat settings of one concern and the variants they build.
 
     `choosers`: the settings that choose the variant, declared with `setting(...)` (their check
     names an unknown choice); each variant says the values it is chosen by in its class attribute
-    `chosen_by` (a chooser that is a field of the variant, as flwr:NAME's, is matched by that
+    `chosen_by` (declared with `chooser`; one that is a field of the variant, as flwr:NAME's, is matched by that
     field's check). `why`: for each setting some variant lacks, what its refusal says. `order`: the
     flat settings in the order --help lists them.
     """

@@ -63,6 +63,7 @@ from fedpfn.analysis.fusion import (
 )
 from fedpfn.core.cache import client_data, dataset_on, initial_model
 from fedpfn.core.config import RunConfig
+from fedpfn.core.groups import Alignment
 from fedpfn.core.seeding import Stream, torch_generator
 
 POINTS = 5  # points on each line between two models: both ends, the midpoint and two more (cost: one
@@ -74,8 +75,13 @@ MATCHERS = ("full", "changes")  # fedpfn.analysis.matchers: full weights, and th
 CLIENT_FIGURES = ("permutation_loss", "matched_loss_barrier", "moved_fraction", "matched_distance", "converged")
 
 
+def measured(cfg: RunConfig) -> bool:
+    """Whether the run measures alignment at all (`--alignment-every K`, K > 0)."""
+    return isinstance(cfg.alignment, Alignment)
+
+
 def due(cfg: RunConfig, server_round: int) -> bool:
-    return bool(cfg.alignment_every) and server_round % cfg.alignment_every == 0
+    return isinstance(every := cfg.alignment, Alignment) and server_round % every.alignment_every == 0
 
 
 def retained_fraction(start: Sequence[float], fused: Sequence[float], own: Sequence[float],
@@ -99,7 +105,7 @@ class AlignmentProbe:
         self.cfg = cfg
         self.device = device
         order = torch.randperm(len(eval_y), generator=torch_generator(cfg.seed, Stream.ALIGNMENT, 0))
-        chosen = order[: cfg.alignment_samples].to(eval_x.device)
+        chosen = order[: cfg.alignment.alignment_samples].to(eval_x.device)
         self.test = EvalData("evaluation subset", eval_x[chosen], eval_y[chosen])
         model = initial_model(cfg).to(device)
         self.train = dataset_on(cfg, device)
@@ -131,7 +137,7 @@ class AlignmentProbe:
         if local:
             figures["retained_fraction"] = self.retained(to_state(start, self.device), to_state(fused, self.device),
                                                          states, held, examples)  # fmt: skip
-        few = self.cfg.alignment_clients
+        few = self.cfg.alignment.alignment_clients
         scope = Scope("union", held_out=held[:few]) if local else Scope("test", test=self.test)
         result = analyse(self.probe, states[:few], scope, POINTS, match="midpoint")
         figures.update({key: result[key] for key in PAIR_FIGURES})

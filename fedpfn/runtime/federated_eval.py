@@ -30,6 +30,7 @@ from clients.state import ClientState
 from fedpfn.core import protocol
 from fedpfn.core.cache import ClientData, client_data, model_skeleton
 from fedpfn.core.config import RunConfig
+from fedpfn.core.groups import ClientEvaluation
 from fedpfn.core.personal import PERSONAL
 from fedpfn.core.seeding import Stream, numpy_rng
 from fedpfn.core.training import evaluate
@@ -47,14 +48,16 @@ STATS = ("weighted", "mean", "p10", "worst")
 
 def due(cfg: RunConfig, server_round: int) -> bool:
     """Whether the clients evaluate after this round."""
-    every = cfg.evaluate_clients_every
-    return cfg.evaluate_clients > 0 and (server_round % every == 0 or server_round == cfg.rounds)
+    evaluation = cfg.federated_eval
+    if not isinstance(evaluation, ClientEvaluation):
+        return False
+    return server_round % evaluation.evaluate_clients_every == 0 or server_round == cfg.rounds
 
 
 def sample_evaluators(cfg: RunConfig, server_round: int) -> list[int]:
     """The partition ids that evaluate after `server_round`, sorted: seeded by (run seed, round),
     so a resumed run and every engine ask the same clients."""
-    count = min(cfg.num_clients, max(1, round(cfg.evaluate_clients * cfg.num_clients)))
+    count = min(cfg.num_clients, max(1, round(cfg.federated_eval.evaluate_clients * cfg.num_clients)))
     rng = numpy_rng(cfg.seed, Stream.EVALUATION, server_round)
     return sorted(rng.choice(cfg.num_clients, size=count, replace=False).tolist())
 
@@ -72,7 +75,7 @@ def evaluate_message(cfg: RunConfig, server_round: int, arrays: ArrayRecord, nod
 
 def empty_record(cfg: RunConfig) -> dict[str, Any]:
     """A round's federated-evaluation columns when none was due (kept, so every row has them)."""
-    if cfg.evaluate_clients == 0:
+    if not isinstance(cfg.federated_eval, ClientEvaluation):
         return {}
     return dict.fromkeys(_keys(cfg), None)
 

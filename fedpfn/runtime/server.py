@@ -171,7 +171,7 @@ class ServerLoop:
         self.nodes = NodeDirectory(grid, cfg.num_clients, query_timeout=self.round_timeout)
         self.eval_name, self.eval_x, self.eval_y = evaluation_set(cfg, self.device)
         self.alignment = (
-            alignment.AlignmentProbe(cfg, self.device, self.eval_x, self.eval_y) if cfg.alignment_every else None
+            alignment.AlignmentProbe(cfg, self.device, self.eval_x, self.eval_y) if alignment.measured(cfg) else None
         )
         self.arrays = ArrayRecord(self.model.state_dict())
         self.next_round = 1
