@@ -13,7 +13,9 @@ import pytest
 from fedpfn.cli.main import main as fedpfn
 from fedpfn.cli.study import configure
 from fedpfn.core.data import find_data_problem
+from fedpfn.runtime.runfolder import RunFolder
 from fedpfn.study.cells import config_of, main_cells
+from fedpfn.study.commands import settings_of
 from fedpfn.study.lmc_cells import LmcCells
 from fedpfn.study.spec import load
 
@@ -83,6 +85,28 @@ def test_a_cell_from_before_the_scope_settings_is_done_and_one_of_other_settings
     assert plant({k: v for k, v in wanted.items() if k not in SCOPE}) == "done"
     assert plant({**wanted, "anchor_bias": False}).endswith("holds other settings (anchor_bias); move it away to "
                                                             "run the cell again")  # fmt: skip
+
+
+def test_run_arm_runs_only_that_arms_cells_beside_a_run_of_another(tmp_path: Path, monkeypatch, capsys) -> None:
+    """`--arm` selects the cells; a cell of another arm being run now (its folder's lock held) does not stop it,
+    as it stops a run over every arm; an arm the study does not declare is one line, exit 2."""
+    name = study(tmp_path, monkeypatch, TINY + 'mlp16 = "--model mlp --width 16 --split same-data --lr 0.1"\n')
+    spec = load(name)
+    for cell in main_cells(spec):  # both cells finished: run reuses them, nothing trains
+        cell.folder.mkdir(parents=True)
+        config = settings_of(config_of(spec, cell, configure).settings)
+        (cell.folder / "lmc.json").write_text(json.dumps({"config": config}))
+    busy = tmp_path / "runs/gate/mlp16/seed0"
+    (busy / "lmc.json").rename(tmp_path / "kept.json")
+    with RunFolder(busy).exclusive():
+        assert fedpfn(["study", "run", name, "--arm", "mlp8"]) == 0
+        out = capsys.readouterr().out
+        assert "runs/gate/mlp8/seed0: finished earlier with the same settings, reused" in out and "mlp16" not in out
+        assert fedpfn(["study", "run", name]) == 2
+        assert "runs/gate/mlp16/seed0 is being run by another process now" in capsys.readouterr().err
+    assert fedpfn(["study", "run", name, "--arm", "mlp32"]) == 2
+    assert capsys.readouterr().err == ("error: study: gate.toml: --arm mlp32: not an arm of the study (declared: mlp8, "
+                                       "mlp16)\n")  # fmt: skip
 
 
 @pytest.mark.parametrize(("flags", "said"), [

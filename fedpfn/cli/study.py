@@ -42,6 +42,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         if name == "run":
             one.add_argument("--jobs", type=int, default=1, help="cells run at a time, each in its own process "
                              "(default 1; at most one a core)")  # fmt: skip
+            one.add_argument("--arm", action="append", default=[], metavar="ARM", help="only this arm's cells "
+                             "(repeatable; default every arm): runs over other arms may go on beside it")  # fmt: skip
             one.add_argument("--cell", help=argparse.SUPPRESS)  # one cell by its folder: what --jobs starts
         if name == "page":
             one.add_argument("--stored", action="store_true", help="from the stored results JSON alone, not the runs")
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None, prog: str = "fedpfn study") -> int:
                 raise ConfigError(f"--jobs {args.jobs}: give a whole number of cells at a time, 1 or more")
             if args.cell is not None:
                 return runner.run_one_cell(spec, configure, args.cell)
-            return runner.run(spec, configure, args.jobs)
+            return runner.run(spec, configure, args.jobs, args.arm)
         print(f"wrote {page.write(spec, configure, from_stored=args.stored)}")
         return 0
     except ConfigError as err:

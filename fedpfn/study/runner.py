@@ -129,14 +129,24 @@ def run_cells(spec: Spec, command: Command, todo: Sequence[Planned], jobs: int) 
         return [f for f in pool.map(one, todo) if f is not None]
 
 
-def run(spec: Spec, configure: Configure, jobs: int = 1) -> int:
-    """Every cell to its end: the tuning cells, then the main cells; 1 if a cell failed. Every
-    cell goes through its command's ensure, a finished one too (it is reused, and says so)."""
-    jobs, command = usable_jobs(jobs), command_of(spec.command, configure)
+def chosen_arms(spec: Spec, arms: Sequence[str]) -> set[str]:
+    """The arms `--arm` names (every arm when none is named); an unknown one is refused."""
+    unknown = [arm for arm in arms if arm not in spec.arms]
+    if unknown:
+        raise spec.refuse(f"--arm {unknown[0]}: not an arm of the study (declared: {', '.join(spec.arms)})")
+    return set(arms or spec.arms)
+
+
+def run(spec: Spec, configure: Configure, jobs: int = 1, arms: Sequence[str] = ()) -> int:
+    """Every cell (of the arms named, or all) to its end: the tuning cells, then the main cells; 1
+    if a cell failed. Every cell goes through its command's ensure, a finished one too (it is
+    reused, and says so). Runs over other arms may go on beside it."""
+    wanted, command, jobs = chosen_arms(spec, arms), command_of(spec.command, configure), usable_jobs(jobs)
     for tuning in (True, False):
         planned = plan(spec, configure)
         if (problem := refused(planned)) is not None:
             raise problem
+        planned = [p for p in planned if p.cell.arm in wanted]
         cells = [p for p in planned if p.cell.tuning == tuning]
         if (running := [p for p in cells if p.state == "running"]):
             raise StudyError(f"study: {running[0].cell.folder} is being run by another process now; wait for it, "
