@@ -9,7 +9,7 @@ import pytest
 
 from fedpfn.core.config import FLAT_DEFAULTS, EVAL_ONLY, START_ONLY, RunConfig
 from fedpfn.core.groups import ENGINE, PARTITION, Dirichlet, FlwrPartition, Iid, Loop, Ray, Shards, Threads, Vmap
-from fedpfn.core.groups import Alignment, ClientEvaluation, NoAlignment, NoClientEvaluation
+from fedpfn.core.groups import Alignment, ClientEvaluation, NoAlignment, NoClientEvaluation, Seeded, Start
 from fedpfn.runtime.algorithms import parse_config
 
 CASES = {
@@ -40,7 +40,7 @@ MEASURED = {
 def written(values: dict) -> dict:
     """config.json as the flat config wrote it: every setting, the given ones as given; a start's
     and the clients' evaluation's own only where the run has them."""
-    left_out = {*START_ONLY, *([] if values.get("evaluate_clients") else EVAL_ONLY)}
+    left_out = {*([] if values.get("init") else START_ONLY), *([] if values.get("evaluate_clients") else EVAL_ONLY)}
     left_out |= set() if values.get("partition_args") else {"partition_args"}
     return {**{k: v for k, v in FLAT_DEFAULTS.items() if k not in left_out}, **values}
 
@@ -62,6 +62,17 @@ def test_a_measurement_is_off_or_on_with_its_own_settings(name):
     cfg = parse_config(values)
     assert (cfg.federated_eval, cfg.alignment, cfg.unused) == (evaluation, alignment, {})
     assert cfg.to_dict() == written(values) and parse_config(cfg.to_dict()) == cfg
+
+
+def test_a_start_file_is_a_start_with_its_own_settings(tmp_path):
+    """Seeded has no sha256 or head to read; a start keeps them, and config.json writes them as before."""
+    values = {"init": str(tmp_path / "start.safetensors"), "fresh_head": True}
+    cfg = parse_config(values)
+    assert cfg.start == Start(values["init"], None, True) and parse_config({}).start == Seeded()
+    assert cfg.to_dict() == written({**values, "init_sha256": None})
+    assert parse_config({"fresh_head": True}).problems(given={"fresh_head"}) == [
+        "fresh_head: True is set, but only --init uses it"
+    ]
 
 
 def test_a_variant_has_no_place_for_a_setting_its_choice_does_not_use():
@@ -111,3 +122,31 @@ def test_a_folder_written_before_the_refusals_keeps_its_fingerprint():
     assert isinstance(cfg.partition, Iid) and cfg.engine == Ray()
     assert cfg.to_dict() == written and cfg.fingerprint()["alpha"] == 0.1
     assert cfg.problems(given=set()) == []  # a resume gives none of them: nothing refused
+
+
+@pytest.mark.slow  # two tiny runs of two and one rounds, and a resume
+def test_a_folder_with_a_setting_its_partition_leaves_out_resumes_to_the_same_numbers(tmp_path, capsys):
+    """A run started before such a setting was refused holds it in config.json and in its checkpoint's
+    fingerprint (iid, alpha 0.1): it resumes, to the numbers of one uninterrupted run."""
+    import json
+
+    import run_sim
+    from fedpfn.core.tree import read_tree
+    from fedpfn.runtime.runfolder import RunFolder
+
+    flags = ["--dataset", "fmnist", "--model", "mlp", "--num-clients", "4", "--clients-per-round", "2",
+             "--partition", "iid", "--seed", "3", "--engine-mode", "threads"]  # fmt: skip
+    assert run_sim.main([*flags, "--rounds", "2", "--out", str(tmp_path / "whole")]) == 0
+    assert run_sim.main([*flags, "--rounds", "1", "--out", str(tmp_path / "old")]) == 0
+    folder = tmp_path / "old"
+    config = {**json.loads((folder / "config.json").read_text()), "alpha": 0.1}
+    (folder / "config.json").write_text(json.dumps(config, sort_keys=True))
+    tree = read_tree(folder / "checkpoint.npz")
+    RunFolder(folder).save_checkpoint({**tree.pop("meta")["fingerprint"], "alpha": 0.1}, tree)
+    assert run_sim.main(["--resume", str(folder), "--rounds", "2"]) == 0, capsys.readouterr().err
+
+    def numbers(name: str) -> list[dict]:
+        rows = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        return [{k: v for k, v in json.loads(row).items() if "seconds" not in k} for row in rows]
+
+    assert numbers("old") == numbers("whole")

@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import save_file
 
 from fedpfn.core.config import RunConfig
+from fedpfn.core.groups import Seeded, Start
 from fedpfn.core.init_file import CHUNK_BYTES, MARGIN_BYTES, InitError, file_sha256, init_file_problem, load_start
 from fedpfn.core.models import TimmViT, build_model
 
@@ -121,11 +122,11 @@ def test_the_run_config_checks_the_file_before_anything_starts(tmp_path: Path) -
         == f"'{tmp_path / 'none.safetensors'}' does not exist"
     )
     assert "must end in" in init_file_problem(str(tmp_path / "weights.npz"))
-    problems = RunConfig(init=str(tmp_path / "none.pt")).problems()
+    problems = RunConfig(start=Start(str(tmp_path / "none.pt"))).problems()
     assert [p for p in problems if p.startswith("init:")] == [
         f"init: '{tmp_path / 'none.pt'}' does not exist"
     ]
-    assert RunConfig(init=None).problems() == RunConfig().problems()
+    assert RunConfig(start=Seeded()).problems() == RunConfig().problems()
 
 
 def test_a_run_starts_from_the_file_and_refuses_one_that_does_not_fit(tmp_path: Path) -> None:
@@ -134,11 +135,11 @@ def test_a_run_starts_from_the_file_and_refuses_one_that_does_not_fit(tmp_path: 
     cfg = RunConfig(model="mlp", seed=3)
     source = initial_model(RunConfig(model="mlp", seed=4))
     save_file(source.state_dict(), tmp_path / "start.safetensors")
-    started = initial_model(RunConfig(model="mlp", seed=3, init=str(tmp_path / "start.safetensors")))
+    started = initial_model(RunConfig(model="mlp", seed=3, start=Start(str(tmp_path / "start.safetensors"))))
     assert same(started, source) and not same(initial_model(cfg), source)
     save_file(mlp().state_dict(), tmp_path / "small.safetensors")  # width 8, not the run's 200
     with pytest.raises(InitError) as err:
-        initial_model(RunConfig(model="mlp", init=str(tmp_path / "small.safetensors")))
+        initial_model(RunConfig(model="mlp", start=Start(str(tmp_path / "small.safetensors"))))
     assert all(
         line.startswith(f"init: {tmp_path / 'small.safetensors'}: shape of")
         for line in str(err.value).splitlines()

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from fedpfn.core.data import DatasetSplits, load_dataset
-from fedpfn.core.groups import PARTITION, Tasks
+from fedpfn.core.groups import PARTITION, Start, Tasks
 from fedpfn.core.init_file import load_start
 from fedpfn.core.models import build_model
 from fedpfn.core.seeding import Stream, numpy_rng, seed_for
@@ -142,7 +142,7 @@ def partition_label_counts(cfg: RunConfig):
 
 
 def initial_model(cfg: RunConfig) -> nn.Module:
-    """The global model before round 1: seeded, then loaded from `cfg.init` where given (its
+    """The global model before round 1: seeded, then loaded from the start file where given (its
     classifier left to the seed with `fresh_head`: the header says which).
 
     A start file that cannot be used raises InitError (a ConfigError, one line per problem).
@@ -151,8 +151,8 @@ def initial_model(cfg: RunConfig) -> nn.Module:
     with torch.random.fork_rng(devices=[]):  # seeded here, without touching the caller's RNG
         torch.manual_seed(seed_for(cfg.seed, Stream.INIT))
         model = build_model(cfg.model, data.input_shape, data.num_classes, cfg.projection_head)
-    if cfg.init:
-        load_start(model, cfg.init, fresh_head=cfg.fresh_head)
+    if isinstance(start := cfg.start, Start):
+        load_start(model, start.init, fresh_head=start.fresh_head)
     return model
 
 

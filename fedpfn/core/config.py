@@ -23,9 +23,9 @@ from typing import Any, TypeVar
 from fedpfn.core.data import DATASETS, dataset_problem
 from fedpfn.core.groups import ALIGNMENT, ENGINE, FEDERATED_EVAL, PARTITION, Aligned, Alignment, ClientEval  # noqa: I001
 from fedpfn.core.groups import ClientEvaluation, Dirichlet, Engine, FlwrPartition, Loop, NoAlignment
-from fedpfn.core.groups import NoClientEvaluation, Partition, Ray, Tasks, Vmap
+from fedpfn.core.groups import START, NoClientEvaluation, Partition, Ray, Seeded, Start, Started, Tasks, Vmap
 from fedpfn.core.hyper import flat_view, hyper_of
-from fedpfn.core.init_file import fresh_head_setting, init_file_problem, sha256_problem, start_changed
+from fedpfn.core.init_file import init_file_problem, start_changed
 from fedpfn.core.models import MAX_PROJECTION_HEAD, MODELS, TIMM_PREFIX, model_problem
 from fedpfn.core.personal import unmatched_problem
 from fedpfn.core.seeding import MAX_SEED
@@ -67,19 +67,8 @@ class RunConfig:
         "for your own (docs/guide/data.md)", model_problem,
         kind="federation",
     )
-    init: str | None = setting(
-        None,
-        "start from this state dict instead of the seeded initialisation: .safetensors, or a tensors-only "
-        ".pt/.pth; the header names it with its sha256 and its round-0 accuracy",
-        init_file_problem,
-    )
-    init_sha256: str | None = setting(
-        None,
-        "the sha256 that --init's file must have (default: the file's, recorded in config.json; a resume "
-        "refuses a start file that changed)",
-        sha256_problem,
-    )
-    fresh_head: bool = fresh_head_setting(False)
+    # the seeded initialisation, or a start file with its own settings (fedpfn.core.groups)
+    start: Started = dataclasses.field(default_factory=Seeded, metadata={"group": START})
     projection_head: int = setting(
         0,
         "a projection head of this width between the model's representation and its classifier "
@@ -222,7 +211,7 @@ class RunConfig:
         out += [line for names, check in RELATIONS if refused.isdisjoint(names) and (line := check(self))]
         if refused.isdisjoint(ALIGNMENT_READS) and (line := _alignment_clients_problem(self, given)):
             out.append(line)
-        if given is not None and "init" in given and self.init is None:  # `--init ""`: not "no start"
+        if given is not None and "init" in given and isinstance(self.start, Seeded):  # `--init ""`: not "no start"
             out.append(f"init: {init_file_problem('')}, or leave --init out")
         return out + self._unused_problems(given, refused)
 
@@ -258,7 +247,8 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         """Every setting, and the hyperparameters; a start's own settings only with a start (as the
         algorithms' only with their algorithm), so a run without one reads as it did before them."""
-        left_out = [*(START_ONLY if self.init is None else ()), *(() if isinstance(self.federated_eval, ClientEvaluation) else EVAL_ONLY)]
+        left_out = [*(START_ONLY if isinstance(self.start, Seeded) else ()),
+                    *(() if isinstance(self.federated_eval, ClientEvaluation) else EVAL_ONLY)]
         values: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -325,7 +315,10 @@ RELATIONS: list[tuple[tuple[str, ...], Callable[[RunConfig], str | None]]] = [
     (("clients_per_round", "num_clients"), _at_most("clients_per_round", "num_clients")),
     (("min_replies", "clients_per_round"), _at_most("min_replies", "clients_per_round")),
     (("data_root", "download"), _data_root_problem),
-    (("init", "init_sha256"), lambda c: c.init and c.init_sha256 and start_changed(c.init, c.init_sha256)),
+    (
+        ("init", "init_sha256"),
+        lambda c: isinstance(s := c.start, Start) and s.init_sha256 and start_changed(s.init, s.init_sha256),
+    ),
     (
         ("partition", "dataset"),
         lambda c: isinstance(c.partition, Tasks) and c.dataset != "fmnist"
@@ -348,14 +341,12 @@ RELATIONS: list[tuple[tuple[str, ...], Callable[[RunConfig], str | None]]] = [
 # group's settings that its choice does not use are not here: its variant has no place for them
 USED_ONLY_IF: dict[str, tuple[Callable[[RunConfig], bool], str]] = {
     "download": (lambda c: not is_code(c.dataset), "a dataset of your own (--dataset package.module:load) loads itself"),
-    "init_sha256": (lambda c: c.init is not None, "only --init uses it"),
-    "fresh_head": (lambda c: c.init is not None, "only --init uses it"),
     "client_cpus": (  # not the engine's own: under `flwr run` the ClientApp reads it whatever the engine
         lambda c: isinstance(c.engine, Ray | Loop),
         "the batched engine uses it only with --engine-mode loop (threads a client); --engine ray reserves it",
     ),
 }
-GROUPS = (PARTITION, FEDERATED_EVAL, ALIGNMENT, ENGINE)
+GROUPS = (START, PARTITION, FEDERATED_EVAL, ALIGNMENT, ENGINE)
 
 
 def _flat_fields() -> list[tuple[str, Any, dataclasses.Field]]:

@@ -10,14 +10,22 @@ whatever the engine.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from fedpfn.core.init_file import fresh_head_setting, init_file_problem, sha256_problem
 from fedpfn.core.settings import above, at_least, between, one_of, setting
 from fedpfn.core.variants import Group, chooser
 from partitions import PARTITION_METHODS, is_flwr, partition_problem
 
 ENGINES = ("batched", "ray")  # fedpfn.runtime.engines implements each
+_INIT = chooser("str | None", setting(
+    None,
+    "start from this state dict instead of the seeded initialisation: .safetensors, or a tensors-only "
+    ".pt/.pth; the header names it with its sha256 and its round-0 accuracy",
+    init_file_problem,
+))  # fmt: skip
 ENGINE_MODES = ("auto", "vmap", "threads", "loop")
 
 
@@ -261,3 +269,39 @@ ALIGNMENT = Group(
 
 ClientEval = NoClientEvaluation | ClientEvaluation
 Aligned = NoAlignment | Alignment
+
+
+@dataclass(frozen=True)
+class Seeded:
+    """The seeded initialisation: no start file."""
+
+    chosen_by: ClassVar[dict[str, None]] = {"init": None}
+
+
+def _a_path(value: str | None) -> str | None:
+    return None if value is not None else "a start file"
+
+
+@dataclass(frozen=True)
+class Start:
+    """`--init FILE`: the global model starts from a state dict, checked by its sha256."""
+
+    chosen_by: ClassVar[dict[str, None]] = {}
+    init: str = dataclasses.field(default="", metadata={**_INIT.metadata, "chooses": _a_path})
+    init_sha256: str | None = setting(
+        None,
+        "the sha256 that --init's file must have (default: the file's, recorded in config.json; a resume "
+        "refuses a start file that changed)",
+        sha256_problem,
+    )
+    fresh_head: bool = fresh_head_setting(False)
+
+
+START = Group(
+    "start",
+    {"init": _INIT},
+    (Seeded, Start),
+    {"init_sha256": "only --init uses it", "fresh_head": "only --init uses it"},
+    ("init", "init_sha256", "fresh_head"),
+)
+Started = Seeded | Start

@@ -31,7 +31,7 @@ class Group:
     `choosers`: the settings that choose the variant, declared with `setting(...)` (their check
     names an unknown choice); each variant says the values it is chosen by in its class attribute
     `chosen_by` (declared with `chooser`; one that is a field of the variant, as flwr:NAME's, is matched by that
-    field's check). `why`: for each setting some variant lacks, what its refusal says. `order`: the
+    field's check, or by its metadata's `chooses` where the check reads more than the choice: a file). `why`: for each setting some variant lacks, what its refusal says. `order`: the
     flat settings in the order --help lists them.
     """
 
@@ -59,7 +59,7 @@ class Group:
             fixed = variant.chosen_by
             free = {f.name: f for f in dataclasses.fields(variant) if f.name in self.choosers}
             if all(values[k] == v for k, v in fixed.items()) and all(
-                f.metadata["check"](values[name]) is None for name, f in free.items()
+                f.metadata.get("chooses", f.metadata["check"])(values[name]) is None for name, f in free.items()
             ):
                 return variant
         return None

@@ -40,6 +40,7 @@ from clients import ANCHOR_METHODS, CLIENT_RULES, ClientRule, load_client_rule
 from clients.attacks import AttackClient, AttackParams, attack_of, attack_problems, attack_values
 from fedpfn.core.anchors import AnchorParams, anchor_values
 from fedpfn.core.config import RunConfig, core_fields
+from fedpfn.core.groups import Start
 from fedpfn.core.hyper import NAMESPACE, SEP, dotted, key, split_key
 from fedpfn.core.init_file import file_sha256
 from fedpfn.core.personal import PERSONAL, meta_model, personal_entries
@@ -225,8 +226,10 @@ def validated(cfg: RunConfig, given: set[str] | None = None) -> RunConfig:
     found = problems(cfg, given)
     if found:
         raise ConfigError("\n".join(found))
-    digest = cfg.init_sha256 or (file_sha256(cfg.init) if cfg.init else None)
-    return dataclasses.replace(cfg, hparams=resolve_hparams(cfg), init_sha256=digest)
+    start = cfg.start
+    if isinstance(start, Start) and start.init_sha256 is None:
+        start = dataclasses.replace(start, init_sha256=file_sha256(start.init))
+    return dataclasses.replace(cfg, hparams=resolve_hparams(cfg), start=start)
 
 
 def load_config(values: dict[str, Any]) -> RunConfig:

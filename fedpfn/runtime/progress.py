@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedpfn.core.files import ACCURACY_FIGURE
-from fedpfn.core.groups import Dirichlet
+from fedpfn.core.groups import Dirichlet, Start
 from fedpfn.runtime.runfolder import RunFolder
 
 if TYPE_CHECKING:
@@ -53,8 +53,9 @@ def percent(fraction: float, digits: int = 2) -> str:
 
 def start_line(cfg: RunConfig, scores: tuple[str, float, float] | None) -> str:
     """The start file with its sha256, what its classifier became, and round 0's scores (where evaluated)."""
-    head = "classifier from the seed (--fresh-head)" if cfg.fresh_head else "its classifier taken"
-    line = f"  start      {cfg.init} (sha256 {cfg.init_sha256}), {head}"
+    start = cfg.start  # a Start: the header names one only where the run has one
+    head = "classifier from the seed (--fresh-head)" if start.fresh_head else "its classifier taken"
+    line = f"  start      {start.init} (sha256 {start.init_sha256}), {head}"
     if scores is not None:
         split, loss, accuracy = scores
         line += f"; round 0: {split} acc {percent(accuracy)}, loss {loss:.4f}"
@@ -78,7 +79,7 @@ def header_lines(
         f"· seed {cfg.seed}",
         f"  clients    {cfg.num_clients}, {cfg.clients_per_round} a round, {split}{held}",
         f"  rounds     {rounds}, {cfg.local_epochs} local epoch(s), {every}",
-        *([start_line(cfg, start)] if cfg.init else []),
+        *([start_line(cfg, start)] if isinstance(cfg.start, Start) else []),
         *wrapper_line(cfg),
         f"  out        {cfg.run_dir}",
         f"  compute    {resources}",

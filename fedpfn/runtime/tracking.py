@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fedpfn.core.config import PLACEMENT, TRACKERS, RunConfig, RunFlags
+from fedpfn.core.groups import Start
 from fedpfn.core.files import COMPARISON_CONFIG, LOG
 from fedpfn.core.settings import ConfigError, of_kind
 from fedpfn.runtime.progress import Progress, header_lines
@@ -230,7 +231,7 @@ def tracked_run(
     (run.log is written all the same).
     """
     first_round = 1 + (int(checkpoint["round"]) if checkpoint else 0)
-    start = start_scores(cfg) if cfg.init and first_round == 1 else None  # round 0: the start file itself
+    start = start_scores(cfg) if isinstance(cfg.start, Start) and first_round == 1 else None  # round 0: the start file itself
     progress = Progress(cfg.rounds, folder.path / LOG, show, first_round)
     progress.header(header_lines(cfg, first_round, compute, start))
     tracker = Tracking([progress])
