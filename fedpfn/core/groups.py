@@ -94,8 +94,10 @@ Partition = Dirichlet | Shards | Iid | Tasks | FlwrPartition
 
 PARTITION = Group(
     "partition",
-    {"partition": chooser("str", setting("dirichlet", f"one of {', '.join(PARTITION_METHODS)}, or flwr:NAME, a flwr-datasets "
-                          "partitioner (docs/guide/data.md)", partition_problem, kind="federation"))},  # fmt: skip
+    {"partition": chooser("str", setting(
+        "dirichlet", f"one of {', '.join(PARTITION_METHODS)}, or flwr:NAME, a flwr-datasets partitioner "
+        "(docs/guide/data.md)", partition_problem, kind="federation",
+    ))},  # fmt: skip
     (Dirichlet, Shards, Iid, Tasks, FlwrPartition),
     {
         "alpha": "only --partition dirichlet uses it",

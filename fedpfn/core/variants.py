@@ -28,11 +28,12 @@ def chooser(type_name: str, declared: dataclasses.Field) -> dataclasses.Field:
 class Group:
     """The flat settings of one concern and the variants they build.
 
-    `choosers`: the settings that choose the variant, declared with `setting(...)` (their check
-    names an unknown choice); each variant says the values it is chosen by in its class attribute
-    `chosen_by` (declared with `chooser`; one that is a field of the variant, as flwr:NAME's, is matched by that
-    field's check, or by its metadata's `chooses` where the check reads more than the choice: a file). `why`: for each setting some variant lacks, what its refusal says. `order`: the
-    flat settings in the order --help lists them.
+    `choosers`: the settings that choose the variant, declared with `chooser(type, setting(...))`
+    (their check names an unknown choice); each variant says the values it is chosen by in its class
+    attribute `chosen_by`. A chooser that is a field of the variant (flwr:NAME's `partition`) is
+    matched by that field's check, or by its metadata's `chooses` where the check reads more than
+    the choice (a start file). `why`: for each setting some variant lacks, what its refusal says.
+    `order`: the flat settings in the order --help lists them.
     """
 
     name: str
