@@ -207,7 +207,13 @@ def test_the_step_control_pairs_anchored_arms_at_lr_0_1_with_plain_at_the_smalle
     """Seed by seed across two regimes; absent until both exist; a planted gap is read with its sign."""
     assert gate.step_control({"cnn-same-init": planted(MOVING)})[0].startswith("Not yet read")
     smaller = planted({**MOVING, "plain": [0.3, 0.32, 0.31, 0.29]}, seeds=6)  # plain at lr 0.06: P larger
-    lines = gate.step_control({"cnn-same-init-lr0.06": smaller, "cnn-same-init": planted(MOVING, seeds=6)})
+    lines = gate.step_control({"cnn-same-init-lr0.06": smaller, "cnn-same-init": planted(MOVING, seeds=10)})
     assert lines[0] == "One Holm family of the 2 tests below."  # accuracies planted equal: no test
     row = next(line for line in lines if line.startswith("| shared-0.4 at lr 0.1 − plain at lr 0.06: P |"))
     assert "| 6 | -0.3" in row and "lower" in row
+
+
+def test_a_regime_whose_p_is_zero_in_every_seed_says_so_instead_of_an_empty_interval() -> None:
+    """From a trained start matching may keep the identity in every seed: P(plain) exactly 0, no spread."""
+    _, found, said = gate.question_a({"r": planted({**MOVING, "plain": [0.0]}, seeds=5)})
+    assert found == [] and said[0].endswith("not shown: no test: all 5 differences are exactly +0 nats.")

@@ -70,6 +70,8 @@ def no_test(p: Paired, scale: float, unit: str) -> str:
         return "no test: 1 seed"
     if p.equal_within is not None:
         each = size_text(scale * p.mean, signed=True)
+        if p.equal_within == 0:  # every value exactly the same, so no scale to measure "equal" by
+            return f"no test: all {len(p.diffs)} differences are exactly {each} {unit}"
         return (
             f"no test: all {len(p.diffs)} differences equal ({each} {unit}) to within "
             f"{scale * p.equal_within:.0e} {unit}"

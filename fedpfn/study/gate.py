@@ -20,7 +20,7 @@ from typing import Any
 from fedpfn.analysis.decompose import PARTS, Split, split
 from fedpfn.analysis.inference import adjust_together
 from fedpfn.analysis.lmc_render import DIVERGED
-from fedpfn.analysis.paired_text import p_number, p_text, verdict
+from fedpfn.analysis.paired_text import no_test, p_number, p_text, verdict
 from fedpfn.analysis.stats import Paired, mean_std, paired, sign_test
 
 A_SEEDS, B_SEEDS = 5, 10  # seeds (a) and (b) need, set before the runs
@@ -89,8 +89,9 @@ def a_reading(plain: Paired, control: Paired, n: int, lost: Sequence[int] = ()) 
         return f"not yet read: {n} of the {A_SEEDS} seeds set before the runs"
     if above_zero(plain):
         return f"P(plain) > 0: the interval excludes 0 (and P below {plain.low:+.3f})"
-    high = "n/a" if plain.high is None else f"{plain.high:+.3f}"
-    return f"not shown: the interval excludes P(plain) above {high} nats"
+    if plain.high is None:  # no spread: every seed read the same P (matching kept the identity: 0)
+        return f"not shown: {no_test(plain, 1.0, 'nats')}"
+    return f"not shown: the interval excludes P(plain) above {plain.high:+.3f} nats"
 
 
 def question_a(cells: Cells) -> tuple[list[str], list[str], list[str]]:
@@ -239,8 +240,13 @@ def step_control(cells: Cells) -> list[str]:
     if smaller is None or anchored is None:
         return [f"Not yet read: it needs the cells of {STEP[0]} and {STEP[1]}."]
     plain = arm_named(smaller, "plain")
-    found = [(key, scale, unit, paired(f"{arm} at lr 0.1 − plain at lr 0.06: {title}", key,
-                                       series(anchored, arm, key), series(smaller, plain, key), SPANS.get(key)))
+
+    def both(arm: str, key: str, title: str) -> Paired:  # on the seeds both regimes have (one may have run more)
+        ours, theirs = series(anchored, arm, key), series(smaller, plain, key)
+        common = {seed: value for seed, value in ours.items() if seed in theirs}
+        return paired(f"{arm} at lr 0.1 − plain at lr 0.06: {title}", key, common, theirs, SPANS.get(key))
+
+    found = [(key, scale, unit, both(arm, key, title))
              for arm in (arm_named(anchored, "shared"), arm_named(anchored, "independent"))
              for key, title, scale, unit in STEP_ENDPOINTS]  # fmt: skip
     tested = adjust_together(p for *_, p in found)
