@@ -98,7 +98,8 @@ def setting_words(config: Mapping[str, Any]) -> str:
     """A gate regime's setting in words, from the config its cells ran with."""
     data = "the same data" if config.get("split") == "same-data" else f"a Dirichlet α = {config.get('alpha')} split"
     start = "one random start" if config.get("start") == "init" else f"one start trained {config.get('start', '')[8:]} epoch(s)"
-    return f"{config.get('model', '?').upper()}, {data}, {start}, lr {config.get('lr', '?')}"
+    width = f" of width {config['width']}" if config.get("width") else ""  # 0: the model's own width
+    return f"{config.get('model', '?').upper()}{width}, {data}, {start}, lr {config.get('lr', '?')}"
 
 
 def misalignment(root: Path) -> str | None:
