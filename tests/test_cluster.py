@@ -9,7 +9,6 @@ The planning rules themselves are checked as plain functions on described nodes.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from pathlib import Path
 
@@ -102,7 +101,7 @@ def nodes(*resources: tuple[int, int]) -> list[Node]:
 
 
 def placed(found: list[Node], **settings) -> list[tuple[str, int, int]]:
-    cfg = dataclasses.replace(tiny_config(), **settings)
+    cfg = tiny_config(**settings)  # as typed: engine_workers lives in the engine's variant
     return [(slot.node.address, slot.cpus, slot.gpus) for slot in plan_actors(found, cfg, "the cluster")]
 
 

@@ -86,7 +86,7 @@ def diverged_notes(settings: Mapping[str, Any]) -> list[str]:
 
 def measured_arms(settings: Mapping[str, Any]) -> dict[str, Any]:
     """The arms with at least one seed measured (an arm whose every seed diverged has no curve)."""
-    return {name: entry for name, entry in settings.items() if "curve" in entry["summary"]}
+    return {name: entry for name, entry in settings.items() if any(DIVERGED not in seed for seed in entry["seeds"])}
 
 
 def beside_table(result: Mapping[str, Any]) -> list[str]:
