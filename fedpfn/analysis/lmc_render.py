@@ -84,9 +84,14 @@ def diverged_notes(settings: Mapping[str, Any]) -> list[str]:
     ]  # fmt: skip
 
 
+def measured(per_seed: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The seeds whose models trained to finite weights: the only ones with figures."""
+    return [seed for seed in per_seed if DIVERGED not in seed]
+
+
 def measured_arms(settings: Mapping[str, Any]) -> dict[str, Any]:
     """The arms with at least one seed measured (an arm whose every seed diverged has no curve)."""
-    return {name: entry for name, entry in settings.items() if any(DIVERGED not in seed for seed in entry["seeds"])}
+    return {name: entry for name, entry in settings.items() if measured(entry["seeds"])}
 
 
 def beside_table(result: Mapping[str, Any]) -> list[str]:
@@ -140,7 +145,7 @@ def band_note(result: Mapping[str, Any]) -> str:
     if not arms:
         return "no curve: every model diverged"
     plain = next(iter(arms.values()))  # plain, unless every plain seed diverged
-    seeds, curves = sum(DIVERGED not in seed for seed in plain["seeds"]), plain["summary"]["curve"]["n"]
+    seeds, curves = len(measured(plain["seeds"])), plain["summary"]["curve"]["n"]
     over = f"{seeds} seed{'s' * (seeds > 1)}" + (f" x {curves // seeds} pairs" if curves != seeds else "")
     return f"line: mean over {over}; band: ± 1 std (n − 1)" if curves > 1 else f"one curve ({over}), no band"
 

@@ -38,7 +38,7 @@ from torch import nn
 
 from fedpfn.analysis.fusion import EvalData, Probe, Scope, StateDict, analyse, snapshot
 from fedpfn.analysis.inference import mean_std
-from fedpfn.analysis.lmc_render import DIVERGED
+from fedpfn.analysis.lmc_render import DIVERGED, measured  # noqa: F401  (measured: lmc.json's reading, re-exported)
 from fedpfn.analysis.matchers import FIGURES as MATCHER_FIGURES
 from fedpfn.core.anchors import AnchorMask, AnchorScope, anchored_fraction, draw_mask
 from fedpfn.core.models import build_model
@@ -233,11 +233,6 @@ def run_arm(
     figures = analyse(setup.probe, states, setup.scope, points, match="curve", matchers=matchers,
                       w0=None if arm.kind == "diff-init" else setup.starts[0])  # fmt: skip
     return {**found, **figures, "seconds": time.perf_counter() - started}
-
-
-def measured(per_seed: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The seeds whose models trained to finite weights: the only ones with figures."""
-    return [s for s in per_seed if DIVERGED not in s]
 
 
 # --------------------------------------------------------------------------- over seeds
