@@ -1,7 +1,8 @@
 """The pages written by declared studies from their stored results alone: each committed page is
 what `fedpfn study page --stored STUDY` writes, byte for byte (studies/privacy.toml,
-studies/attacks.toml, studies/earlier.toml), and the study format's keys these pages need (an
-endpoint's `format` and `absent`, the privacy metrics) are checked before any run."""
+studies/attacks.toml, studies/earlier.toml, studies/alignment_pilot.toml, ...), and the study
+format's keys these pages need (an endpoint's `format` and `absent`, the privacy metrics) are
+checked before any run."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ PAGES = {  # study -> (the page it writes, what it reads: its template, its stor
     "attacks": ("docs/guide/attacks-results.md", "studies/attacks.md", "docs/study/attacks.json"),
     "alignment_main": ("docs/alignment_main.md", "studies/alignment_main.md", "docs/alignment/main.json"),
     "alignment_confirm": ("docs/alignment_confirm.md", "studies/alignment_confirm.md", "docs/alignment/confirm.json"),
+    "alignment_pilot": ("docs/alignment_pilot.md", "studies/alignment_pilot.md", "docs/alignment/pilot.json"),
     "earlier": ("docs/results_earlier.md", "studies/earlier.md", "docs/study/earlier-page.json",
                 *(f"docs/study/{name}/report.{kind}" for name in EARLIER for kind in ("json", "md"))),
 }

@@ -32,14 +32,21 @@ class Cell:
     folder: Path
     flags: tuple[str, ...]
     value: str | None = None
+    joint: tuple[int, ...] = ()  # the seeds the cell runs together (a JOINT command's); () for one seed
 
     @property
     def tuning(self) -> bool:
         return self.value is not None
 
+    @property
+    def seeds(self) -> int | tuple[int, ...]:
+        """What the cell's command is given: its seed, or the seeds it runs together."""
+        return self.joint or self.seed
+
     def label(self) -> str:
         at = " ".join(f"{axis}={value}" for axis, value in self.point)
-        return " ".join(filter(None, [self.arm, at, f"{'value ' + self.value if self.tuning else f'seed {self.seed}'}"]))
+        seeds = f"seeds {','.join(map(str, self.joint))}" if self.joint else f"seed {self.seed}"
+        return " ".join(filter(None, [self.arm, at, f"{'value ' + self.value if self.tuning else seeds}"]))
 
 
 def groups(flags: Sequence[str]) -> list[tuple[str, list[str]]]:
@@ -72,8 +79,12 @@ def points(spec: Spec) -> list[tuple[tuple[str, str], ...]]:
     return [tuple(zip(spec.axes, values)) for values in itertools.product(*spec.axes.values())]
 
 
-def axis_flags(point: tuple[tuple[str, str], ...]) -> list[str]:
-    return [token for axis, value in point for token in (f"--{axis.replace('_', '-')}", value)]
+def axis_flags(spec: Spec, point: tuple[tuple[str, str], ...]) -> list[str]:
+    """The point's flags: `--axis value`, or the flags a named axis value stands for."""
+    found: list[str] = []
+    for axis, value in point:
+        found += spec.axis_sets[axis][value] if axis in spec.axis_sets else [f"--{axis.replace('_', '-')}", value]
+    return found
 
 
 def folder_of(spec: Spec, pattern: str, **names: object) -> Path:
@@ -88,20 +99,23 @@ def tuning_cells(spec: Spec) -> list[Cell]:
     if tune is None:
         return []
     return [Cell(arm, tune.seed, point, folder_of(spec, tune.cell, arm=arm, value=value, seed=tune.seed, **dict(point)),
-                 merged(spec.shared, axis_flags(point), flags, [tune.flag, value], tune.flags), value)
+                 merged(spec.shared, axis_flags(spec, point), flags, [tune.flag, value], tune.flags), value)
             for point in points(spec) for arm, flags in spec.arms.items() for value in tune.values]  # fmt: skip
 
 
 def main_cells(spec: Spec, chosen: dict[tuple, str] | None = None) -> list[Cell]:
     """The main runs; with a tuned setting, its value chosen for the arm at the point (`chosen`), or
-    the first value while the tuning runs are not finished (the config is then only checked)."""
+    the first value while the tuning runs are not finished (the config is then only checked). A
+    joint study's cell runs all the arm's seeds (`seed` is the first)."""
     cells = []
     for point in points(spec):
         for arm, flags in spec.arms.items():
             tuned = [] if spec.tune is None else [spec.tune.flag, (chosen or {}).get((arm, point), spec.tune.values[0])]
-            for seed in spec.seeds_of(arm):
+            seeds = spec.seeds_of(arm)
+            for seed in seeds[:1] if spec.joint else seeds:
                 folder = folder_of(spec, spec.cell, arm=arm, seed=seed, **dict(point))
-                cells.append(Cell(arm, seed, point, folder, merged(spec.shared, axis_flags(point), flags, tuned)))
+                cells.append(Cell(arm, seed, point, folder, merged(spec.shared, axis_flags(spec, point), flags, tuned),
+                                  joint=seeds if spec.joint else ()))  # fmt: skip
     return cells
 
 
@@ -118,7 +132,7 @@ def config_of(spec: Spec, cell: Cell, configure: Configure) -> Any:
     """The config of the cell as the study's command checks it (`fedpfn run`'s: a RunConfig); what
     it refuses is one line naming the cell."""
     try:
-        return command_of(spec.command, configure).configure(list(cell.flags), cell.seed, cell.folder)
+        return command_of(spec.command, configure).configure(list(cell.flags), cell.seeds, cell.folder)
     except ConfigError as err:
         raise spec.refuse(f"{cell.label()}: {'; '.join(str(err).splitlines())}") from None
 

@@ -41,14 +41,17 @@ class LmcCell:
 
 
 class LmcCells:
-    """`python -m fedpfn.analysis.lmc`, one seed a cell, run in this process."""
+    """`python -m fedpfn.analysis.lmc`, one seed a cell (or, in a joint study, the arm's seeds
+    together), run in this process."""
 
     name, unit, log = "lmc", "cell", "lmc.log"
 
-    def argv(self, flags: list[str], seed: int, folder: Path) -> list[str]:
-        return [*DEFAULTS, *flags, "--seeds", str(seed), "--out", str(folder)]
+    def argv(self, flags: list[str], seed: int | tuple[int, ...], folder: Path) -> list[str]:
+        """The cell's command line: its seed (or the seeds a joint cell runs together) and folder."""
+        seeds = ",".join(map(str, seed)) if isinstance(seed, tuple) else str(seed)
+        return [*DEFAULTS, *flags, "--seeds", seeds, "--out", str(folder)]
 
-    def configure(self, flags: list[str], seed: int, folder: Path) -> LmcCell:
+    def configure(self, flags: list[str], seed: int | tuple[int, ...], folder: Path) -> LmcCell:
         """The cell's settings as the command reads and checks them; ConfigError names every problem."""
         parser = lmc.build_parser(PROG)
         parser.exit = lambda status=0, message=None: _refusing((message or "").strip().removeprefix("error: "))  # type: ignore[method-assign,assignment]

@@ -9,9 +9,10 @@ or the markdown file `template` names) with each marker line replaced by a table
     <!-- study: family NAME -->     the family's paired comparisons, Holm-adjusted together
     <!-- study: commands -->        the commands that ran it and wrote the page
 
-A study with `page.reading` has sections of its own (fedpfn.study.drift: `<!-- study: drift -->`),
-or writes the whole page itself (the alignment gate's, fedpfn.study.gate_page, reading its
-finished cells while others are still to run).
+A study with `page.reading` has sections of its own (fedpfn.study.drift: `<!-- study: drift -->`;
+fedpfn.study.pilot: `<!-- study: pilot -->`, from its runs and its part's controls), or writes
+the whole page itself (the alignment gate's, fedpfn.study.gate_page, reading its finished cells
+while others are still to run).
 The statistics are fedpfn.analysis.stats's; the verdicts fedpfn.analysis.render's.
 """
 
@@ -27,7 +28,7 @@ from fedpfn.analysis.paired_text import p_number, p_text, verdict
 from fedpfn.analysis.stats import Paired, adjust, mean_std, paired
 from fedpfn.core.files import CONFIG, METRICS, PROVENANCE, atomic_write_bytes, json_text, read_json, read_jsonl
 from fedpfn.core.provenance import machines_sentence
-from fedpfn.study import alignment_federated, drift, earlier, gate_page
+from fedpfn.study import alignment_federated, drift, earlier, gate_page, pilot
 from fedpfn.study.cells import Configure, choices
 from fedpfn.study.runner import Planned, plan, refused
 from fedpfn.study.spec import MARK, Endpoint, Spec, template_text
@@ -37,9 +38,10 @@ READINGS: dict[str, tuple[Callable[[Spec], None], dict[str, Callable[[Spec], lis
     "alignment_federated": (alignment_federated.write_stored, {"alignment_federated": alignment_federated.section}),
     "earlier": (earlier.write_stored, {"earlier": earlier.section}),
     "gate": (gate_page.write_stored, {}),
+    "pilot": (pilot.write_stored, {"pilot": pilot.section}),  # docs/alignment_pilot.md: runs and their controls
 }
 WHOLE: dict[str, Callable[[Spec], str]] = {"gate": gate_page.page_text}  # readings that write the whole page
-PARTIAL = ("gate",)  # readings that read the finished cells while others are still to run
+PARTIAL = ("gate", "pilot")  # readings that read the finished cells while others are still to run
 
 
 def endpoint_value(spec: Spec, folder: Path, name: str) -> float | None:
@@ -219,8 +221,9 @@ def write(spec: Spec, configure: Configure, from_stored: bool = False) -> Path:
                           f"needs a page.reading (known: {', '.join(READINGS)})")  # fmt: skip
     if not from_stored:
         if spec.page.reading in PARTIAL:
-            if (problem := refused(plan(spec, configure))) is not None:
-                raise problem
+            for study in spec.every():  # a part's cells too (the pilot's controls)
+                if (problem := refused(plan(study, configure))) is not None:
+                    raise problem
             keeps(spec)  # type: ignore[misc]
         elif keeps is not None:
             plan_done(spec, configure)

@@ -1,52 +1,73 @@
-"""The alignment pilot (docs/alignment_pilot.md): its grid, the figures of its runs, the rule applied,
-the page written.
+"""The alignment pilot's page (`page.reading = "pilot"`, studies/alignment_pilot.toml): its blocks
+read from the runs, the rule applied, the results written below the template's marker.
 
-The grid (REGIMES x LRS x SEEDS x ARMS, run in BLOCKS' order) is read both by the runner,
-`python scripts/alignment_pilot.py run`, and by the page. `collect` reads runs/alignment-pilot/ into one
-JSON-able dict (kept as docs/alignment/pilot.json); `results` renders the page's results from that
-dict alone, so `page --stored` writes the same bytes. The rule is docs/alignment_pilot.md's: a
-(regime, lr) block qualifies when P(plain) in round 1 and at the last round are above 0 with
-intervals excluding 0, the diff-init control likewise, and plain's own accuracy is not resolved
-below anchored's in either round.
+The grid is the study's: its axes `lr` and `regime` (named flag sets: the clients and the local
+epochs), its arms `plain` and `anchored`, its seeds; its part `controls` holds each block's
+diff-init control (`python -m fedpfn.analysis.lmc`, the block's seeds in one lmc.json). `write_stored`
+reads the runs into one JSON-able dict, kept as the page's stored file (docs/alignment/pilot.json);
+`section` renders the results from that file alone, so `page --stored` writes the same bytes. The
+rule is docs/alignment_pilot.md's: a (regime, lr) block qualifies when P(plain) in round 1 and at
+the last round are above 0 with intervals excluding 0, the diff-init control likewise, and
+plain's own accuracy is not resolved below anchored's in either round.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from fedpfn.analysis.stats import paired
-from fedpfn.core.files import CLIENTS, METRICS, SUMMARY, atomic_write_bytes, read_jsonl
-from fedpfn.core.provenance import CHECKOUT as ROOT
+from fedpfn.core.files import CLIENTS, METRICS, SUMMARY, atomic_write_bytes, read_json, read_jsonl
+from fedpfn.study.cells import groups, main_cells
+from fedpfn.study.runner import TIMES
+from fedpfn.study.spec import Spec
 
-RUNS = ROOT / "runs" / "alignment-pilot"
-TIMES = RUNS / "cpu.jsonl"  # one line per cell the runner ran: its CPU and wall seconds
-REGIMES = {"r24": (100, 3), "r114": (20, 3), "r225": (10, 3), "r375": (10, 5)}  # clients, local epochs; cheapest first
-LRS = ("0.01", "0.03", "0.1")
-SEEDS = (0, 1, 2)
-BLOCKS = [(regime, lr) for regime in ("r375", "r114", "r225", "r24") for lr in ("0.1", "0.03")]
-BLOCKS += [(regime, "0.01") for regime in ("r375", "r114", "r225", "r24")]
-# the amended order (docs/alignment_pilot.md): the likeliest to misalign first, a whole block at a time
-ARMS = {"plain": ["--algorithm", "fedavg"], "anchored": ["--algorithm", "fedpfn"]}
+ARMS = ("plain", "anchored")  # the rule's arms, by name
+AXES = ("lr", "regime")  # a block: a learning rate and a regime (named flags: clients, local epochs)
+CONTROLS = "controls"  # the part holding each block's diff-init control
+EARLIER = "rounds10"  # the slow first cells' timing, kept under the runs folder (the page counts it)
 
 
-def run_path(regime: str, lr: str, arm: str, seed: int) -> Path:
-    """Where one federated cell of the grid runs (and is read)."""
-    return RUNS / regime / f"lr{lr}" / arm / f"s{seed}"
+def flag(spec: Spec, flags: tuple[str, ...], name: str) -> str:
+    """A flag's value among flags as typed (`--num-clients 10`: '10'); refused when not given once."""
+    found = [tokens for key, tokens in groups(flags) if key == name]
+    if len(found) != 1 or len(found[0]) != 2:
+        raise spec.refuse(f"the pilot reads --{name.replace('_', '-')} from {' '.join(flags)!r}; give it once")
+    return found[0][1]
 
 
-def control_path(regime: str, lr: str) -> Path:
-    """Where a block's diff-init control (the gate's tool) writes its lmc.json."""
-    return RUNS / regime / f"lr{lr}" / "diff-init"
+def check(spec: Spec) -> None:
+    """The grid the pilot's rule reads, or one line naming what the study file lacks."""
+    part = spec.parts.get(CONTROLS)
+    if tuple(spec.arms) != ARMS or sorted(spec.axes) != sorted(AXES) or "regime" not in spec.axis_sets:
+        raise spec.refuse(f"page.reading 'pilot' reads arms {' and '.join(ARMS)} over axes lr and regime (a table "
+                          "of named flag sets); declare them")  # fmt: skip
+    if part is None or not part.joint or part.axes != spec.axes or len(part.arms) != 1:
+        raise spec.refuse(f"page.reading 'pilot' reads one control a block: [parts.{CONTROLS}] with command = \"lmc\", "
+                          "one arm, the study's axes and a cell pattern without {seed}")  # fmt: skip
 
 
-PAGE = ROOT / "docs" / "alignment_pilot.md"
-STORED = ROOT / "docs" / "alignment" / "pilot.json"
-MARKER = "<!-- results: everything below is written by scripts/alignment_pilot.py page -->"
-BATCH = 64
+def regime_of(spec: Spec, regime: str) -> tuple[int, int]:
+    """A regime's clients and local epochs, as its flags give them."""
+    flags = spec.axis_sets["regime"][regime]
+    return int(flag(spec, flags, "num_clients")), int(flag(spec, flags, "local_epochs"))
+
+
+def grid(spec: Spec) -> dict[str, dict[str, Any]]:
+    """Each block (`r114/lr0.1`), in the study's order: its regime, lr, run folders by arm and seed, control folder."""
+    check(spec)
+    blocks: dict[str, dict[str, Any]] = {}
+    for cell in [*main_cells(spec), *main_cells(spec.parts[CONTROLS])]:
+        point = dict(cell.point)
+        block = blocks.setdefault(f"{point['regime']}/lr{point['lr']}", {"regime": point["regime"], "lr": point["lr"],
+                                                                          "runs": {arm: {} for arm in ARMS}})  # fmt: skip
+        if cell.arm in ARMS:
+            block["runs"][cell.arm][cell.seed] = cell.folder
+        else:
+            block["control"] = cell.folder
+    return blocks
 
 
 def run_figures(run: Path) -> dict[str, float]:
@@ -78,37 +99,41 @@ def begun_figures(run: Path) -> dict[str, float]:
         "client_seconds_r1": rows[0].get("align_client_seconds", math.nan)}  # fmt: skip
 
 
-def steps(run: Path, epochs: int) -> float:
+def steps(run: Path, epochs: int, batch: int) -> float:
     """Local steps a client took a round in this run, over all its clients' rows."""
     sizes = [row["num_examples"] for row in read_jsonl(run / CLIENTS)]
-    return sum(math.ceil(n / BATCH) * epochs for n in sizes) / len(sizes)
+    return sum(math.ceil(n / batch) * epochs for n in sizes) / len(sizes)
 
 
-def collect() -> dict[str, Any]:
-    """Every block's finished runs and control, and the CPU seconds the cells took."""
-    blocks: dict[str, Any] = {}
-    for regime, lr in BLOCKS:
-        runs = {arm: {str(s): run_figures(run_path(regime, lr, arm, s)) for s in SEEDS
-                      if (run_path(regime, lr, arm, s) / SUMMARY).exists()} for arm in ARMS}  # fmt: skip
-        control = control_path(regime, lr) / "lmc.json"
-        diff = json.loads(control.read_text())["settings"]["diff-init"]["seeds"] if control.exists() else []
-        done = [run_path(regime, lr, "plain", s) for s in SEEDS if str(s) in runs["plain"]]
-        begun = {arm: {str(s): begun_figures(run_path(regime, lr, arm, s)) for s in SEEDS
-                       if str(s) not in runs[arm] and (run_path(regime, lr, arm, s) / METRICS).exists()}
-                 for arm in ARMS}  # fmt: skip
-        blocks[f"{regime}/lr{lr}"] = {
-            "regime": regime, "lr": lr, "runs": runs, "begun": begun,
+def block_figures(spec: Spec, block: dict[str, Any]) -> dict[str, Any]:
+    """One block's finished runs, runs begun, control (diff-init's P by seed) and local steps a round."""
+    folders = block["runs"]
+    runs = {arm: {str(s): run_figures(f) for s, f in folders[arm].items() if (f / SUMMARY).exists()} for arm in ARMS}
+    begun = {arm: {str(s): begun_figures(f) for s, f in folders[arm].items()
+                   if str(s) not in runs[arm] and (f / METRICS).exists()} for arm in ARMS}  # fmt: skip
+    control = block["control"] / "lmc.json"
+    diff = read_json(control)["settings"]["diff-init"]["seeds"] if control.exists() else []
+    done = [folders["plain"][int(s)] for s in runs["plain"]]
+    epochs, batch = regime_of(spec, block["regime"])[1], int(flag(spec, spec.shared, "batch_size"))
+    return {"regime": block["regime"], "lr": block["lr"], "runs": runs, "begun": begun,
             "control": {str(r["seed"]): r["permutation_loss"] for r in diff},
-            "steps": sum(steps(run, REGIMES[regime][1]) for run in done) / len(done) if done else None,
-        }  # fmt: skip
-    read = lambda path: [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []  # noqa: E731
-    cpu, earlier = read(TIMES), read(RUNS / "rounds10" / "cpu.jsonl")
+            "steps": sum(steps(run, epochs, batch) for run in done) / len(done) if done else None}  # fmt: skip
+
+
+def collect(spec: Spec) -> dict[str, Any]:
+    """Every block's finished runs and control, and the CPU seconds the cells took (the runner's TIMES)."""
+    blocks = grid(spec)
+    read = lambda path: read_jsonl(path) if path.exists() else []  # noqa: E731
+    cpu, earlier = read(spec.runs / TIMES), read(spec.runs / EARLIER / TIMES)
+    regimes = {f.relative_to(spec.runs).as_posix(): b["regime"] for b in blocks.values() for arm in ARMS
+               for f in b["runs"][arm].values()}  # fmt: skip
     by_regime: dict[str, list[float]] = {}
     for cell in cpu:
-        if "diff-init" not in cell["cell"]:
-            by_regime.setdefault(cell["cell"].split("/")[0], []).append(cell["cpu_s"])
+        if cell["cell"] in regimes:  # a federated run's (a control's is not a run)
+            by_regime.setdefault(regimes[cell["cell"]], []).append(cell["cpu_s"])
     cpu += earlier
-    return {"blocks": blocks, "cpu_s": round(sum(c["cpu_s"] for c in cpu), 1), "cells_timed": len(cpu),
+    return {"blocks": {name: block_figures(spec, b) for name, b in blocks.items()},
+            "cpu_s": round(sum(c["cpu_s"] for c in cpu), 1), "cells_timed": len(cpu),
             "cpu_s_per_run": {r: round(sum(v) / len(v), 1) for r, v in by_regime.items()}}  # fmt: skip
 
 
@@ -140,8 +165,9 @@ def judge(block: dict[str, Any]) -> tuple[dict[str, tuple[float, float, float]],
     return figures, failed
 
 
-def finished(block: dict[str, Any]) -> bool:
-    return all(len(block["runs"][arm]) == len(SEEDS) for arm in ARMS) and len(block["control"]) == len(SEEDS)
+def finished(block: dict[str, Any], seeds: int) -> bool:
+    """Whether every run of the block (`seeds` a arm) and its control finished."""
+    return all(len(block["runs"][arm]) == seeds for arm in ARMS) and len(block["control"]) == seeds
 
 
 def row(name: str, block: dict[str, Any]) -> tuple[str, list[str]]:
@@ -163,21 +189,21 @@ def own(block: dict[str, Any], when: str) -> tuple[float, float, float]:
     return interval({s: f[f"own_{when}"] for s, f in plain.items()}, {s: f[f"own_{when}"] for s, f in anchored.items()})
 
 
-def chosen(data: dict[str, Any]) -> str | None:
+def chosen(data: dict[str, Any], seeds: int) -> str | None:
     """The rule's choice among the finished blocks: the fewest local steps a round that qualifies,
     then the highest lower bound of round-1 P(plain); None when no finished block qualifies."""
     good = [(b["steps"], -judge(b)[0]["r1"][1], name) for name, b in data["blocks"].items()
-            if finished(b) and not judge(b)[1]]  # fmt: skip
+            if finished(b, seeds) and not judge(b)[1]]  # fmt: skip
     return min(good)[2] if good else None
 
 
-def pick(data: dict[str, Any]) -> str:
+def pick(spec: Spec, data: dict[str, Any]) -> str:
     """The rule's choice among the finished blocks, in words, with the cheaper blocks not run."""
-    done = {name: b for name, b in data["blocks"].items() if finished(b)}
-    name = chosen(data)
+    done = {name: b for name, b in data["blocks"].items() if finished(b, len(spec.seeds))}
+    name = chosen(data, len(spec.seeds))
     if not done:
         return ("**No block finished**, so the rule has picked nothing yet and the main study waits for it: "
-                "`python scripts/alignment_pilot.py run` goes on from where the runs stopped.")  # fmt: skip
+                f"`fedpfn study run {spec.path}` goes on from where the runs stopped.")  # fmt: skip
     if name is None:
         failures = [judge(b)[1] for b in done.values()]
         everywhere = [c for c in failures[0] if all(c in f for f in failures)]
@@ -190,8 +216,8 @@ def pick(data: dict[str, Any]) -> str:
                    "federated study can read anchors' effect only as an exploratory one."
                    if "P(plain) at the last round" in everywhere else ""))  # fmt: skip
     block = data["blocks"][name]
-    clients, epochs = REGIMES[block["regime"]]
-    per_client = lambda regime: REGIMES[regime][1] / REGIMES[regime][0]  # noqa: E731  (steps go as epochs / clients)
+    clients, epochs = regime_of(spec, block["regime"])
+    per_client = lambda regime: regime_of(spec, regime)[1] / regime_of(spec, regime)[0]  # noqa: E731  (steps go as epochs / clients)
     cheaper = [n for n, b in data["blocks"].items() if n not in done and per_client(b["regime"]) < epochs / clients]
     note = f" Cheaper blocks not run: {', '.join(cheaper)}; the pick bounds the steps needed from above." if cheaper else ""
     return (f"**The pick: {name}** ({clients} clients, {epochs} local epochs, about {block['steps']:.0f} local "
@@ -199,28 +225,28 @@ def pick(data: dict[str, Any]) -> str:
             f"(`--num-clients {clients} --local-epochs {epochs} --lr {block['lr']}` with the fixed settings above).{note}")
 
 
-def shown_cell(value: float | None, run: dict[str, Any] | None) -> str:
+def shown_cell(value: float | None, run: dict[str, Any] | None, rounds: str) -> str:
     """A figure, or where its run stands: not run, or the round a run still going had reached."""
     if value is not None:
         return f"{value:+.4f}"
-    return f"at round {run['rounds']} of 5" if run else "not run"
+    return f"at round {run['rounds']} of {rounds}" if run else "not run"
 
 
-def unfinished(data: dict[str, Any]) -> list[str]:
+def unfinished(spec: Spec, data: dict[str, Any]) -> list[str]:
     """The finished runs and controls of blocks not finished, seed by seed: read by no rule, shown as they are."""
     lines = ["| block | seed | P(plain) round 1 | round 5 | P(anchored) round 1 | round 5 | client P(plain), changes, "
              "round 1 | round 5 | P(diff-init) |", "|---" * 9 + "|"]  # fmt: skip
     for name, block in data["blocks"].items():
-        if finished(block):
+        if finished(block, len(spec.seeds)):
             continue
-        for seed in map(str, SEEDS):
+        for seed in map(str, spec.seeds):
             plain, anchored = (block["runs"][a].get(seed) or block["begun"][a].get(seed, {})
                                for a in ("plain", "anchored"))  # fmt: skip
             figures = [plain.get("P_r1"), plain.get("P_last"), anchored.get("P_r1"), anchored.get("P_last"),
                        plain.get("clientP_changes_r1"), plain.get("clientP_changes_last"), block["control"].get(seed)]
             if any(f is not None for f in figures):
                 owners = [plain, plain, anchored, anchored, plain, plain, None]
-                shown = [shown_cell(f, run) for f, run in zip(figures, owners)]
+                shown = [shown_cell(f, run, flag(spec, spec.shared, "rounds")) for f, run in zip(figures, owners)]
                 lines.append(f"| {name} | {seed} | " + " | ".join(shown) + " |")
     if len(lines) == 2:
         return []
@@ -229,38 +255,41 @@ def unfinished(data: dict[str, Any]) -> list[str]:
             *lines, ""]
 
 
-def results(data: dict[str, Any]) -> str:
+def results(spec: Spec, data: dict[str, Any]) -> str:
+    """The page's results from the stored figures: the rule's table, the pick, and what the cells cost."""
+    assert spec.page is not None
+    seeds = len(spec.seeds)
     head = ["| block | local steps a round | P(plain) round 1 | P(plain) round 5 | P(diff-init) | P(anchored) round 1 "
             "| P(anchored) round 5 | client P(plain), full, round 1 | round 5 | client P(plain), changes, round 1 "
             "| round 5 | plain − anchored own accuracy, round 1 (points) | round 5 (points) | qualifies |",
             "|---" * 14 + "|"]  # fmt: skip
-    rows = [row(name, b)[0] for name, b in data["blocks"].items() if finished(b)]
+    rows = [row(name, b)[0] for name, b in data["blocks"].items() if finished(b, seeds)]
     started = lambda b: any(b["runs"].values()) or any(b["begun"].values()) or b["control"]  # noqa: E731
-    partial = [f"{n} ({sum(len(b['runs'][a]) for a in ARMS)} of {2 * len(SEEDS)} runs finished, "
+    partial = [f"{n} ({sum(len(b['runs'][a]) for a in ARMS)} of {len(ARMS) * seeds} runs finished, "
                f"{sum(len(b['begun'][a]) for a in ARMS)} begun, control {'done' if b['control'] else 'not run'})"
-               for n, b in data["blocks"].items() if not finished(b) and started(b)]  # fmt: skip
+               for n, b in data["blocks"].items() if not finished(b, seeds) and started(b)]  # fmt: skip
     untouched = [n for n, b in data["blocks"].items() if not started(b)]
     seconds = [f[k] for b in data["blocks"].values() for kind in ("runs", "begun") for arm in b[kind].values()
                for f in arm.values() for k in ("client_seconds_r1", "client_seconds_last") if k in f]  # fmt: skip
     lines = [
         "## Results", "",
-        f"Written by `python scripts/alignment_pilot.py page` from the runs under runs/alignment-pilot/ "
-        "(docs/alignment/pilot.json keeps their figures). Each figure: the mean over seeds 0-2 and its 95 % "
+        f"Written by `fedpfn study page {spec.path}` from the runs under {spec.runs}/ "
+        f"({spec.page.stored} keeps their figures). Each figure: the mean over seeds 0-2 and its 95 % "
         "interval (Student's t, fedpfn.analysis.stats.paired against 0, or plain against anchored paired by "
         "seed). P in nats: between the round's clients, weight matching on full weights, the mean over the "
         "round's 10 pairs (the rule's figure); client P, each client against the round's aggregate under "
         "the full and the changes matcher, the mean over the round's 5 clients (beside the rule, not in it). "
         "Own accuracy (the rule's) is each client model's on the union of the round's held-out data.", "",
         *((*head, *rows, "") if rows else ()),
-        pick(data), "",
+        pick(spec, data), "",
         "Beside the rule: each client's accuracy on its own held-out data after its local training "
         "(clients.jsonl), plain − anchored in points, round 1 and round 5: "
         + ("; ".join(f"{n} {text(own(b, 'r1'), 100, 2)} and {text(own(b, 'last'), 100, 2)}"
-                     for n, b in data["blocks"].items() if finished(b)) or "no block finished") + ".", "",
+                     for n, b in data["blocks"].items() if finished(b, seeds)) or "no block finished") + ".", "",
         f"Not finished: {', '.join(partial) or 'none'}. Not run: {', '.join(untouched) or 'none'}.", "",
-        *unfinished(data), 
+        *unfinished(spec, data),
         f"**CPU time.** The timed cells took {data['cpu_s']:.0f} CPU-seconds ({data['cpu_s'] / 3600:.2f} "
-        f"CPU-hours) over {data['cells_timed']} cells, counting the slow first cells kept under rounds10/; cells "
+        f"CPU-hours) over {data['cells_timed']} cells, counting the slow first cells kept under {EARLIER}/; cells "
         "stopped before they finished, or still going, are not counted. Measuring every client against the aggregate took "
         + (f"{sum(seconds) / len(seconds):.1f} s of wall time a measured round on average, on the loaded machine."
            if seconds else "no time: no run recorded it.")
@@ -270,26 +299,20 @@ def results(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def refuse(line: str) -> NoReturn:
-    """One line on stderr, exit 2: the house refusal, before anything is written."""
-    print(f"error: {line}", file=sys.stderr)
-    raise SystemExit(2)
+def write_stored(spec: Spec) -> None:
+    """The blocks' figures from the runs, the finished blocks and the rule's pick, in the page's stored file."""
+    assert spec.page is not None
+    data = collect(spec)
+    if not any(b["runs"][arm] or b["begun"][arm] or b["control"] for b in data["blocks"].values() for arm in ARMS):
+        raise spec.refuse(f"no run under {spec.runs} has begun: fedpfn study run {spec.path} first (page --stored "
+                          f"writes the page from {spec.page.stored}); nothing written")  # fmt: skip
+    data["finished"] = [name for name, block in data["blocks"].items() if finished(block, len(spec.seeds))]
+    data["pick"] = chosen(data, len(spec.seeds))  # what the main study and the findings read
+    spec.page.stored.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(spec.page.stored, (json.dumps(data, indent=1) + "\n").encode())  # in the blocks' order
 
 
-def write_page(stored: bool) -> None:
-    """The results below the page's marker, from the runs (kept in pilot.json) or from that copy alone."""
-    text_now = PAGE.read_text()
-    if MARKER not in text_now:
-        refuse(f"{PAGE} has lost its results marker; restore it before writing results")
-    if stored:
-        data = json.loads(STORED.read_text())
-    else:
-        if not RUNS.is_dir():
-            refuse(f"no runs under {RUNS}; the page is left as it is (page --stored writes it from {STORED.name})")
-        data = collect()
-        data["finished"] = [name for name, block in data["blocks"].items() if finished(block)]
-        data["pick"] = chosen(data)  # what the main study and the findings read
-        atomic_write_bytes(STORED, (json.dumps(data, indent=1) + "\n").encode())
-        data = json.loads(STORED.read_text())  # rendered from the stored copy, so --stored gives the same bytes
-    atomic_write_bytes(PAGE, (text_now.split(MARKER)[0] + MARKER + "\n\n" + results(data)).encode())
-    print(f"wrote {PAGE}")
+def section(spec: Spec) -> list[str]:
+    """The results below the template's marker, from the stored file alone."""
+    check(spec)
+    return results(spec, spec.stored_results()).split("\n")[:-1]

@@ -5,15 +5,21 @@ fedpfn.runtime.ensure.ensure_run): a finished cell of the same settings is reuse
 resumed, a missing one started, and a folder that holds other settings refused, for every cell,
 before the first runs. `--jobs N` runs N cells
 at a time, each in a process of its own (`fedpfn study run FILE --cell FOLDER`), at most one
-per core. Tuning cells run first; the main cells then take the values they chose.
+per core. Tuning cells run first; the main cells then take the values they chose. A study's
+parts (fedpfn.study.spec) are planned, shown and run after its own cells, each by its command.
+Each cell run (not one reused) appends its CPU and wall seconds to the study's runs folder's
+cpu.jsonl (TIMES), what a page may say a study cost.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import resource
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -25,6 +31,7 @@ from fedpfn.study.commands import Command, rounds_done
 from fedpfn.study.spec import Spec, StudyError
 
 WAITING = "waiting for the tuning runs"
+TIMES = "cpu.jsonl"  # in the study's runs folder: one line per cell run, {"cell", "cpu_s", "wall_s"}
 
 
 @dataclass
@@ -80,6 +87,15 @@ def time_left(planned: Sequence[Planned], command: Command, jobs: int = 1) -> st
 
 
 def status(spec: Spec, configure: Configure) -> list[str]:
+    """The study's cells, then each part's: one line per cell, then the counts and the time left."""
+    lines = status_of(spec, configure)
+    for name, part in spec.parts.items():
+        *cells, summary = status_of(part, configure)
+        lines += [*cells, f"parts.{name}: {summary}"]
+    return lines
+
+
+def status_of(spec: Spec, configure: Configure) -> list[str]:
     """One line per cell (its folder and state), then the counts and the time left."""
     planned, command = plan(spec, configure), command_of(spec.command, configure)
     width = max(len(str(p.cell.folder)) for p in planned)
@@ -105,12 +121,30 @@ def usable_jobs(jobs: int) -> int:
     return min(jobs, cores)
 
 
+def cpu_seconds() -> float:
+    """CPU seconds this process and its finished children have taken."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def ensure_timed(spec: Spec, command: Command, p: Planned, heading: Callable[[], str]) -> None:
+    """The cell ensured; one run (not reused) appends its CPU and wall seconds to the study's TIMES."""
+    cpu, wall = cpu_seconds(), time.time()
+    command.ensure(p.cfg, p.cell.folder, p.state, heading)
+    if p.state == "done":
+        return
+    line = {"cell": p.cell.folder.relative_to(spec.runs).as_posix(), "cpu_s": round(cpu_seconds() - cpu, 1),
+            "wall_s": round(time.time() - wall, 1)}  # fmt: skip
+    with (spec.runs / TIMES).open("a", encoding="utf-8") as out:
+        out.write(json.dumps(line) + "\n")
+
+
 def run_cells(spec: Spec, command: Command, todo: Sequence[Planned], jobs: int) -> list[str]:
     """Ensure each cell: in this process one by one, or `jobs` processes at a time; the failures."""
     if jobs == 1:
         for i, p in enumerate(todo, 1):
             heading = lambda p=p, i=i: f"== {p.cell.label()} ({i} of {len(todo)})"  # noqa: E731
-            command.ensure(p.cfg, p.cell.folder, p.state, heading)
+            ensure_timed(spec, command, p, heading)
         return []
 
     def one(p: Planned) -> str | None:
@@ -130,18 +164,32 @@ def run_cells(spec: Spec, command: Command, todo: Sequence[Planned], jobs: int) 
 
 
 def chosen_arms(spec: Spec, arms: Sequence[str]) -> set[str]:
-    """The arms `--arm` names (every arm when none is named); an unknown one is refused."""
-    unknown = [arm for arm in arms if arm not in spec.arms]
+    """The arms `--arm` names (every arm, its parts' too, when none is named); an unknown one is refused."""
+    declared = [arm for study in spec.every() for arm in study.arms]
+    unknown = [arm for arm in arms if arm not in declared]
     if unknown:
-        raise spec.refuse(f"--arm {unknown[0]}: not an arm of the study (declared: {', '.join(spec.arms)})")
-    return set(arms or spec.arms)
+        raise spec.refuse(f"--arm {unknown[0]}: not an arm of the study (declared: {', '.join(declared)})")
+    return set(arms or declared)
 
 
 def run(spec: Spec, configure: Configure, jobs: int = 1, arms: Sequence[str] = ()) -> int:
-    """Every cell (of the arms named, or all) to its end: the tuning cells, then the main cells; 1
-    if a cell failed. Every cell goes through its command's ensure, a finished one too (it is
-    reused, and says so). Runs over other arms may go on beside it."""
-    wanted, command, jobs = chosen_arms(spec, arms), command_of(spec.command, configure), usable_jobs(jobs)
+    """Every cell (of the arms named, or all) to its end: the study's, then its parts'; 1 if a cell
+    failed. Every cell goes through its command's ensure, a finished one too (it is reused, and
+    says so). Runs over other arms may go on beside it."""
+    wanted, jobs = chosen_arms(spec, arms), usable_jobs(jobs)
+    for study in spec.parts.values():  # a part's folder of other settings, refused before any cell runs
+        if (problem := refused(plan(study, configure))) is not None:
+            raise problem
+    names = ["", *(f"parts.{name} " for name in spec.parts)]
+    for name, study in zip(names, spec.every()):
+        if run_study(study, configure, jobs, wanted, name):
+            return 1
+    return 0
+
+
+def run_study(spec: Spec, configure: Configure, jobs: int, wanted: set[str], name: str = "") -> int:
+    """One study's (or part's) cells of the wanted arms: the tuning cells, then the main cells."""
+    command = command_of(spec.command, configure)
     for tuning in (True, False):
         planned = plan(spec, configure)
         if (problem := refused(planned)) is not None:
@@ -154,7 +202,7 @@ def run(spec: Spec, configure: Configure, jobs: int = 1, arms: Sequence[str] = (
         if not cells:
             continue
         left = [p for p in cells if p.state != "done"]
-        print(f"{'tuning' if tuning else 'main'}: {len(left)} of {len(cells)} cells to run; {time_left(planned, command, jobs)}",
+        print(f"{name}{'tuning' if tuning else 'main'}: {len(left)} of {len(cells)} cells to run; {time_left(planned, command, jobs)}",
               flush=True)  # fmt: skip
         failed = run_cells(spec, command, cells if jobs == 1 else left, jobs)
         if failed:
@@ -165,10 +213,10 @@ def run(spec: Spec, configure: Configure, jobs: int = 1, arms: Sequence[str] = (
 
 
 def run_one_cell(spec: Spec, configure: Configure, folder: str) -> int:
-    """One cell by its folder (what `--jobs` starts in a process of its own)."""
-    found = [p for p in plan(spec, configure) if str(p.cell.folder) == folder]
+    """One cell by its folder, the study's or a part's (what `--jobs` starts in a process of its own)."""
+    found = [(s, p) for s in spec.every() for p in plan(s, configure) if str(p.cell.folder) == folder]
     if not found:
         raise StudyError(f"study: {spec.path} has no cell in '{folder}'")
-    one = found[0]
-    command_of(spec.command, configure).ensure(one.cfg, one.cell.folder, one.state, lambda: f"== {one.cell.label()}")
+    study, one = found[0]
+    ensure_timed(study, command_of(study.command, configure), one, lambda: f"== {one.cell.label()}")
     return 0

@@ -5,6 +5,16 @@ family naming an endpoint or arm that is not declared is one line (StudyError, a
 Flags are kept as users type them (`fedpfn run`'s); whether `fedpfn run` accepts them is
 checked by fedpfn.study.cells, which builds every cell's config. Paths are relative to the
 folder `fedpfn study` runs in, as every `--out` is.
+
+An axis is a flag and its values (`lr = ["0.1", "0.03"]`: `--lr 0.1`), or named sets of flags
+where one point sets several (`[axes.regime]` with `r24 = "--num-clients 100 --local-epochs 3"`;
+the cell pattern's `{regime}` is the name). A study whose cells are of two kinds declares the
+second as a part (`[parts.NAME]`): a small study of its own (its command, shared flags, arms,
+axes and cell pattern; the study's runs folder and seeds unless it gives its own) whose cells
+`status` and `run` take with the study's, and whose results the study's page reading may read
+(the alignment pilot: federated runs, and one lmc control a block). A command in JOINT runs
+several seeds in one cell: a cell pattern without `{seed}` gives one cell per arm and axes
+point that runs all the arm's seeds (`--seeds 0,1,2`); every other command runs a seed a cell.
 """
 
 from __future__ import annotations
@@ -20,8 +30,10 @@ from fedpfn.core.seeding import MAX_SEED
 from fedpfn.core.settings import ConfigError, _preset_text
 
 TOP = ("title", "runs", "cell", "seeds", "shared", "baseline", "arms", "labels", "axes", "endpoints", "families",
-       "tune", "page", "command", "arm_seeds", "not_run")  # fmt: skip
+       "tune", "page", "command", "arm_seeds", "not_run", "parts")  # fmt: skip
+PART_KEYS = ("command", "runs", "cell", "seeds", "shared", "arms", "labels", "axes", "arm_seeds", "not_run")
 COMMANDS = ("run", "lmc")  # what a cell runs: `fedpfn run`, `python -m fedpfn.analysis.lmc` (fedpfn.study.commands)
+JOINT = ("lmc",)  # commands whose one cell may run several seeds (a cell pattern without {seed})
 ENDPOINT_KEYS = ("metric", "last", "statistic", "scale", "unit", "format", "absent")
 STATISTICS = ("mean", "median")  # of an endpoint's window of rows
 FAMILY_KEYS = ("endpoint", "arms", "baseline", "heading", "margin")
@@ -108,6 +120,17 @@ class Spec:
     command: str = "run"
     arm_seeds: dict[str, tuple[int, ...]] = field(default_factory=dict)  # an arm's own seeds, where not `seeds`
     not_run: dict[str, str] = field(default_factory=dict)  # why an arm has no cells yet, said on its page
+    axis_sets: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)  # a named axis value's flags
+    parts: dict[str, Spec] = field(default_factory=dict)  # cells of another kind, run and shown with the study's
+
+    @property
+    def joint(self) -> bool:
+        """Whether a cell runs all its arm's seeds together (a JOINT command, a pattern without {seed})."""
+        return self.command in JOINT and "{seed}" not in self.cell
+
+    def every(self) -> list[Spec]:
+        """The study, then its parts: what `status` and `run` go through."""
+        return [self, *self.parts.values()]
 
     def seeds_of(self, arm: str) -> tuple[int, ...]:
         return self.arm_seeds.get(arm, self.seeds)
@@ -253,6 +276,35 @@ def _page(value: Any, path: Path) -> Page:
                 text("reading"))  # fmt: skip
 
 
+def _axes(value: Any, path: Path) -> tuple[dict[str, tuple[str, ...]], dict[str, dict[str, tuple[str, ...]]]]:
+    """Each axis's values in order, and the flags of each value of a named axis (a table of flag sets)."""
+    axes: dict[str, tuple[str, ...]] = {}
+    sets: dict[str, dict[str, tuple[str, ...]]] = {}
+    for axis, values in _table(value, "axes", tuple(value) if isinstance(value, dict) else (), path).items():
+        if isinstance(values, dict) and values:
+            sets[axis] = {name: flags_of(flags, f"axes.{axis}.{name}", path) for name, flags in values.items()}
+            axes[axis] = tuple(sets[axis])
+        else:
+            axes[axis] = tuple(str(v) for v in _of(values, list, f"axes.{axis}", path,
+                                                   "a list of the flag's values, or a table of named flag sets"))  # fmt: skip
+    return axes, sets
+
+
+def _parts(data: dict[str, Any], path: Path) -> dict[str, Spec]:
+    """Each part: a study of its own, over the study's runs folder and seeds unless it declares others."""
+    value = data.get("parts", {})
+    found = {}
+    for name, part in _table(value, "parts", tuple(value) if isinstance(value, dict) else (), path).items():
+        inherited = {"title": f"{data.get('title', path.stem)}: {name}", "runs": data.get("runs", f"runs/{path.stem}"),
+                     "seeds": data.get("seeds", [0])}  # fmt: skip
+        declared = _table(part, f"parts.{name}", PART_KEYS, path)
+        try:
+            found[name] = parse(path, {**inherited, **declared})
+        except StudyError as err:
+            raise StudyError(str(err).replace(f"study: {path}: ", f"study: {path}: parts.{name}: ", 1)) from None
+    return found
+
+
 def parse(path: Path, data: dict[str, Any]) -> Spec:
     """The declaration's parts, each checked; StudyError on the first problem."""
     unknown = [k for k in data if k not in TOP]
@@ -267,9 +319,7 @@ def parse(path: Path, data: dict[str, Any]) -> Spec:
         raise StudyError(f"study: {path}: baseline {spec['baseline']!r} is not an arm (declared: {', '.join(arms)})")
     labels = _table(data.get("labels", {}), "labels", tuple(spec["arms"]), path)
     spec["labels"] = {a: _of(labels.get(a, a), str, f"labels.{a}", path, "a string") for a in spec["arms"]}
-    axes = _table(data.get("axes", {}), "axes", tuple(data.get("axes", {})), path)
-    spec["axes"] = {a: tuple(str(v) for v in _of(v, list, f"axes.{a}", path, "a list of the flag's values"))
-                    for a, v in axes.items()}  # fmt: skip
+    spec["axes"], axis_sets = _axes(data.get("axes", {}), path)
     endpoints = _table(data.get("endpoints", {}), "endpoints", tuple(data.get("endpoints", {})), path)
     spec["endpoints"] = {name: _endpoint(name, value, path) for name, value in endpoints.items()}
     families = _table(data.get("families", {}), "families", tuple(data.get("families", {})), path)
@@ -284,6 +334,7 @@ def parse(path: Path, data: dict[str, Any]) -> Spec:
         tune=_tune(data["tune"], path) if "tune" in data else None,
         page=_page(data["page"], path) if "page" in data else None, command=_command(data, path),
         arm_seeds=_per_arm(data, "arm_seeds", arms, path), not_run=_per_arm(data, "not_run", arms, path),
+        axis_sets=axis_sets, parts=_parts(data, path),
     )  # fmt: skip
 
 
