@@ -167,11 +167,6 @@ def why_it_takes_long(words: list[str]) -> NotRun | None:
             return NotRun("reads the run folders an earlier comparison wrote (hours of training)", "help")
         case ["fedpfn", "study", "run", *_]:
             return NotRun(HOURS + " (tests/test_study.py runs a tiny study end to end)", "help")
-        case ["scripts/lmc_sweep.sh", *_]:
-            return NotRun(
-                HOURS + " (30 minutes); the script takes no --help: its commands are fedpfn.analysis.lmc's",
-                "",
-            )
         case ["fedpfn", "study", "page", "--stored", *_]:
             return NotRun(
                 "rewrites a page from its stored results (a minute; tests/test_drift_study.py, "
