@@ -1,33 +1,44 @@
 #!/usr/bin/env python
-"""Fixed-seed reference runs: a refactor that claims "numbers unchanged" is checked with this.
+"""Fixed-seed reference runs: a change that claims "numbers unchanged" is checked with this.
 
-    python scripts/reference_metrics.py OUT_DIR            # run every reference config
-    python scripts/reference_metrics.py OUT_DIR --compare OTHER_DIR
-    python scripts/reference_metrics.py OUT_DIR --compare RAY_DIR --engine batched --run-args "--engine-mode threads"
+    python scripts/reference_metrics.py OUT                    # every reference on every engine mode
+    python scripts/reference_metrics.py OUT --check            # ... and compare with the stored references
+    python scripts/reference_metrics.py OUT --record           # store them (tests/reference_metrics.json)
+    python scripts/reference_metrics.py OUT --modes vmap --only fedavg,moon --check
 
-Each config runs through the real command line (by default on the Ray engine) on a tiny
-setting (the MLP, and one run each of the CNN and ResNet-20); the per-round test accuracy
-and loss are printed with full precision, and `--compare` reports which runs differ from an
-earlier set, round by round.
+Each reference (the MLP under every client rule, one run each of the CNN and ResNet-20) runs
+through `fedpfn run` on a tiny setting, once per engine mode (`--engine ray`, and the batched
+engine's threads, loop and vmap modes), into OUT/MODE/NAME; a finished run there is reused. Its
+metrics.jsonl less the clock's fields is the reference. The stored file keeps each one's rows and
+the machine that made them, and `--check` asks for the same rows bit for bit on that machine (the
+same CPU kind, torch, numpy and thread count). Another machine rounds its sums differently, and
+rounding grows over rounds (here the vmap mode's accuracies differ from the threads mode's by up
+to 2.3 points at round 3), so no tolerance would tell a change from it: there, `--check` is
+refused; record before the change and check after it on one machine
+(`--record before.json` at the old commit, `--check before.json` at the new).
+tests/test_reference_metrics.py holds a part of it in the suite.
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
+import io
 import json
-import shlex
-import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from fedpfn.core.files import METRICS, SUMMARY  # noqa: E402
+from fedpfn.core.files import METRICS, SUMMARY, atomic_write_bytes, read_json, read_jsonl  # noqa: E402
+from fedpfn.core.flags import OneLineParser  # noqa: E402
+from fedpfn.core.provenance import cpu_id, cpu_model, package_versions  # noqa: E402
 
+STORED = ROOT / "tests" / "reference_metrics.json"
 COMMON = [
     "--dataset", "fmnist", "--model", "mlp", "--num-clients", "4", "--clients-per-round", "2",
     "--rounds", "3", "--partition", "dirichlet", "--alpha", "0.5", "--seed", "7",
-]
+]  # fmt: skip
 REFERENCES = {
     "fedavg": [],
     "fedprox": ["--algorithm", "fedprox"],
@@ -42,43 +53,109 @@ REFERENCES = {
     "resnet20-fedpnu+feddyn": [
         "--algorithm", "fedpnu+feddyn", "--model", "resnet20", "--num-clients", "60", "--batch-size", "128",
     ],
+}  # fmt: skip
+MODES = {  # engine mode: its flags
+    "ray": ["--engine", "ray"],
+    "threads": ["--engine", "batched", "--engine-mode", "threads"],
+    "loop": ["--engine", "batched", "--engine-mode", "loop"],
+    "vmap": ["--engine", "batched", "--engine-mode", "vmap"],
 }
+CLOCK = ("seconds",)  # what a clock writes into a metrics row
+THREADS = 2  # torch's threads for every reference (the vmap mode and the server's evaluation sum on them)
 
 
-def run_all(out: Path, engine: str, run_args: list[str]) -> None:
-    for name, extra in REFERENCES.items():
-        folder = out / name
-        if (folder / SUMMARY).exists():
-            continue
-        cmd = [sys.executable, str(ROOT / "run_sim.py"), *COMMON, *extra, "--engine", engine, *run_args, "--out", str(folder)]
-        subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+def machine() -> dict[str, Any]:
+    """What decides the last bits of a run's sums here: the CPU's kind, torch and numpy, torch's threads."""
+    import torch
+
+    versions = package_versions()
+    return {"cpu": cpu_model(), "cpu_id": cpu_id(), "torch": versions["torch"], "numpy": versions["numpy"],
+            "threads": torch.get_num_threads()}  # fmt: skip
 
 
-def curves(out: Path) -> dict[str, list[tuple[float, float]]]:
-    found = {}
-    for name in REFERENCES:
-        rows = [json.loads(line) for line in (out / name / METRICS).read_text().splitlines()]
-        found[name] = [(row["test_accuracy"], row["test_loss"]) for row in rows]
-    return found
+def rows_of(folder: Path) -> list[dict[str, Any]]:
+    """A finished run's metrics rows without the clock's fields."""
+    return [{k: v for k, v in row.items() if k not in CLOCK} for row in read_jsonl(folder / METRICS)]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--compare", type=Path, help="an earlier OUT_DIR to compare with")
-    parser.add_argument("--engine", default="ray", choices=("ray", "batched"), help="the engine (default: ray)")
-    parser.add_argument("--run-args", default="", help="more run_sim.py flags for every run")
-    args = parser.parse_args()
-    run_all(args.out, args.engine, shlex.split(args.run_args))
-    now = curves(args.out)
-    for name, rows in now.items():
-        print(f"{name:>16}: " + "  ".join(f"{100 * acc:.2f} %/{loss:.17g}" for acc, loss in rows))  # accuracy in %, as the pages
-    if args.compare is None:
+def ensure(out: Path, mode: str, name: str) -> Path:
+    """OUT/MODE/NAME, run here through `fedpfn run` unless it finished earlier; its lines kept in run.log."""
+    from fedpfn.cli.main import main
+
+    folder = out / mode / name
+    if not (folder / SUMMARY).exists():
+        log = io.StringIO()
+        with contextlib.redirect_stdout(log):
+            done = main(["run", *COMMON, *REFERENCES[name], *MODES[mode], "--out", str(folder), "--overwrite"])
+        if done != 0:
+            raise SystemExit(f"reference_metrics: {name} on {mode} stopped (exit {done}):\n{log.getvalue()[-2000:]}")
+    return folder
+
+
+def differences(now: list[dict[str, Any]], before: list[dict[str, Any]]) -> list[str]:
+    """Every value that differs between two runs' rows, round by round."""
+    if len(now) != len(before):
+        return [f"{len(now)} rounds against {len(before)}"]
+    return [f"round {number} {key}: {row.get(key)!r} against {old.get(key)!r}"
+            for number, (row, old) in enumerate(zip(now, before), start=1)
+            for key in sorted(set(row) | set(old)) if row.get(key) != old.get(key)]  # fmt: skip
+
+
+def check(found: dict[str, dict[str, list]], stored: dict[str, Any]) -> list[str]:
+    """One line per run that differs from the stored references, or a missing one."""
+    lines = []
+    for mode, runs in found.items():
+        for name, rows in runs.items():
+            before = stored["modes"].get(mode, {}).get(name)
+            if before is None:
+                lines.append(f"{mode}/{name}: no stored reference (--record stores one)")
+            elif diff := differences(rows, before):
+                lines.append(f"{mode}/{name}: " + "; ".join(diff[:3]) + (f" (+{len(diff) - 3} more)" if len(diff) > 3 else ""))
+    return lines
+
+
+def chosen(parser: OneLineParser, value: str, known: dict[str, Any], what: str) -> list[str]:
+    """The names a comma-separated flag gives (default every one); an unknown one refused in one line."""
+    names = value.split(",") if value else list(known)
+    if unknown := [n for n in names if n not in known]:
+        parser.error(f"{what} {', '.join(unknown)} unknown; one of {', '.join(known)}")
+    return names
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(prog="python scripts/reference_metrics.py", description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("out", type=Path, help="where the runs go (OUT/MODE/NAME), reused when finished")
+    parser.add_argument("--modes", default="", help=f"comma-separated engine modes (default every one: {', '.join(MODES)})")
+    parser.add_argument("--only", default="", help="comma-separated references (default every one)")
+    parser.add_argument("--check", nargs="?", const=STORED, type=Path, help="compare with stored references (default file: %(const)s)")
+    parser.add_argument("--record", nargs="?", const=STORED, type=Path, help="store these runs' references (merged into the file)")
+    args = parser.parse_args(argv)
+    modes, names = chosen(parser, args.modes, MODES, "mode"), chosen(parser, args.only, REFERENCES, "reference")
+    import torch
+
+    torch.set_num_threads(THREADS)  # whatever this machine's cores or OMP_NUM_THREADS say
+    here = machine()
+    if args.check is not None and not args.check.is_file():
+        parser.error(f"--check: {args.check} is not a file (--record writes one)")
+    for given in (args.check, args.record):
+        if given is not None and given.exists() and (made := read_json(given)["machine"]) != here:
+            parser.error(f"{given} was made on {made}, this is {here}: another machine's sums round differently; "
+                         "record before the change and check after it on one machine")  # fmt: skip
+    found = {mode: {name: rows_of(ensure(args.out, mode, name)) for name in names} for mode in modes}
+    for mode, runs in found.items():
+        for name, rows in runs.items():
+            print(f"{mode:>7} {name:>22}: " + "  ".join(f"{100 * r['test_accuracy']:.2f} %/{r['test_loss']:.17g}" for r in rows))
+    if args.record:
+        stored = read_json(args.record) if args.record.exists() else {"machine": here, "modes": {}}
+        for mode, runs in found.items():
+            stored["modes"].setdefault(mode, {}).update(runs)
+        atomic_write_bytes(args.record, (json.dumps(stored, indent=1, sort_keys=True) + "\n").encode())
+        print(f"recorded {sum(map(len, found.values()))} references in {args.record}")
+    if args.check is None:
         return 0
-    before = curves(args.compare)
-    changed = [name for name in now if now[name] != before[name]]
-    print("identical to", args.compare, "bit for bit" if not changed else f"except: {', '.join(changed)}")
-    return 1 if changed else 0
+    lines = check(found, read_json(args.check))
+    print("\n".join(lines) if lines else f"identical to {args.check}")
+    return 1 if lines else 0
 
 
 if __name__ == "__main__":

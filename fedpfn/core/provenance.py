@@ -71,6 +71,26 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
+def cpu_id() -> str | None:
+    """The CPU's kind, finer than its name (two 'AMD EPYC' may be different generations):
+    /proc/cpuinfo's vendor, family, model and stepping, and the vector instructions torch's kernels
+    use (its CPU capability), which decide how they round; None where /proc/cpuinfo is absent."""
+    import torch
+
+    keys = ("vendor_id", "cpu family", "model", "stepping")
+    found: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                name, _, value = line.partition(":")
+                if name.strip() in keys and name.strip() not in found:
+                    found[name.strip()] = value.strip()
+    except OSError:
+        return None
+    kind = " ".join(f"{key} {found.get(key)}" for key in keys)
+    return f"{kind}, {torch.backends.cpu.get_cpu_capability()}"
+
+
 def device() -> dict[str, Any]:
     """The compute: CPU model and count, torch's thread count, the GPUs torch sees."""
     import torch
