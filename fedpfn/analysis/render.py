@@ -305,10 +305,14 @@ def paired_panels(report: Report) -> dict[str, list[PairedSeries]]:
     panels: dict[str, list[PairedSeries]] = {}
     at_upload = [a.paired for a in report.at_bytes if a.traffic == "up" and a.paired is not None]
     for p in [*report.paired, *at_upload]:
-        scaled = [None if v is None else 100 * v for v in (p.low, p.high)]
-        series = PairedSeries(p.label, [100 * d for d in p.diffs], 100 * p.mean, *scaled)
-        panels.setdefault(metric_name(report, p.metric), []).append(series)
+        panels.setdefault(metric_name(report, p.metric), []).append(series_of(p, 100))
     return panels
+
+
+def series_of(p: Paired, scale: float) -> PairedSeries:
+    """A comparison as the paired figure draws it: its per-seed differences, mean and interval × `scale`."""
+    low, high = (None if v is None else scale * v for v in (p.low, p.high))
+    return PairedSeries(p.label, [scale * d for d in p.diffs], scale * p.mean, low, high)
 
 
 def written_by_report(path: Path) -> bool:

@@ -7,6 +7,7 @@ or the markdown file `template` names) with each marker line replaced by a table
 
     <!-- study: arms -->            each arm's endpoints, mean ± std over seeds (n-1)
     <!-- study: family NAME -->     the family's paired comparisons, Holm-adjusted together
+    <!-- study: figure NAME ... --> those families' comparisons drawn, seed by seed (fedpfn.study.figures)
     <!-- study: commands -->        the commands that ran it and wrote the page
 
 A study with `page.reading` has sections of its own (fedpfn.study.drift: `<!-- study: drift -->`;
@@ -28,8 +29,9 @@ from fedpfn.analysis.paired_text import p_number, p_text, verdict
 from fedpfn.analysis.stats import Paired, adjust, mean_std, paired
 from fedpfn.core.files import CONFIG, METRICS, PROVENANCE, atomic_write_bytes, json_text, read_json, read_jsonl
 from fedpfn.core.provenance import machines_sentence
-from fedpfn.study import alignment_federated, drift, earlier, gate_page, pilot
+from fedpfn.study import alignment_federated, drift, earlier, fusion_page, gate_page, pilot
 from fedpfn.study.cells import Configure, choices
+from fedpfn.study.figures import families_figure
 from fedpfn.study.runner import Planned, plan, refused
 from fedpfn.study.spec import MARK, Endpoint, Spec, template_text
 
@@ -191,7 +193,9 @@ def section(spec: Spec, stored: dict[str, Any] | None, marker: str) -> list[str]
         return commands(spec, stored)
     if kind == "family" and name in spec.families:
         return family_table(spec, stored, name)
-    known = ["arms", "commands", *(f"family {f}" for f in spec.families), *reading]
+    if kind == "figure" and name and set(name.split()) <= set(spec.families):
+        return families_figure(spec, name.split(), {n: family_rows(spec, stored, n) for n in name.split()})
+    known = ["arms", "commands", *(f"{kind} {f}" for kind in ("family", "figure") for f in spec.families), *reading]
     raise spec.refuse(f"unknown marker '{MARK}{marker} -->' in the page's template (known: {', '.join(known)})")
 
 

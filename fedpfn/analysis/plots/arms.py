@@ -3,7 +3,8 @@ against the bytes sent."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -27,6 +28,9 @@ from fedpfn.analysis.plots.style import (
     tick_name,
     wrapped,
 )
+
+
+TICK_WIDTH = 24  # characters of an arm's name per line on a panel's y axis (fedpfn.analysis.plots.style.tick_name)
 
 
 class PairedSeries(NamedTuple):
@@ -121,7 +125,9 @@ def shared_range(panels: Mapping[str, Sequence[PairedSeries]]) -> tuple[float, f
     return low - margin, high + margin
 
 
-def _paired_panel(ax: Axes, series: Sequence[PairedSeries], metric: str, colors: Sequence[str]) -> None:
+def _paired_panel(
+    ax: Axes, series: Sequence[PairedSeries], metric: str, colors: Sequence[str], name: Callable[[str], str]
+) -> None:
     for y, (s, color) in enumerate(zip(series, colors)):
         ax.scatter(s.points, np.full(len(s.points), y), color=color, s=8, alpha=0.6, zorder=2)
         if s.low is not None and s.high is not None:
@@ -134,7 +140,7 @@ def _paired_panel(ax: Axes, series: Sequence[PairedSeries], metric: str, colors:
         if flag:
             _flag(ax, s.mean, y, flag)
     ax.axvline(0, color="black", lw=0.8)
-    ax.set_yticks(range(len(series)), [tick_name(s.label) for s in series])
+    ax.set_yticks(range(len(series)), [textwrap.fill(name(s.label), TICK_WIDTH) for s in series])
     ax.set_ylim(len(series) - 0.5, -0.5)
     ax.set_title(metric)
     ax.grid(axis="y", visible=False)
@@ -149,27 +155,37 @@ def _flag(ax: Axes, x: float, y: int, text: str) -> None:
 
 
 @styled
-def paired_figure(panels: Mapping[str, Sequence[PairedSeries]], baseline: str, title: str = "") -> Figure:
-    """Per metric, each arm's difference from the baseline on the same seed, with its 95 % CI.
+def paired_figure(
+    panels: Mapping[str, Sequence[PairedSeries]],
+    baseline: str,
+    title: str = "",
+    unit: str = "accuracy points",
+    name: Callable[[str], str] = display_name,
+) -> Figure:
+    """Per metric, each arm's difference from the baseline on the same seed (in `unit`), with its 95 % CI.
+    `name`: an arm's label as the reader reads it (arms named as algorithms by default; a study's
+    labels are already words).
 
     Every panel shares one x range; the arms keep the colours of the comparison figure (the
     baseline's black unused); an interval of zero width, or none, is flagged where it is drawn.
     """
     arms = max((len(s) for s in panels.values()), default=1)
-    fig, axes = new_figure(len(panels), 1.6 + (0.9 + 0.22 * arms) * len(panels), sharex=True)
+    lines = max((len(textwrap.wrap(name(s.label), TICK_WIDTH)) for ss in panels.values() for s in ss), default=1)
+    per_arm = max(0.22, 0.17 * lines)  # inches: a label of several lines keeps clear of the next
+    fig, axes = new_figure(len(panels), 1.6 + (0.9 + per_arm * arms) * len(panels), sharex=True)
     labels = list(dict.fromkeys(s.label for series in panels.values() for s in series))
     styles = arm_styles([baseline, *labels])
     axes[0].set_xlim(*shared_range(panels))  # shared: every panel has it before flags are placed
     for ax, (metric, series) in zip(axes, panels.items()):
-        _paired_panel(ax, series, metric, [styles[s.label]["color"] for s in series])
-    axes[-1].set_xlabel(f"arm − {display_name(baseline)}, accuracy points")
+        _paired_panel(ax, series, metric, [styles[s.label]["color"] for s in series], name)
+    axes[-1].set_xlabel(f"arm − {name(baseline)}, {unit}")
     handles = [
         Line2D([], [], color="0.4", marker="o", ls="", alpha=0.6, label="one seed"),
         Line2D([], [], color="0.4", marker="D", markeredgecolor="black", ls="", label="mean difference"),
         Line2D([], [], color="0.4", lw=1.5, label="95 % CI (Student's t)"),
     ]
     legend_below(fig, handles)
-    fig.suptitle(wrapped(title or f"difference from {display_name(baseline)}"))
+    fig.suptitle(wrapped(title or f"difference from {name(baseline)}"))
     return fig
 
 

@@ -1,0 +1,44 @@
+"""A study page's figures: `<!-- study: figure NAME [NAME ...] -->` draws those families' paired
+comparisons, a panel each.
+
+Each comparison is drawn as the reports draw theirs (fedpfn.analysis.plots.paired_figure): every
+seed's difference as a dot, the mean, and its 95 % t interval, in the endpoint's unit, an interval
+of zero width or none flagged where it is drawn. The figure is written beside the page's stored
+results (`page.stored`'s folder, named STEM-NAME[-NAME...].png) from the same numbers as the family's table,
+so `fedpfn study page --stored` draws it again from them alone. Only the PNG is written: a PDF
+carries its creation date, and the page should not change when nothing did.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from fedpfn.analysis.inference import Paired
+from fedpfn.analysis.plots import paired_figure
+from fedpfn.analysis.plots.style import figure_files
+from fedpfn.analysis.render import series_of
+from fedpfn.core.files import atomic_write_bytes
+from fedpfn.study.spec import Spec
+
+
+def families_figure(spec: Spec, names: Sequence[str], rows: Mapping[str, Sequence[Paired]]) -> list[str]:
+    """The families' figure (a panel each, one x axis: give families of one endpoint), written; the
+    page's line that shows it (a path relative to the page)."""
+    assert spec.page is not None  # a page is being written
+    ends = {spec.families[name].endpoint for name in names}
+    if len(ends) > 1:
+        raise spec.refuse(f"figure {' '.join(names)}: its families read {', '.join(sorted(ends))}; "
+                          "one figure draws families of one endpoint")  # fmt: skip
+    end = spec.endpoints[ends.pop()]
+    unit = end.unit or "as measured"
+    panels = {spec.families[name].heading: [series_of(row, end.scale) for row in rows[name]] for name in names}
+    baselines = list(dict.fromkeys(spec.labels[spec.families[name].baseline] for name in names))
+    baseline = baselines[0] if len(baselines) == 1 else "its baseline"
+    title = f"{spec.title}: each arm − {baseline} on the same seed"
+    files = figure_files(paired_figure(panels, baseline, title, unit, name=str))  # a study's labels are words
+    path = spec.page.stored.with_name(f"{spec.page.stored.stem}-{'-'.join(names)}.png")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, files["png"])
+    link = os.path.relpath(path, spec.page.out.parent).replace(os.sep, "/")
+    return [f"![{title}: each seed's difference, the mean and its 95 % interval]({link})"]

@@ -1,0 +1,47 @@
+"""A study page's figure marker (`<!-- study: figure NAME ... -->`, fedpfn.study.figures): the
+families' comparisons drawn from the stored results, beside them, linked from the page; a
+figure of families of two endpoints, or of a family the study lacks, is refused in one line."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from fedpfn.cli.main import main as fedpfn
+
+ROOT = Path(__file__).parents[1]
+FILES = ("studies/alignment_main.toml", "studies/alignment_main.md", "docs/alignment/main.json")
+
+
+def copy(tmp_path: Path) -> None:
+    for path in FILES:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / path, tmp_path / path)
+
+
+def test_the_figure_is_drawn_from_the_stored_results_and_linked_from_the_page(tmp_path, monkeypatch, capsys):
+    copy(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert fedpfn(["study", "page", "--stored", "studies/alignment_main.toml"]) == 0
+    page = (tmp_path / "docs/alignment_main.md").read_text()
+    links = re.findall(r"!\[[^]]*\]\(([^)]+)\)", page)
+    assert links == ["alignment/main-accuracy-sharing-step.png"]
+    assert (tmp_path / "docs" / links[0]).read_bytes().startswith(b"\x89PNG")
+    assert not list((tmp_path / "docs/alignment").glob("*.pdf"))  # only the PNG: a PDF carries its date
+
+
+def test_a_figure_over_two_endpoints_or_an_unknown_family_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    copy(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    template = tmp_path / "studies/alignment_main.md"
+    text = template.read_text()
+    for marker, said in (
+        ("accuracy retained", "figure accuracy retained: its families read acc, r; one figure draws families of one endpoint"),
+        ("accuracy nosuch", "unknown marker '<!-- study: figure accuracy nosuch -->'"),
+    ):
+        template.write_text(text.replace("<!-- study: figure accuracy sharing step -->", f"<!-- study: figure {marker} -->"))
+        assert fedpfn(["study", "page", "--stored", "studies/alignment_main.toml"]) == 2
+        out, err = capsys.readouterr()
+        assert err.count("\n") == 1 and said in err, err
+    assert (tmp_path / "docs/alignment_main.md").exists() is False  # nothing written on a refusal
