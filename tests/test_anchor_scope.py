@@ -116,12 +116,13 @@ def test_analysis_settings_take_the_scope_and_record_it(tmp_path: Path) -> None:
         assert (cfg.anchor_classifier, cfg.anchor_bias, cfg.anchor_norm) == (False, False, True)
         assert {"anchor_classifier", "anchor_bias", "anchor_norm"} <= given
         assert "a fresh or randomly initialised head is then anchored" in " ".join(parser.format_help().split())
-    parser = build_parser("prog", cold.__doc__, cold.ColdConfig, "files")
-    cfg, *_ = read_command_line(parser, cold.ColdConfig, ("x.json",), ["--no-anchor-norm", "--out", str(tmp_path)])
-    assert not hasattr(cfg, "anchor_classifier") and "never anchored" in " ".join(parser.format_help().split())
+    cfg = cold.ColdConfig(start="s.safetensors", anchor_norm=False)  # ColD's runs: their flags and read back
+    assert not hasattr(cfg, "anchor_classifier")
     assert cfg.run_flags() == ["--no-anchor-norm"] and cold.ColdConfig().run_flags() == []
     assert cold.run_flags(cfg, "shared", 0)[-1] == "--no-anchor-norm"
     assert "--no-anchor-norm" not in cold.run_flags(cfg, "plain", 0)
+    shared = {"algorithm": "fedpfn", "fedpfn.anchor_masks": "shared", "fedpfn.anchor_norm": False}
+    assert cold.settings_of_run(shared)["anchor_norm"] is False and "anchor_norm" not in cold.settings_of_run({})
 
 
 def test_the_arms_draw_their_masks_within_the_scope() -> None:
@@ -138,13 +139,11 @@ def test_the_arms_draw_their_masks_within_the_scope() -> None:
     assert "classifier.bias" in default
 
 
-def test_cold_reuses_a_folder_written_before_the_scope_with_default_scope(tmp_path: Path) -> None:
-    before = {k: v for k, v in cold.folder_settings(cold.ColdConfig(start="s", model="mlp")).items()
-              if not k.startswith("anchor_b") and k != "anchor_norm"}  # fmt: skip
-    (tmp_path / cold.SETTINGS_FILE).write_text(json.dumps(before))
-    assert cold.folder_problems(cold.ColdConfig(start="s", model="mlp"), tmp_path) == []
-    off = cold.folder_problems(cold.ColdConfig(start="s", model="mlp", anchor_bias=False), tmp_path)
-    assert len(off) == 1 and "(differing: anchor_bias)" in off[0]
+def test_cold_reads_runs_written_before_the_scope_with_default_scope(tmp_path: Path) -> None:
+    before = {"algorithm": "fedpfn", "anchor_masks": "shared", "anchor_ratio": 0.4}  # a run from before the scope
+    assert {k: cold.settings_of_run(before)[k] for k in ("anchor_bias", "anchor_norm")} == {
+        "anchor_bias": True, "anchor_norm": True}
+    assert cold.settings_of_run({**before, "fedpfn.anchor_bias": False})["anchor_bias"] is False
     assert scope_filled({"anchor_norm": False}, lmc.LmcConfig) == {
         "anchor_bias": True, "anchor_norm": False, "anchor_classifier": True
     }  # fmt: skip
@@ -168,7 +167,7 @@ def test_a_scope_switch_is_refused_only_where_the_model_lacks_its_parameters() -
         (lmc.main, ["--arms", "plain", "--anchor-classifier"], "anchor_classifier: no shared or independent arm"),
         (lmc.main, ["--model", "cnn", "--no-anchor-norm"], "anchor_norm: cnn has no norm layer, so it would change"),
         (soup.main, ["--model", "mlp", "--anchor-norm"], "anchor_norm: mlp has no norm layer"),
-        (cold.main, ["--model", "mlp", "--no-anchor-norm"], "anchor_norm: mlp has no norm layer"),
+        (cold.main, ["--no-anchor-norm"], "unknown flag --no-anchor-norm"),  # the runs' (studies/cold.toml), read off them
         (lmc.main, ["--anchor-norm=no"], "--anchor-norm"),
         (soup.main, ["--anchor-bias", "maybe"], "maybe"),
         (cold.main, ["--no-anchor-classifier"], "unknown flag --no-anchor-classifier"),

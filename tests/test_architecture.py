@@ -270,3 +270,24 @@ def test_a_client_rule_is_one_file(tmp_path):
                            env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})  # fmt: skip
     assert shown.returncode == 0, shown.stderr[-1500:]
     assert shown.stdout.strip() == "['ThrowawayClient', 'FedPFNClient']"
+
+
+STARTERS = ("subprocess", "multiprocessing", "concurrent.futures", "fedpfn.runtime")  # what starts a federation
+
+
+def test_the_analysis_layer_starts_no_federation():
+    """fedpfn.analysis reads finished runs (its __init__ says so): no module of it imports a process
+    launcher or the runtime (ensure_run, simulate); a study's runs are its cells (fedpfn.study)."""
+    offenders = []
+    for path in python_files("fedpfn/analysis"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            elif isinstance(node, ast.Attribute) and getattr(node.value, "id", "") == "os":
+                names = [f"os.{node.attr}"] if node.attr in ("system", "popen", "spawnv", "execv", "fork") else []
+            else:
+                continue
+            offenders += [f"{module_name(path)} -> {n}" for n in names if n.startswith((*STARTERS, "os."))]
+    assert not offenders, offenders

@@ -192,17 +192,6 @@ def test_the_guard_imports_what_the_command_named_and_nothing_else(tmp_path, pla
 SHADOW = "import pathlib\npathlib.Path(__file__).with_name('ran').write_text('ran')\nraise SystemExit('planted')\n"
 
 
-def test_fedpfn_colds_runs_import_nothing_from_the_current_folder(tmp_path, monkeypatch):
-    """A run cold starts as a subprocess (here one refused at once) never imports a planted torch.py."""
-    from fedpfn.analysis.cold import run_once
-
-    (tmp_path / "torch.py").write_text(SHADOW)
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(RuntimeError, match="exit 2.*rounds"):
-        run_once(tmp_path / "run", ["--rounds", "0"])
-    assert not (tmp_path / "ran").exists()
-
-
 @pytest.mark.slow  # Ray's start-up: about 20 s
 def test_ray_workers_import_nothing_from_the_current_folder(tmp_path):
     """Ray puts the driver's folder first on its workers' path; fedpfn starts Ray from an empty one."""

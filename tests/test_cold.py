@@ -1,5 +1,5 @@
-"""ColD fusion's evaluation (fedpfn.analysis.cold_eval, cold) on tiny synthetic tensors, its settings'
-refusals, and the held-out tasks (partitions.tasks).
+"""ColD fusion's evaluation (fedpfn.analysis.cold_eval, cold) on tiny synthetic tensors, and the
+held-out tasks (partitions.tasks); the study and its refusals are tests/test_fusion_studies.py.
 
 A ColD round with two tasks trained client by client against the batched cohort is
 tests/test_personal.py::test_the_batched_cohort_keeps_the_heads_the_clientapp_keeps[tasks].
@@ -135,96 +135,30 @@ def test_held_out_tasks_are_no_contributors_and_relabel_every_class() -> None:
     assert label_map("tops").tolist() == [0, -1, 1, -1, 2, -1, 3, -1, -1, -1]
 
 
-def _main(argv: list[str], capsys) -> tuple[int, str]:
-    try:
-        code = cold.main(argv)
-    except SystemExit as exc:  # argparse's own refusals
-        code = exc.code
-    return code, capsys.readouterr().err
-
-
-@pytest.mark.parametrize(
-    "argv, says",
-    [
-        ([], "start: give the start file"),
-        (["--start", "none.safetensors"], "start: 'none.safetensors' does not exist"),
-        (["--contributors", "6"], "contributors: 6 leaves the 4 tasks uneven"),
-        (["--seeds", "2,2"], "seeds: 2,2 repeats a seed"),
-        (["--unseen-fraction", "0"], "unseen_fraction: 0.0 must be in (0, 0.5]"),
-        (["--granularity", "row"], "granularity: unknown 'row'"),
-        (["--model", "nope"], "model: unknown model 'nope'"),
-        (["--probe-lr", "-1"], "probe_lr: -1.0 must be > 0"),
-    ],
-)
-def test_settings_are_refused_in_one_line_before_anything_starts(
-    argv: list[str], says: str, tmp_path: Path, capsys
-) -> None:
-    code, err = _main([*argv, "--out", str(tmp_path / "out")], capsys)
-    lines = [line for line in err.splitlines() if says.split(":")[0] + ":" in line]
-    assert code == 2 and len(lines) == 1 and says in lines[0], err
-    assert not (tmp_path / "out").exists()
-
-
-def test_a_folder_of_runs_with_other_settings_is_never_reused(tmp_path: Path, capsys) -> None:
-    start = tmp_path / "start.safetensors"
-    from safetensors.torch import save_file
-
-    save_file(_model().state_dict(), start)
-    out = tmp_path / "out"
-    out.mkdir()
-    before = {**cold.folder_settings(cold.ColdConfig(start=str(start), model="mlp")), "rounds": 5}
-    (out / cold.SETTINGS_FILE).write_text(json.dumps(before))
-    code, err = _main(["--start", str(start), "--model", "mlp", "--out", str(out)], capsys)
-    assert code == 2 and "out: " in err and "(differing: rounds)" in err, err
-    assert sorted(p.name for p in out.iterdir()) == [cold.SETTINGS_FILE]
-    (out / cold.SETTINGS_FILE).write_text(json.dumps({**before, "rounds": 2, "start_sha256": "0" * 64}))
-    code, err = _main(["--start", str(start), "--model", "mlp", "--out", str(out)], capsys)
-    assert code == 2 and "(differing: start_sha256)" in err, err  # the same path, another file
+def finished_runs(folder: Path, seeds: tuple[int, ...] = (0, 1, 2)) -> Path:
+    """A ColD study's runs as their config.json and summary.json say (no model: the evaluation is stubbed)."""
+    config = {"partition": "tasks", "personal": "classifier.*", "init": "start.safetensors", "model": "mlp",
+              "num_clients": 8, "rounds": 2, "local_epochs": 1, "lr": 0.01, "batch_size": 64, "validation_fraction": 0.5,
+              "data_root": None, "optimizer": "sgd", "momentum": 0.9, "weight_decay": 5e-4, "engine": "batched"}  # fmt: skip
+    anchored = {"algorithm": "fedpfn", "fedpfn.anchor_ratio": 0.4, "fedpfn.anchor_granularity": "weight"}
+    arms = {"plain": {"algorithm": "fedavg"}, "shared": {**anchored, "fedpfn.anchor_masks": "shared"},
+            "independent": {**anchored, "fedpfn.anchor_masks": "client"}}  # fmt: skip
+    for seed in seeds:
+        for arm, extra in arms.items():
+            run = folder / arm / f"s{seed}"
+            run.mkdir(parents=True)
+            (run / "config.json").write_text(json.dumps({**config, **extra, "seed": seed}))
+            (run / "summary.json").write_text(json.dumps({"wall_seconds": 12.5}))
+    return folder
 
 
 def test_cold_json_records_its_provenance(tmp_path: Path, monkeypatch, capsys) -> None:
-    """What cold.main writes beside the figures (the runs and their evaluation stubbed: the stored study's)."""
-    from safetensors.torch import save_file
-
-    start = tmp_path / "start.safetensors"
-    save_file(build_model("mlp", (1, 28, 28), SOURCE_CLASSES).state_dict(), start)
+    """What cold.main writes beside the figures (the evaluation stubbed by the stored study's figures)."""
     stored = json.loads((Path(__file__).resolve().parents[1] / "docs" / "fusion" / "cold.json").read_text())
     figures = {key: stored[key] for key in ("config", "runs_local", "arms", "comparisons")}
-    monkeypatch.setattr(cold, "run_all", lambda cfg, out: {})
-    monkeypatch.setattr(cold, "evaluate_study", lambda cfg, out, log: dict(figures))
-    argv = ["--start", str(start), "--model", "mlp", "--seeds", "0,1,2", "--out", str(tmp_path / "o")]
-    code, err = _main(argv, capsys)
-    assert code == 0, err
-    assert_provenance(json.loads((tmp_path / "o" / "cold.json").read_text())["provenance"])
-
-
-def test_the_committed_fusion_page_is_what_its_stored_results_write(tmp_path: Path, monkeypatch) -> None:
-    from fedpfn.study import fusion_page
-
-    root = Path(__file__).resolve().parents[1]
-    (tmp_path / "docs").mkdir()
-    monkeypatch.setattr(fusion_page, "PAGE", tmp_path / "docs" / "fusion.md")
-    monkeypatch.setattr(fusion_page, "ROOT", tmp_path)
-    assert fusion_page.main(["--stored"]) == 0
-    written = (tmp_path / "docs" / "fusion.md").read_text()
-    assert written == (root / "docs" / "fusion.md").read_text()
-    assert "## ColD fusion" in written and "not built" not in written
-
-
-def test_a_fusion_page_refused_for_a_bad_cold_folder_keeps_no_soup_result(tmp_path: Path, monkeypatch, capsys) -> None:
-    """Both results are read before either is stored: a refusal leaves docs/fusion/ as it was."""
-    from fedpfn.study import fusion_page
-
-    root = Path(__file__).resolve().parents[1]
-    stored = {kind: tmp_path / "docs" / "fusion" / f"{kind}.json" for kind in ("soup", "cold")}
-    stored["soup"].parent.mkdir(parents=True)
-    stored["soup"].write_text("kept\n")
-    monkeypatch.setattr(fusion_page, "STORED", stored)
-    monkeypatch.setattr(fusion_page, "PAGE", tmp_path / "docs" / "fusion.md")
-    run = tmp_path / "soup-run"
-    run.mkdir()
-    (run / "soup.json").write_bytes((root / "docs" / "fusion" / "soup.json").read_bytes())
-    with pytest.raises(SystemExit) as refused:
-        fusion_page.main([str(run), "--cold", str(tmp_path / "missing")])
-    assert refused.value.code == 2 and capsys.readouterr().err.count("\n") == 1
-    assert stored["soup"].read_text() == "kept\n" and not (tmp_path / "docs" / "fusion.md").exists()
+    monkeypatch.setattr(cold, "evaluate_study", lambda cfg, runs, log: dict(figures))
+    runs = finished_runs(tmp_path / "runs")
+    assert cold.main(["--runs", str(runs), "--out", str(tmp_path / "o")]) == 0, capsys.readouterr().err
+    written = json.loads((tmp_path / "o" / "cold.json").read_text())
+    assert_provenance(written["provenance"])
+    assert written["runs"] == str(runs) and written["run_seconds"]["independent/s2"] == 12.5

@@ -33,8 +33,6 @@ from fedpfn.analysis.plots import (
     save,
     styled,
 )
-from fedpfn.core.models import build_model
-from partitions.tasks import SOURCE_CLASSES
 
 ROOT = Path(__file__).resolve().parents[1]
 ALPHAS = [i / 10 for i in range(11)]
@@ -146,16 +144,13 @@ def test_the_cold_figure_is_drawn_from_a_stored_cold_json(tmp_path: Path):
 
 
 def test_the_cold_command_writes_its_figure_beside_cold_json(tmp_path: Path, monkeypatch, capsys):
-    """cold.main with its runs and evaluation stubbed by the stored study's figures: no training."""
-    from safetensors.torch import save_file
+    """cold.main over finished runs, its evaluation stubbed by the stored study's figures: no training."""
+    from test_cold import finished_runs
 
-    start = tmp_path / "start.safetensors"
-    save_file(build_model("mlp", (1, 28, 28), SOURCE_CLASSES).state_dict(), start)
     figures = {key: stored("cold")[key] for key in ("config", "runs_local", "arms", "comparisons")}
-    monkeypatch.setattr(cold, "run_all", lambda cfg, out: {})
-    monkeypatch.setattr(cold, "evaluate_study", lambda cfg, out, log: dict(figures))
+    monkeypatch.setattr(cold, "evaluate_study", lambda cfg, runs, log: dict(figures))
     out = tmp_path / "o"
-    assert cold.main(["--start", str(start), "--model", "mlp", "--seeds", "0,1,2", "--out", str(out)], "cold") == 0
-    assert sorted(p.name for p in out.iterdir()) == sorted([*cold.OUTPUT_FILES, cold.SETTINGS_FILE])
+    assert cold.main(["--runs", str(finished_runs(tmp_path / "runs")), "--out", str(out)], "cold") == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(cold.OUTPUT_FILES)
     assert_png_and_pdf(out / "cold.png")
     assert "cold.png" in capsys.readouterr().out

@@ -1,5 +1,6 @@
 """A start is provenance, and checked, in every command that takes one (`fedpfn run --init`,
-`fedpfn soup --start`, `fedpfn cold --start`): the header names it with its sha256 and its round-0
+`fedpfn soup --start`; ColD's study starts its runs with --init, checked before any runs:
+tests/test_fusion_studies.py): the header names it with its sha256 and its round-0
 accuracy, config.json and the checkpoint record the sha256, a resume refuses a file that changed,
 the head is taken or re-seeded as `--fresh-head` says, and a file of no weights is refused in one
 line, exit 2, before any output is written."""
@@ -15,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from fedpfn.analysis import cold, pretrain, soup
+from fedpfn.analysis import pretrain, soup
 from fedpfn.cli.main import main
 from fedpfn.core.cache import dataset_for, initial_model
 from fedpfn.core.init_file import read_state_file, storage_budget
@@ -110,7 +111,6 @@ def _bad_starts(folder: Path) -> dict[str, Path]:
 COMMANDS = {
     "run": lambda start, out: main(["run", *TINY, "--rounds", "1", "--init", str(start), "--out", str(out)]),
     "soup": lambda start, out: soup.main(["--start", str(start), "--model", "mlp", "--out", str(out)]),
-    "cold": lambda start, out: cold.main(["--start", str(start), "--model", "mlp", "--out", str(out)]),
 }
 SAYS = {"nan": "holds NaN or infinity", "noise": "is not a torch file", "meta": "meta tensors"}
 

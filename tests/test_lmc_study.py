@@ -125,9 +125,9 @@ def test_a_flag_the_command_refuses_is_one_line_before_anything_runs(flags: str,
 
 def test_an_lmc_study_without_a_reading_has_no_page_and_an_unknown_command_is_refused(tmp_path: Path, monkeypatch,
                                                                                     capsys) -> None:  # fmt: skip
-    name = study(tmp_path, monkeypatch, TINY.replace('command = "lmc"', 'command = "soup"'))
+    name = study(tmp_path, monkeypatch, TINY.replace('command = "lmc"', 'command = "nosuch"'))
     assert fedpfn(["study", "status", name]) == 2
-    assert capsys.readouterr().err == "error: study: gate.toml: command = 'soup' is not accepted (accepted: run, lmc)\n"
+    assert capsys.readouterr().err == "error: study: gate.toml: command = 'nosuch' is not accepted (accepted: run, lmc, soup)\n"
     name = study(tmp_path, monkeypatch, TINY + "[page]\nout = 'p.md'\nstored = 'p.json'\ntext = 'x'\n")
     assert fedpfn(["study", "page", "--stored", name]) == 2
     assert "needs a page.reading" in capsys.readouterr().err and not (tmp_path / "p.md").exists()

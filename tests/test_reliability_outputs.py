@@ -24,7 +24,7 @@ WORK = {  # what each command would start once its checks passed
     "align": "fedpfn.analysis.lmc.prepare",
     "pretrain": "fedpfn.analysis.pretrain.pretrain",
     "soup": "fedpfn.analysis.soup.prepare",
-    "cold": "fedpfn.analysis.cold.run_all",
+    "cold": "fedpfn.analysis.cold.read_settings",  # the runs are read only once --out passed
     "report": "fedpfn.analysis.report.analyse",
     "compare": "fedpfn.runtime.compare.run_one",
     "run": "fedpfn.runtime.simulation.check_runnable",  # after the folder is planned, before data or engines

@@ -178,20 +178,17 @@ def test_pretrain_then_soup_write_their_files(tmp_path: Path, capsys) -> None:
 
 
 def test_the_fusion_pages_commands_are_read_from_the_stored_results() -> None:
-    """A CNN soup's page shows the CNN's command, not a ViT's typed into the script; a soup.json kept
-    before it recorded its command line has one rebuilt from its settings, with what was not recorded said."""
+    """The page names the study a result came from (a result kept before the studies: the declared
+    one, whose cells give its settings: tests/test_fusion_studies.py) and the start's own recipe."""
     from fedpfn.study import fusion_page
 
     root = Path(__file__).resolve().parents[1]
     kept = json.loads((root / "docs" / "fusion" / "soup.json").read_text())
-    settings = {"model": "cnn", "ingredients": 2, "seeds": [3, 4], "start": "runs/p/model.safetensors"}
-    cnn = {**kept, "config": {**kept["config"], **settings}}
-    rebuilt = fusion_page.soup_commands(cnn)
-    assert "--model cnn --ingredients 2 --seeds 3,4" in rebuilt[1] and "vit_tiny28 --ingredients 4" not in rebuilt[1]
-    assert rebuilt[0].endswith("its pretraining settings were not recorded beside these results")
-    assert rebuilt[-1] == "# DIR: the folder was not recorded beside these results"
-    argv = ["--start", "runs/p/model.safetensors", "--model", "cnn", "--out", "runs/soup-cnn"]
+    cnn = {**kept, "config": {**kept["config"], "model": "cnn", "start": "runs/p/model.safetensors"}}
+    before = fusion_page.study_commands("soup", cnn)
+    assert before[0].endswith("its pretraining settings were not recorded beside these results")
+    assert before[1:] == ["fedpfn study run studies/soup.toml", "fedpfn study page studies/soup.toml"]
     record = asdict(pretrain.PretrainConfig(model="cnn", epochs=2))
-    recorded = fusion_page.soup_commands({**cnn, "argv": argv, "out": "runs/soup-cnn", "start_record": record})
-    assert recorded[0] == "python -m fedpfn.analysis.pretrain --model cnn --epochs 2 --out runs/p"
-    assert recorded[1:] == ["python -m fedpfn.analysis.soup " + " ".join(argv), "python scripts/fusion_page.py runs/soup-cnn"]
+    recorded = fusion_page.study_commands("soup", {**cnn, "study": "mine/soup-cnn.toml", "start_record": record})
+    assert recorded == ["python -m fedpfn.analysis.pretrain --model cnn --epochs 2 --out runs/p",
+                        "fedpfn study run mine/soup-cnn.toml", "fedpfn study page mine/soup-cnn.toml"]  # fmt: skip

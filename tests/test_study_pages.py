@@ -24,6 +24,8 @@ PAGES = {  # study -> (the page it writes, what it reads: its template, its stor
     "alignment_pilot": ("docs/alignment_pilot.md", "studies/alignment_pilot.md", "docs/alignment/pilot.json"),
     "earlier": ("docs/results_earlier.md", "studies/earlier.md", "docs/study/earlier-page.json",
                 *(f"docs/study/{name}/report.{kind}" for name in EARLIER for kind in ("json", "md"))),
+    "soup": ("docs/fusion.md", "studies/fusion.md", "docs/fusion/soup.json", "docs/fusion/cold.json"),  # either study
+    "cold": ("docs/fusion.md", "studies/fusion.md", "docs/fusion/soup.json", "docs/fusion/cold.json"),  # writes it all
 }
 
 

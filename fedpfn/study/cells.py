@@ -125,6 +125,10 @@ def command_of(name: str, configure: Configure) -> Command:
         from fedpfn.study.lmc_cells import LmcCells  # the analysis (torch) only where a study runs it
 
         return LmcCells()
+    if name == "soup":
+        from fedpfn.study.soup_cells import SoupCells
+
+        return SoupCells()
     return RunCells(configure)
 
 

@@ -1,13 +1,16 @@
 """What a study's cells run: the seam between the study (plan, status, run) and one command.
 
-A study declares `command = "run"` (the default: `fedpfn run`, a cell is a run folder) or
-`command = "lmc"` (`python -m fedpfn.analysis.lmc`, a cell is a folder holding lmc.json). Each
-command says, for a cell's flags, seed and folder: its checked config (`configure`, refused in
-one line), its state (done, missing, stopped, running, or `refused: ...` when the folder holds
-other settings), how much work is left and how long finished cells took, and how it is run
-(`ensure`: reused when finished, resumed or started otherwise). The runner holds no command's
-logic; `fedpfn run`'s is fedpfn.runtime.ensure, the one primitive `fedpfn compare` uses too;
-`lmc`'s is fedpfn.study.lmc_cells. fedpfn.study.cells.command_of picks one by name.
+A study declares `command = "run"` (the default: `fedpfn run`, a cell is a run folder),
+`command = "lmc"` or `command = "soup"` (`python -m fedpfn.analysis.lmc` or `.soup`, a cell is a
+folder holding lmc.json or soup.json). Each command says, for a cell's flags, seed and folder:
+its checked config (`configure`, refused in one line; a run's start file, where it has one,
+loaded into its model, so a start no cell could use is refused before any cell runs), its state
+(done, missing, stopped, running, or `refused: ...` when the folder holds other settings), how
+much work is left and how long finished cells took, and how it is run (`ensure`: reused when
+finished, resumed or started otherwise). The runner holds no command's logic; `fedpfn run`'s is
+fedpfn.runtime.ensure, the one primitive `fedpfn compare` uses too; `lmc`'s is
+fedpfn.study.lmc_cells, `soup`'s fedpfn.study.soup_cells (both fedpfn.study.result_cells).
+fedpfn.study.cells.command_of picks one by name.
 """
 
 from __future__ import annotations
@@ -18,8 +21,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
 
+from fedpfn.core.cache import initial_model
 from fedpfn.core.config import RunConfig
+from fedpfn.core.data import DataError
 from fedpfn.core.files import METRICS, SUMMARY, DamagedFile, read_json, read_jsonl
+from fedpfn.core.groups import Start
 from fedpfn.core.settings import ConfigError
 from fedpfn.runtime.ensure import ensure_run, in_use, run_action
 
@@ -58,7 +64,13 @@ class RunCells:
         self._configure = configure
 
     def configure(self, flags: list[str], seed: int, folder: Path) -> RunConfig:
-        return self._configure([*flags, "--seed", str(seed), "--out", str(folder)])
+        cfg = self._configure([*flags, "--seed", str(seed), "--out", str(folder)])
+        if isinstance(cfg.start, Start):  # a start file no cell could start from: refused before any cell runs
+            try:
+                initial_model(cfg)
+            except (DataError, ValueError) as err:
+                raise ConfigError(str(err)) from None
+        return cfg
 
     def state(self, cfg: RunConfig, folder: Path) -> str:
         try:

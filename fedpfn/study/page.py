@@ -41,8 +41,12 @@ READINGS: dict[str, tuple[Callable[[Spec], None], dict[str, Callable[[Spec], lis
     "earlier": (earlier.write_stored, {"earlier": earlier.section}),
     "gate": (gate_page.write_stored, {}),
     "pilot": (pilot.write_stored, {"pilot": pilot.section}),  # docs/alignment_pilot.md: runs and their controls
+    "soup": (fusion_page.write_soup, {}),  # docs/fusion.md: the soup study's cells joined
+    "cold": (fusion_page.write_cold, {}),  # docs/fusion.md: the ColD study's runs evaluated
 }
-WHOLE: dict[str, Callable[[Spec], str]] = {"gate": gate_page.page_text}  # readings that write the whole page
+WHOLE: dict[str, Callable[[Spec], str]] = {  # readings that write the whole page
+    "gate": gate_page.page_text, "soup": fusion_page.page_text, "cold": fusion_page.page_text,
+}
 PARTIAL = ("gate", "pilot")  # readings that read the finished cells while others are still to run
 
 

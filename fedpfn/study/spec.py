@@ -32,13 +32,13 @@ from fedpfn.core.settings import ConfigError, _preset_text
 TOP = ("title", "runs", "cell", "seeds", "shared", "baseline", "arms", "labels", "axes", "endpoints", "families",
        "tune", "page", "command", "arm_seeds", "not_run", "parts")  # fmt: skip
 PART_KEYS = ("command", "runs", "cell", "seeds", "shared", "arms", "labels", "axes", "arm_seeds", "not_run")
-COMMANDS = ("run", "lmc")  # what a cell runs: `fedpfn run`, `python -m fedpfn.analysis.lmc` (fedpfn.study.commands)
+COMMANDS = ("run", "lmc", "soup")  # what a cell runs: `fedpfn run`, `python -m fedpfn.analysis.lmc` or `.soup` (fedpfn.study.commands)
 JOINT = ("lmc",)  # commands whose one cell may run several seeds (a cell pattern without {seed})
 ENDPOINT_KEYS = ("metric", "last", "statistic", "scale", "unit", "format", "absent")
 STATISTICS = ("mean", "median")  # of an endpoint's window of rows
 FAMILY_KEYS = ("endpoint", "arms", "baseline", "heading", "margin")
 TUNE_KEYS = ("flag", "values", "seed", "flags", "metric", "last", "floor", "cell")
-PAGE_KEYS = ("out", "stored", "template", "text", "reading")
+PAGE_KEYS = ("out", "stored", "template", "text", "reading", "evaluate")
 METRICS = ("test_accuracy", "test_loss", "val_accuracy", "val_loss", "train_loss")
 METRIC_PREFIXES = ("align_", "fed_eval_", "dp_")  # the alignment, clients' own evaluation and privacy keys
 STUDY_OWNS = ("--seed", "--seeds", "--out", "--resume", "--overwrite", "--compare", "--algorithms")
@@ -97,6 +97,7 @@ class Page:
     template: Path | None
     text: str | None
     reading: str | None
+    evaluate: tuple[str, ...] = ()  # the reading's evaluation of the finished cells, as its flags (ColD's: `fedpfn cold`'s)
 
 
 @dataclass(frozen=True)
@@ -273,7 +274,7 @@ def _page(value: Any, path: Path) -> Page:
             raise StudyError(f"study: {path}: page.{key} is missing (where the {key} file is written)")
     template = text("template")
     return Page(Path(text("out")), Path(text("stored")), Path(template) if template else None, text("text"),
-                text("reading"))  # fmt: skip
+                text("reading"), flags_of(table.get("evaluate", []), "page.evaluate", path))  # fmt: skip
 
 
 def _axes(value: Any, path: Path) -> tuple[dict[str, tuple[str, ...]], dict[str, dict[str, tuple[str, ...]]]]:

@@ -1,0 +1,29 @@
+"""A study's cells run by `python -m fedpfn.analysis.soup`: a cell is one seed's folder holding
+soup.json, finished, refused, resumed and held as every result cell (fedpfn.study.result_cells).
+The soups page (page.reading = "soup", fedpfn.study.fusion_page) joins the cells' seeds into one
+result, as one command over those seeds would have written it.
+"""
+
+from __future__ import annotations
+
+from fedpfn.analysis import soup
+from fedpfn.analysis.command import build_parser, read_settings
+from fedpfn.core.settings import ConfigError
+from fedpfn.study.result_cells import ResultCells, parsed
+
+
+class SoupCells(ResultCells):
+    """`python -m fedpfn.analysis.soup`, one seed a cell, run in this process."""
+
+    name, log = "soup", "soup.log"
+    result, prog, outputs = "soup.json", "python -m fedpfn.analysis.soup", soup.OUTPUT_FILES
+    main = staticmethod(soup.main)
+
+    def checked(self, argv: list[str]) -> soup.SoupConfig:
+        parser = build_parser(self.prog, soup.__doc__, soup.SoupConfig, ", ".join(soup.OUTPUT_FILES))
+        args = parsed(parser, argv)
+        cfg, found = read_settings(soup.SoupConfig, args)
+        found += soup.relation_problems(cfg, set(args)) if not found else []
+        if found:
+            raise ConfigError("\n".join(found))
+        return cfg
