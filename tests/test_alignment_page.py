@@ -217,3 +217,17 @@ def test_a_regime_whose_p_is_zero_in_every_seed_says_so_instead_of_an_empty_inte
     """From a trained start matching may keep the identity in every seed: P(plain) exactly 0, no spread."""
     _, found, said = gate.question_a({"r": planted({**MOVING, "plain": [0.0]}, seeds=5)})
     assert found == [] and said[0].endswith("not shown: no test: all 5 differences are exactly +0 nats.")
+
+
+def test_the_figure_draws_every_regime_seed_by_seed_and_moves_with_the_cells() -> None:
+    """P(plain)'s dots are the cells' own P, freezing and sharing are the seed-by-seed differences,
+    a regime of one seed is left out, and a regime that reads 0 everywhere draws 0."""
+    still = {arm: [0.0] for arm in ARMS[:3]} | {"diff-init": [1.0, 1.2]}
+    cells = {"moving": planted(MOVING, seeds=4), "still": planted(still, seeds=5), "one": planted(MOVING, seeds=1)}
+    panels = gate.figure_panels(cells)
+    plain, freezing, sharing = (panels[title] for title in gate.FIGURE_PANELS)
+    assert [s.label for s in plain] == ["moving (4)", "still (5)"]
+    assert list(plain[0].points) == MOVING["plain"]
+    assert list(freezing[0].points) == [i - p for i, p in zip(MOVING["independent-0.4"], MOVING["plain"])]
+    assert list(sharing[0].points) == [s - i for s, i in zip(MOVING["shared-0.4"], MOVING["independent-0.4"])]
+    assert list(plain[1].points) == [0.0] * 5 and plain[1].low is None  # every seed the same: no interval

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
+from matplotlib.figure import Figure
+
 from fedpfn.analysis.inference import Paired
 from fedpfn.analysis.plots import paired_figure
 from fedpfn.analysis.plots.style import figure_files
@@ -25,7 +27,6 @@ from fedpfn.study.spec import Spec
 def families_figure(spec: Spec, names: Sequence[str], rows: Mapping[str, Sequence[Paired]]) -> list[str]:
     """The families' figure (a panel each, one x axis: give families of one endpoint), written; the
     page's line that shows it (a path relative to the page)."""
-    assert spec.page is not None  # a page is being written
     ends = {spec.families[name].endpoint for name in names}
     if len(ends) > 1:
         raise spec.refuse(f"figure {' '.join(names)}: its families read {', '.join(sorted(ends))}; "
@@ -36,9 +37,14 @@ def families_figure(spec: Spec, names: Sequence[str], rows: Mapping[str, Sequenc
     baselines = list(dict.fromkeys(spec.labels[spec.families[name].baseline] for name in names))
     baseline = baselines[0] if len(baselines) == 1 else "its baseline"
     title = f"{spec.title}: each arm − {baseline} on the same seed"
-    files = figure_files(paired_figure(panels, baseline, title, unit, name=str))  # a study's labels are words
-    path = spec.page.stored.with_name(f"{spec.page.stored.stem}-{'-'.join(names)}.png")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, files["png"])
-    link = os.path.relpath(path, spec.page.out.parent).replace(os.sep, "/")
+    link = written(spec, "-".join(names), paired_figure(panels, baseline, title, unit, name=str))  # labels are words
     return [f"![{title}: each seed's difference, the mean and its 95 % interval]({link})"]
+
+
+def written(spec: Spec, name: str, fig: Figure) -> str:
+    """The figure as STEM-NAME.png beside the page's stored results; its path from the page."""
+    assert spec.page is not None  # a page is being written
+    path = spec.page.stored.with_name(f"{spec.page.stored.stem}-{name}.png")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, figure_files(fig)["png"])
+    return os.path.relpath(path, spec.page.out.parent).replace(os.sep, "/")

@@ -21,6 +21,8 @@ from fedpfn.analysis.decompose import PARTS, Split, split
 from fedpfn.analysis.inference import adjust_together
 from fedpfn.analysis.lmc_render import DIVERGED
 from fedpfn.analysis.paired_text import no_test, p_number, p_text, verdict
+from fedpfn.analysis.plots import PairedSeries
+from fedpfn.analysis.render import series_of
 from fedpfn.analysis.stats import Paired, mean_std, paired, sign_test
 
 A_SEEDS, B_SEEDS = 5, 10  # seeds (a) and (b) need, set before the runs
@@ -256,3 +258,21 @@ def step_control(cells: Cells) -> list[str]:
         lines.append(f"| {p.label} | {len(p.seeds)} | {scale * p.mean:+.4f} {unit} | {interval_text(p, scale)} "
                      f"| {p_text(p, '.3g')} | {p_number(p.p_holm, '.3g')} | {verdict(p, scale, unit)} |")  # fmt: skip
     return lines
+
+
+FIGURE_PANELS = ("P(plain), against 0", "freezing: independent − plain", "sharing: shared − independent")
+
+
+def figure_panels(cells: Cells) -> dict[str, list[PairedSeries]]:
+    """P under `full` per regime, seed by seed, as the gate's figure draws it: P(plain) against 0
+    ((a)), and shared anchors' freezing and sharing parts ((b)'s split, read here in every regime
+    with two seeds or more, whether or not (a) passed: the page's tables say which are tested)."""
+    panels: dict[str, list[PairedSeries]] = {title: [] for title in FIGURE_PANELS}
+    for name, regime in cells.items():
+        plain = against_zero(name, series(regime, "plain", "permutation_loss"))
+        if len(plain.seeds) < 2:
+            continue
+        parts = regime_splits(name, regime)[0]
+        for title, p in zip(FIGURE_PANELS, (plain, parts.freezing, parts.sharing)):
+            panels[title].append(series_of(p, 1.0)._replace(label=f"{name} ({len(p.seeds)})"))
+    return panels

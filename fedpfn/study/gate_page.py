@@ -19,10 +19,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedpfn.analysis.lmc_render import DIVERGED
+from fedpfn.analysis.plots import paired_figure
 from fedpfn.core.files import atomic_write_bytes, read_json
 from fedpfn.core.provenance import KEY, machines_sentence
 from fedpfn.study import gate
 from fedpfn.study.cells import main_cells
+from fedpfn.study.figures import written
 from fedpfn.study.spec import Spec, template_text
 
 RESULT = "lmc.json"
@@ -30,6 +32,7 @@ KEPT = ("loss_barrier", "loss_midpoint", "matched_loss_barrier", "permutation_lo
         "fused_acc", "mean_individual_acc", "fusion_gap", "distance", "repair_loss_barrier", "train_loss_barrier",
         "ensemble_acc", "ensemble_gap")  # fmt: skip
 MATCHED = ("permutation_loss", "moved_fraction", "matched_loss_barrier", "converged")
+LINEAR_WITHIN = 0.05  # nats: the figure's axis is linear within it and logarithmic beyond (a seed at -19 beside 0.01s)
 
 
 def figures_of(seed: Mapping[str, Any]) -> dict[str, Any]:
@@ -100,6 +103,14 @@ def machines(cells: Mapping[str, Any]) -> str:
     return machines_sentence(found) or "Every cell ran on one machine with one set of libraries."
 
 
+def figure_line(spec: Spec, cells: Mapping[str, Any]) -> str:
+    """The gate's figure (P per regime, seed by seed), written beside the stored cells; its page line."""
+    title = "P under full matching, per regime (seeds): each seed, the mean and its 95 % interval"
+    fig = paired_figure(gate.figure_panels(cells), "plain", title, "nats", name=str, linear_within=LINEAR_WITHIN,
+                        xlabel="each panel's difference")  # fmt: skip
+    return f"![{title}]({written(spec, 'P', fig)})"
+
+
 def write_page(spec: Spec, cells: Mapping[str, Any]) -> str:
     """The page's text: the study's template filled with the gate's readings of `cells`."""
     table_a, found, said = gate.question_a(cells)
@@ -109,6 +120,7 @@ def write_page(spec: Spec, cells: Mapping[str, Any]) -> str:
         common=" ".join(spec.shared), regimes="\n".join(gate.regimes_table(cells, spec.arms, spec.not_run)),
         a_seeds=gate.A_SEEDS, b_seeds=gate.B_SEEDS, table_a="\n".join(table_a), table_b="\n".join(table_b),
         table_arms="\n".join(gate.arms_table(cells)), table_step="\n".join(gate.step_control(cells)),
+        figure=figure_line(spec, cells),
     )  # fmt: skip
 
 

@@ -3,6 +3,7 @@ against the bytes sent."""
 
 from __future__ import annotations
 
+import math
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -161,10 +162,14 @@ def paired_figure(
     title: str = "",
     unit: str = "accuracy points",
     name: Callable[[str], str] = display_name,
+    linear_within: float | None = None,
+    xlabel: str | None = None,
 ) -> Figure:
     """Per metric, each arm's difference from the baseline on the same seed (in `unit`), with its 95 % CI.
     `name`: an arm's label as the reader reads it (arms named as algorithms by default; a study's
-    labels are already words).
+    labels are already words). `linear_within`: a symmetric-log x axis, linear within ±that, for
+    differences of several orders (a diverged seed beside differences of 0.01). `xlabel`: what the
+    x axis holds where it is not "arm − baseline" in every panel.
 
     Every panel shares one x range; the arms keep the colours of the comparison figure (the
     baseline's black unused); an interval of zero width, or none, is flagged where it is drawn.
@@ -175,10 +180,17 @@ def paired_figure(
     fig, axes = new_figure(len(panels), 1.6 + (0.9 + per_arm * arms) * len(panels), sharex=True)
     labels = list(dict.fromkeys(s.label for series in panels.values() for s in series))
     styles = arm_styles([baseline, *labels])
-    axes[0].set_xlim(*shared_range(panels))  # shared: every panel has it before flags are placed
+    low, high = shared_range(panels)
+    if linear_within is not None:
+        axes[0].set_xscale("symlog", linthresh=linear_within)
+        decades = [10.0**k for k in range(math.floor(math.log10(linear_within)) + 1, 3)]
+        ticks = [t for t in [-d for d in decades[::-1]] + [0.0] + decades if low <= t <= high]
+        axes[0].set_xticks(ticks, [f"{t:g}" for t in ticks])
+    axes[0].set_xlim(low, high)  # shared: every panel has it before flags are placed
     for ax, (metric, series) in zip(axes, panels.items()):
         _paired_panel(ax, series, metric, [styles[s.label]["color"] for s in series], name)
-    axes[-1].set_xlabel(f"arm − {name(baseline)}, {unit}")
+    scale = "" if linear_within is None else f" (symmetric log axis, linear within ±{linear_within:g})"
+    axes[-1].set_xlabel(f"{xlabel or 'arm − ' + name(baseline)}, {unit}{scale}")
     handles = [
         Line2D([], [], color="0.4", marker="o", ls="", alpha=0.6, label="one seed"),
         Line2D([], [], color="0.4", marker="D", markeredgecolor="black", ls="", label="mean difference"),
