@@ -1,5 +1,6 @@
 """A study page's figures: `<!-- study: figure NAME [NAME ...] -->` draws those families' paired
-comparisons, a panel each.
+comparisons, a panel each; `<!-- study: arms-figure ENDPOINT -->` each arm's endpoint, a panel per
+axes point.
 
 Each comparison is drawn as the reports draw theirs (fedpfn.analysis.plots.paired_figure): every
 seed's difference as a dot, the mean, and its 95 % t interval, in the endpoint's unit, an interval
@@ -13,10 +14,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from matplotlib.figure import Figure
 
-from fedpfn.analysis.inference import Paired
+from fedpfn.analysis.inference import Paired, paired
 from fedpfn.analysis.plots import paired_figure
 from fedpfn.analysis.plots.style import figure_files
 from fedpfn.analysis.render import series_of
@@ -39,6 +41,24 @@ def families_figure(spec: Spec, names: Sequence[str], rows: Mapping[str, Sequenc
     title = f"{spec.title}: each arm − {baseline} on the same seed"
     link = written(spec, "-".join(names), paired_figure(panels, baseline, title, unit, name=str))  # labels are words
     return [f"![{title}: each seed's difference, the mean and its 95 % interval]({link})"]
+
+
+def arms_figure(spec: Spec, endpoint: str, points: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
+    """Each arm's `endpoint` at each axes point (`points`: the stored cells by point), every seed a
+    dot, with the mean and its 95 % t interval (none from one seed), written; the page's line."""
+    end = spec.endpoints[endpoint]
+    panels = {}
+    for point, cells in points.items():
+        rows = []
+        for arm in spec.arms:
+            values = {c["seed"]: c["endpoints"][endpoint] for c in cells if c["arm"] == arm}
+            found = {seed: v for seed, v in values.items() if v is not None}
+            if found:
+                rows.append(series_of(paired(spec.labels[arm], endpoint, found, dict.fromkeys(found, 0.0)), end.scale))
+        panels[point or endpoint] = rows
+    title = f"{spec.title}: {endpoint} of each arm"
+    fig = paired_figure(panels, "", title, end.unit or "as measured", name=str, xlabel=endpoint, mean_name="mean")
+    return [f"![{title}: each seed, the mean and its 95 % interval]({written(spec, 'arms-' + endpoint, fig)})"]
 
 
 def written(spec: Spec, name: str, fig: Figure) -> str:

@@ -8,6 +8,7 @@ or the markdown file `template` names) with each marker line replaced by a table
     <!-- study: arms -->            each arm's endpoints, mean ± std over seeds (n-1)
     <!-- study: family NAME -->     the family's paired comparisons, Holm-adjusted together
     <!-- study: figure NAME ... --> those families' comparisons drawn, seed by seed (fedpfn.study.figures)
+    <!-- study: arms-figure END --> each arm's endpoint END drawn, seed by seed, at each axes point
     <!-- study: commands -->        the commands that ran it and wrote the page
 
 A study with `page.reading` has sections of its own (fedpfn.study.drift: `<!-- study: drift -->`;
@@ -31,7 +32,7 @@ from fedpfn.core.files import CONFIG, METRICS, PROVENANCE, atomic_write_bytes, j
 from fedpfn.core.provenance import machines_sentence
 from fedpfn.study import alignment_federated, drift, earlier, fusion_page, gate_page, pilot
 from fedpfn.study.cells import Configure, choices
-from fedpfn.study.figures import families_figure
+from fedpfn.study.figures import arms_figure, families_figure
 from fedpfn.study.runner import Planned, plan, refused
 from fedpfn.study.spec import MARK, Endpoint, Spec, template_text
 
@@ -199,7 +200,10 @@ def section(spec: Spec, stored: dict[str, Any] | None, marker: str) -> list[str]
         return family_table(spec, stored, name)
     if kind == "figure" and name and set(name.split()) <= set(spec.families):
         return families_figure(spec, name.split(), {n: family_rows(spec, stored, n) for n in name.split()})
-    known = ["arms", "commands", *(f"{kind} {f}" for kind in ("family", "figure") for f in spec.families), *reading]
+    if kind == "arms-figure" and name in spec.endpoints:
+        return arms_figure(spec, name, by_point(stored))
+    known = ["arms", "commands", *(f"{kind} {f}" for kind in ("family", "figure") for f in spec.families),
+             *(f"arms-figure {e}" for e in spec.endpoints), *reading]  # fmt: skip
     raise spec.refuse(f"unknown marker '{MARK}{marker} -->' in the page's template (known: {', '.join(known)})")
 
 

@@ -164,12 +164,13 @@ def paired_figure(
     name: Callable[[str], str] = display_name,
     linear_within: float | None = None,
     xlabel: str | None = None,
+    mean_name: str = "mean difference",
 ) -> Figure:
     """Per metric, each arm's difference from the baseline on the same seed (in `unit`), with its 95 % CI.
     `name`: an arm's label as the reader reads it (arms named as algorithms by default; a study's
     labels are already words). `linear_within`: a symmetric-log x axis, linear within ±that, for
     differences of several orders (a diverged seed beside differences of 0.01). `xlabel`: what the
-    x axis holds where it is not "arm − baseline" in every panel.
+    x axis holds where it is not "arm − baseline" in every panel; `mean_name`: what the diamond is.
 
     Every panel shares one x range; the arms keep the colours of the comparison figure (the
     baseline's black unused); an interval of zero width, or none, is flagged where it is drawn.
@@ -193,7 +194,7 @@ def paired_figure(
     axes[-1].set_xlabel(f"{xlabel or 'arm − ' + name(baseline)}, {unit}{scale}")
     handles = [
         Line2D([], [], color="0.4", marker="o", ls="", alpha=0.6, label="one seed"),
-        Line2D([], [], color="0.4", marker="D", markeredgecolor="black", ls="", label="mean difference"),
+        Line2D([], [], color="0.4", marker="D", markeredgecolor="black", ls="", label=mean_name),
         Line2D([], [], color="0.4", lw=1.5, label="95 % CI (Student's t)"),
     ]
     legend_below(fig, handles)
