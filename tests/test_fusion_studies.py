@@ -163,3 +163,46 @@ def test_a_cold_run_of_another_arm_or_other_settings_is_named(tmp_path: Path) ->
         f"runs: {tmp_path / 'independent' / 's0'} ran with other settings than the study's other runs (differing: lr)"]
     (tmp_path / "shared" / "s0" / "config.json").write_text(json.dumps({**config, "seed": 0}))
     assert f"runs: {tmp_path / 'shared' / 's0'} is a plain run, not ColD's shared arm" in cold.read_settings(tmp_path, settings)[1]
+
+
+TINY_SOUPS = """title = "tiny soups"
+command = "soup"
+runs = "runs/soup"
+cell = "s{seed}"
+seeds = [0, 1]
+[arms]
+mlp = "--model mlp --start start.safetensors --ingredients 2 --epochs 1 --train-subset 100 --held-out 50 --test-subset 100 --points 3 --device cpu"
+[page]
+out = "docs/fusion.md"
+stored = "docs/fusion/soup.json"
+template = "studies/fusion.md"
+reading = "soup"
+"""  # fmt: skip
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_tiny_soup_study_runs_its_cells_in_process_and_writes_the_page_twice_alike(tmp_path: Path, monkeypatch,
+                                                                                   capsys) -> None:  # fmt: skip
+    """Two seeds of two 100-sample fine-tunes each: run, run again (reused), the page from the cells
+    (the seeds joined), and --stored from the kept results alone, byte for byte."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "studies").mkdir()
+    (tmp_path / "studies" / "soup.toml").write_text(TINY_SOUPS)
+    shutil.copy(ROOT / "studies" / "fusion.md", tmp_path / "studies")
+    (tmp_path / "docs" / "fusion").mkdir(parents=True)
+    shutil.copy(ROOT / "docs" / "fusion" / "cold.json", tmp_path / "docs" / "fusion")  # the page's other half
+    save_file(build_model("mlp", (1, 28, 28), 10).state_dict(), tmp_path / "start.safetensors")
+    assert fedpfn(["study", "run", "studies/soup.toml"]) == 0
+    assert all((tmp_path / "runs" / "soup" / f"s{seed}" / "soup.json").is_file() for seed in (0, 1))
+    capsys.readouterr()
+    assert fedpfn(["study", "run", "studies/soup.toml"]) == 0
+    assert capsys.readouterr().out.count("reused") == 2
+    assert fedpfn(["study", "page", "studies/soup.toml"]) == 0
+    kept = json.loads((tmp_path / "docs" / "fusion" / "soup.json").read_text())
+    assert kept["config"]["seeds"] == [0, 1] and [r["seed"] for r in kept["arms"]["shared"]] == [0, 1]
+    assert kept["study"] == "studies/soup.toml" and len(kept["provenances"]) == 2
+    page = (tmp_path / "docs" / "fusion.md").read_bytes()
+    assert b"fedpfn study run studies/soup.toml" in page and b"2 seeds of K = 2 short fine-tunes of the mlp" in page
+    (tmp_path / "docs" / "fusion.md").unlink()
+    assert fedpfn(["study", "page", "--stored", "studies/soup.toml"]) == 0
+    assert (tmp_path / "docs" / "fusion.md").read_bytes() == page
