@@ -161,6 +161,11 @@ def test_a_cold_run_of_another_arm_or_other_settings_is_named(tmp_path: Path) ->
                                                                              "fedpfn.anchor_masks": "client", "lr": 0.1}))  # fmt: skip
     assert cold.read_settings(tmp_path, settings)[1] == [
         f"runs: {tmp_path / 'independent' / 's0'} ran with other settings than the study's other runs (differing: lr)"]
+    for arm in cold.FUSED:  # six contributors each: what `fedpfn run` takes, ColD does not
+        changed = {**json.loads((tmp_path / arm / "s0" / "config.json").read_text()), "num_clients": 6, "lr": 0.01}
+        (tmp_path / arm / "s0" / "config.json").write_text(json.dumps(changed))
+    assert cold.read_settings(tmp_path, settings) == (None, [
+        "contributors: 6 (the runs' --num-clients) leaves the 4 tasks uneven; run the study with a multiple of 4"])
     (tmp_path / "shared" / "s0" / "config.json").write_text(json.dumps({**config, "seed": 0}))
     assert f"runs: {tmp_path / 'shared' / 's0'} is a plain run, not ColD's shared arm" in cold.read_settings(tmp_path, settings)[1]
 

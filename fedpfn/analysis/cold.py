@@ -58,6 +58,7 @@ from fedpfn.core.models import build_model
 from fedpfn.core.seeding import Draw, Stream, torch_generator
 from fedpfn.core.settings import above, at_least, between, setting
 from fedpfn.core.training import OptimizerSpec, pick_device
+from partitions.tasks import TASK_NAMES
 
 OUTPUT_FILES = ("cold.json", "cold.md", "cold.png", "cold.pdf")
 IMAGE_SHAPE, CLASSES = (1, 28, 28), 10  # Fashion-MNIST's, whose tasks ColD's are
@@ -178,7 +179,25 @@ def read_settings(runs: Path, settings: ColdEval) -> tuple[ColdConfig | None, li
             found.append(f"runs: {runs / CELL.format(arm=arm, seed=seed)} ran with other settings than the "
                          f"study's other runs (differing: {', '.join(differ)})")  # fmt: skip
     evaluation = {k: v for k, v in asdict(settings).items() if k != "runs"}
-    return (None if found else ColdConfig(**first, **evaluation)), found
+    if found:
+        return None, found
+    cfg = ColdConfig(**first, **evaluation)
+    more = relation_problems(cfg)
+    return (None if more else cfg), more
+
+
+def relation_problems(cfg: ColdConfig) -> list[str]:
+    """What ColD asks of runs that `fedpfn run` takes alone: every task as many contributors, a start
+    pretrained as the runs' model on Fashion-MNIST (where it recorded how)."""
+    found = []
+    if cfg.contributors % len(TASK_NAMES):
+        found.append(f"contributors: {cfg.contributors} (the runs' --num-clients) leaves the {len(TASK_NAMES)} tasks "
+                     f"uneven; run the study with a multiple of {len(TASK_NAMES)}")  # fmt: skip
+    record, _ = pretrain.read_record(Path(str(cfg.start)))
+    if record is not None and (record.model, record.dataset) != (cfg.model, "fmnist"):
+        found.append(f"start: pretrained as {record.model} on {record.dataset}; ColD's tasks are Fashion-MNIST's, "
+                     f"with --model {record.model}")  # fmt: skip
+    return found
 
 
 def images_for(config: dict[str, Any], test_subset: int, device: torch.device) -> Images:
