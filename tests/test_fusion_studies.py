@@ -20,7 +20,6 @@ from fedpfn.core.models import build_model
 from fedpfn.study.cells import config_of, main_cells
 from fedpfn.study.commands import settings_of
 from fedpfn.study.fusion_page import joined_soups
-from fedpfn.study.soup_cells import SoupCells
 from fedpfn.study.spec import load
 
 ROOT = Path(__file__).resolve().parents[1]

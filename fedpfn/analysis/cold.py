@@ -61,7 +61,7 @@ from fedpfn.core.training import OptimizerSpec, pick_device
 from partitions.tasks import TASK_NAMES
 
 OUTPUT_FILES = ("cold.json", "cold.md", "cold.png", "cold.pdf")
-IMAGE_SHAPE, CLASSES = (1, 28, 28), 10  # Fashion-MNIST's, whose tasks ColD's are
+CLASSES = 10  # Fashion-MNIST's, whose tasks ColD's are
 RUN_FLAGS = {  # the federated arms; `independent` is the control
     "plain": ("--algorithm", "fedavg"),
     "shared": ("--algorithm", "fedpfn", "--anchor-masks", "shared"),

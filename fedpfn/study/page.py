@@ -14,7 +14,8 @@ or the markdown file `template` names) with each marker line replaced by a table
 A study with `page.reading` has sections of its own (fedpfn.study.drift: `<!-- study: drift -->`;
 fedpfn.study.pilot: `<!-- study: pilot -->`, from its runs and its part's controls), or writes
 the whole page itself (the alignment gate's, fedpfn.study.gate_page, reading its finished cells
-while others are still to run).
+while others are still to run; the fusion page's, fedpfn.study.fusion_page, which the soup and
+the ColD study each write whole from both their stored results).
 The statistics are fedpfn.analysis.stats's; the verdicts fedpfn.analysis.render's.
 """
 
