@@ -226,3 +226,24 @@ def test_a_cell_the_study_runs_records_its_cpu_seconds_and_a_reused_one_does_not
     (line,) = Path("runs/s/cpu.jsonl").read_text().splitlines()
     timed = json.loads(line)
     assert timed["cell"] == "mlp8" and timed["cpu_s"] > 0 and timed["wall_s"] > 0
+
+
+def test_the_figure_draws_each_finished_blocks_stored_seeds_and_moves_with_them(spec: Spec) -> None:
+    """The rule's figure from docs/alignment/pilot.json: a row per finished block (the unfinished
+    left out), its dots the stored P of each seed, its mean and interval the table's; written and linked."""
+    data = json.loads((ROOT / "docs/alignment/pilot.json").read_text())
+    r1, last, control = pilot.figure_panels(spec, data).values()
+    assert [s.label for s in r1] == [f"{n} ({data['blocks'][n]['steps']:.0f} steps)" for n in data["finished"]]
+    assert "r375/lr0.03" not in data["finished"] and "r375/lr0.03" in data["blocks"]  # begun, not finished: not drawn
+    for row, name in zip(range(len(r1)), data["finished"]):
+        block = data["blocks"][name]
+        plain = [block["runs"]["plain"][s] for s in ("0", "1", "2")]
+        assert list(r1[row].points) == [f["P_r1"] for f in plain] and list(last[row].points) == [f["P_last"] for f in plain]
+        assert list(control[row].points) == [block["control"][s] for s in ("0", "1", "2")]
+        figures = pilot.judge(block)[0]
+        assert (r1[row].mean, r1[row].low, r1[row].high) == figures["r1"]
+        assert (control[row].mean, control[row].low, control[row].high) == figures["control"]
+    data["blocks"]["r375/lr0.1"]["runs"]["plain"]["1"]["P_last"] = 5.0
+    assert pilot.figure_panels(spec, data)["P(plain), round 5"][0].points[1] == 5.0
+    line = pilot.figure(spec, data)[0]
+    assert line.endswith("(alignment/pilot-P.png)") and Path("docs/alignment/pilot-P.png").read_bytes().startswith(b"\x89PNG")

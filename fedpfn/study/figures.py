@@ -1,6 +1,6 @@
 """A study page's figures: `<!-- study: figure NAME [NAME ...] -->` draws those families' paired
 comparisons, a panel each; `<!-- study: arms-figure ENDPOINT -->` each arm's endpoint, a panel per
-axes point.
+axes point; a page reading with sections of its own draws its figure with `reading_figure`.
 
 Each comparison is drawn as the reports draw theirs (fedpfn.analysis.plots.paired_figure): every
 seed's difference as a dot, the mean, and its 95 % t interval, in the endpoint's unit, an interval
@@ -19,7 +19,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from fedpfn.analysis.inference import Paired, paired
-from fedpfn.analysis.plots import paired_figure
+from fedpfn.analysis.plots import PairedSeries, paired_figure
 from fedpfn.analysis.plots.style import figure_files
 from fedpfn.analysis.render import series_of
 from fedpfn.core.files import atomic_write_bytes
@@ -59,6 +59,15 @@ def arms_figure(spec: Spec, endpoint: str, points: Mapping[str, Sequence[Mapping
     title = f"{spec.title}: {endpoint} of each arm"
     fig = paired_figure(panels, "", title, end.unit or "as measured", name=str, xlabel=endpoint, mean_name="mean")
     return [f"![{title}: each seed, the mean and its 95 % interval]({written(spec, 'arms-' + endpoint, fig)})"]
+
+
+def reading_figure(spec: Spec, name: str, panels: Mapping[str, Sequence[PairedSeries]], title: str, unit: str,
+                   xlabel: str, **options: Any) -> str:  # fmt: skip
+    """A page reading's own figure (its panels of comparisons, each row's label in words; `options`:
+    paired_figure's `linear_within`, `mean_name`), written beside the stored results as
+    STEM-NAME.png; the page's line that shows it."""
+    fig = paired_figure(panels, "", title, unit, name=str, xlabel=xlabel, **options)
+    return f"![{title}: each seed, the mean and its 95 % interval]({written(spec, name, fig)})"
 
 
 def written(spec: Spec, name: str, fig: Figure) -> str:

@@ -18,15 +18,19 @@ import math
 from pathlib import Path
 from typing import Any
 
-from fedpfn.analysis.stats import paired
+from fedpfn.analysis.plots import PairedSeries
+from fedpfn.analysis.render import series_of
+from fedpfn.analysis.stats import Paired, paired
 from fedpfn.core.files import CLIENTS, METRICS, SUMMARY, atomic_write_bytes, read_json, read_jsonl
 from fedpfn.study.cells import groups, main_cells
+from fedpfn.study.figures import reading_figure
 from fedpfn.study.runner import TIMES
 from fedpfn.study.spec import Spec
 
 ARMS = ("plain", "anchored")  # the rule's arms, by name
 AXES = ("lr", "regime")  # a block: a learning rate and a regime (named flags: clients, local epochs)
 CONTROLS = "controls"  # the part holding each block's diff-init control
+LINEAR_WITHIN = 0.01  # nats: the figure's axis is linear within it (round 5's P near 0 beside the control's 1)
 EARLIER = "rounds10"  # the slow first cells' timing, kept under the runs folder (the page counts it)
 
 
@@ -137,11 +141,16 @@ def collect(spec: Spec) -> dict[str, Any]:
             "cpu_s_per_run": {r: round(sum(v) / len(v), 1) for r, v in by_regime.items()}}  # fmt: skip
 
 
-def interval(values: dict[str, float], base: dict[str, float] | None = None) -> tuple[float, float, float]:
-    """Mean and 95 % interval over seeds (paired against `base`, else against 0)."""
+def compared(values: dict[str, float], base: dict[str, float] | None = None, label: str = "") -> Paired:
+    """The seeds' values paired against `base` (else against 0): what a figure and its interval read."""
     ours = {int(s): v for s, v in values.items()}
     theirs = {int(s): base[s] for s in values} if base is not None else {s: 0.0 for s in ours}
-    p = paired("", "", ours, theirs)
+    return paired(label, "", ours, theirs)
+
+
+def interval(values: dict[str, float], base: dict[str, float] | None = None) -> tuple[float, float, float]:
+    """Mean and 95 % interval over seeds (paired against `base`, else against 0)."""
+    p = compared(values, base)
     return p.mean, p.mean if p.low is None else p.low, p.mean if p.high is None else p.high
 
 
@@ -255,6 +264,33 @@ def unfinished(spec: Spec, data: dict[str, Any]) -> list[str]:
             *lines, ""]
 
 
+def figure_panels(spec: Spec, data: dict[str, Any]) -> dict[str, list[PairedSeries]]:
+    """The rule's three figures against 0 (conditions 1 to 3), each finished block a row, every
+    seed's value as stored: P(plain) in round 1 and at the last round, and the diff-init control."""
+    panels: dict[str, list[PairedSeries]] = {"P(plain), round 1": [], f"P(plain), round {flag(spec, spec.shared, 'rounds')}": [],
+                                             "P(diff-init), the positive control": []}  # fmt: skip
+    for name, block in data["blocks"].items():
+        if finished(block, len(spec.seeds)):
+            plain, label = block["runs"]["plain"], f"{name} ({block['steps']:.0f} steps)"
+            found = ({s: f["P_r1"] for s, f in plain.items()}, {s: f["P_last"] for s, f in plain.items()}, block["control"])
+            for title, values in zip(panels, found):
+                panels[title].append(series_of(compared(values, label=label), 1.0))
+    return panels
+
+
+def figure(spec: Spec, data: dict[str, Any]) -> list[str]:
+    """The rule's figure, written beside the stored file, and the sentence that says what it draws."""
+    title = "The pilot's rule: P against 0 in each finished block"
+    line = reading_figure(spec, "P", figure_panels(spec, data), title, "nats", "P", linear_within=LINEAR_WITHIN,
+                          mean_name="mean over seeds")  # fmt: skip
+    return [line, "", "The figure draws what the rule's first three conditions read, from the stored figures: each dot is "
+            "one seed's P as the table reads it (nats, weight matching on full weights, on the union of the pair's "
+            "held-out Fashion-MNIST data), the diamond the mean over seeds, the bar its 95 % interval (Student's t); a block qualifies on "
+            "these only where all three bars lie right of 0. Rows are the finished blocks, with their local steps a "
+            f"round; the axis is symmetric-log, linear within ±{LINEAR_WITHIN:g} nats, so that P near 0 stays "
+            "readable beside the control's.", ""]  # fmt: skip
+
+
 def results(spec: Spec, data: dict[str, Any]) -> str:
     """The page's results from the stored figures: the rule's table, the pick, and what the cells cost."""
     assert spec.page is not None
@@ -280,7 +316,7 @@ def results(spec: Spec, data: dict[str, Any]) -> str:
         "round's 10 pairs (the rule's figure); client P, each client against the round's aggregate under "
         "the full and the changes matcher, the mean over the round's 5 clients (beside the rule, not in it). "
         "Own accuracy (the rule's) is each client model's on the union of the round's held-out data.", "",
-        *((*head, *rows, "") if rows else ()),
+        *((*head, *rows, "", *figure(spec, data)) if rows else ()),
         pick(spec, data), "",
         "Beside the rule: each client's accuracy on its own held-out data after its local training "
         "(clients.jsonl), plain − anchored in points, round 1 and round 5: "
