@@ -69,3 +69,30 @@ def test_the_committed_page_is_what_the_declared_study_writes_from_its_stored_re
     assert fedpfn(["study", "page", "--stored", "studies/alignment_federated.toml"]) == 0
     assert capsys.readouterr().out == "wrote docs/alignment_federated.md\n"
     assert (tmp_path / "docs" / "alignment_federated.md").read_bytes() == (ROOT / "docs" / "alignment_federated.md").read_bytes()
+
+
+def test_the_figure_draws_every_median_r_comparison_seed_by_seed_as_stored(tmp_path: Path) -> None:
+    """The figure's dots are the stored runs' median R differences, seed by seed (the primary family,
+    then median R's secondary comparisons), its means and intervals the tables'; they move with the file."""
+    from fedpfn.study import alignment_federated as reading
+
+    declared = load(ROOT / "studies" / "alignment_federated.toml")
+    spec = dataclasses.replace(declared, page=dataclasses.replace(declared.page, out=tmp_path / "page.md",
+                                                                  stored=tmp_path / "kept" / "federated.json"))  # fmt: skip
+    median = {arm: {int(s): v for s, v in seeds.items()}
+              for arm, seeds in json.loads((ROOT / "docs/alignment/federated.json").read_text())["figures"]["median R"].items()}  # fmt: skip
+    table = {"median R": median}
+    primary, secondary = reading.comparisons(table)
+    panels = reading.figure_panels(primary, secondary)
+    drawn = {s.label: list(s.points) for series in panels.values() for s in series}
+    pairs = {"FedPFN − fedavg": ("fedpfn", "fedavg"), "FedPFN − fedpfn-client": ("fedpfn", "fedpfn-client"),
+             "fedpfn-fixed − fedpfn": ("fedpfn-fixed", "fedpfn"), "fedpfn-client − fedavg": ("fedpfn-client", "fedavg")}
+    assert drawn == {label: [median[a][s] - median[b][s] for s in range(5)] for label, (a, b) in pairs.items()}
+    first = panels["primary family: median R"][0]
+    assert (first.mean, first.low, first.high) == (primary[0].mean, primary[0].low, primary[0].high)
+    median["fedavg"][3] -= 1.0  # the stored figure moves: FedPFN − FedAvg on seed 3 with it
+    moved = reading.figure_panels(*reading.comparisons(table))["primary family: median R"][0]
+    assert moved.points[3] == drawn["FedPFN − fedavg"][3] + 1.0
+    line = reading.figure(spec, primary, secondary)[0]
+    assert line.endswith("(kept/federated-median-R.png)")
+    assert (tmp_path / "kept/federated-median-R.png").read_bytes().startswith(b"\x89PNG")

@@ -16,10 +16,12 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fedpfn.analysis.render import verdict
+from fedpfn.analysis.plots import PairedSeries
+from fedpfn.analysis.render import series_of, verdict
 from fedpfn.analysis.stats import Paired, adjust, paired, sign_test
 from fedpfn.core.files import CLIENTS, METRICS, atomic_write_bytes, read_jsonl
 from fedpfn.study.cells import groups, main_cells
+from fedpfn.study.figures import reading_figure
 from fedpfn.study.spec import Spec
 
 EARLY = 3  # measurements counted as early (rounds 2, 4, 6)
@@ -91,6 +93,25 @@ def table_lines(rows: list[Paired], scale_of: Callable[[Paired], tuple[float, st
     return lines
 
 
+def figure_panels(primary: list[Paired], secondary: list[Paired]) -> dict[str, list[PairedSeries]]:
+    """Every comparison of median R, the run's primary figure: the primary family, then its secondary ones."""
+    ours = [p for p in secondary if p.metric == "median R"]
+    return {"primary family: median R": [series_of(p, 1.0) for p in primary],
+            "secondary (exploratory): median R": [series_of(p, 1.0)._replace(label=p.label.split(": ", 1)[1]) for p in ours]}  # fmt: skip
+
+
+def figure(spec: Spec, primary: list[Paired], secondary: list[Paired]) -> list[str]:
+    """The median R figure, written beside the stored file, and the sentence that says what it draws."""
+    title = f"{spec.title}: median R, each arm − its baseline on the same seed"
+    line = reading_figure(spec, "median-R", figure_panels(primary, secondary), title, "in R", "arm − baseline")
+    flags = {name: tokens[-1] for name, tokens in groups(spec.shared)}
+    measured = int(flags["rounds"]) // int(flags["alignment_every"])
+    return [line, "", f"Each dot is one seed's difference in the run's median R (the retained fraction's median over its "
+            f"{measured} measurements, on each client's held-out Fashion-MNIST data), as stored; the diamond is the mean "
+            f"over the {len(spec.seeds)} seeds and the bar its 95 % interval (Student's t), as in the tables, whose "
+            "verdicts (the Holm-adjusted p) say which differences are resolved."]  # fmt: skip
+
+
 def results(spec: Spec, table: Table, steps: float) -> str:
     primary, secondary = comparisons(table)
     means = ["| arm | " + " | ".join(table) + " |", "|---" * (len(table) + 1) + "|"]
@@ -101,7 +122,8 @@ def results(spec: Spec, table: Table, steps: float) -> str:
         "## Results", "", f"Written by `fedpfn study page {spec.path}` from {len(spec.arms) * len(spec.seeds)} runs "
         f"under {spec.runs}/. Means over seeds:", "", *means, "",
         f"### Primary family: median R (Holm across the {sum(p.p_value is not None for p in primary)} tested)", "",
-        *table_lines(primary, lambda p: (1.0, "in R")), "", *reading(spec, table, primary, steps), "",
+        *table_lines(primary, lambda p: (1.0, "in R")), "", *figure(spec, primary, secondary), "",
+        *reading(spec, table, primary, steps), "",
         "### Secondary (exploratory; Holm within each figure)", "",
         *table_lines(secondary, unit), "",
     ])  # fmt: skip
