@@ -57,3 +57,19 @@ def test_each_arms_endpoint_is_drawn_at_each_axes_point(tmp_path, monkeypatch, c
     links = re.findall(r"!\[[^]]*\]\(([^)]+)\)", (tmp_path / "docs/guide/privacy-results.md").read_text())
     assert links == ["../study/privacy-arms-last5.png"]
     assert (tmp_path / "docs/guide" / links[0]).resolve().read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_fusion_page_draws_both_parts_alike_whichever_study_writes_it(tmp_path, monkeypatch, capsys):
+    files = ("studies/soup.toml", "studies/cold.toml", "studies/fusion.md", "docs/fusion/soup.json",
+             "docs/fusion/cold.json")  # fmt: skip
+    for path in files:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / path, tmp_path / path)
+    monkeypatch.chdir(tmp_path)
+    drawn = {}
+    for study in ("soup", "cold"):
+        assert fedpfn(["study", "page", "--stored", f"studies/{study}.toml"]) == 0
+        page = (tmp_path / "docs/fusion.md").read_text()
+        drawn[study] = (page, {name: (tmp_path / "docs/fusion" / name).read_bytes() for name in ("soup.png", "cold.png")})
+    assert re.findall(r"!\[[^]]*\]\(([^)]+)\)", drawn["soup"][0]) == ["fusion/soup.png", "fusion/cold.png"]
+    assert drawn["soup"] == drawn["cold"]  # one page, the same figures, from either study

@@ -70,10 +70,11 @@ def reading_figure(spec: Spec, name: str, panels: Mapping[str, Sequence[PairedSe
     return f"![{title}: each seed, the mean and its 95 % interval]({written(spec, name, fig)})"
 
 
-def written(spec: Spec, name: str, fig: Figure) -> str:
-    """The figure as STEM-NAME.png beside the page's stored results; its path from the page."""
+def written(spec: Spec, name: str, fig: Figure, file: str | None = None) -> str:
+    """The figure as STEM-NAME.png (or `file`, for a page two studies write alike) beside the page's
+    stored results; its path from the page."""
     assert spec.page is not None  # a page is being written
-    path = spec.page.stored.with_name(f"{spec.page.stored.stem}-{name}.png")
+    path = spec.page.stored.with_name(file or f"{spec.page.stored.stem}-{name}.png")
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, figure_files(fig)["png"])
     return os.path.relpath(path, spec.page.out.parent).replace(os.sep, "/")

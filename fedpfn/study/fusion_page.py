@@ -28,6 +28,7 @@ from fedpfn.core.files import atomic_write_bytes, read_json
 from fedpfn.core.settings import ConfigError
 from fedpfn.core.provenance import KEY, machine_of, machines_sentence
 from fedpfn.study.cells import main_cells
+from fedpfn.study.figures import written
 from fedpfn.study.result_cells import parsed
 from fedpfn.study.soup_cells import SoupCells
 from fedpfn.study.spec import Spec, template_text
@@ -55,6 +56,14 @@ def study_commands(kind: str, result: Mapping[str, Any]) -> list[str]:
     """The commands behind a stored result: its start's, then its study's run and page."""
     study = result.get("study", STUDIES[kind])
     return [start_command(result), f"fedpfn study run {study}", f"fedpfn study page {study}"]
+
+
+def figure_of(spec: Spec, kind: str, result: Mapping[str, Any]) -> str:
+    """The part's figure (its report's, from the stored result) as docs/fusion/KIND.png, whichever
+    study writes the page; the page's line."""
+    figure = {"soup": soup_report.soup_figure, "cold": cold_report.cold_figure}[kind](result)
+    title = " ".join(figure.get_suptitle().split())  # on one line: the figure wraps it
+    return f"![{title}]({written(spec, kind, figure, file=f'{kind}.png')})"
 
 
 def soup_fields(result: Mapping[str, Any]) -> dict[str, Any]:
@@ -94,7 +103,8 @@ def page_text(spec: Spec) -> str:
     provenances = [*found["soup"].get("provenances", [found["soup"].get(KEY)]), found["cold"].get(KEY)]
     mixed = machines_sentence([p for p in provenances if p])  # unrecorded: said per section
     text = template_text(spec).removesuffix("\n")  # ends in {mixed}: the page ends where its last section does
-    return text.format(soup=soup_fields(found["soup"]), cold=cold_fields(found["cold"]),
+    figures = {kind: figure_of(spec, kind, found[kind]) for kind in STUDIES}
+    return text.format(soup=soup_fields(found["soup"]), cold=cold_fields(found["cold"]), figure=figures,
                        mixed=f"\n{mixed}\n" if mixed else "")  # fmt: skip
 
 
