@@ -178,3 +178,36 @@ def test_the_committed_page_is_what_the_declared_study_writes_from_its_stored_re
     assert fedpfn(["study", "page", "--stored", "studies/drift.toml"]) == 0
     assert capsys.readouterr().out == "wrote docs/results.md\n"
     assert (tmp_path / "docs" / "results.md").read_bytes() == (ROOT / "docs" / "results.md").read_bytes()
+
+
+def test_the_figure_draws_what_is_stored_and_no_seed_that_is_not(tmp_path: Path, monkeypatch) -> None:
+    """The figure's accuracy dots are the reports' stored per-seed differences (the primary family);
+    the fusion gap, adopted without them, draws its stored mean and interval alone and says so;
+    kept differences are drawn as dots. Written beside the stored file and linked from the page."""
+    for path in ["studies/drift.toml", "docs/study/drift-mlp-page.json",
+                 *(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "study").glob("drift-mlp-*/report.*"))]:  # fmt: skip
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_bytes((ROOT / path).read_bytes())
+    monkeypatch.chdir(tmp_path)
+    spec = load("studies/drift.toml")
+    d, data = drift.design(spec), spec.stored_results()
+    reports = {a: {name: drift.stored_report(spec, drift.report_folder(spec, a, name)) for name in d.reports} for a in d.alphas}
+    primary = drift_text.primary_family(d, reports)
+    (acc_title, acc), (gap_title, gap) = drift.figure_panels(primary, drift_text.alignment_rows(data), 10).items()
+    stored = [next(p["diffs"] for p in reports[a][f]["paired"] if p["metric"] == "lastk" and p["label"] == reports[a][f]["arms"][1]["arm"])
+              for a in ("0.1", "0.5") for f in ("all", "control")]  # fmt: skip
+    assert [s.label for s in acc] == ["α=0.1: FedPFN − FedAvg", "α=0.1: FedPFN − control", "α=0.5: FedPFN − FedAvg",
+                                      "α=0.5: FedPFN − control"] == [s.label for s in gap]  # fmt: skip
+    assert [list(s.points) for s in acc] == [[100 * x for x in diffs] for diffs in stored]
+    kept = [c for c in data["alignment"] if "fusion_gap" in c["label"]]
+    assert [(list(s.points), s.mean, s.low, s.high) for s in gap] == [([], 100 * c["mean"], 100 * c["low"], 100 * c["high"])
+                                                                      for c in kept]  # fmt: skip
+    assert acc_title == "primary: accuracy, last 10 rounds" and "seeds not kept" in gap_title
+    for c in kept:
+        c["diffs"] = [0.01, 0.02, 0.0, -0.01, 0.03]  # had they been kept: drawn, seed by seed
+    title, drawn = list(drift.figure_panels(primary, drift_text.alignment_rows(data), 10).items())[1]
+    assert title == "fusion gap" and [list(s.points) for s in drawn] == [[1.0, 2.0, 0.0, -1.0, 3.0]] * 4
+    lines = drift.section(spec)
+    link = next(i for i, line in enumerate(lines) if line.startswith("!["))
+    assert lines[link].endswith("(study/drift-mlp-page-accuracy-gap.png)") and lines[link - 2].startswith("| α=0.5 fusion_gap")
+    assert (tmp_path / "docs/study/drift-mlp-page-accuracy-gap.png").read_bytes().startswith(b"\x89PNG")

@@ -4,7 +4,8 @@ its results again from what it stored (docs/study/drift-<model>-*) alone.
 From the cells: a `fedpfn.analysis.report` per skew and family (its JSON, tables and figures
 in `<prefix>-a<alpha>-<family>/`) and what the page reads besides them, kept in the study's
 stored file (`page.stored`, `<prefix>-page.json`). From the stored files alone: the reports'
-tables rendered again from their JSON, and the same sentences (fedpfn.study.drift_text).
+tables rendered again from their JSON, the same sentences (fedpfn.study.drift_text), and the
+figure of the primary family and the fusion gap (what is stored of them: no dot where no seed was kept).
 The page is always written from the stored files, so both routes give the same bytes.
 """
 
@@ -19,13 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from fedpfn.analysis.render import rewrite_tables
+from fedpfn.analysis.plots import PairedSeries
+from fedpfn.analysis.render import rewrite_tables, series_of
 from fedpfn.analysis.report import main as report_main
 from fedpfn.analysis.stats import Paired, adjust, paired
 from fedpfn.core.files import METRICS, read_json, read_jsonl
 from fedpfn.core.settings import ConfigError
 from fedpfn.study.cells import groups, main_cells, points, scores
-from fedpfn.study.drift_text import ACC_BARRIER, ALIGNMENT, Design, results
+from fedpfn.study.drift_text import ACC_BARRIER, ALIGNMENT, Design, Row, alignment_rows, figure_of, primary_family, results
+from fedpfn.study.figures import reading_figure
 from fedpfn.study.spec import Spec
 
 SIGNED_MARK = "align_measured_on"  # written with every measurement by the signed barrier, never by the clamped one
@@ -161,6 +164,33 @@ def stored_report(spec: Spec, out: Path) -> dict[str, Any]:
         raise spec.refuse(f"{out}: {err}") from None
 
 
+GAP = "align_fusion_gap"  # the alignment figure drawn beside accuracy (in points; the loss barrier is in nats)
+
+
+def figure_panels(primary: list[Row], alignment: list[Row], last: int) -> dict[str, list[PairedSeries]]:
+    """The primary family (accuracy over the `last` rounds) and the fusion gap's comparisons in points,
+    as the tables read them (one kept without its per-seed differences: its mean and interval alone)."""
+    gap = [row for row in alignment if figure_of(row.name) == GAP]
+    named = lambda row: row.name.replace(" fusion_gap:", ":").replace(" (client masks)", "")  # noqa: E731  (the primary's names)
+    kept = "" if all(row.test.diffs for row in gap) else " (seeds not kept:\nthe stored mean and CI)"
+    return {f"primary: accuracy, last {last} rounds": [series_of(row.test, 100.0)._replace(label=row.name) for row in primary],
+            f"fusion gap{kept}": [series_of(row.test, 100.0)._replace(label=named(row)) for row in gap]}  # fmt: skip
+
+
+def figure(spec: Spec, primary: list[Row], alignment: list[Row]) -> list[str]:
+    """The primary family's and the fusion gap's figure, written beside the stored file; what it draws, said."""
+    title = f"{spec.title} FedPFN against FedAvg and the control, seed by seed"
+    last = spec.endpoints[spec.families["all"].endpoint].last
+    line = reading_figure(spec, "accuracy-gap", figure_panels(primary, alignment, last), title, "points", "arm − baseline")
+    lost = any(figure_of(row.name) == GAP and not row.test.diffs for row in alignment)
+    said = (" The fusion gap's per-seed differences were not kept (the page it was adopted from printed its means and "
+            "intervals only), so its panel draws the stored mean and 95 % interval alone, with no dot." if lost else "")
+    return [line, "", f"Each dot is one seed's difference in points, as stored: the mean test accuracy (the server's "
+            f"Fashion-MNIST test set) over the run's last {last} rounds, and the fusion gap averaged over the run's alignment "
+            "measurements; the diamond is the mean over seeds and the bar its 95 % interval (Student's t), as in the "
+            f"tables, whose verdicts say what is resolved.{said} The loss barrier, in nats, is in the table alone.", ""]  # fmt: skip
+
+
 def section(spec: Spec) -> list[str]:
     """The page's results from the stored files alone."""
     assert spec.page is not None
@@ -168,4 +198,4 @@ def section(spec: Spec) -> list[str]:
     data = spec.stored_results()
     reports = {alpha: {name: stored_report(spec, report_folder(spec, alpha, name)) for name in d.reports}
                for alpha in d.alphas}  # fmt: skip
-    return results(d, data, reports)[:-1]
+    return results(d, data, reports, figure(spec, primary_family(d, reports), alignment_rows(data)))[:-1]

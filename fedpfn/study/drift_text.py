@@ -262,8 +262,9 @@ def reading_note(seeds: int) -> str:
             "detectable difference, states what was excluded. Differences in accuracy points, barriers in nats.")  # fmt: skip
 
 
-def results(d: Design, data: dict[str, Any], reports: dict[str, dict[str, dict]]) -> list[str]:
-    """The page below its `## Results` heading, from the stored numbers."""
+def results(d: Design, data: dict[str, Any], reports: dict[str, dict[str, dict]], figure: list[str]) -> list[str]:
+    """The page below its `## Results` heading, from the stored numbers; `figure`: the lines that show
+    the families' figure, after their tables."""
     primary, alignment = primary_family(d, reports), alignment_rows(data)
     rounds = reports[d.alphas[0]]["all"]["setting"]["rounds"]
     body = ["## Results", "", f"The {d.model.upper()} version (100 clients, 10 a round, 5 local epochs, {rounds} rounds, "
@@ -277,7 +278,7 @@ def results(d: Design, data: dict[str, Any], reports: dict[str, dict[str, dict]]
             *family_table(primary, primary=True), "",
             f"### Alignment: mean over the run's measurements (Holm {holm_span(alignment)})", "",
             "Loss barrier in nats and fusion gap in accuracy points; lower is better aligned.", "",
-            *family_table(alignment, primary=False), "",
+            *family_table(alignment, primary=False), "", *figure,
             "### Learning rates (validation accuracy, %, last 10 of the grid's rounds)", "", *grid_lines(d, data), ""]  # fmt: skip
     twins = [list(pair) for pair in data["same_curves"] if set(pair) == TWINS]
     for alpha in d.alphas:
