@@ -5,7 +5,8 @@ from what it stored (docs/alignment/federated.json) alone.
 From the cells: each run's figures (R, P, units moved, accuracy; `FIGURES`) and the clients'
 local steps a round, kept in the study's stored file. From that file alone: the means, the
 primary family (FedPFN against FedAvg and the control on median R) and the secondary ones, with
-the project's paired statistics (fedpfn.analysis.stats), and the reading, every sentence computed.
+the project's paired statistics (fedpfn.analysis.stats), the figure of every comparison of median R
+(docs/alignment/federated-median-R.png), and the reading, every sentence computed.
 The page is always written from the stored file, so both routes give the same bytes.
 """
 

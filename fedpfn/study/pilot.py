@@ -5,10 +5,11 @@ The grid is the study's: its axes `lr` and `regime` (named flag sets: the client
 epochs), its arms `plain` and `anchored`, its seeds; its part `controls` holds each block's
 diff-init control (`python -m fedpfn.analysis.lmc`, the block's seeds in one lmc.json). `write_stored`
 reads the runs into one JSON-able dict, kept as the page's stored file (docs/alignment/pilot.json);
-`section` renders the results from that file alone, so `page --stored` writes the same bytes. The
-rule is docs/alignment_pilot.md's: a (regime, lr) block qualifies when P(plain) in round 1 and at
-the last round are above 0 with intervals excluding 0, the diff-init control likewise, and
-plain's own accuracy is not resolved below anchored's in either round.
+`section` renders the results and the rule's figure (docs/alignment/pilot-P.png) from that file
+alone, so `page --stored` writes the same bytes. The rule is docs/alignment_pilot.md's: a
+(regime, lr) block qualifies when P(plain) in round 1 and at the last round are above 0 with
+intervals excluding 0, the diff-init control likewise, and plain's own accuracy is not resolved
+below anchored's in either round.
 """
 
 from __future__ import annotations
