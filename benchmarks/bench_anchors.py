@@ -50,7 +50,7 @@ class Variant:
         self.model.load_state_dict(init_state)
         ratio = cfg.hyper("fedpfn", AnchorParams).anchor_ratio
         self.mask = draw_mask(self.model, ratio, mask_seed, "weight") if name == "fedpfn" else None
-        self.spec = OptimizerSpec(cfg.optimizer, cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        self.spec = OptimizerSpec(cfg.local.optimizer, cfg.local.lr, momentum=cfg.local.momentum, weight_decay=cfg.local.weight_decay)
         self.anchors = {n: p.detach().clone() for n, p in self.model.named_parameters()}
         self.chunks: list[float] = []
 

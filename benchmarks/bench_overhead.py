@@ -173,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     print_header(
         "bench_overhead: simulator vs plain PyTorch loop, same FedAvg work",
         {"model": cfg.model, "clients": cfg.num_clients, "per_round": cfg.clients_per_round,
-         "rounds": cfg.rounds, "partition": cfg.partition, "epochs": cfg.local_epochs,
-         "batch": cfg.batch_size, "actors": actors, "repeats": args.repeats},
+         "rounds": cfg.rounds, "partition": cfg.partition, "epochs": cfg.local.local_epochs,
+         "batch": cfg.local.batch_size, "actors": actors, "repeats": args.repeats},
     )  # fmt: skip
     from fedpfn.core.cache import client_indices, dataset_on
 

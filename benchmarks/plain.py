@@ -65,13 +65,13 @@ def train_client(
     model.load_state_dict(state)
     model.train()
     lr = cfg.lr_at(server_round)
-    if cfg.optimizer == "adam":
-        optimizer: torch.optim.Optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=cfg.weight_decay)
+    if cfg.local.optimizer == "adam":
+        optimizer: torch.optim.Optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=cfg.local.weight_decay)
     else:
-        optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=cfg.local.momentum, weight_decay=cfg.local.weight_decay)
     order = torch_generator(cfg.seed, Stream.DATA_ORDER, server_round, pid)
     anchored = [(p, mask[n].to(device), state[n]) for n, p in model.named_parameters() if mask and n in mask]
-    for batch in minibatches(client_indices(cfg)[pid], cfg.batch_size, cfg.local_epochs, order):
+    for batch in minibatches(client_indices(cfg)[pid], cfg.local.batch_size, cfg.local.local_epochs, order):
         batch = batch.to(data.train_x.device)
         optimizer.zero_grad(set_to_none=True)
         torch.nn.functional.cross_entropy(model(data.train_x[batch]), data.train_y[batch]).backward()

@@ -34,7 +34,7 @@ class FedNovaClient(ClientRule):
     optimizers = ("sgd",)
 
     def inputs(self, client: ClientRound) -> Tensors:
-        a = effective_steps(client.steps, self.round.cfg.momentum)
+        a = effective_steps(client.steps, self.round.cfg.local.momentum)
         like = next(iter(self.round.start.values()))
         return {NORMALISER: torch.tensor(a, dtype=like.dtype, device=like.device)}
 

@@ -60,7 +60,7 @@ class ScaffoldClient(ClientRule):
         c_local = tensors_of(to_numpy(stored) if stored is not None else None, self.round.start)
         # the gradient correction is the same at every step: computed once
         correction = {name: self.c_global[name] - c_local[name] for name in c_local}
-        scale = effective_steps(client.steps, self.round.cfg.momentum) * self.round.lr
+        scale = effective_steps(client.steps, self.round.cfg.local.momentum) * self.round.lr
         like = next(iter(c_local.values()))
         return {
             **prefixed("c_local", c_local),

@@ -88,7 +88,7 @@ def test_moon_step_matches_the_papers_loss_on_a_tiny_case():
                       weight_decay=0.0, batch_size=100, moon_mu=2.0, moon_temperature=0.5)
     pid = 3
     x_idx = client_indices(cfg)[pid]
-    assert len(x_idx) <= cfg.batch_size  # one step
+    assert len(x_idx) <= cfg.local.batch_size  # one step
     data = dataset_for(cfg)
     x, y = data.train_x[x_idx], data.train_y[x_idx]
     global_model = initial_model(cfg)
@@ -118,7 +118,7 @@ def test_moon_step_matches_the_papers_loss_on_a_tiny_case():
     loss = F.cross_entropy(model.classifier(z), y) + 2.0 * l_con
     loss.backward()
     for name, p in model.named_parameters():
-        want = (p - cfg.lr * p.grad).detach().numpy()
+        want = (p - cfg.local.lr * p.grad).detach().numpy()
         np.testing.assert_allclose(trained[name], want, rtol=1e-4, atol=1e-6, err_msg=name)
     assert not np.allclose(trained["features.1.weight"], _fedavg_step(cfg, pid, global_model)["features.1.weight"])
 

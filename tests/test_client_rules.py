@@ -84,7 +84,7 @@ def params(cfg) -> list[str]:
 
 
 def steps(cfg, pid: int = 0) -> int:
-    return math.ceil(len(client_indices(cfg)[pid]) / cfg.batch_size) * cfg.local_epochs
+    return math.ceil(len(client_indices(cfg)[pid]) / cfg.local.batch_size) * cfg.local.local_epochs
 
 
 def distance(a, b, names) -> float:
@@ -135,7 +135,7 @@ def test_scaffold_with_adam_is_refused():
 def test_scaffold_client_control_variate_follows_its_rule_and_persists():
     cfg = cfg_for("scaffold")
     x1, names = start(cfg), params(cfg)
-    K = momentum_steps(steps(cfg), cfg.momentum)
+    K = momentum_steps(steps(cfg), cfg.local.momentum)
     state = RecordDict()
 
     # with c = c_i = 0 the correction is zero: the same model as FedAvg, bit for bit
@@ -372,7 +372,7 @@ def test_fednova_client_sends_its_normalised_update_and_its_normaliser():
     x, names = start(cfg), params(cfg)
     trained, *_ = fit(FedAvgClient, cfg, message(cfg, x))
     sent, reply, _ = fit(FedNovaClient, cfg, message(cfg, x))
-    a = effective_steps(steps(cfg), cfg.momentum)
+    a = effective_steps(steps(cfg), cfg.local.momentum)
     assert reply["metrics"][NORMALISER] == pytest.approx(a, rel=1e-6)
     for n in names:
         np.testing.assert_allclose(sent[n], x[n] + (trained[n] - x[n]) / np.float32(a), rtol=1e-5, atol=1e-7)

@@ -24,6 +24,7 @@ from fedpfn.core.data import DATASETS, dataset_problem
 from fedpfn.core.groups import ALIGNMENT, ENGINE, FEDERATED_EVAL, PARTITION, Aligned, Alignment, ClientEval  # noqa: I001
 from fedpfn.core.groups import ClientEvaluation, Dirichlet, Engine, FlwrPartition, Loop, NoAlignment
 from fedpfn.core.groups import START, NoClientEvaluation, Partition, Ray, Seeded, Start, Started, Tasks, Vmap
+from fedpfn.core.groups import LOCAL, LocalTraining
 from fedpfn.core.hyper import flat_view, hyper_of
 from fedpfn.core.init_file import init_file_problem, start_changed
 from fedpfn.core.models import MAX_PROJECTION_HEAD, MODELS, TIMM_PREFIX, model_problem
@@ -42,7 +43,6 @@ from fedpfn.core.settings import (
     problems,
     setting,
 )
-from fedpfn.core.training import OPTIMIZERS
 from fedpfn.core.user_code import is_code
 from partitions import flwr_problem
 
@@ -88,14 +88,8 @@ class RunConfig:
     # the partition: a variant holding only its own settings (fedpfn.core.groups)
     partition: Partition = dataclasses.field(default_factory=Dirichlet, metadata={"group": PARTITION})
     seed: int = setting(0, "run seed: partition, sampling, init, masks, data order", between(0, MAX_SEED))
-    # local training
-    local_epochs: int = setting(1, "local epochs per round", at_least(1), kind="federation")
-    batch_size: int = setting(64, "local batch size", at_least(1), kind="federation")
-    lr: float = setting(0.05, "local learning rate", above(0))
-    lr_decay: float = setting(1.0, "learning rate multiplied by this each round", between(0, 1, low_open=True))
-    momentum: float = setting(0.9, "local SGD momentum", between(0, 1, high_open=True))
-    weight_decay: float = setting(5e-4, "local weight decay", at_least(0))
-    optimizer: str = setting("sgd", "local optimizer: sgd or adam", one_of(OPTIMIZERS))
+    # local training: epochs, batch size, the optimizer and its step (fedpfn.core.groups)
+    local: LocalTraining = dataclasses.field(default_factory=LocalTraining, metadata={"group": LOCAL})
     personal: str = setting(
         "",
         "entries each client keeps for itself (never sent, averaged or anchored): comma-separated "
@@ -187,7 +181,7 @@ class RunConfig:
         return Path("runs") / f"{name}-{digest}-s{self.seed}"
 
     def lr_at(self, server_round: int) -> float:
-        return self.lr * self.lr_decay ** (server_round - 1)
+        return self.local.lr_at(server_round)
 
     def hyper(self, namespace: str, cls: type[P]) -> P:
         """The hyperparameters of one part of the run, typed, e.g. `cfg.hyper("fedprox", FedProxParams)`."""
@@ -346,7 +340,7 @@ USED_ONLY_IF: dict[str, tuple[Callable[[RunConfig], bool], str]] = {
         "the batched engine uses it only with --engine-mode loop (threads a client); --engine ray reserves it",
     ),
 }
-GROUPS = (START, PARTITION, FEDERATED_EVAL, ALIGNMENT, ENGINE)
+GROUPS = (START, PARTITION, LOCAL, FEDERATED_EVAL, ALIGNMENT, ENGINE)
 
 
 def _flat_fields() -> list[tuple[str, Any, dataclasses.Field]]:

@@ -277,9 +277,9 @@ def _algorithm_problems(cfg: RunConfig, given: set[str] | None = None) -> list[s
     except ConfigError as err:
         return [str(err)]
     client = CLIENT_RULES[rule]
-    if cfg.optimizer not in client.optimizers:
+    if cfg.local.optimizer not in client.optimizers:
         out.append(
-            f"optimizer: {rule} is defined for {', '.join(client.optimizers)} only, not '{cfg.optimizer}' "
+            f"optimizer: {rule} is defined for {', '.join(client.optimizers)} only, not '{cfg.local.optimizer}' "
             "(its rule assumes SGD steps)"
         )
     for space, cls in used:

@@ -78,7 +78,7 @@ def header_lines(
         f"[bold]fedpfn[/bold] {cfg.algorithm} on server {cfg.server} · {cfg.dataset} {cfg.model} "
         f"· seed {cfg.seed}",
         f"  clients    {cfg.num_clients}, {cfg.clients_per_round} a round, {split}{held}",
-        f"  rounds     {rounds}, {cfg.local_epochs} local epoch(s), {every}",
+        f"  rounds     {rounds}, {cfg.local.local_epochs} local epoch(s), {every}",
         *([start_line(cfg, start)] if isinstance(cfg.start, Start) else []),
         *wrapper_line(cfg),
         f"  out        {cfg.run_dir}",

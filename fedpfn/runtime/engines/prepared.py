@@ -78,7 +78,7 @@ class PreparedCohort:
         self.per_client = [[rule.inputs(client) for rule in self.rules.rules] for client in self.clients]
         self.dtype = next(iter(self.round.start.values())).dtype
         self.spec = OptimizerSpec(
-            self.cfg.optimizer, self.round.lr, momentum=self.cfg.momentum, weight_decay=self.cfg.weight_decay
+            self.cfg.local.optimizer, self.round.lr, momentum=self.cfg.local.momentum, weight_decay=self.cfg.local.weight_decay
         )
 
     def _decode(self) -> Round:
@@ -107,7 +107,7 @@ class PreparedCohort:
     def _client_round(self, job: ClientJob, data: ClientData) -> ClientRound:
         state = ClientState.of(self.cfg, job.partition_id, job.context_state, job.accepted_round, job.state_root)
         generator = torch_generator(self.cfg.seed, Stream.DATA_ORDER, self.round.server_round, job.partition_id)
-        batches = list(minibatches(data.train, self.cfg.batch_size, self.cfg.local_epochs, generator))
+        batches = list(minibatches(data.train, self.cfg.local.batch_size, self.cfg.local.local_epochs, generator))
         return ClientRound(job.partition_id, data, state, batches)
 
     def _personal_start(self, client: ClientRound) -> tuple[Tensors, Tensors]:

@@ -41,7 +41,7 @@ def train_chunks(cohort: PreparedCohort, size: int) -> tuple[ClientTrained, int]
         except torch.cuda.OutOfMemoryError:
             if size == 1:
                 raise MemoryError(
-                    f"one client of {cohort.cfg.model} (batch {cohort.cfg.batch_size}) does not fit in the free "
+                    f"one client of {cohort.cfg.model} (batch {cohort.cfg.local.batch_size}) does not fit in the free "
                     f"memory of {cohort.device}; use a smaller batch size, or --engine ray"
                 ) from None
             size = max(1, size // 2)
