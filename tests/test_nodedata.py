@@ -107,7 +107,9 @@ def test_a_copy_is_refused_for_other_settings_in_one_line(tmp_path: Path) -> Non
     assert set(meta["settings"]) == (checked - optional) | {"partition_id"}
     others = {
         "seed": dataclasses.replace(cfg, seed=1),
-        "validation-fraction": dataclasses.replace(cfg, validation_fraction=0.2),
+        "validation-fraction": dataclasses.replace(
+            cfg, evaluation=dataclasses.replace(cfg.evaluation, validation_fraction=0.2)
+        ),
         "num-clients": dataclasses.replace(cfg, num_clients=4),
         "alpha": dataclasses.replace(cfg, partition=dataclasses.replace(cfg.partition, alpha=0.1)),
         "partition": dataclasses.replace(cfg, partition=Iid()),
@@ -120,7 +122,7 @@ def test_a_copy_is_refused_for_other_settings_in_one_line(tmp_path: Path) -> Non
         read_partition(cfg, 0, folder)
     # settings that do not move samples are accepted: another local split (drawn on the node
     # as in simulation), another data root (a folder without the dataset: none is read)
-    split = dataclasses.replace(cfg, local_test_fraction=0.5)
+    split = dataclasses.replace(cfg, evaluation=dataclasses.replace(cfg.evaluation, local_test_fraction=0.5))
     data = read_partition(dataclasses.replace(split, data_root=str(tmp_path)), 2, folder)
     assert len(data.train) + len(data.local_test) == meta["num_examples"]
     assert torch.equal(client_indices(cfg)[2][data.local_test], local_split(split, 2)[1])

@@ -255,7 +255,7 @@ def test_resume_keeps_provenance_and_appends_to_run_log(tracked, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(tracked["run"], run, ignore=shutil.ignore_patterns("wandb"))
     cfg = resume_config(str(run), {"rounds": ROUNDS + 1, "wandb": False})
-    assert cfg.tensorboard and not cfg.wandb
+    assert cfg.tracking.tensorboard and not cfg.tracking.wandb
     simulate(cfg, resume=True, show_progress=False)
     provenance = RunFolder(run).read_provenance()
     assert provenance["started"] == RunFolder(tracked["run"]).read_provenance()["started"]

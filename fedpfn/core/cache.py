@@ -72,7 +72,7 @@ class SplitKey:
         split = PARTITION.flat(cfg.partition)  # a setting the partition lacks at its default, as before the variants
         return cls(
             cfg.dataset, cfg.data_root, cfg.download, cfg.num_clients, split["partition"], split["alpha"],
-            split["shards_per_client"], split["min_partition_size"], cfg.validation_fraction, cfg.seed,
+            split["shards_per_client"], split["min_partition_size"], cfg.evaluation.validation_fraction, cfg.seed,
             split["partition_args"],
         )
 
@@ -128,9 +128,9 @@ def local_positions(cfg: RunConfig, partition_id: int, size: int) -> tuple[torch
     A node that holds only its partition (fedpfn.runtime.nodedata) draws its split from this, the
     same function as the simulation, so the two cannot disagree.
     """
-    if cfg.local_test_fraction == 0:
+    if cfg.evaluation.local_test_fraction == 0:
         return torch.arange(size), torch.arange(0)
-    held = min(max(round(cfg.local_test_fraction * size), 1), size - 1)
+    held = min(max(round(cfg.evaluation.local_test_fraction * size), 1), size - 1)
     order = numpy_rng(cfg.seed, Stream.LOCAL_SPLIT, partition_id).permutation(size)
     return torch.from_numpy(np.sort(order[held:])), torch.from_numpy(np.sort(order[:held]))
 

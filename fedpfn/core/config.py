@@ -24,7 +24,7 @@ from fedpfn.core.data import DATASETS, dataset_problem
 from fedpfn.core.groups import ALIGNMENT, ENGINE, FEDERATED_EVAL, PARTITION, Aligned, Alignment, ClientEval  # noqa: I001
 from fedpfn.core.groups import ClientEvaluation, Dirichlet, Engine, FlwrPartition, Loop, NoAlignment
 from fedpfn.core.groups import START, NoClientEvaluation, Partition, Ray, Seeded, Start, Started, Tasks, Vmap
-from fedpfn.core.groups import LOCAL, LocalTraining
+from fedpfn.core.concerns import EVALUATION, LOCAL, TRACKING, Evaluation, LocalTraining, Tracking
 from fedpfn.core.hyper import flat_view, hyper_of
 from fedpfn.core.init_file import init_file_problem, start_changed
 from fedpfn.core.models import MAX_PROJECTION_HEAD, MODELS, TIMM_PREFIX, model_problem
@@ -95,32 +95,13 @@ class RunConfig:
         "entries each client keeps for itself (never sent, averaged or anchored): comma-separated "
         "fnmatch patterns over the model's state_dict names, e.g. 'classifier.*'",
     )
-    # evaluation
-    eval_every: int = setting(
-        1, "evaluate the global model every K rounds (the last round always)", at_least(1), kind="federation"
-    )
-    validation_fraction: float = setting(
-        0.0,
-        "hold out this fraction of the training set and evaluate on it instead of the test set "
-        "(for tuning: metrics then say val_accuracy)",
-        between(0, 0.5),
-        kind="federation",
-    )
-    # tracking
-    local_test_fraction: float = setting(
-        0.0,
-        "hold out this fraction of each client's partition as its local test split, evaluated with "
-        "the global model before and after local training (clients.jsonl, per-round mean and worst 10 %)",
-        between(0, 0.5),
-        kind="federation",
-    )
+    # the global model's evaluation and the clients' local test splits (fedpfn.core.groups)
+    evaluation: Evaluation = dataclasses.field(default_factory=Evaluation, metadata={"group": EVALUATION})
     # federated evaluation and the alignment measurement: each off, or on with its own settings
     federated_eval: ClientEval = dataclasses.field(default_factory=NoClientEvaluation, metadata={"group": FEDERATED_EVAL})
     alignment: Aligned = dataclasses.field(default_factory=NoAlignment, metadata={"group": ALIGNMENT})
-    tensorboard: bool = setting(False, "write TensorBoard event files under <out>/tensorboard", kind="tracking")
-    wandb: bool = setting(
-        False, "log to Weights & Biases (WANDB_MODE=offline: files under <out>/wandb)", kind="tracking"
-    )
+    # where a run's numbers are also logged (fedpfn.core.groups)
+    tracking: Tracking = dataclasses.field(default_factory=Tracking, metadata={"group": TRACKING})
     # resources and faults
     # where the clients train: a variant holding only its own settings (fedpfn.core.groups)
     engine: Engine = dataclasses.field(default_factory=Vmap, metadata={"group": ENGINE})
@@ -323,7 +304,7 @@ RELATIONS: list[tuple[tuple[str, ...], Callable[[RunConfig], str | None]]] = [
         lambda c: isinstance(p := c.partition, FlwrPartition) and flwr_problem(p.partition, p.partition_args),
     ),
     (("evaluate_clients", "local_test_fraction"), lambda c: isinstance(e := c.federated_eval, ClientEvaluation)
-     and c.local_test_fraction == 0
+     and c.evaluation.local_test_fraction == 0
      and f"evaluate_clients: {e.evaluate_clients} evaluates on each client's local test split; give it one with "
      "--local-test-fraction F (e.g. 0.2)"),  # fmt: skip
     (
@@ -340,7 +321,7 @@ USED_ONLY_IF: dict[str, tuple[Callable[[RunConfig], bool], str]] = {
         "the batched engine uses it only with --engine-mode loop (threads a client); --engine ray reserves it",
     ),
 }
-GROUPS = (START, PARTITION, LOCAL, FEDERATED_EVAL, ALIGNMENT, ENGINE)
+GROUPS = (START, PARTITION, LOCAL, EVALUATION, FEDERATED_EVAL, ALIGNMENT, TRACKING, ENGINE)
 
 
 def _flat_fields() -> list[tuple[str, Any, dataclasses.Field]]:

@@ -5,8 +5,7 @@ one of `Vmap` (the batched engine's vmap mode, or auto: vmap on a GPU, threads o
 `Threads`, `Loop` or `Ray`. A run of `--partition shards` has no `alpha` to read, and a run on Ray
 no `engine_chunk`. Where the clients train (`client_cpus`, `client_gpus`, `ray_address`) stays
 beside the engine: both engines read it, and under `flwr run` the ClientApp reads `client_cpus`
-whatever the engine. A concern with no choice is a group of one variant: `cfg.local` holds how a
-client trains (`LocalTraining`: epochs, batch size, the optimizer and its step).
+whatever the engine. A concern with no choice is a group of one variant (fedpfn.core.concerns).
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from typing import Any, ClassVar
 
 from fedpfn.core.init_file import fresh_head_setting, init_file_problem, sha256_problem
 from fedpfn.core.settings import above, at_least, between, one_of, setting
-from fedpfn.core.training import OPTIMIZERS
 from fedpfn.core.variants import Group, chooser
 from partitions import PARTITION_METHODS, is_flwr, partition_problem
 
@@ -310,28 +308,3 @@ START = Group(
 )
 Started = Seeded | Start
 
-
-@dataclass(frozen=True)
-class LocalTraining:
-    """How each client trains in a round: one concern, one choice (no variant to pick)."""
-
-    chosen_by: ClassVar[dict[str, Any]] = {}
-    local_epochs: int = setting(1, "local epochs per round", at_least(1), kind="federation")
-    batch_size: int = setting(64, "local batch size", at_least(1), kind="federation")
-    lr: float = setting(0.05, "local learning rate", above(0))
-    lr_decay: float = setting(1.0, "learning rate multiplied by this each round", between(0, 1, low_open=True))
-    momentum: float = setting(0.9, "local SGD momentum", between(0, 1, high_open=True))
-    weight_decay: float = setting(5e-4, "local weight decay", at_least(0))
-    optimizer: str = setting("sgd", "local optimizer: sgd or adam", one_of(OPTIMIZERS))
-
-    def lr_at(self, server_round: int) -> float:
-        return self.lr * self.lr_decay ** (server_round - 1)
-
-
-LOCAL = Group(
-    "local",
-    {},
-    (LocalTraining,),
-    {},
-    ("local_epochs", "batch_size", "lr", "lr_decay", "momentum", "weight_decay", "optimizer"),
-)

@@ -130,7 +130,7 @@ class AlignmentProbe:
         and losses of NaN weights are not readings, and the run goes on to its end."""
         if not all(np.isfinite(w).all() for m in (start, fused, *models) for w in m.values()):
             return {PREFIX + "diverged": True}
-        local = self.cfg.local_test_fraction > 0
+        local = self.cfg.evaluation.local_test_fraction > 0
         held = tuple(self.held_out(p) for p in partitions) if local else ()
         states = [to_state(m, self.device) for m in models]
         figures: dict[str, Any] = {"measured_on": "union of held-out" if local else self.test.name}

@@ -72,8 +72,8 @@ def header_lines(
     split = f"Dirichlet({cfg.partition.alpha:g})" if isinstance(cfg.partition, Dirichlet) else cfg.partition.method
     resumed = f" (resumed after {first_round - 1})" if first_round > 1 else ""
     rounds = f"{first_round}..{cfg.rounds}{resumed}"
-    every = f"evaluated every {cfg.eval_every}" if cfg.eval_every > 1 else "evaluated every round"
-    held = f", local test {cfg.local_test_fraction:g} of each client" if cfg.local_test_fraction else ""
+    every = f"evaluated every {cfg.evaluation.eval_every}" if cfg.evaluation.eval_every > 1 else "evaluated every round"
+    held = f", local test {cfg.evaluation.local_test_fraction:g} of each client" if cfg.evaluation.local_test_fraction else ""
     lines = [
         f"[bold]fedpfn[/bold] {cfg.algorithm} on server {cfg.server} · {cfg.dataset} {cfg.model} "
         f"· seed {cfg.seed}",
@@ -84,8 +84,8 @@ def header_lines(
         f"  out        {cfg.run_dir}",
         f"  compute    {resources}",
     ]
-    tracking = [f"tensorboard {cfg.run_dir / 'tensorboard'}"] if cfg.tensorboard else []
-    if cfg.wandb:
+    tracking = [f"tensorboard {cfg.run_dir / 'tensorboard'}"] if cfg.tracking.tensorboard else []
+    if cfg.tracking.wandb:
         mode = os.environ.get("WANDB_MODE", "online")
         tracking.append(f"wandb ({mode})" + (f" {cfg.run_dir / 'wandb'}" if mode == "offline" else ""))
     if tracking:

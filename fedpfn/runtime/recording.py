@@ -24,7 +24,7 @@ LAST_ROUNDS = 5  # the window of the summary's `last5_mean_accuracy`
 def evaluation_set(cfg: RunConfig, device: torch.device) -> tuple[str, torch.Tensor, torch.Tensor]:
     """('test', the test split), or ('val', the held-out training samples) when tuning."""
     data = dataset_on(cfg, device)
-    if cfg.validation_fraction == 0:
+    if cfg.evaluation.validation_fraction == 0:
         return "test", data.test_x, data.test_y
     held = validation_indices(cfg).to(data.train_x.device)
     return "val", data.train_x[held], data.train_y[held]

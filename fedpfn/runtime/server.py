@@ -319,7 +319,7 @@ class ServerLoop:
             t0 = time.perf_counter()
             outcome = self.train_round(server_round)
             record, client_rows = outcome.record, outcome.client_rows
-            evaluated = server_round % cfg.eval_every == 0 or server_round == cfg.rounds
+            evaluated = server_round % cfg.evaluation.eval_every == 0 or server_round == cfg.rounds
             loss, accuracy = self.evaluate_global() if evaluated else (None, None)
             by_clients = self.evaluate_by_clients(server_round, {"round": server_round, **record})
             record = {
@@ -327,7 +327,7 @@ class ServerLoop:
                 f"{self.eval_name}_accuracy": accuracy,
                 f"{self.eval_name}_loss": loss,
                 **record,
-                **(local_test_summary(client_rows) if cfg.local_test_fraction else {}),
+                **(local_test_summary(client_rows) if cfg.evaluation.local_test_fraction else {}),
                 **by_clients,
                 "seconds": time.perf_counter() - t0,
             }

@@ -54,9 +54,9 @@ def _import(name: str) -> Any | None:
 def check_available(cfg: RunConfig) -> None:
     """Refuse `--tensorboard` / `--wandb` without their package, one line each."""
     problems = []
-    if cfg.tensorboard and not any(_import(name) for name in TENSORBOARD_WRITERS):
+    if cfg.tracking.tensorboard and not any(_import(name) for name in TENSORBOARD_WRITERS):
         problems.append(f"--tensorboard needs the tensorboardX (or tensorboard) package: {INSTALL}")
-    if cfg.wandb and _import("wandb") is None:
+    if cfg.tracking.wandb and _import("wandb") is None:
         problems.append(f"--wandb needs the wandb package: {INSTALL}")
     if problems:
         raise ConfigError("\n".join(problems))
@@ -237,9 +237,9 @@ def tracked_run(
     tracker = Tracking([progress])
     try:
         warn_meaningless(cfg)
-        if cfg.tensorboard:
+        if cfg.tracking.tensorboard:
             tracker.sinks.append(TensorBoardSink(folder.path / "tensorboard", first_round, run_settings(cfg)))
-        if cfg.wandb:
+        if cfg.tracking.wandb:
             tracker.sinks.append(WandbSink(cfg, folder))
         yield tracker
     finally:

@@ -1,0 +1,84 @@
+"""Settings grouped by a concern with no choice to make: each a group of one variant (fedpfn.core.variants).
+
+`cfg.local` holds how a client trains (`LocalTraining`: epochs, batch size, the optimizer and its
+step), `cfg.evaluation` how the global model is evaluated and the clients' local test splits
+(`Evaluation`), `cfg.tracking` where a run's numbers are also logged (`Tracking`). Users type the
+flat flags, and config.json writes them flat in the order the fields had before the groups, as
+every group does (fedpfn.core.groups has the groups where a choice decides the other settings).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from fedpfn.core.settings import above, at_least, between, one_of, setting
+from fedpfn.core.training import OPTIMIZERS
+from fedpfn.core.variants import Group
+
+
+@dataclass(frozen=True)
+class LocalTraining:
+    """How each client trains in a round: one concern, one choice (no variant to pick)."""
+
+    chosen_by: ClassVar[dict[str, Any]] = {}
+    local_epochs: int = setting(1, "local epochs per round", at_least(1), kind="federation")
+    batch_size: int = setting(64, "local batch size", at_least(1), kind="federation")
+    lr: float = setting(0.05, "local learning rate", above(0))
+    lr_decay: float = setting(1.0, "learning rate multiplied by this each round", between(0, 1, low_open=True))
+    momentum: float = setting(0.9, "local SGD momentum", between(0, 1, high_open=True))
+    weight_decay: float = setting(5e-4, "local weight decay", at_least(0))
+    optimizer: str = setting("sgd", "local optimizer: sgd or adam", one_of(OPTIMIZERS))
+
+    def lr_at(self, server_round: int) -> float:
+        return self.lr * self.lr_decay ** (server_round - 1)
+
+
+LOCAL = Group(
+    "local",
+    {},
+    (LocalTraining,),
+    {},
+    ("local_epochs", "batch_size", "lr", "lr_decay", "momentum", "weight_decay", "optimizer"),
+)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Where and how often the global model is evaluated, and the clients' local test splits."""
+
+    chosen_by: ClassVar[dict[str, Any]] = {}
+    eval_every: int = setting(
+        1, "evaluate the global model every K rounds (the last round always)", at_least(1), kind="federation"
+    )
+    validation_fraction: float = setting(
+        0.0,
+        "hold out this fraction of the training set and evaluate on it instead of the test set "
+        "(for tuning: metrics then say val_accuracy)",
+        between(0, 0.5),
+        kind="federation",
+    )
+    local_test_fraction: float = setting(
+        0.0,
+        "hold out this fraction of each client's partition as its local test split, evaluated with "
+        "the global model before and after local training (clients.jsonl, per-round mean and worst 10 %)",
+        between(0, 0.5),
+        kind="federation",
+    )
+
+
+EVALUATION = Group("evaluation", {}, (Evaluation,), {}, ("eval_every", "validation_fraction", "local_test_fraction"))
+
+
+@dataclass(frozen=True)
+class Tracking:
+    """Where a run's numbers are also logged: a resume may switch them (their kind is tracking)."""
+
+    chosen_by: ClassVar[dict[str, Any]] = {}
+    tensorboard: bool = setting(False, "write TensorBoard event files under <out>/tensorboard", kind="tracking")
+    wandb: bool = setting(
+        False, "log to Weights & Biases (WANDB_MODE=offline: files under <out>/wandb)", kind="tracking"
+    )
+
+
+TRACKING = Group("tracking", {}, (Tracking,), {}, ("tensorboard", "wandb"))
