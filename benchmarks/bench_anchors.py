@@ -32,7 +32,7 @@ from fedpfn.core.anchors import anchored_fraction, draw_mask
 from fedpfn.core.config import RunConfig
 from fedpfn.core.data import DatasetSplits
 from fedpfn.core.training import OptimizerSpec, freeze, minibatches, train_local
-from fedpfn.runtime.algorithms import validated
+from fedpfn.runtime.algorithms import load_config
 
 TARGET = 1.03  # FedPFN / FedAvg, local training time
 State = dict[str, torch.Tensor]
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     from fedpfn.core.cache import dataset_on, initial_model
 
     args = parse_args(argv)
-    cfg = validated(RunConfig(algorithm="fedpfn", model=args.model, batch_size=args.batch))
+    cfg = load_config({"algorithm": "fedpfn", "model": args.model, "batch_size": args.batch})
     ratio = cfg.hyper("fedpfn", AnchorParams).anchor_ratio
     print_header(
         "bench_anchors: FedPFN local training (the freeze after every step) vs FedAvg",

@@ -100,9 +100,9 @@ out = [("python", *rss())]
 import torch, flwr.clientapp, flwr.app
 import fedpfn.runtime.app
 out.append(("+ torch, flwr, fedpfn.runtime.app", *rss()))
-from fedpfn.core.config import RunConfig
+from fedpfn.runtime.algorithms import load_config
 from fedpfn.core.cache import dataset_on, client_indices
-cfg = RunConfig(num_clients=int(sys.argv[1]), partition="iid")
+cfg = load_config({"num_clients": int(sys.argv[1]), "partition": "iid"})
 d = dataset_on(cfg, torch.device("cpu"))
 out.append(("+ dataset (float32, cached)", *rss()))
 client_indices(cfg)

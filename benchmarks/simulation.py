@@ -34,7 +34,7 @@ from flwr.serverapp import Grid, ServerApp
 from traced_app import TRACE_ENV, read_traces, traced_client_app
 
 from fedpfn.core.config import RunConfig
-from fedpfn.runtime.algorithms import validated
+from fedpfn.runtime.algorithms import load_config
 from fedpfn.core.files import CLIENTS
 from fedpfn.runtime.runfolder import RunFolder
 from fedpfn.runtime.server import ServerLoop
@@ -44,12 +44,13 @@ NAN = float("nan")
 
 
 def bench_config(**overrides: Any) -> RunConfig:
-    """A validated RunConfig writing into a throw-away folder (removed when the script exits)."""
+    """A checked RunConfig from flat settings, as typed (`partition="iid"`, `batch_size=60`), writing
+    into a throw-away folder (removed when the script exits)."""
     out = tempfile.mkdtemp(prefix="fedpfn-bench-")
     atexit.register(shutil.rmtree, out, ignore_errors=True)  # run folders are not kept
     overrides.setdefault("out", out)
     overrides.setdefault("overwrite", True)
-    return validated(RunConfig(**overrides))
+    return load_config(overrides)
 
 
 # --- the moments the run's records lack --------------------------------------------------
@@ -283,7 +284,7 @@ def timed_simulation(cfg: RunConfig, trace: bool = True, chunk: int = 0) -> SimT
     clock, start = Clock(), time.time()
     check_runnable(cfg)
     folder = RunFolder(cfg.run_dir)
-    folder.start(cfg.to_dict(), overwrite=cfg.overwrite)
+    folder.start(cfg.to_dict(), overwrite=cfg.output.overwrite)
     checked = time.time()
     quiet_flower()
     with _trace_folder(trace) as traces:

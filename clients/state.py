@@ -107,7 +107,7 @@ class ClientState:
     ) -> ClientState:
         """`state_root`: see ClientStateStore (None: the run folder's client_state/)."""
         store = ClientStateStore(cfg.run_dir, partition_id, state_root)
-        return cls(context_state, store, accepted_round, cfg.checkpoint_every)
+        return cls(context_state, store, accepted_round, cfg.output.checkpoint_every)
 
     def load(self, key: str) -> ArrayRecord | None:
         """This client's record `key` as of its last accepted round, or None before any.

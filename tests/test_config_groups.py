@@ -154,19 +154,21 @@ def test_a_folder_with_a_setting_its_partition_leaves_out_resumes_to_the_same_nu
 
 def test_a_concern_is_one_group_read_as_cfg_concern_and_written_flat_in_its_old_order():
     """How a client trains is `cfg.local`, how the model is evaluated `cfg.evaluation`, where numbers
-    are also logged `cfg.tracking`; the flags, config.json's keys and their order (so a folder
+    are also logged `cfg.tracking`, the run folder `cfg.output`; the flags, config.json's keys and their order (so a folder
     written before the groups resumes) are the flat ones; a bad value is named."""
-    from fedpfn.core.concerns import EVALUATION, LOCAL, TRACKING, Evaluation, LocalTraining, Tracking
+    from fedpfn.core.concerns import EVALUATION, LOCAL, OUTPUT, TRACKING, Evaluation, LocalTraining, Output, Tracking
 
     values = {"lr": 0.1, "momentum": 0.5, "local_epochs": 3, "optimizer": "adam", "eval_every": 2,
-              "local_test_fraction": 0.2, "wandb": True}  # fmt: skip
+              "local_test_fraction": 0.2, "wandb": True, "out": "runs/x", "checkpoint_every": 0}  # fmt: skip
     cfg = parse_config(values)
     assert cfg.local == LocalTraining(local_epochs=3, lr=0.1, momentum=0.5, optimizer="adam")
     assert (cfg.evaluation, cfg.tracking) == (Evaluation(2, 0.0, 0.2), Tracking(False, True))
+    assert cfg.output == Output("runs/x", checkpoint_every=0) and cfg.in_folder("y").output == Output("y", checkpoint_every=0)
     assert cfg.to_dict() == written(values) and parse_config(cfg.to_dict()) == cfg
     keys = list(cfg.to_dict())
     assert keys[keys.index("seed") + 1 : keys.index("personal")] == list(LOCAL.order)
     assert keys[keys.index("personal") + 1 : keys.index("alignment_every")] == list(EVALUATION.order)  # clients: off
     assert keys[keys.index("alignment_samples") + 1 : keys.index("engine")] == list(TRACKING.order)
+    assert keys[keys.index("simulate_failures") + 1 :] == list(OUTPUT.order)
     assert cfg.lr_at(3) == 0.1 and parse_config({"lr": 0.1, "lr_decay": 0.5}).lr_at(3) == 0.025
     assert parse_config({"lr": 0.0}).problems() == ["lr: 0.0 must be > 0"]

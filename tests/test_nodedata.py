@@ -160,7 +160,7 @@ def test_node_config_picks_the_copy_and_the_state_folder(tmp_path: Path) -> None
     assert data is not None and len(data.train) == len(client_indices(cfg)[0])
     node = {nodedata.STATE_DIR: str(tmp_path / "state")}
     root = nodedata.state_root(cfg, node)
-    other = nodedata.state_root(dataclasses.replace(cfg, out=str(tmp_path / "other")), node)
+    other = nodedata.state_root(cfg.in_folder(str(tmp_path / "other")), node)
     assert root is not None and root.parent == tmp_path / "state" and root.name.startswith(cfg.run_dir.name)
     assert other != root, "each run folder gets its own state folder on the node"
 

@@ -59,7 +59,7 @@ def tracked(tmp_path_factory) -> dict[str, Any]:
     with pytest.MonkeyPatch.context() as mp, redirect_stdout(terminal):
         wandb_env(mp, root)
         simulate(cfg, show_progress=True)
-    run = Path(cfg.out)
+    run = Path(cfg.output.out)
     return {
         "cfg": cfg,
         "run": run,

@@ -2,9 +2,10 @@
 
 `cfg.local` holds how a client trains (`LocalTraining`: epochs, batch size, the optimizer and its
 step), `cfg.evaluation` how the global model is evaluated and the clients' local test splits
-(`Evaluation`), `cfg.tracking` where a run's numbers are also logged (`Tracking`). Users type the
-flat flags, and config.json writes them flat in the order the fields had before the groups, as
-every group does (fedpfn.core.groups has the groups where a choice decides the other settings).
+(`Evaluation`), `cfg.tracking` where a run's numbers are also logged (`Tracking`), `cfg.output`
+the run folder and what goes into it (`Output`). Users type the flat flags, and config.json
+writes them flat in the order the fields had before the groups, as every group does
+(fedpfn.core.groups has the groups where a choice decides the other settings).
 """
 
 from __future__ import annotations
@@ -82,3 +83,27 @@ class Tracking:
 
 
 TRACKING = Group("tracking", {}, (Tracking,), {}, ("tensorboard", "wandb"))
+
+
+@dataclass(frozen=True)
+class Output:
+    """The run folder and what goes into it: where, whether an earlier run's files are replaced, how
+    often a checkpoint is written, the accuracy comparisons report the first round of."""
+
+    chosen_by: ClassVar[dict[str, Any]] = {}
+    out: str | None = setting(
+        None,
+        "run folder (default: runs/<algorithm>[-<server>]-<dataset>-<model>-<8 hex digits of the other "
+        "settings>-s<seed>: different settings never share one)",
+        kind="bookkeeping",
+    )
+    overwrite: bool = setting(False, "replace the files of an earlier run in --out", kind="bookkeeping")
+    checkpoint_every: int = setting(
+        1, "write a checkpoint every N rounds (0: only at the end)", at_least(0), kind="bookkeeping"
+    )
+    target_accuracy: float = setting(
+        0.8, "accuracy whose first round is reported in comparisons", between(0, 1, low_open=True), kind="bookkeeping"
+    )
+
+
+OUTPUT = Group("output", {}, (Output,), {}, ("out", "overwrite", "checkpoint_every", "target_accuracy"))

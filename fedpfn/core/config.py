@@ -24,7 +24,7 @@ from fedpfn.core.data import DATASETS, dataset_problem
 from fedpfn.core.groups import ALIGNMENT, ENGINE, FEDERATED_EVAL, PARTITION, Aligned, Alignment, ClientEval  # noqa: I001
 from fedpfn.core.groups import ClientEvaluation, Dirichlet, Engine, FlwrPartition, Loop, NoAlignment
 from fedpfn.core.groups import START, NoClientEvaluation, Partition, Ray, Seeded, Start, Started, Tasks, Vmap
-from fedpfn.core.concerns import EVALUATION, LOCAL, TRACKING, Evaluation, LocalTraining, Tracking
+from fedpfn.core.concerns import EVALUATION, LOCAL, OUTPUT, TRACKING, Evaluation, LocalTraining, Output, Tracking
 from fedpfn.core.hyper import flat_view, hyper_of
 from fedpfn.core.init_file import init_file_problem, start_changed
 from fedpfn.core.models import MAX_PROJECTION_HEAD, MODELS, TIMM_PREFIX, model_problem
@@ -122,20 +122,8 @@ class RunConfig:
     simulate_failures: float = setting(
         0.0, "probability that a selected client fails (seeded)", between(0, 1, high_open=True), kind="federation"
     )
-    # run folder
-    out: str | None = setting(
-        None,
-        "run folder (default: runs/<algorithm>[-<server>]-<dataset>-<model>-<8 hex digits of the other "
-        "settings>-s<seed>: different settings never share one)",
-        kind="bookkeeping",
-    )
-    overwrite: bool = setting(False, "replace the files of an earlier run in --out", kind="bookkeeping")
-    checkpoint_every: int = setting(
-        1, "write a checkpoint every N rounds (0: only at the end)", at_least(0), kind="bookkeeping"
-    )
-    target_accuracy: float = setting(
-        0.8, "accuracy whose first round is reported in comparisons", between(0, 1, low_open=True), kind="bookkeeping"
-    )
+    # the run folder and what goes into it (fedpfn.core.concerns)
+    output: Output = dataclasses.field(default_factory=Output, metadata={"group": OUTPUT})
     # the algorithms' hyperparameters: `fedprox.prox_mu`, or by name until resolved (fedpfn.core.hyper)
     hparams: dict[str, Any] = dataclasses.field(default_factory=dict, metadata={"flag": False})
     # a group's settings that its variant does not take, as parsed: refused where given (problems),
@@ -152,14 +140,18 @@ class RunConfig:
         computes, the seed aside (placement, tracking and bookkeeping left out): runs of
         different settings never share a default folder, and one setting's seeds sit side by side.
         """
-        if self.out:
-            return Path(self.out)
+        if self.output.out:
+            return Path(self.output.out)
         ignored = {"seed", *of_kind(RunFlags, "bookkeeping"), *PLACEMENT, *TRACKERS}
         settings = {key: value for key, value in flat_view(self.to_dict()).items() if key not in ignored}
         digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
         server = "" if self.server == "fedavg" else "-" + self.server.rpartition(":")[2]
         name = re.sub(r"[^A-Za-z0-9.+_-]", "_", f"{self.algorithm}{server}-{self.dataset}-{self.model}")
         return Path("runs") / f"{name}-{digest}-s{self.seed}"
+
+    def in_folder(self, out: str, **output: Any) -> RunConfig:
+        """The same run written to `out` (and any other output setting given, e.g. overwrite)."""
+        return dataclasses.replace(self, output=dataclasses.replace(self.output, out=out, **output))
 
     def lr_at(self, server_round: int) -> float:
         return self.local.lr_at(server_round)
@@ -321,7 +313,7 @@ USED_ONLY_IF: dict[str, tuple[Callable[[RunConfig], bool], str]] = {
         "the batched engine uses it only with --engine-mode loop (threads a client); --engine ray reserves it",
     ),
 }
-GROUPS = (START, PARTITION, LOCAL, EVALUATION, FEDERATED_EVAL, ALIGNMENT, TRACKING, ENGINE)
+GROUPS = (START, PARTITION, LOCAL, EVALUATION, FEDERATED_EVAL, ALIGNMENT, TRACKING, ENGINE, OUTPUT)
 
 
 def _flat_fields() -> list[tuple[str, Any, dataclasses.Field]]:

@@ -108,7 +108,7 @@ def comparison_configs(
     for algorithm in algorithms:
         for seed in seeds:
             out = str(root / f"{algorithm}-s{seed}")
-            cfg = dataclasses.replace(for_algorithm(base, algorithm), seed=seed, out=out)
+            cfg = dataclasses.replace(for_algorithm(base, algorithm).in_folder(out), seed=seed)
             try:
                 configs.append(validated(cfg, given))
             except ConfigError as err:
@@ -203,7 +203,7 @@ def compare(
     for cfg, action in zip(configs, actions):
         run_one(cfg, action)
     runs = [read_run(cfg.run_dir.resolve()) for cfg in configs]
-    report = analyse(runs, algorithms[0], k=LAST_ROUNDS, target=base.target_accuracy, command=command)
+    report = analyse(runs, algorithms[0], k=LAST_ROUNDS, target=base.output.target_accuracy, command=command)
     write_report(report, root, name="comparison")
     show(report, root / "comparison.md")  # the headline table and one next: line; the files hold the rest
     return report

@@ -42,7 +42,7 @@ def plan(cfg: RunConfig, resume: bool) -> RunPlan:
     """Check the folder for a new run, or find the checkpoint a resumed one continues from."""
     folder = RunFolder(cfg.run_dir)
     if not resume:
-        folder.check_new_run(cfg.overwrite)
+        folder.check_new_run(cfg.output.overwrite)
         return RunPlan(cfg, folder, resume, None)
     checkpoint = resume_point(cfg, folder)
     if checkpoint is not None:
@@ -77,7 +77,7 @@ def claimed(run: RunPlan, engine: str) -> Iterator[None]:
     first_round = 1 + (int(run.checkpoint["round"]) if run.checkpoint else 0)
     with folder.exclusive():
         if not run.resume:
-            folder.start(cfg.to_dict(), overwrite=cfg.overwrite, provenance=provenance.collect(engine, first_round))
+            folder.start(cfg.to_dict(), overwrite=cfg.output.overwrite, provenance=provenance.collect(engine, first_round))
         else:  # `--rounds N` may continue a finished run: it is unfinished again
             folder.unfinish()
             previous = folder.read_provenance()

@@ -335,7 +335,7 @@ class ServerLoop:
                 for row in client_rows:
                     self.folder.append_metrics(row, name=CLIENTS)
                 self.folder.append_metrics(record)
-                due = cfg.checkpoint_every and server_round % cfg.checkpoint_every == 0
+                due = cfg.output.checkpoint_every and server_round % cfg.output.checkpoint_every == 0
                 if due or server_round == cfg.rounds:
                     self.checkpoint(server_round, self.elapsed_before + time.perf_counter() - started)
             self.accepted.update(accepted_rounds([record]))

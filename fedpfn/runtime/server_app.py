@@ -3,7 +3,6 @@ engines, and `server_app` for `flwr run` (deployment), which checks and claims i
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 
@@ -57,7 +56,7 @@ def deployed_main(grid: Grid, context: Context) -> None:
     name_code(*code_settings(values))  # flwr run's command
     cfg = load_config(values)
     check_simulated_nodes(grid, cfg.num_clients)
-    cfg = dataclasses.replace(cfg, out=str(cfg.run_dir.resolve()))  # relative: to the SuperLink's folder
+    cfg = cfg.in_folder(str(cfg.run_dir.resolve()))  # relative: to the SuperLink's folder
     run = plan(cfg, resume=resumes_in_place(cfg))
     check_available(cfg)
     with claimed(run, "deployment"), tracking(run, "deployment: clients train on the SuperNodes") as tracker:
@@ -98,7 +97,7 @@ def check_simulated_nodes(grid: Grid, num_clients: int) -> None:
 def resumes_in_place(cfg: RunConfig) -> bool:
     """Whether `flwr run` continues the run in `out`: unfinished, of the same settings, no overwrite."""
     folder = RunFolder(cfg.run_dir)
-    if not folder.holds_run() or cfg.overwrite:
+    if not folder.holds_run() or cfg.output.overwrite:
         return False
     if folder.is_finished():
         raise RuntimeError(

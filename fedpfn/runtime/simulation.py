@@ -193,7 +193,7 @@ def quiet_flower() -> None:
 def simulate(cfg: RunConfig, resume: bool = False, show_progress: bool = True) -> dict[str, Any]:
     """Run (or resume) one simulation on the config's engine and return its summary."""
     engine = ENGINES[cfg.engine.name]
-    cfg = dataclasses.replace(cfg, out=str(cfg.run_dir.resolve()))  # workers find it from any folder
+    cfg = cfg.in_folder(str(cfg.run_dir.resolve()))  # workers find it from any folder
     with stop_on_signals(RunFolder(cfg.run_dir)):
         check_present(cfg)
         cfg = engine.prepare(cfg)
@@ -253,9 +253,8 @@ def resume_config(run_dir: str, overrides: dict[str, Any]) -> RunConfig:
             )
         folder.check_usable()
     switched = {name: getattr(requested, name) for name in MOVABLE}  # may change on resume
-    cfg = dataclasses.replace(
-        stored, rounds=requested.rounds, out=str(folder.path), overwrite=False, unused=requested.unused, **switched
-    )
+    moved = stored.in_folder(str(folder.path), overwrite=False)
+    cfg = dataclasses.replace(moved, rounds=requested.rounds, unused=requested.unused, **switched)
     cfg = validated(cfg, given=set(overrides))
     if arithmetic(stored) and arithmetic(cfg) and arithmetic(stored) != arithmetic(cfg):
         print(
