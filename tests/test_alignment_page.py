@@ -85,6 +85,8 @@ def test_too_few_seeds_wait_instead_of_answering() -> None:
     assert found == ["r"] and said_b == [] and "r: not yet answered, 6 of the 10 seeds" in lines[1]
     _, _, said = gate.question_a({"r": planted(MOVING, seeds=3)})
     assert "not yet read: 3 of the 5 seeds" in said[0]
+    _, _, said = gate.question_a({"r": planted(MOVING, seeds=1)})  # one seed: no control interval yet, not void
+    assert "not yet read: 1 of the 5 seeds" in said[0] and "void" not in said[0]
 
 
 def test_the_page_says_when_its_cells_come_from_more_than_one_machine() -> None:

@@ -50,3 +50,21 @@ def test_the_pilot_sentence_says_what_its_rule_picked_or_that_nothing_qualified(
     stored["pick"] = "r114/lr0.1"
     (tmp_path / "docs" / "alignment" / "pilot.json").write_text(json.dumps(stored))
     assert pilot(tmp_path).endswith("its rule picked r114/lr0.1.")
+
+
+def test_a_plain_setting_measured_again_by_a_regime_of_other_anchors_is_named_as_such(tmp_path: Path) -> None:
+    """The neuron and ratio regimes rerun the plain arm of cnn-same-init: the sentence says whose cells it read."""
+    import json
+
+    from fedpfn.study.findings import misalignment
+
+    config = {"model": "cnn", "split": "same-data", "start": "init", "lr": 0.1, "granularity": "weight"}
+    def regime(p: list[float], **changed: object) -> dict:
+        return {"config": {**config, **changed}, "seeds": {str(s): {"plain": {"permutation_loss": v}} for s, v in enumerate(p)}}
+    cells = {"cnn-same-init": regime([0.3, 0.4, 0.2, 0.35, 0.25]),
+             "cnn-same-init-neuron": regime([0.1, 0.3, 0.2, 0.2, 0.0], granularity="neuron")}  # fmt: skip
+    (tmp_path / "docs/alignment").mkdir(parents=True)
+    (tmp_path / "docs/alignment/cells.json").write_text(json.dumps(cells))
+    said = misalignment(tmp_path)
+    assert said is not None and said.count("CNN, the same data, one random start, lr 0.1") == 2
+    assert "lr 0.1, again: the plain arm of cnn-same-init-neuron;" in said and "again: the plain arm of cnn-same-init;" not in said

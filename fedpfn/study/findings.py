@@ -106,14 +106,17 @@ def misalignment(root: Path) -> str | None:
     cells = gate_cells(root)
     if not cells:
         return None
-    parts, lows = [], []
-    for regime in cells.values():
+    parts, lows, seen = [], [], set()
+    for name, regime in cells.items():
         p = gate.against_zero("P", gate.series(regime, "plain", "permutation_loss"))
         if len(p.seeds) < gate.A_SEEDS:  # as the gate's page reads a regime
             continue
         lows.append(p.low if p.low is not None else p.mean)  # no spread: the same P in every seed
         spread = f"95 % CI {interval(p, digits=3)}" if p.low is not None else "the same in every seed"
-        parts.append(f"{p.mean:+.3f} nats ({setting_words(regime['config'])}; {spread}, {len(p.seeds)} seeds)")
+        words = setting_words(regime["config"])
+        again = f"{words}, again: the plain arm of {name}" if words in seen else words  # a regime of other anchors
+        seen.add(words)
+        parts.append(f"{p.mean:+.3f} nats ({again}; {spread}, {len(p.seeds)} seeds)")
     found = "lose less" if lows and min(lows) > 0 else "do not in every setting lose less"
     return ("**Is there misalignment for anchors to remove?** Outside a federation, two models trained apart "
             f"from one start (the gate, docs/alignment.md) {found} when averaged after a permutation found by "

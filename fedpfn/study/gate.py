@@ -85,10 +85,10 @@ def a_reading(plain: Paired, control: Paired, n: int, lost: Sequence[int] = ()) 
     if lost:
         seeds = ", ".join(map(str, lost))
         return f"void: a plain model diverged in seed{'s' * (len(lost) > 1)} {seeds}, so this regime does not train at its lr"
+    if n < A_SEEDS:  # before the control: too few seeds for its interval is not an instrument that did not move
+        return f"not yet read: {n} of the {A_SEEDS} seeds set before the runs"
     if not above_zero(control):
         return "void: the positive control's interval does not exclude 0, so the instrument did not move here"
-    if n < A_SEEDS:
-        return f"not yet read: {n} of the {A_SEEDS} seeds set before the runs"
     if above_zero(plain):
         return f"P(plain) > 0: the interval excludes 0 (and P below {plain.low:+.3f})"
     if plain.high is None:  # no spread: every seed read the same P (matching kept the identity: 0)
