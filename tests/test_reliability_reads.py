@@ -208,16 +208,17 @@ def test_a_partition_folder_is_read_as_data(damage, says, tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["fifo", "link"])
-def test_colds_record_of_a_folder_is_never_read_through(kind, tmp_path, capsys):
-    """DIR/cold_config.json ties a folder's runs to their settings; one that is a FIFO or a link is
-    refused in one line, never opened or followed."""
-    out = tmp_path / "cold"
-    out.mkdir()
-    record = out / "cold_config.json"
+def test_a_cold_runs_config_is_never_read_through(kind, tmp_path, capsys):
+    """`fedpfn cold` reads its settings off the study's runs (RUNS/ARM/sSEED/config.json); one that
+    is a FIFO or a link is refused in one line, never opened or followed, and nothing is written."""
+    runs = tmp_path / "runs"
+    record = runs / "plain" / "s0" / "config.json"
+    record.parent.mkdir(parents=True)
     os.mkfifo(record) if kind == "fifo" else record.symlink_to("/dev/zero")
     with unblocking(record):
-        code_ = fedpfn(["cold", "--out", str(out)])
+        code_ = fedpfn(["cold", "--runs", str(runs), "--out", str(tmp_path / "out"), "--seeds", "0"])
     lines = capsys.readouterr().err.splitlines()
-    said = [line for line in lines if "cold_config.json" in line]
+    said = [line for line in lines if "config.json" in line]
     why = "not a regular file" if kind == "fifo" else "a symbolic link, which fedpfn never follows"
-    assert code_ == 2 and len(said) == 1 and why in said[0] and said[0].startswith("error: out: "), lines
+    assert code_ == 2 and len(said) == 1 and why in said[0] and said[0].startswith("error: runs: "), lines
+    assert not (tmp_path / "out").exists()
