@@ -191,13 +191,13 @@ run_config+=" dataset=\"$dataset\" model=\"$model\" out=\"$out\""
 ((overwrite == 1)) && run_config+=" overwrite=true"
 # Prints the validated config as JSON, and on a second line the folder the run's data is in.
 checked="$("$python" - "$app" "$run_config" "${extra_config[@]}" <<'PY'
-import dataclasses, re, sys, tomllib
+import re, sys, tomllib
 app, ours_line, extras = sys.argv[1], sys.argv[2], sys.argv[3:]
 sys.path.insert(0, app)
 try:
-    from fedpfn.core.config import ConfigError, RunConfig
-    from fedpfn.runtime.algorithms import load_config
-    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    from fedpfn.core.config import FLAT_FIELDS, ConfigError
+    from fedpfn.runtime.algorithms import hparam_fields, load_config
+    fields = {*FLAT_FIELDS, *hparam_fields()}  # every setting as typed: the groups' flat ones, the algorithms' own
 except Exception:  # not fedpfn: leave the keys to the SuperLink
     fields = None
 ours = {"num_clients", "clients_per_round", "rounds", "algorithm", "dataset", "model", "out", "overwrite"}
