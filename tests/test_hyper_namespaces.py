@@ -57,6 +57,9 @@ def user_rule(tmp_path, monkeypatch):
     monkeypatch.delitem(sys.modules, "proxlike", raising=False)
     (tmp_path / "proxlike.py").write_text(textwrap.dedent(PROX_LIKE))
     before = dict(CLIENT_RULES)
+    from fedpfn.core.user_code import name_code
+
+    name_code("proxlike:ProxLike")  # as a command names it: a test alone on its worker loads it too
     yield "proxlike:ProxLike"
     CLIENT_RULES.clear()
     CLIENT_RULES.update(before)
