@@ -57,8 +57,7 @@ def arms_figure(spec: Spec, endpoint: str, points: Mapping[str, Sequence[Mapping
                 rows.append(series_of(paired(spec.labels[arm], endpoint, found, dict.fromkeys(found, 0.0)), end.scale))
         panels[point or endpoint] = rows
     title = f"{spec.title}: {endpoint} of each arm"
-    fig = paired_figure(panels, "", title, end.unit or "as measured", name=str, xlabel=endpoint, mean_name="mean")
-    return [f"![{title}: each seed, the mean and its 95 % interval]({written(spec, 'arms-' + endpoint, fig)})"]
+    return [reading_figure(spec, f"arms-{endpoint}", panels, title, end.unit or "as measured", endpoint, mean_name="mean")]
 
 
 def reading_figure(spec: Spec, name: str, panels: Mapping[str, Sequence[PairedSeries]], title: str, unit: str,

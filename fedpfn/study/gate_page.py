@@ -19,12 +19,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedpfn.analysis.lmc_render import DIVERGED
-from fedpfn.analysis.plots import paired_figure
 from fedpfn.core.files import atomic_write_bytes, read_json
 from fedpfn.core.provenance import KEY, machines_sentence
 from fedpfn.study import gate
 from fedpfn.study.cells import main_cells
-from fedpfn.study.figures import written
+from fedpfn.study.figures import reading_figure
 from fedpfn.study.spec import Spec, template_text
 
 RESULT = "lmc.json"
@@ -105,10 +104,9 @@ def machines(cells: Mapping[str, Any]) -> str:
 
 def figure_line(spec: Spec, cells: Mapping[str, Any]) -> str:
     """The gate's figure (P per regime, seed by seed), written beside the stored cells; its page line."""
-    title = "P under full matching, per regime (seeds): each seed, the mean and its 95 % interval"
-    fig = paired_figure(gate.figure_panels(cells), "plain", title, "nats", name=str, linear_within=LINEAR_WITHIN,
-                        xlabel="each panel's difference")  # fmt: skip
-    return f"![{title}]({written(spec, 'P', fig)})"
+    title = "P under full matching, per regime (seeds)"
+    return reading_figure(spec, "P", gate.figure_panels(cells), title, "nats", "each panel's difference",
+                          linear_within=LINEAR_WITHIN)  # fmt: skip
 
 
 def write_page(spec: Spec, cells: Mapping[str, Any]) -> str:

@@ -13,6 +13,7 @@ name, its output files, how it reads a cell's flags (`checked`) and its `main`.
 from __future__ import annotations
 
 import argparse
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +49,7 @@ class ResultCell:
     argv: tuple[str, ...]
 
 
-class ResultCells:
+class ResultCells(ABC):
     """One seed a cell (or a joint cell's seeds), the command run in this process; a subclass names
     the command."""
 
@@ -58,9 +59,9 @@ class ResultCells:
     outputs: tuple[str, ...] = ()  # every file the command writes (a killed cell's are replaced)
     main: Callable[[list[str], str], int]
 
+    @abstractmethod
     def checked(self, argv: list[str]) -> Any:
         """The cell's settings from its command line; ConfigError names every problem."""
-        raise NotImplementedError
 
     def saved(self, config: dict[str, Any]) -> dict[str, Any]:
         """A result's settings as they compare with a cell's (an older result's defaults filled in)."""
