@@ -326,7 +326,7 @@ def results(spec: Spec, data: dict[str, Any]) -> str:
         f"Not finished: {', '.join(partial) or 'none'}. Not run: {', '.join(untouched) or 'none'}.", "",
         *unfinished(spec, data),
         f"**CPU time.** The timed cells took {data['cpu_s']:.0f} CPU-seconds ({data['cpu_s'] / 3600:.2f} "
-        f"CPU-hours) over {data['cells_timed']} cells, counting the slow first cells kept under {EARLIER}/; cells "
+        f"CPU-hours) over {data['cells_timed']} cells, counting any slow first cells kept under {EARLIER}/; cells "
         "stopped before they finished, or still going, are not counted. Measuring every client against the aggregate took "
         + (f"{sum(seconds) / len(seconds):.1f} s of wall time a measured round on average, on the loaded machine."
            if seconds else "no time: no run recorded it.")
