@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     actors = int((os.cpu_count() or 1) // args.client_cpus)
     print_header(
         "bench_overhead: simulator vs plain PyTorch loop, same FedAvg work",
-        {"model": cfg.model, "clients": cfg.num_clients, "per_round": cfg.clients_per_round,
+        {"model": cfg.task.model, "clients": cfg.num_clients, "per_round": cfg.clients_per_round,
          "rounds": cfg.rounds, "partition": cfg.partition, "epochs": cfg.local.local_epochs,
          "batch": cfg.local.batch_size, "actors": actors, "repeats": args.repeats},
     )  # fmt: skip

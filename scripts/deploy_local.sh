@@ -232,7 +232,7 @@ if not problems and fields is not None:  # the whole config, as the ServerApp wi
         from fedpfn.core.data import DEBIAN_FMNIST_DIR
         cfg = load_config(values)
         print(cfg.to_json())
-        print(cfg.data_root or DEBIAN_FMNIST_DIR)
+        print(cfg.task.data_root or DEBIAN_FMNIST_DIR)
     except ConfigError as err:
         problems += str(err).splitlines()
 if problems:

@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config({**COMMON, **settings})
         counts = partition_label_counts(cfg)
         title = f"{cfg.num_clients} clients, {split_text(cfg)} · seed {cfg.seed}"
-        for path in plot_partition(args.out / name, counts, CLASS_NAMES[cfg.dataset], title):
+        for path in plot_partition(args.out / name, counts, CLASS_NAMES[cfg.task.dataset], title):
             print(f"written: {path}")
         print(f"{name}: client sizes {counts.sum(axis=1).tolist()}")
     return 0

@@ -153,22 +153,45 @@ def test_a_folder_with_a_setting_its_partition_leaves_out_resumes_to_the_same_nu
 
 
 def test_a_concern_is_one_group_read_as_cfg_concern_and_written_flat_in_its_old_order():
-    """How a client trains is `cfg.local`, how the model is evaluated `cfg.evaluation`, where numbers
-    are also logged `cfg.tracking`, the run folder `cfg.output`; the flags, config.json's keys and their order (so a folder
-    written before the groups resumes) are the flat ones; a bad value is named."""
-    from fedpfn.core.concerns import EVALUATION, LOCAL, OUTPUT, TRACKING, Evaluation, LocalTraining, Output, Tracking
+    """What is trained on what is `cfg.task`, how a client trains `cfg.local`, how the model is evaluated
+    `cfg.evaluation`, where numbers are also logged `cfg.tracking`, the run folder `cfg.output`; the flags,
+    config.json's keys and their order (so a folder written before the groups resumes) are the flat ones;
+    a bad value is named."""
+    from fedpfn.core.concerns import EVALUATION, LOCAL, OUTPUT, TRACKING, Evaluation, LocalTraining, Output, Task
+    from fedpfn.core.concerns import Tracking
 
     values = {"lr": 0.1, "momentum": 0.5, "local_epochs": 3, "optimizer": "adam", "eval_every": 2,
-              "local_test_fraction": 0.2, "wandb": True, "out": "runs/x", "checkpoint_every": 0}  # fmt: skip
+              "local_test_fraction": 0.2, "wandb": True, "out": "runs/x", "checkpoint_every": 0, "model": "mlp",
+              "projection_head": 8, "personal": "classifier.*", "download": True}  # fmt: skip
     cfg = parse_config(values)
+    assert cfg.task == Task("fmnist", "mlp", 8, None, True, "classifier.*")
     assert cfg.local == LocalTraining(local_epochs=3, lr=0.1, momentum=0.5, optimizer="adam")
     assert (cfg.evaluation, cfg.tracking) == (Evaluation(2, 0.0, 0.2), Tracking(False, True))
     assert cfg.output == Output("runs/x", checkpoint_every=0) and cfg.in_folder("y").output == Output("y", checkpoint_every=0)
     assert cfg.to_dict() == written(values) and parse_config(cfg.to_dict()) == cfg
     keys = list(cfg.to_dict())
+    assert keys[keys.index("server") + 1 : keys.index("num_clients")] == [  # the task, around the start
+        "dataset", "model", "init", "projection_head", "data_root", "download"]  # fmt: skip
     assert keys[keys.index("seed") + 1 : keys.index("personal")] == list(LOCAL.order)
     assert keys[keys.index("personal") + 1 : keys.index("alignment_every")] == list(EVALUATION.order)  # clients: off
     assert keys[keys.index("alignment_samples") + 1 : keys.index("engine")] == list(TRACKING.order)
     assert keys[keys.index("simulate_failures") + 1 :] == list(OUTPUT.order)
     assert cfg.lr_at(3) == 0.1 and parse_config({"lr": 0.1, "lr_decay": 0.5}).lr_at(3) == 0.025
     assert parse_config({"lr": 0.0}).problems() == ["lr: 0.0 must be > 0"]
+    assert parse_config({"projection_head": -1}).problems() == ["projection_head: -1 must be in [0, 8192]"]
+
+
+def test_the_flat_settings_keep_their_order_and_a_problem_reads_by_flat_name():
+    """--help-all and config.json list the settings as before the groups (FLAT_ORDER); a check that
+    reads two settings reads them by their flat names, whichever group holds them."""
+    from fedpfn.core.config import FLAT_FIELDS
+
+    assert list(FLAT_FIELDS)[:11] == ["algorithm", "server", "dataset", "model", "init", "init_sha256", "fresh_head",
+                                      "projection_head", "data_root", "download", "num_clients"]  # fmt: skip
+    assert parse_config({"dataset": "cifar10", "partition": "tasks"}).problems() == [
+        "partition: tasks are derived from Fashion-MNIST's classes; use --dataset fmnist, not cifar10"
+    ]
+    assert parse_config({"model": "mlp", "personal": "head.*"}).problems()[0].startswith("personal: 'head.*' matches no")
+    assert parse_config({"dataset": "mypkg.data:load", "download": True}).problems(given={"dataset", "download"}) == [
+        "download: True is set, but a dataset of your own (--dataset package.module:load) loads itself"
+    ]

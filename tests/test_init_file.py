@@ -16,6 +16,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from fedpfn.core.concerns import Task
 from fedpfn.core.config import RunConfig
 from fedpfn.core.groups import Seeded, Start
 from fedpfn.core.init_file import CHUNK_BYTES, MARGIN_BYTES, InitError, file_sha256, init_file_problem, load_start
@@ -132,14 +133,14 @@ def test_the_run_config_checks_the_file_before_anything_starts(tmp_path: Path) -
 def test_a_run_starts_from_the_file_and_refuses_one_that_does_not_fit(tmp_path: Path) -> None:
     from fedpfn.core.cache import initial_model
 
-    cfg = RunConfig(model="mlp", seed=3)
-    source = initial_model(RunConfig(model="mlp", seed=4))
+    cfg = RunConfig(task=Task(model="mlp"), seed=3)
+    source = initial_model(RunConfig(task=Task(model="mlp"), seed=4))
     save_file(source.state_dict(), tmp_path / "start.safetensors")
-    started = initial_model(RunConfig(model="mlp", seed=3, start=Start(str(tmp_path / "start.safetensors"))))
+    started = initial_model(RunConfig(task=Task(model="mlp"), seed=3, start=Start(str(tmp_path / "start.safetensors"))))
     assert same(started, source) and not same(initial_model(cfg), source)
     save_file(mlp().state_dict(), tmp_path / "small.safetensors")  # width 8, not the run's 200
     with pytest.raises(InitError) as err:
-        initial_model(RunConfig(model="mlp", start=Start(str(tmp_path / "small.safetensors"))))
+        initial_model(RunConfig(task=Task(model="mlp"), start=Start(str(tmp_path / "small.safetensors"))))
     assert all(
         line.startswith(f"init: {tmp_path / 'small.safetensors'}: shape of")
         for line in str(err.value).splitlines()

@@ -123,7 +123,8 @@ def test_a_copy_is_refused_for_other_settings_in_one_line(tmp_path: Path) -> Non
     # settings that do not move samples are accepted: another local split (drawn on the node
     # as in simulation), another data root (a folder without the dataset: none is read)
     split = dataclasses.replace(cfg, evaluation=dataclasses.replace(cfg.evaluation, local_test_fraction=0.5))
-    data = read_partition(dataclasses.replace(split, data_root=str(tmp_path)), 2, folder)
+    elsewhere = dataclasses.replace(split, task=dataclasses.replace(split.task, data_root=str(tmp_path)))
+    data = read_partition(elsewhere, 2, folder)
     assert len(data.train) + len(data.local_test) == meta["num_examples"]
     assert torch.equal(client_indices(cfg)[2][data.local_test], local_split(split, 2)[1])
 

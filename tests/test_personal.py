@@ -79,7 +79,7 @@ def test_a_pattern_that_matches_nothing_is_refused_in_one_line():
         tiny_config(algorithm="fedbn")
     with pytest.raises(ConfigError, match="^personal: fedprox reads the global model as each client's start"):
         tiny_config(algorithm="fedprox", personal="classifier.*")
-    assert tiny_config(personal="classifier.*").personal == "classifier.*"
+    assert tiny_config(personal="classifier.*").task.personal == "classifier.*"
 
 
 @pytest.mark.parametrize("granularity", ["weight", "neuron"])

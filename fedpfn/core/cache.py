@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 def dataset_for(cfg: RunConfig) -> DatasetSplits:
-    return load_dataset(cfg.dataset, cfg.data_root, cfg.download)
+    return load_dataset(cfg.task.dataset, cfg.task.data_root, cfg.task.download)
 
 
 @lru_cache(maxsize=4)
@@ -48,7 +48,7 @@ def _data_on(name: str, data_root: str | None, download: bool, device: str) -> D
 
 def dataset_on(cfg: RunConfig, device: torch.device) -> DatasetSplits:
     """The dataset placed once per process on `device` (the GPU keeps it between clients)."""
-    return _data_on(cfg.dataset, cfg.data_root, cfg.download, str(device))
+    return _data_on(cfg.task.dataset, cfg.task.data_root, cfg.task.download, str(device))
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,9 @@ class SplitKey:
     @classmethod
     def of(cls, cfg: RunConfig) -> SplitKey:
         split = PARTITION.flat(cfg.partition)  # a setting the partition lacks at its default, as before the variants
+        task = cfg.task
         return cls(
-            cfg.dataset, cfg.data_root, cfg.download, cfg.num_clients, split["partition"], split["alpha"],
+            task.dataset, task.data_root, task.download, cfg.num_clients, split["partition"], split["alpha"],
             split["shards_per_client"], split["min_partition_size"], cfg.evaluation.validation_fraction, cfg.seed,
             split["partition_args"],
         )
@@ -150,7 +151,7 @@ def initial_model(cfg: RunConfig) -> nn.Module:
     data = dataset_for(cfg)
     with torch.random.fork_rng(devices=[]):  # seeded here, without touching the caller's RNG
         torch.manual_seed(seed_for(cfg.seed, Stream.INIT))
-        model = build_model(cfg.model, data.input_shape, data.num_classes, cfg.projection_head)
+        model = build_model(cfg.task.model, data.input_shape, data.num_classes, cfg.task.projection_head)
     if isinstance(start := cfg.start, Start):
         load_start(model, start.init, fresh_head=start.fresh_head)
     return model
@@ -168,7 +169,7 @@ def model_skeleton(cfg: RunConfig, device: torch.device, data: ClientData | None
     loads the dataset.
     """
     shapes = data if data is not None else dataset_for(cfg)
-    return _skeleton(cfg.model, shapes.input_shape, shapes.num_classes, cfg.projection_head, str(device))
+    return _skeleton(cfg.task.model, shapes.input_shape, shapes.num_classes, cfg.task.projection_head, str(device))
 
 
 @dataclass(frozen=True, eq=False)

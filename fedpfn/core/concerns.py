@@ -1,11 +1,13 @@
 """Settings grouped by a concern with no choice to make: each a group of one variant (fedpfn.core.variants).
 
-`cfg.local` holds how a client trains (`LocalTraining`: epochs, batch size, the optimizer and its
-step), `cfg.evaluation` how the global model is evaluated and the clients' local test splits
-(`Evaluation`), `cfg.tracking` where a run's numbers are also logged (`Tracking`), `cfg.output`
-the run folder and what goes into it (`Output`). Users type the flat flags, and config.json
-writes them flat in the order the fields had before the groups, as every group does
-(fedpfn.core.groups has the groups where a choice decides the other settings).
+`cfg.task` holds what is trained on what (`Task`: dataset, model, its projection head, the data's
+folder, the entries clients keep), `cfg.local` how a client trains (`LocalTraining`: epochs, batch size,
+the optimizer and its step), `cfg.evaluation` how the global model is evaluated and the clients'
+local test splits (`Evaluation`), `cfg.tracking` where a run's numbers are also logged
+(`Tracking`), `cfg.output` the run folder
+and what goes into it (`Output`). Users type the flat flags, and config.json writes them flat in
+the order the fields had before the groups, as every group does (fedpfn.core.groups has the groups
+where a choice decides the other settings).
 """
 
 from __future__ import annotations
@@ -13,9 +15,46 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from fedpfn.core.data import DATASETS, dataset_problem
+from fedpfn.core.models import MAX_PROJECTION_HEAD, MODELS, TIMM_PREFIX, model_problem
 from fedpfn.core.settings import above, at_least, between, one_of, setting
 from fedpfn.core.training import OPTIMIZERS
 from fedpfn.core.variants import Group
+
+
+@dataclass(frozen=True)
+class Task:
+    """What is trained on what: the dataset, the model (with its projection head), where the data's
+    files are, and the entries each client keeps for itself."""
+
+    chosen_by: ClassVar[dict[str, Any]] = {}
+    dataset: str = setting("fmnist", f"one of {', '.join(DATASETS)}, hf:NAME (through flwr-datasets), or package.module:"
+                           "load for your own (docs/guide/data.md)", dataset_problem, kind="federation")  # fmt: skip
+    model: str = setting(
+        "cnn", f"one of {', '.join(MODELS)}, {TIMM_PREFIX}NAME (a timm vision transformer), or package.module:build "
+        "for your own (docs/guide/data.md)", model_problem,
+        kind="federation",
+    )
+    projection_head: int = setting(
+        0,
+        "a projection head of this width between the model's representation and its classifier "
+        "(MOON's paper: 256); 0: none",
+        between(0, MAX_PROJECTION_HEAD),
+    )
+    data_root: str | None = setting(
+        None, "folder holding the dataset files (default: Debian's for fmnist)", kind="bookkeeping"
+    )
+    download: bool = setting(
+        False, "let torchvision download mnist/cifar/svhn into --data-root", kind="bookkeeping"
+    )
+    personal: str = setting(
+        "",
+        "entries each client keeps for itself (never sent, averaged or anchored): comma-separated "
+        "fnmatch patterns over the model's state_dict names, e.g. 'classifier.*'",
+    )
+
+
+TASK = Group("task", {}, (Task,), {}, ("dataset", "model", "projection_head", "data_root", "download", "personal"))
 
 
 @dataclass(frozen=True)
@@ -107,3 +146,4 @@ class Output:
 
 
 OUTPUT = Group("output", {}, (Output,), {}, ("out", "overwrite", "checkpoint_every", "target_accuracy"))
+

@@ -20,14 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from fedpfn.core.data import DATASETS, dataset_problem
 from fedpfn.core.groups import ALIGNMENT, ENGINE, FEDERATED_EVAL, PARTITION, Aligned, Alignment, ClientEval  # noqa: I001
 from fedpfn.core.groups import ClientEvaluation, Dirichlet, Engine, FlwrPartition, Loop, NoAlignment
 from fedpfn.core.groups import START, NoClientEvaluation, Partition, Ray, Seeded, Start, Started, Tasks, Vmap
-from fedpfn.core.concerns import EVALUATION, LOCAL, OUTPUT, TRACKING, Evaluation, LocalTraining, Output, Tracking
+from fedpfn.core.concerns import EVALUATION, LOCAL, OUTPUT, TASK, TRACKING, Evaluation, LocalTraining, Output, Task
+from fedpfn.core.concerns import Tracking
 from fedpfn.core.hyper import flat_view, hyper_of
 from fedpfn.core.init_file import init_file_problem, start_changed
-from fedpfn.core.models import MAX_PROJECTION_HEAD, MODELS, TIMM_PREFIX, model_problem
 from fedpfn.core.personal import unmatched_problem
 from fedpfn.core.seeding import MAX_SEED
 from fedpfn.core.settings import (
@@ -60,27 +59,10 @@ class RunConfig:
         "fedavg", "client algorithm: a client rule, an anchor method, or METHOD+RULE (fedpfn+fedprox)"
     )
     server: str = setting("fedavg", "server algorithm by name, or package.module:StrategyClass")
-    dataset: str = setting("fmnist", f"one of {', '.join(DATASETS)}, hf:NAME (through flwr-datasets), or package.module:"
-                           "load for your own (docs/guide/data.md)", dataset_problem, kind="federation")  # fmt: skip
-    model: str = setting(
-        "cnn", f"one of {', '.join(MODELS)}, {TIMM_PREFIX}NAME (a timm vision transformer), or package.module:build "
-        "for your own (docs/guide/data.md)", model_problem,
-        kind="federation",
-    )
+    # what is trained on what: dataset, model, projection head, the data's folder, what clients keep
+    task: Task = dataclasses.field(default_factory=Task, metadata={"group": TASK})
     # the seeded initialisation, or a start file with its own settings (fedpfn.core.groups)
     start: Started = dataclasses.field(default_factory=Seeded, metadata={"group": START})
-    projection_head: int = setting(
-        0,
-        "a projection head of this width between the model's representation and its classifier "
-        "(MOON's paper: 256); 0: none",
-        between(0, MAX_PROJECTION_HEAD),
-    )
-    data_root: str | None = setting(
-        None, "folder holding the dataset files (default: Debian's for fmnist)", kind="bookkeeping"
-    )
-    download: bool = setting(
-        False, "let torchvision download mnist/cifar/svhn into --data-root", kind="bookkeeping"
-    )
     # federation
     num_clients: int = setting(20, "clients in the federation", at_least(1), kind="federation")
     clients_per_round: int = setting(10, "clients sampled each round", at_least(1), kind="federation")
@@ -90,11 +72,6 @@ class RunConfig:
     seed: int = setting(0, "run seed: partition, sampling, init, masks, data order", between(0, MAX_SEED))
     # local training: epochs, batch size, the optimizer and its step (fedpfn.core.groups)
     local: LocalTraining = dataclasses.field(default_factory=LocalTraining, metadata={"group": LOCAL})
-    personal: str = setting(
-        "",
-        "entries each client keeps for itself (never sent, averaged or anchored): comma-separated "
-        "fnmatch patterns over the model's state_dict names, e.g. 'classifier.*'",
-    )
     # the global model's evaluation and the clients' local test splits (fedpfn.core.groups)
     evaluation: Evaluation = dataclasses.field(default_factory=Evaluation, metadata={"group": EVALUATION})
     # federated evaluation and the alignment measurement: each off, or on with its own settings
@@ -146,7 +123,7 @@ class RunConfig:
         settings = {key: value for key, value in flat_view(self.to_dict()).items() if key not in ignored}
         digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
         server = "" if self.server == "fedavg" else "-" + self.server.rpartition(":")[2]
-        name = re.sub(r"[^A-Za-z0-9.+_-]", "_", f"{self.algorithm}{server}-{self.dataset}-{self.model}")
+        name = re.sub(r"[^A-Za-z0-9.+_-]", "_", f"{self.algorithm}{server}-{self.task.dataset}-{self.task.model}")
         return Path("runs") / f"{name}-{digest}-s{self.seed}"
 
     def in_folder(self, out: str, **output: Any) -> RunConfig:
@@ -173,6 +150,7 @@ class RunConfig:
         client_cpus, so those settings are checked only with `given`.
         """
         found = problems(self) + [line for group in GROUPS for line in problems(getattr(self, group.name))]
+        found.sort(key=lambda line: FLAT_POSITION.get(line.split(":")[0], len(FLAT_POSITION)))  # as --help-all
         out = [line for line in found if line.split(":")[0] not in unknown]
         refused = {*unknown, *(line.split(":")[0] for line in out)}
         out += [line for names, check in RELATIONS if refused.isdisjoint(names) and (line := check(self))]
@@ -185,7 +163,7 @@ class RunConfig:
     def _unused_problems(self, given: Collection[str] | None, refused: Collection[str]) -> list[str]:
         """A setting given that the run would not use: one its group's variant does not take
         (`unused`, with the refusal its group words), or one USED_ONLY_IF says this run leaves unused."""
-        values = {**{name: getattr(self, name) for name in USED_ONLY_IF}, **self.unused}
+        values = {**self.flat(), **self.unused}
         why = {name: why for group in GROUPS for name, why in group.why.items()}
         unused = {name: why[name] for name in self.unused} | {
             name: why for name, (used, why) in USED_ONLY_IF.items() if not used(self)
@@ -216,13 +194,20 @@ class RunConfig:
         algorithms' only with their algorithm), so a run without one reads as it did before them."""
         left_out = [*(START_ONLY if isinstance(self.start, Seeded) else ()),
                     *(() if isinstance(self.federated_eval, ClientEvaluation) else EVAL_ONLY)]
+        # `unused` as read: a folder written before their refusal keeps its fingerprint
+        values = {**self.flat(), **self.unused}
+        left_out += [] if values["partition_args"] else ["partition_args"]
+        return {**{k: values[k] for k in FLAT_FIELDS if k not in left_out}, **self.hparams}
+
+    def flat(self) -> dict[str, Any]:
+        """Every core setting by the name users type (`dataset`, not `task.dataset`), a variant's
+        absent ones at their defaults: the one lookup of checks that read settings by name."""
         values: dict[str, Any] = {}
         for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            values |= f.metadata["group"].flat(value) if "group" in f.metadata else {f.name: value}
-        values |= self.unused  # as read: a folder written before their refusal keeps its fingerprint
-        left_out += [] if values["partition_args"] else ["partition_args"]
-        return {**{k: v for k, v in values.items() if k in FLAT_FIELDS and k not in left_out}, **self.hparams}
+            if f.metadata.get("flag") is not False:
+                value = getattr(self, f.name)
+                values |= f.metadata["group"].flat(value) if "group" in f.metadata else {f.name: value}
+        return values
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -248,11 +233,11 @@ class RunConfig:
 
 
 def _at_most(name: str, limit: str) -> Callable[[RunConfig], str | None]:
-    return lambda c: (
-        f"{name}: {getattr(c, name)} must be at most {limit} ({getattr(c, limit)})"
-        if getattr(c, name) > getattr(c, limit)
-        else None
-    )
+    def check(cfg: RunConfig) -> str | None:
+        value, most = (flat := cfg.flat())[name], flat[limit]
+        return f"{name}: {value} must be at most {limit} ({most})" if value > most else None
+
+    return check
 
 
 ALIGNMENT_READS = ("alignment_clients", "clients_per_round", "alignment_every")
@@ -272,8 +257,9 @@ def _alignment_clients_problem(cfg: RunConfig, given: Collection[str] | None) ->
 
 
 def _data_root_problem(cfg: RunConfig) -> str | None:
-    if cfg.data_root is not None and not Path(cfg.data_root).expanduser().is_dir() and not cfg.download:
-        return f"data_root: '{cfg.data_root}' is not a directory (with --download it is made)"
+    task = cfg.task
+    if task.data_root is not None and not Path(task.data_root).expanduser().is_dir() and not task.download:
+        return f"data_root: '{task.data_root}' is not a directory (with --download it is made)"
     return None
 
 
@@ -288,8 +274,8 @@ RELATIONS: list[tuple[tuple[str, ...], Callable[[RunConfig], str | None]]] = [
     ),
     (
         ("partition", "dataset"),
-        lambda c: isinstance(c.partition, Tasks) and c.dataset != "fmnist"
-        and f"partition: tasks are derived from Fashion-MNIST's classes; use --dataset fmnist, not {c.dataset}",
+        lambda c: isinstance(c.partition, Tasks) and c.task.dataset != "fmnist"
+        and f"partition: tasks are derived from Fashion-MNIST's classes; use --dataset fmnist, not {c.task.dataset}",
     ),
     (
         ("partition", "partition_args"),
@@ -301,35 +287,48 @@ RELATIONS: list[tuple[tuple[str, ...], Callable[[RunConfig], str | None]]] = [
      "--local-test-fraction F (e.g. 0.2)"),  # fmt: skip
     (
         ("personal", "model", "dataset", "projection_head"),
-        lambda c: unmatched_problem(c.model, c.dataset, c.projection_head, c.personal),
+        lambda c: unmatched_problem((t := c.task).model, t.dataset, t.projection_head, t.personal),
     ),
 ]
 # settings a run uses only with others: (whether this run uses it, what the refusal says); a
 # group's settings that its choice does not use are not here: its variant has no place for them
 USED_ONLY_IF: dict[str, tuple[Callable[[RunConfig], bool], str]] = {
-    "download": (lambda c: not is_code(c.dataset), "a dataset of your own (--dataset package.module:load) loads itself"),
+    "download": (
+        lambda c: not is_code(c.task.dataset), "a dataset of your own (--dataset package.module:load) loads itself"
+    ),
     "client_cpus": (  # not the engine's own: under `flwr run` the ClientApp reads it whatever the engine
         lambda c: isinstance(c.engine, Ray | Loop),
         "the batched engine uses it only with --engine-mode loop (threads a client); --engine ray reserves it",
     ),
 }
-GROUPS = (START, PARTITION, LOCAL, EVALUATION, FEDERATED_EVAL, ALIGNMENT, TRACKING, ENGINE, OUTPUT)
+GROUPS = (TASK, START, PARTITION, LOCAL, EVALUATION, FEDERATED_EVAL, ALIGNMENT, TRACKING, ENGINE, OUTPUT)
+# the settings flat, in the order --help-all and config.json have always listed them: a field of
+# RunConfig stands for its settings, a setting named alone sits apart from the rest of its group
+FLAT_ORDER = ("algorithm", "server", "dataset", "model", "start", "projection_head", "data_root", "download",
+              "num_clients", "clients_per_round", "rounds", "partition", "seed", "local", "personal", "evaluation",
+              "federated_eval", "alignment", "tracking", "engine", "client_cpus", "client_gpus", "ray_address",
+              "min_replies", "round_timeout", "simulate_failures", "output")  # fmt: skip
 
 
 def _flat_fields() -> list[tuple[str, Any, dataclasses.Field]]:
-    """RunConfig's settings as users type them: a group's field as the group's flat settings."""
-    found = []
+    """RunConfig's settings as users type them, in FLAT_ORDER: a group's field as the group's flat settings."""
+    declared: dict[str, dataclasses.Field] = {}
+    groups: dict[str, tuple[str, ...]] = {}
     for f in dataclasses.fields(RunConfig):
         group = f.metadata.get("group")
-        declared = group.declarations() if group else {} if f.metadata.get("flag") is False else {f.name: f}
-        found += [(k, d.type, dataclasses.field(default=d.default, metadata=d.metadata)) for k, d in declared.items()]
-    return found
+        declared |= group.declarations() if group else {} if f.metadata.get("flag") is False else {f.name: f}
+        groups[f.name] = group.order if group else (f.name,)
+    names = [name for item in FLAT_ORDER for name in groups.get(item, (item,))]
+    assert sorted(names) == sorted(declared), "FLAT_ORDER names every setting once"
+    return [(k, declared[k].type, dataclasses.field(default=declared[k].default, metadata=declared[k].metadata))
+            for k in names]  # fmt: skip
 
 
 # every setting as a flag, a TOML key, a key of Flower's run config and of config.json
 RunFlags = dataclasses.make_dataclass("RunFlags", _flat_fields(), frozen=True)
 FLAT_FIELDS = field_map(RunFlags)
 FLAT_DEFAULTS = {name: f.default for name, f in FLAT_FIELDS.items()}
+FLAT_POSITION = {name: k for k, name in enumerate(FLAT_FIELDS)}
 core_fields = FLAT_FIELDS.copy  # RunConfig's own settings as typed (the algorithms' ride in `hparams`)
 PLACEMENT = of_kind(RunFlags, "placement")  # where a run computes: a resume may move it
 TRACKERS = of_kind(RunFlags, "tracking")  # where its numbers are also logged: a resume may switch them

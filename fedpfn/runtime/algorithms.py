@@ -296,18 +296,18 @@ def _algorithm_problems(cfg: RunConfig, given: set[str] | None = None) -> list[s
 def _personal_problems(cfg: RunConfig) -> list[str]:
     """Per-client entries with a rule that reads the global model as every client's start, or a
     rule's personal layers on a model without any."""
-    rules = client_rules(cfg)
+    task, rules = cfg.task, client_rules(cfg)
     layers = [kind for cls in rules for kind in cls.personal_layers]
-    if not (cfg.personal or layers):
+    if not (task.personal or layers):
         return []
     if not all(cls.personal_start for cls in rules):
         able = [name for name, cls in {**CLIENT_RULES, **ANCHOR_METHODS}.items() if cls.personal_start]
-        name = "personal" if cfg.personal else "algorithm"
+        name = "personal" if task.personal else "algorithm"
         line = f"{name}: {cfg.algorithm} reads the global model as each client's start; per-client entries run with "
         return [line + ", ".join(able) + " only"]
-    if layers and not personal_entries(meta_model(cfg.model, cfg.dataset, cfg.projection_head), "", layers):
+    if layers and not personal_entries(meta_model(task.model, task.dataset, task.projection_head), "", layers):
         kinds = ", ".join(kind.__name__.lstrip("_") for kind in layers)
-        return [f"algorithm: {cfg.algorithm} keeps {kinds} layers local, but {cfg.model} has none"]
+        return [f"algorithm: {cfg.algorithm} keeps {kinds} layers local, but {task.model} has none"]
     return []
 
 
@@ -354,7 +354,7 @@ def build_inner(cfg: RunConfig) -> Strategy:
 
 def personal_of(cfg: RunConfig, model: nn.Module) -> frozenset[str]:
     """The entries the run's clients keep for themselves: `personal`'s and their rules' layers'."""
-    return personal_entries(model, cfg.personal, [kind for cls in client_rules(cfg) for kind in cls.personal_layers])
+    return personal_entries(model, cfg.task.personal, [kind for cls in client_rules(cfg) for kind in cls.personal_layers])
 
 
 def build_strategy(cfg: RunConfig, model: nn.Module) -> ComposedStrategy | WrappedStrategy:
@@ -383,7 +383,7 @@ def mean_based(cfg: RunConfig) -> bool:
 
 def state_keys(cfg: RunConfig) -> tuple[str, ...]:
     """The records the algorithm's clients keep across rounds (checked on resume)."""
-    personal = cfg.personal or any(cls.personal_layers for cls in client_rules(cfg))
+    personal = cfg.task.personal or any(cls.personal_layers for cls in client_rules(cfg))
     return tuple(key for cls in client_rules(cfg) for key in cls.state_keys) + ((PERSONAL,) if personal else ())
 
 

@@ -54,7 +54,7 @@ def node_view(cfg: RunConfig, node_config: Mapping[str, Any]) -> RunConfig:
     its machine has it (`--node-config 'data-root="/srv/data"'`).
     """
     root = node_config.get("data-root")
-    return cfg if root is None else dataclasses.replace(cfg, data_root=str(root))
+    return cfg if root is None else dataclasses.replace(cfg, task=dataclasses.replace(cfg.task, data_root=str(root)))
 
 
 def node_setup(msg: Message, context: Context) -> tuple[RunConfig, int, torch.device, ClientData | None, Path | None]:

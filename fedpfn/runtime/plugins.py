@@ -77,7 +77,7 @@ def mod_problems(cfg: RunConfig, given: Collection[str] | None, rules: list[type
             "call (it trains a round as one program); run it with --engine ray (or flwr run, or a deployment)"
         ]
     partial = [rule.name for rule in rules if getattr(rule, "partial_upload", False)]
-    if partial or cfg.personal or any(rule.personal_layers for rule in rules):
+    if partial or cfg.task.personal or any(rule.personal_layers for rule in rules):
         what = f"{partial[0]} uploads only the entries that trained" if partial else "clients keep entries of their own"
         return [
             f"client_mod: {what}, and a Flower mod compares the reply with the model sent, entry for entry; "

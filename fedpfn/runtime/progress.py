@@ -75,7 +75,7 @@ def header_lines(
     every = f"evaluated every {cfg.evaluation.eval_every}" if cfg.evaluation.eval_every > 1 else "evaluated every round"
     held = f", local test {cfg.evaluation.local_test_fraction:g} of each client" if cfg.evaluation.local_test_fraction else ""
     lines = [
-        f"[bold]fedpfn[/bold] {cfg.algorithm} on server {cfg.server} · {cfg.dataset} {cfg.model} "
+        f"[bold]fedpfn[/bold] {cfg.algorithm} on server {cfg.server} · {cfg.task.dataset} {cfg.task.model} "
         f"· seed {cfg.seed}",
         f"  clients    {cfg.num_clients}, {cfg.clients_per_round} a round, {split}{held}",
         f"  rounds     {rounds}, {cfg.local.local_epochs} local epoch(s), {every}",

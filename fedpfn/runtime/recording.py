@@ -47,7 +47,7 @@ def write_partition_report(cfg: RunConfig, folder: RunFolder) -> None:
     counts = partition_label_counts(cfg)
     write_partition_json(folder.path / PARTITION, counts)
     title = f"{cfg.num_clients} clients, {split_text(cfg)} · seed {cfg.seed}"
-    plot_partition(folder.path / PARTITION_FIGURE, counts, CLASS_NAMES.get(cfg.dataset), title)
+    plot_partition(folder.path / PARTITION_FIGURE, counts, CLASS_NAMES.get(cfg.task.dataset), title)
 
 
 def write_summary(cfg: RunConfig, folder: RunFolder, eval_name: str, wall_seconds: float) -> dict[str, Any]:
@@ -94,6 +94,6 @@ def setting_title(cfg: RunConfig) -> str:
     """The run's setting in one line, for figure titles."""
     server = "" if cfg.server == "fedavg" else f" + {cfg.server}"
     return (
-        f"{cfg.algorithm}{server} · {cfg.dataset} {cfg.model} · {cfg.num_clients} clients "
+        f"{cfg.algorithm}{server} · {cfg.task.dataset} {cfg.task.model} · {cfg.num_clients} clients "
         f"({cfg.clients_per_round}/round), {split_text(cfg)} · seed {cfg.seed}"
     )

@@ -57,7 +57,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 def check_present(cfg: RunConfig) -> None:
     """Trackers and the data's files, looked for without reading or making anything."""
     check_available(cfg)
-    problem = find_data_problem(cfg.dataset, cfg.data_root, cfg.download)
+    problem = find_data_problem(cfg.task.dataset, cfg.task.data_root, cfg.task.download)
     if problem:
         raise ConfigError(problem)
 
@@ -290,8 +290,8 @@ def check_folder_code(raw: dict[str, Any], overrides: dict[str, Any], folder: Pa
 
 def check_folder_download(stored: RunConfig, overrides: dict[str, Any]) -> None:
     """A file never decides what is downloaded where: only a command's `--download` does."""
-    missing = find_data_problem(stored.dataset, stored.data_root, download=False)
-    if stored.download and missing and "download" not in overrides:
+    missing = find_data_problem(stored.task.dataset, stored.task.data_root, download=False)
+    if stored.task.download and missing and "download" not in overrides:
         raise ConfigError(
             f"resume: {missing.split(';')[0]}, and only the run's config.json asks to download it there; a file "
             "never decides what is downloaded where: pass --download to allow it"

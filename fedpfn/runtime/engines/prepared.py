@@ -96,7 +96,7 @@ class PreparedCohort:
             start={name: on_device[name] for name in param_names},
             start_buffers={name: value for name, value in on_device.items() if name not in set(param_names)},
             content=self.content,
-            personal=personal_entries(model, self.cfg.personal, layers),
+            personal=personal_entries(model, self.cfg.task.personal, layers),
         )
 
     @property

@@ -41,8 +41,8 @@ def train_chunks(cohort: PreparedCohort, size: int) -> tuple[ClientTrained, int]
         except torch.cuda.OutOfMemoryError:
             if size == 1:
                 raise MemoryError(
-                    f"one client of {cohort.cfg.model} (batch {cohort.cfg.local.batch_size}) does not fit in the free "
-                    f"memory of {cohort.device}; use a smaller batch size, or --engine ray"
+                    f"one client of {cohort.cfg.task.model} (batch {cohort.cfg.local.batch_size}) does not fit in "
+                    f"the free memory of {cohort.device}; use a smaller batch size, or --engine ray"
                 ) from None
             size = max(1, size // 2)
             torch.cuda.empty_cache()
