@@ -207,7 +207,7 @@ def config_for(args: argparse.Namespace, client_cpus: float, client_gpus: float)
 def run_plain(args: argparse.Namespace, device: torch.device) -> Plain:
     cfg = config_for(args, 1.0, 0.0)
     rounds = [r for r in plain_fedavg(cfg, device) if r.round > 1]
-    whole, train = rates(cfg.clients_per_round, [(r.seconds, r.seconds - r.evaluate) for r in rounds])
+    whole, train = rates(cfg.federation.clients_per_round, [(r.seconds, r.seconds - r.evaluate) for r in rounds])
     return Plain(whole, train, median(r.seconds for r in rounds))
 
 
@@ -218,7 +218,7 @@ def run_shared(args: argparse.Namespace, k: int, cuda: bool) -> Shared:
     before = smi.used() if smi else None
     with TreeMemory(interval=0.5) as mem, smi if smi else nullcontext():
         sim = timed_simulation(cfg, trace=True)
-    whole, train = rates(cfg.clients_per_round, [(r.seconds, r.train) for r in steady(sim)])
+    whole, train = rates(cfg.federation.clients_per_round, [(r.seconds, r.train) for r in steady(sim)])
     peak = mem.peak()
     return Shared(
         k, client_cpus, client_gpus, sim, whole, train, peak.rss if peak else 0, before,

@@ -172,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     actors = int((os.cpu_count() or 1) // args.client_cpus)
     print_header(
         "bench_overhead: simulator vs plain PyTorch loop, same FedAvg work",
-        {"model": cfg.task.model, "clients": cfg.num_clients, "per_round": cfg.clients_per_round,
-         "rounds": cfg.rounds, "partition": cfg.partition, "epochs": cfg.local.local_epochs,
+        {"model": cfg.task.model, "clients": cfg.federation.num_clients, "per_round": cfg.federation.clients_per_round,
+         "rounds": cfg.federation.rounds, "partition": cfg.partition, "epochs": cfg.local.local_epochs,
          "batch": cfg.local.batch_size, "actors": actors, "repeats": args.repeats},
     )  # fmt: skip
     from fedpfn.core.cache import client_indices, dataset_on

@@ -108,13 +108,13 @@ def plain_fedavg(
         global_model = initial_model(cfg).to(device)
         state = {k: v.detach().clone() for k, v in global_model.state_dict().items()}
         rows = []
-        for server_round in range(1, cfg.rounds + 1):
+        for server_round in range(1, cfg.federation.rounds + 1):
             start = time.perf_counter()
             seconds: dict[int, float] = {}
             results = []
             seed = seed_for(cfg.seed, Stream.MASK, server_round)
             mask = draw_mask(global_model, anchors, seed, "weight") if anchors else None
-            for pid in sample_clients(cfg.seed, server_round, cfg.num_clients, cfg.clients_per_round):
+            for pid in sample_clients(cfg.seed, server_round, cfg.federation.num_clients, cfg.federation.clients_per_round):
                 began = time.perf_counter()
                 results.append((len(parts[pid]), train_client(cfg, state, server_round, pid, device, mask)))
                 _sync(device)

@@ -115,7 +115,7 @@ class TimedLoop(ServerLoop):
     def __init__(self, grid: Grid, cfg: RunConfig, folder: RunFolder, clock: Clock, chunk: int = 0) -> None:
         start = time.time()
         super().__init__(grid, cfg, folder, checkpoint=None)
-        self.nodes = TimedDirectory(grid, cfg.num_clients, cfg.round_timeout, clock, chunk)
+        self.nodes = TimedDirectory(grid, cfg.federation.num_clients, cfg.federation.round_timeout, clock, chunk)
         self.clock = clock
         clock.server_init = (start, time.time())
 
@@ -291,7 +291,7 @@ def timed_simulation(cfg: RunConfig, trace: bool = True, chunk: int = 0) -> SimT
         run_simulation(
             server_app=_server_app(cfg, folder, clock, chunk),
             client_app=traced_client_app if trace else client_app,
-            num_supernodes=cfg.num_clients,
+            num_supernodes=cfg.federation.num_clients,
             backend_config=backend_config(cfg),
         )
         end = time.time()

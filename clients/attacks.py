@@ -123,7 +123,7 @@ class AttackClient(ClientRule):
     def __init__(self, this_round: Round) -> None:
         super().__init__(this_round)
         cfg = this_round.cfg
-        self.malicious = malicious_partitions(self.hyper, cfg.seed, cfg.num_clients)
+        self.malicious = malicious_partitions(self.hyper, cfg.seed, cfg.federation.num_clients)
 
     def inputs(self, client: ClientRound) -> Tensors:
         start = self.round.start

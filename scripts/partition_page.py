@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, settings in SPLITS.items():
         cfg = load_config({**COMMON, **settings})
         counts = partition_label_counts(cfg)
-        title = f"{cfg.num_clients} clients, {split_text(cfg)} · seed {cfg.seed}"
+        title = f"{cfg.federation.num_clients} clients, {split_text(cfg)} · seed {cfg.seed}"
         for path in plot_partition(args.out / name, counts, CLASS_NAMES[cfg.task.dataset], title):
             print(f"written: {path}")
         print(f"{name}: client sizes {counts.sum(axis=1).tolist()}")

@@ -29,7 +29,7 @@ class FedDynServer(ServerPart):
         names = [name for name, _ in self.ctx.model.named_parameters()]
         h = self.h or {name: np.zeros(sent[name].shape, dtype=np.float32) for name in names}
         shift = totals.update_sum
-        scale = self.hyper.feddyn_alpha / self.ctx.cfg.num_clients
+        scale = self.hyper.feddyn_alpha / self.ctx.cfg.federation.num_clients
         self.h = {name: (value - scale * shift[name]).astype(np.float32) for name, value in h.items()}
 
     def adjust(self, server_round: int, params: Arrays, sent: Arrays, totals: RoundTotals) -> Arrays:

@@ -36,7 +36,7 @@ class ScaffoldServer(ServerPart):
     def absorb(self, server_round: int, totals: RoundTotals, sent: Arrays) -> None:
         c = self._c(sent)
         total = totals.record_sum(SCAFFOLD_DELTA, like=c)
-        n = self.ctx.cfg.num_clients
+        n = self.ctx.cfg.federation.num_clients
         self.c = {name: (value + total[name] / n).astype(np.float32) for name, value in c.items()}
 
     def state(self) -> dict[str, Any]:

@@ -86,7 +86,7 @@ def client_replies(cfg: RunConfig, strategy, arrays: ArrayRecord, server_round: 
     from strategies import sample_clients
 
     states = {} if states is None else states
-    chosen = sample_clients(cfg.seed, server_round, cfg.num_clients, cfg.clients_per_round)
+    chosen = sample_clients(cfg.seed, server_round, cfg.federation.num_clients, cfg.federation.clients_per_round)
     messages = strategy.configure_train(server_round, arrays, train_config(cfg, server_round), NodeGrid(chosen))
     replies = []
     for message in messages:

@@ -286,7 +286,7 @@ def check_flwr_run(copy: Path, args: list[str]) -> None:
     run_config = parse_config_args([options["--run-config"]]) if "--run-config" in options else {}
     cfg = load_config(from_run_config(dict(fuse_dicts(declared, run_config))))  # as the ServerApp reads it
     if "--federation-config" in options:
-        assert parse_config_args([options["--federation-config"]])["num-supernodes"] == cfg.num_clients
+        assert parse_config_args([options["--federation-config"]])["num-supernodes"] == cfg.federation.num_clients
 
 
 def check(copy: Path, command: str, monkeypatch) -> None:

@@ -44,7 +44,7 @@ def round_one(cfg, dtype=torch.float64, chosen: list[int] | None = None):
     arrays = protocol.to_numpy(ArrayRecord(net.state_dict()))
     arrays = {n: a.astype(np.float64 if dtype == torch.float64 else np.float32) for n, a in arrays.items()}
     strategy = build_strategy(cfg, net)
-    chosen = list(range(cfg.num_clients)) if chosen is None else chosen
+    chosen = list(range(cfg.federation.num_clients)) if chosen is None else chosen
     messages = strategy.configure_train(1, protocol.to_array_record(arrays), train_config(cfg, 1), NodeGrid(chosen))
     return arrays, [with_accepted_round(m, 0) for m in messages]
 
@@ -81,7 +81,7 @@ def test_each_attacker_sends_what_its_attack_says_and_the_honest_send_as_before(
     cfg = attacked(attack, attack_scale=3.0)
     honest_cfg = tiny_config(num_clients=8, clients_per_round=8, batch_size=500)
     sent, messages = round_one(cfg)
-    malicious = malicious_partitions(attack_of(cfg), cfg.seed, cfg.num_clients)
+    malicious = malicious_partitions(attack_of(cfg), cfg.seed, cfg.federation.num_clients)
     assert len(malicious) == 4
     for message in messages:
         pid = message.metadata.dst_node_id
@@ -101,18 +101,18 @@ def test_each_attacker_sends_what_its_attack_says_and_the_honest_send_as_before(
 
 def test_a_label_flipper_trains_on_flipped_labels_and_the_honest_on_their_own():
     cfg = attacked("label-flip")
-    flippers = malicious_partitions(attack_of(cfg), cfg.seed, cfg.num_clients)
+    flippers = malicious_partitions(attack_of(cfg), cfg.seed, cfg.federation.num_clients)
     _, messages = round_one(cfg)
-    jobs = [ClientJob(p, RecordDict(), 0) for p in range(cfg.num_clients)]
+    jobs = [ClientJob(p, RecordDict(), 0) for p in range(cfg.federation.num_clients)]
     cohort = Cohort(client_rules(cfg), cfg, messages[0].content, CPU, jobs)
     y = cohort.clients[0].data.y
-    for k in range(cfg.num_clients):
+    for k in range(cfg.federation.num_clients):
         rows = cohort.clients[k].batches[0]
         want = 9 - y[rows] if k in flippers else y[rows]
         assert torch.equal(cohort.load(k, rows)[1], want)
-    stacked = torch.stack([cohort.clients[k].batches[0][:50] for k in range(cfg.num_clients)])
-    targets = cohort.load(0, stacked, list(range(cfg.num_clients)))[1]
-    for k in range(cfg.num_clients):  # a vmapped program's stack: each row its own client's labels
+    stacked = torch.stack([cohort.clients[k].batches[0][:50] for k in range(cfg.federation.num_clients)])
+    targets = cohort.load(0, stacked, list(range(cfg.federation.num_clients)))[1]
+    for k in range(cfg.federation.num_clients):  # a vmapped program's stack: each row its own client's labels
         assert torch.equal(targets[k], 9 - y[stacked[k]] if k in flippers else y[stacked[k]])
     assert torch.equal(cohort.load(0, stacked, [k for k in range(8) if k not in flippers] * 2)[1], y[stacked])
 
@@ -122,8 +122,8 @@ def test_a_label_flipper_trains_on_flipped_labels_and_the_honest_on_their_own():
 def test_the_batched_program_sends_what_the_clientapp_sends(attack, algorithm):
     """Six of 30 clients (2000 examples, 10 steps each), some of them malicious, as one vmapped program."""
     cfg = attacked(attack, algorithm=algorithm, batch_size=200, num_clients=30, clients_per_round=6)
-    malicious = malicious_partitions(attack_of(cfg), cfg.seed, cfg.num_clients)
-    honest = [p for p in range(cfg.num_clients) if p not in malicious]
+    malicious = malicious_partitions(attack_of(cfg), cfg.seed, cfg.federation.num_clients)
+    honest = [p for p in range(cfg.federation.num_clients) if p not in malicious]
     # the round's six named: Flower's sampling of 6 of 30 draws from the process's global random state,
     # so which were malicious depended on the tests run before in the same worker
     messages = round_one(cfg, chosen=sorted(malicious)[:3] + honest[:3])[1]

@@ -142,7 +142,7 @@ def test_every_problem_reported_at_once(tmp_path, capsys, monkeypatch):
 def test_config_file_values_and_flag_override(tmp_path):
     preset = toml(tmp_path, 'algorithm = "fedpfn"\nnum-clients = 7\n')
     cfg = run_sim.config_from_args({"config": preset, "num_clients": "9"})
-    assert cfg.algorithm == "fedpfn" and cfg.num_clients == 9
+    assert cfg.algorithm == "fedpfn" and cfg.federation.num_clients == 9
 
 
 def test_out_that_is_a_file_is_refused(tmp_path, capsys, monkeypatch):
@@ -299,7 +299,7 @@ def test_unused_or_misspelt_flags_are_refused_in_one_line_each(tmp_path, capsys,
 def test_key_value_overrides_are_settings_as_flwr_run_spells_them():
     args = run_sim.parse_args(["rounds=5", "num-clients=4", "algorithm='fedpfn'", "anchor_ratio=0.2", "--alpha", "0.1"])
     cfg = run_sim.config_from_args(args)
-    assert (cfg.rounds, cfg.num_clients, cfg.algorithm, cfg.partition.alpha) == (5, 4, "fedpfn", 0.1)
+    assert (cfg.federation.rounds, cfg.federation.num_clients, cfg.algorithm, cfg.partition.alpha) == (5, 4, "fedpfn", 0.1)
     assert cfg.hyper("fedpfn", AnchorParams).anchor_ratio == 0.2
 
 

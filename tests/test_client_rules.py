@@ -221,7 +221,7 @@ def test_scaffold_server_control_variate_follows_its_rule_and_pickles():
             after = to_numpy(states[pid].array_records[CLIENT_C])
             for n in names:
                 total[n] += after[n] - (before[pid][n] if pid in before else 0)
-        c = {n: (c[n] + total[n] / cfg.num_clients).astype(np.float32) for n in names}
+        c = {n: (c[n] + total[n] / cfg.federation.num_clients).astype(np.float32) for n in names}
         assert set(server.c) == set(names)
         for n in names:
             np.testing.assert_allclose(server.c[n], c[n], rtol=1e-5, atol=1e-8)
@@ -276,7 +276,7 @@ def test_feddyn_server_state_follows_its_rule():
         weights = [float(r.content.metric_records["metrics"]["num-examples"]) for r in replies]
         for n in names:
             shift = sum(w[n].astype(np.float64) - sent[n] for w in local)
-            h[n] = (h[n] - alpha / cfg.num_clients * shift).astype(np.float32)
+            h[n] = (h[n] - alpha / cfg.federation.num_clients * shift).astype(np.float32)
             np.testing.assert_allclose(server.h[n], h[n], rtol=1e-5, atol=1e-8)
             mean = sum(wt * w[n].astype(np.float64) for wt, w in zip(weights, local)) / sum(weights)
             np.testing.assert_allclose(arrays[n].numpy(), mean - h[n] / alpha, rtol=1e-4, atol=1e-6)

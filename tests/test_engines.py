@@ -135,7 +135,7 @@ def three_rounds(rule: str, anchor: str, model: str, optimizer: str, dtype: torc
     states = {"sequential": {}, "batched": {}}
     gap = state_gap = 0.0
     for server_round in (1, 2, 3):
-        chosen = sample_clients(sequential_cfg.seed, server_round, sequential_cfg.num_clients, 3)
+        chosen = sample_clients(sequential_cfg.seed, server_round, sequential_cfg.federation.num_clients, 3)
         config = train_config(sequential_cfg, server_round)
         messages = list(strategy.configure_train(server_round, arrays, config, NodeGrid(chosen)))
         messages = [with_accepted_round(m, server_round - 1) for m in messages]
@@ -211,7 +211,7 @@ def cohort_round(cfg, dtype: torch.dtype, chunk: int | None) -> list[RecordDict]
     net = initial_model(cfg)
     strategy = build_strategy(cfg, net)
     arrays = protocol.to_array_record(in_dtype(protocol.to_numpy(ArrayRecord(net.state_dict())), dtype))
-    chosen = sample_clients(cfg.seed, 1, cfg.num_clients, cfg.clients_per_round)
+    chosen = sample_clients(cfg.seed, 1, cfg.federation.num_clients, cfg.federation.clients_per_round)
     (message, *_) = strategy.configure_train(1, arrays, train_config(cfg, 1), NodeGrid(chosen))
     states = [RecordDict() for _ in chosen]
     jobs = [ClientJob(p, s, 0) for p, s in zip(chosen, states)]

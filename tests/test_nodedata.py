@@ -110,7 +110,7 @@ def test_a_copy_is_refused_for_other_settings_in_one_line(tmp_path: Path) -> Non
         "validation-fraction": dataclasses.replace(
             cfg, evaluation=dataclasses.replace(cfg.evaluation, validation_fraction=0.2)
         ),
-        "num-clients": dataclasses.replace(cfg, num_clients=4),
+        "num-clients": dataclasses.replace(cfg, federation=dataclasses.replace(cfg.federation, num_clients=4)),
         "alpha": dataclasses.replace(cfg, partition=dataclasses.replace(cfg.partition, alpha=0.1)),
         "partition": dataclasses.replace(cfg, partition=Iid()),
     }

@@ -144,7 +144,7 @@ def test_the_batched_cohort_keeps_the_heads_the_clientapp_keeps(partition, tmp_p
     strategy, arrays = build_strategy(cfg, model), ArrayRecord(model.state_dict())
     seq, bat, rules, cpu = {}, {}, client_rules(cfg), torch.device("cpu")
     for server_round in (1, 2):
-        chosen = sample_clients(cfg.seed, server_round, cfg.num_clients, cfg.clients_per_round)
+        chosen = sample_clients(cfg.seed, server_round, cfg.federation.num_clients, cfg.federation.clients_per_round)
         messages = list(strategy.configure_train(server_round, arrays, train_config(cfg, server_round), NodeGrid(chosen)))
         messages = [with_accepted_round(m, server_round - 1) for m in messages]
         replies = [local_round(rules, cfg, p, seq.setdefault(p, _state()), cpu, m.content) for p, m in zip(chosen, messages)]

@@ -66,11 +66,11 @@ def test_server_side_clipping_bounds_every_update_and_the_noise_has_its_declared
     assert max(raw) > CLIP  # the bound binds, so the test can fail
     new, _ = strategy.aggregate_train(1, replies)
     clipped = [update_norm(c, sent, names) for c in seen["clipped"]]
-    assert len(clipped) == cfg.clients_per_round and max(clipped) <= CLIP * (1 + 1e-5), clipped
+    assert len(clipped) == cfg.federation.clients_per_round and max(clipped) <= CLIP * (1 + 1e-5), clipped
     assert update_norm(seen["before_noise"], sent, names) <= CLIP * (1 + 1e-5)  # their aggregate too
     new = to_numpy(new)
     noise = np.concatenate([(new[n].astype(np.float64) - seen["before_noise"][n]).ravel() for n in names])
-    declared = NOISE * CLIP / cfg.clients_per_round  # Flower's compute_stdv: z·C/K on the mean
+    declared = NOISE * CLIP / cfg.federation.clients_per_round  # Flower's compute_stdv: z·C/K on the mean
     assert noise.std() == pytest.approx(declared, rel=0.02)
     assert abs(noise.mean()) < 4 * declared / math.sqrt(noise.size)
     assert set(new) == set(sent) and all(new[k].dtype == sent[k].dtype for k in sent)
@@ -90,7 +90,7 @@ def first_round(cfg):
     model = initial_model(cfg)
     strategy = build_strategy(cfg, model)
     arrays = ArrayRecord(model.state_dict())
-    chosen = sample_clients(cfg.seed, 1, cfg.num_clients, cfg.clients_per_round)
+    chosen = sample_clients(cfg.seed, 1, cfg.federation.num_clients, cfg.federation.clients_per_round)
     return to_numpy(arrays), strategy, list(strategy.configure_train(1, arrays, train_config(cfg, 1), NodeGrid(chosen)))
 
 

@@ -585,7 +585,7 @@ def test_export_partition_reads_a_run_config_and_refuses_a_stray_word(tmp_path):
     folder = resumable_run(tmp_path / "run")
     script = ROOT / "scripts" / "export_partition.py"
     cfg = export.run_config(folder.path / "config.json", ["seed=1"])  # its provenance is no setting
-    assert cfg.seed == 1 and cfg.num_clients == 4
+    assert cfg.seed == 1 and cfg.federation.num_clients == 4
     result = subprocess.run([sys.executable, str(script), "--config", str(folder.path / "config.json"),
                              "--run-config", "num-clients", "--to", f"0={tmp_path / 'part'}"],
                             capture_output=True, text=True, env=ENV, timeout=120, check=False)  # fmt: skip

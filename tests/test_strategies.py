@@ -54,7 +54,7 @@ def test_every_client_of_a_round_gets_the_same_seed_and_a_new_one_next_round():
     strategy = build_strategy(cfg, model)
 
     def seeds(server_round):
-        chosen = sample_clients(cfg.seed, server_round, cfg.num_clients, cfg.clients_per_round)
+        chosen = sample_clients(cfg.seed, server_round, cfg.federation.num_clients, cfg.federation.clients_per_round)
         messages = strategy.configure_train(server_round, arrays, train_config(cfg, server_round), NodeGrid(chosen))
         return {int(m.content.config_records["config"]["anchor-seed"]) for m in messages}
 

@@ -166,8 +166,8 @@ def test_tensorboard_hparams_hold_the_runs_settings_beside_its_final_accuracy(tr
     start = HParamsPluginData.FromString(events.PluginTagToContent("hparams")["_hparams_/session_start_info"])
     hparams = {k: getattr(v, v.WhichOneof("kind")) for k, v in start.session_start_info.hparams.items()}
     cfg = tracked["cfg"]
-    assert hparams["algorithm"] == cfg.algorithm and hparams["clients_per_round"] == cfg.clients_per_round
-    assert hparams["simulate_failures"] == pytest.approx(cfg.simulate_failures) and hparams["eval_every"] == 2
+    assert hparams["algorithm"] == cfg.algorithm and hparams["clients_per_round"] == cfg.federation.clients_per_round
+    assert hparams["simulate_failures"] == pytest.approx(cfg.federation.simulate_failures) and hparams["eval_every"] == 2
     assert not {"out", "client_cpus", "tensorboard", "checkpoint_every"} & set(hparams)
     summary = json.loads((tracked["run"] / "summary.json").read_text())
     (final,) = events.Scalars("final/final_test_accuracy")

@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None, prog: str = "export_partition.py") -> in
     args = parser.parse_args(argv)
     try:
         cfg = run_config(args.config, args.run_config)
-        check_targets(args.to, cfg.num_clients)
+        check_targets(args.to, cfg.federation.num_clients)
         for partition_id, folder in args.to:
             meta = write_partition(cfg, partition_id, folder)
             print(f"partition {partition_id}: {meta['num_examples']} examples -> {folder}")

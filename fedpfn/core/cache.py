@@ -72,7 +72,7 @@ class SplitKey:
         split = PARTITION.flat(cfg.partition)  # a setting the partition lacks at its default, as before the variants
         task = cfg.task
         return cls(
-            task.dataset, task.data_root, task.download, cfg.num_clients, split["partition"], split["alpha"],
+            task.dataset, task.data_root, task.download, cfg.federation.num_clients, split["partition"], split["alpha"],
             split["shards_per_client"], split["min_partition_size"], cfg.evaluation.validation_fraction, cfg.seed,
             split["partition_args"],
         )

@@ -1,7 +1,8 @@
 """Settings grouped by a concern with no choice to make: each a group of one variant (fedpfn.core.variants).
 
 `cfg.task` holds what is trained on what (`Task`: dataset, model, its projection head, the data's
-folder, the entries clients keep), `cfg.local` how a client trains (`LocalTraining`: epochs, batch size,
+folder, the entries clients keep), `cfg.federation` who takes part, for how long and what a round
+tolerates (`Federation`), `cfg.local` how a client trains (`LocalTraining`: epochs, batch size,
 the optimizer and its step), `cfg.evaluation` how the global model is evaluated and the clients'
 local test splits (`Evaluation`), `cfg.tracking` where a run's numbers are also logged
 (`Tracking`), `cfg.output` the run folder
@@ -55,6 +56,31 @@ class Task:
 
 
 TASK = Group("task", {}, (Task,), {}, ("dataset", "model", "projection_head", "data_root", "download", "personal"))
+
+
+@dataclass(frozen=True)
+class Federation:
+    """Who takes part, for how long, and what a round tolerates: the clients, the rounds, the
+    replies a round needs and waits for, and the seeded failures."""
+
+    chosen_by: ClassVar[dict[str, Any]] = {}
+    num_clients: int = setting(20, "clients in the federation", at_least(1), kind="federation")
+    clients_per_round: int = setting(10, "clients sampled each round", at_least(1), kind="federation")
+    rounds: int = setting(20, "communication rounds", at_least(1), kind="federation")
+    min_replies: int = setting(1, "fewest successful replies to aggregate a round", at_least(1))
+    round_timeout: float = setting(600.0, "seconds a round waits for replies (0: no limit)", at_least(0))
+    simulate_failures: float = setting(
+        0.0, "probability that a selected client fails (seeded)", between(0, 1, high_open=True), kind="federation"
+    )
+
+
+FEDERATION = Group(
+    "federation",
+    {},
+    (Federation,),
+    {},
+    ("num_clients", "clients_per_round", "rounds", "min_replies", "round_timeout", "simulate_failures"),
+)
 
 
 @dataclass(frozen=True)

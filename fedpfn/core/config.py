@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 from fedpfn.core.groups import ALIGNMENT, ENGINE, FEDERATED_EVAL, PARTITION, Aligned, Alignment, ClientEval  # noqa: I001
 from fedpfn.core.groups import ClientEvaluation, Dirichlet, Engine, FlwrPartition, Loop, NoAlignment
 from fedpfn.core.groups import START, NoClientEvaluation, Partition, Ray, Seeded, Start, Started, Tasks, Vmap
-from fedpfn.core.concerns import EVALUATION, LOCAL, OUTPUT, TASK, TRACKING, Evaluation, LocalTraining, Output, Task
-from fedpfn.core.concerns import Tracking
+from fedpfn.core.concerns import EVALUATION, FEDERATION, LOCAL, OUTPUT, TASK, TRACKING, Evaluation, Federation
+from fedpfn.core.concerns import LocalTraining, Output, Task, Tracking
 from fedpfn.core.hyper import flat_view, hyper_of
 from fedpfn.core.init_file import init_file_problem, start_changed
 from fedpfn.core.personal import unmatched_problem
@@ -63,10 +63,8 @@ class RunConfig:
     task: Task = dataclasses.field(default_factory=Task, metadata={"group": TASK})
     # the seeded initialisation, or a start file with its own settings (fedpfn.core.groups)
     start: Started = dataclasses.field(default_factory=Seeded, metadata={"group": START})
-    # federation
-    num_clients: int = setting(20, "clients in the federation", at_least(1), kind="federation")
-    clients_per_round: int = setting(10, "clients sampled each round", at_least(1), kind="federation")
-    rounds: int = setting(20, "communication rounds", at_least(1), kind="federation")
+    # who takes part, for how long, what a round tolerates: clients, rounds, replies, failures
+    federation: Federation = dataclasses.field(default_factory=Federation, metadata={"group": FEDERATION})
     # the partition: a variant holding only its own settings (fedpfn.core.groups)
     partition: Partition = dataclasses.field(default_factory=Dirichlet, metadata={"group": PARTITION})
     seed: int = setting(0, "run seed: partition, sampling, init, masks, data order", between(0, MAX_SEED))
@@ -93,11 +91,6 @@ class RunConfig:
     )
     ray_address: str | None = setting(
         None, "join a running Ray cluster (e.g. 'auto' or HOST:6379) instead of starting one", kind="placement"
-    )
-    min_replies: int = setting(1, "fewest successful replies to aggregate a round", at_least(1))
-    round_timeout: float = setting(600.0, "seconds a round waits for replies (0: no limit)", at_least(0))
-    simulate_failures: float = setting(
-        0.0, "probability that a selected client fails (seeded)", between(0, 1, high_open=True), kind="federation"
     )
     # the run folder and what goes into it (fedpfn.core.concerns)
     output: Output = dataclasses.field(default_factory=Output, metadata={"group": OUTPUT})
@@ -247,7 +240,7 @@ EVAL_ONLY = ("evaluate_clients", "evaluate_clients_every")  # what only a run wi
 
 def _alignment_clients_problem(cfg: RunConfig, given: Collection[str] | None) -> str | None:
     """Set above a round's clients, the count would not be what was asked (the default, 3, means up to 3)."""
-    measured, most = cfg.alignment, cfg.clients_per_round
+    measured, most = cfg.alignment, cfg.federation.clients_per_round
     if not isinstance(measured, Alignment) or measured.alignment_clients <= most:
         return None
     if is_set("alignment_clients", measured.alignment_clients, FLAT_DEFAULTS["alignment_clients"], given):
@@ -301,7 +294,7 @@ USED_ONLY_IF: dict[str, tuple[Callable[[RunConfig], bool], str]] = {
         "the batched engine uses it only with --engine-mode loop (threads a client); --engine ray reserves it",
     ),
 }
-GROUPS = (TASK, START, PARTITION, LOCAL, EVALUATION, FEDERATED_EVAL, ALIGNMENT, TRACKING, ENGINE, OUTPUT)
+GROUPS = (TASK, START, FEDERATION, PARTITION, LOCAL, EVALUATION, FEDERATED_EVAL, ALIGNMENT, TRACKING, ENGINE, OUTPUT)
 # the settings flat, in the order --help-all and config.json have always listed them: a field of
 # RunConfig stands for its settings, a setting named alone sits apart from the rest of its group
 FLAT_ORDER = ("algorithm", "server", "dataset", "model", "start", "projection_head", "data_root", "download",

@@ -286,7 +286,7 @@ def _algorithm_problems(cfg: RunConfig, given: set[str] | None = None) -> list[s
         out += setting_problems(cfg.hyper(space, cls))
     for part in _parts(cfg.algorithm):
         out += part.client.problems(cfg.hyper(part.client.namespace(), part.client.Params))
-    out += _personal_problems(cfg) + attack_problems(attack_of(cfg), cfg.num_clients, given)
+    out += _personal_problems(cfg) + attack_problems(attack_of(cfg), cfg.federation.num_clients, given)
     out += unused_hparams(cfg, given)
     if not out and ":" in cfg.server:
         out += _user_strategy_problems(cfg)

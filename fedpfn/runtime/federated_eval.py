@@ -51,15 +51,15 @@ def due(cfg: RunConfig, server_round: int) -> bool:
     evaluation = cfg.federated_eval
     if not isinstance(evaluation, ClientEvaluation):
         return False
-    return server_round % evaluation.evaluate_clients_every == 0 or server_round == cfg.rounds
+    return server_round % evaluation.evaluate_clients_every == 0 or server_round == cfg.federation.rounds
 
 
 def sample_evaluators(cfg: RunConfig, server_round: int) -> list[int]:
     """The partition ids that evaluate after `server_round`, sorted: seeded by (run seed, round),
     so a resumed run and every engine ask the same clients."""
-    count = min(cfg.num_clients, max(1, round(cfg.federated_eval.evaluate_clients * cfg.num_clients)))
+    count = min(cfg.federation.num_clients, max(1, round(cfg.federated_eval.evaluate_clients * cfg.federation.num_clients)))
     rng = numpy_rng(cfg.seed, Stream.EVALUATION, server_round)
-    return sorted(rng.choice(cfg.num_clients, size=count, replace=False).tolist())
+    return sorted(rng.choice(cfg.federation.num_clients, size=count, replace=False).tolist())
 
 
 def evaluate_message(cfg: RunConfig, server_round: int, arrays: ArrayRecord, node: int, accepted: int) -> Message:

@@ -31,9 +31,9 @@ def wrapped(cfg: RunConfig, composed: ComposedStrategy) -> ComposedStrategy | Wr
     if not params.server_wrap:
         return composed
     view = ComposedView(composed)
-    wrapper = build_wrapper(params, view, cfg.clients_per_round)
-    kwargs = wrapper_kwargs(params, cfg.clients_per_round)
-    budget = budget_for(kwargs, cfg.clients_per_round / cfg.num_clients, params.dp_delta)
+    wrapper = build_wrapper(params, view, cfg.federation.clients_per_round)
+    kwargs = wrapper_kwargs(params, cfg.federation.clients_per_round)
+    budget = budget_for(kwargs, cfg.federation.clients_per_round / cfg.federation.num_clients, params.dp_delta)
     return WrappedStrategy(view, wrapper, cfg.seed, budget)
 
 
@@ -54,7 +54,7 @@ def plugin_problems(cfg: RunConfig, given: Collection[str] | None, rules: list[t
         return out
     try:
         if params.server_wrap:
-            build_wrapper(params, ComposedView.__new__(ComposedView), cfg.clients_per_round)
+            build_wrapper(params, ComposedView.__new__(ComposedView), cfg.federation.clients_per_round)
             wrapped_budget(cfg, params)
         if params.client_mod:
             out += mod_problems(cfg, given, rules)
@@ -65,7 +65,7 @@ def plugin_problems(cfg: RunConfig, given: Collection[str] | None, rules: list[t
 
 def wrapped_budget(cfg: RunConfig, params: PluginParams) -> None:
     """Opacus installed where the wrapper adds noise (refused before the first round, not after)."""
-    budget_for(wrapper_kwargs(params, cfg.clients_per_round), cfg.clients_per_round / cfg.num_clients, params.dp_delta)
+    budget_for(wrapper_kwargs(params, cfg.federation.clients_per_round), cfg.federation.clients_per_round / cfg.federation.num_clients, params.dp_delta)
 
 
 def mod_problems(cfg: RunConfig, given: Collection[str] | None, rules: list[type[ClientRule]]) -> list[str]:
@@ -100,9 +100,9 @@ def wrapper_line(cfg: RunConfig) -> list[str]:
     if params.server_wrap:
         from strategies.privacy import ACCOUNTANT
 
-        kwargs = wrapper_kwargs(params, cfg.clients_per_round)
+        kwargs = wrapper_kwargs(params, cfg.federation.clients_per_round)
         shown = ", ".join(f"{k} {v}" for k, v in kwargs.items())
-        budget = f"; (ε, δ={params.dp_delta:g}) by {ACCOUNTANT}, q = {cfg.clients_per_round}/{cfg.num_clients}"
+        budget = f"; (ε, δ={params.dp_delta:g}) by {ACCOUNTANT}, q = {cfg.federation.clients_per_round}/{cfg.federation.num_clients}"
         lines.append(
             f"  wrapper    {params.server_wrap.rpartition(':')[2]}({shown}); it reads every reply (the batched "
             f"engine sends each client's model, not the round's totals){budget if 'noise_multiplier' in kwargs else ''}"

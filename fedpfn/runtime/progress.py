@@ -71,13 +71,13 @@ def header_lines(
 
     split = f"Dirichlet({cfg.partition.alpha:g})" if isinstance(cfg.partition, Dirichlet) else cfg.partition.method
     resumed = f" (resumed after {first_round - 1})" if first_round > 1 else ""
-    rounds = f"{first_round}..{cfg.rounds}{resumed}"
+    rounds = f"{first_round}..{cfg.federation.rounds}{resumed}"
     every = f"evaluated every {cfg.evaluation.eval_every}" if cfg.evaluation.eval_every > 1 else "evaluated every round"
     held = f", local test {cfg.evaluation.local_test_fraction:g} of each client" if cfg.evaluation.local_test_fraction else ""
     lines = [
         f"[bold]fedpfn[/bold] {cfg.algorithm} on server {cfg.server} · {cfg.task.dataset} {cfg.task.model} "
         f"· seed {cfg.seed}",
-        f"  clients    {cfg.num_clients}, {cfg.clients_per_round} a round, {split}{held}",
+        f"  clients    {cfg.federation.num_clients}, {cfg.federation.clients_per_round} a round, {split}{held}",
         f"  rounds     {rounds}, {cfg.local.local_epochs} local epoch(s), {every}",
         *([start_line(cfg, start)] if isinstance(cfg.start, Start) else []),
         *wrapper_line(cfg),

@@ -46,7 +46,7 @@ def write_partition_report(cfg: RunConfig, folder: RunFolder) -> None:
 
     counts = partition_label_counts(cfg)
     write_partition_json(folder.path / PARTITION, counts)
-    title = f"{cfg.num_clients} clients, {split_text(cfg)} · seed {cfg.seed}"
+    title = f"{cfg.federation.num_clients} clients, {split_text(cfg)} · seed {cfg.seed}"
     plot_partition(folder.path / PARTITION_FIGURE, counts, CLASS_NAMES.get(cfg.task.dataset), title)
 
 
@@ -94,6 +94,6 @@ def setting_title(cfg: RunConfig) -> str:
     """The run's setting in one line, for figure titles."""
     server = "" if cfg.server == "fedavg" else f" + {cfg.server}"
     return (
-        f"{cfg.algorithm}{server} · {cfg.task.dataset} {cfg.task.model} · {cfg.num_clients} clients "
-        f"({cfg.clients_per_round}/round), {split_text(cfg)} · seed {cfg.seed}"
+        f"{cfg.algorithm}{server} · {cfg.task.dataset} {cfg.task.model} · {cfg.federation.num_clients} clients "
+        f"({cfg.federation.clients_per_round}/round), {split_text(cfg)} · seed {cfg.seed}"
     )

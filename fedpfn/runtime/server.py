@@ -72,13 +72,13 @@ def wait_for_partitions(directory: NodeDirectory, cfg: RunConfig) -> dict[int, i
     The run then starts with the partitions that have one; fewer than `min_replies` stop it.
     """
     directory.refresh()
-    check_federation_size(directory, cfg.num_clients)
-    nodes = directory.wait_for(range(cfg.num_clients), NODE_WAIT_SECONDS)
-    missing = sorted(set(range(cfg.num_clients)) - set(nodes))
-    if len(nodes) < cfg.min_replies:
+    check_federation_size(directory, cfg.federation.num_clients)
+    nodes = directory.wait_for(range(cfg.federation.num_clients), NODE_WAIT_SECONDS)
+    missing = sorted(set(range(cfg.federation.num_clients)) - set(nodes))
+    if len(nodes) < cfg.federation.min_replies:
         raise FederationError(
-            f"only {len(nodes)} of {cfg.num_clients} partitions have a node after {NODE_WAIT_SECONDS:.0f} s "
-            f"(min_replies {cfg.min_replies}); start SuperNodes with partition-id in 0..{cfg.num_clients - 1}"
+            f"only {len(nodes)} of {cfg.federation.num_clients} partitions have a node after {NODE_WAIT_SECONDS:.0f} s "
+            f"(min_replies {cfg.federation.min_replies}); start SuperNodes with partition-id in 0..{cfg.federation.num_clients - 1}"
         )
     if missing:
         log.warning("no node holds partition(s) %s yet; they are skipped until one connects", missing[:20])
@@ -167,8 +167,8 @@ class ServerLoop:
         self.from_totals = mean_based(cfg)
         names = [name for name, _ in self.model.named_parameters()]
         self.train_grid = train_grid if train_grid is not None else PlainGrid(grid, names)
-        self.round_timeout = cfg.round_timeout or None  # 0: wait for every reply
-        self.nodes = NodeDirectory(grid, cfg.num_clients, query_timeout=self.round_timeout)
+        self.round_timeout = cfg.federation.round_timeout or None  # 0: wait for every reply
+        self.nodes = NodeDirectory(grid, cfg.federation.num_clients, query_timeout=self.round_timeout)
         self.eval_name, self.eval_x, self.eval_y = evaluation_set(cfg, self.device)
         self.alignment = (
             alignment.AlignmentProbe(cfg, self.device, self.eval_x, self.eval_y) if alignment.measured(cfg) else None
@@ -185,7 +185,7 @@ class ServerLoop:
 
     def train_round(self, server_round: int) -> RoundOutcome:
         cfg = self.cfg
-        chosen = sample_clients(cfg.seed, server_round, cfg.num_clients, cfg.clients_per_round)
+        chosen = sample_clients(cfg.seed, server_round, cfg.federation.num_clients, cfg.federation.clients_per_round)
         nodes = self.nodes.refresh()  # the nodes connected now; new ones are asked their partition
         present = [p for p in chosen if p in nodes]
         missing = [p for p in chosen if p not in nodes]
@@ -199,13 +199,13 @@ class ServerLoop:
         stop_if_a_worker_died(server_round, replies.failed)
         report_failures(server_round, replies.failed, missing)
         client_rows = [self._client_row(server_round, r) for r in good]
-        mark_malicious(client_rows, attack_of(cfg), cfg.seed, cfg.num_clients)
+        mark_malicious(client_rows, attack_of(cfg), cfg.seed, cfg.federation.num_clients)
         sent_model = self.arrays
-        skipped = len(good) < cfg.min_replies
+        skipped = len(good) < cfg.federation.min_replies
         if skipped:
             log.warning(
                 "round %d skipped: %d successful replies < min_replies %d; global model kept",
-                server_round, len(good), cfg.min_replies,
+                server_round, len(good), cfg.federation.min_replies,
             )  # fmt: skip
         train_loss = float("nan") if skipped else self.aggregate(server_round, good, replies.totals)
         measured = {} if skipped else self.measure_alignment(server_round, good, sorted(replies.replies), sent_model)
@@ -315,11 +315,11 @@ class ServerLoop:
         with self.folder.writing():
             self.start_or_resume()
         wait_for_partitions(self.nodes, cfg)
-        for server_round in range(self.next_round, cfg.rounds + 1):
+        for server_round in range(self.next_round, cfg.federation.rounds + 1):
             t0 = time.perf_counter()
             outcome = self.train_round(server_round)
             record, client_rows = outcome.record, outcome.client_rows
-            evaluated = server_round % cfg.evaluation.eval_every == 0 or server_round == cfg.rounds
+            evaluated = server_round % cfg.evaluation.eval_every == 0 or server_round == cfg.federation.rounds
             loss, accuracy = self.evaluate_global() if evaluated else (None, None)
             by_clients = self.evaluate_by_clients(server_round, {"round": server_round, **record})
             record = {
@@ -336,7 +336,7 @@ class ServerLoop:
                     self.folder.append_metrics(row, name=CLIENTS)
                 self.folder.append_metrics(record)
                 due = cfg.output.checkpoint_every and server_round % cfg.output.checkpoint_every == 0
-                if due or server_round == cfg.rounds:
+                if due or server_round == cfg.federation.rounds:
                     self.checkpoint(server_round, self.elapsed_before + time.perf_counter() - started)
             self.accepted.update(accepted_rounds([record]))
             if tracker is not None:
@@ -349,5 +349,5 @@ class ServerLoop:
 
     def finish(self, wall_seconds: float) -> dict[str, Any]:
         self.model.load_state_dict(self.arrays.to_torch_state_dict())
-        self.folder.save_model(self.cfg.rounds, self.model.state_dict())
+        self.folder.save_model(self.cfg.federation.rounds, self.model.state_dict())
         return write_summary(self.cfg, self.folder, self.eval_name, wall_seconds)

@@ -55,7 +55,7 @@ def deployed_main(grid: Grid, context: Context) -> None:
     values = from_run_config(dict(context.run_config))
     name_code(*code_settings(values))  # flwr run's command
     cfg = load_config(values)
-    check_simulated_nodes(grid, cfg.num_clients)
+    check_simulated_nodes(grid, cfg.federation.num_clients)
     cfg = cfg.in_folder(str(cfg.run_dir.resolve()))  # relative: to the SuperLink's folder
     run = plan(cfg, resume=resumes_in_place(cfg))
     check_available(cfg)

@@ -244,17 +244,17 @@ def resume_config(run_dir: str, overrides: dict[str, Any]) -> RunConfig:
             f"resume: the run in '{run_dir}' was made with other settings ({'; '.join(conflicts)}); "
             "a resumed run keeps its settings (only --rounds may extend it)"
         )
-    if requested.rounds < stored.rounds:
-        raise ConfigError(f"resume: --rounds {requested.rounds} is fewer than the run's {stored.rounds}")
+    asked, ran = requested.federation.rounds, stored.federation.rounds
+    if asked < ran:
+        raise ConfigError(f"resume: --rounds {asked} is fewer than the run's {ran}")
     if folder.is_finished():
-        if requested.rounds == stored.rounds:
-            raise ConfigError(
-                f"resume: '{run_dir}' is finished ({stored.rounds} rounds); pass --rounds N to continue it to N rounds"
-            )
+        if asked == ran:
+            raise ConfigError(f"resume: '{run_dir}' is finished ({ran} rounds); pass --rounds N to continue it to N rounds")
         folder.check_usable()
     switched = {name: getattr(requested, name) for name in MOVABLE}  # may change on resume
     moved = stored.in_folder(str(folder.path), overwrite=False)
-    cfg = dataclasses.replace(moved, rounds=requested.rounds, unused=requested.unused, **switched)
+    longer = dataclasses.replace(moved.federation, rounds=asked)
+    cfg = dataclasses.replace(moved, federation=longer, unused=requested.unused, **switched)
     cfg = validated(cfg, given=set(overrides))
     if arithmetic(stored) and arithmetic(cfg) and arithmetic(stored) != arithmetic(cfg):
         print(

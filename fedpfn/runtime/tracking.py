@@ -218,7 +218,7 @@ def warn_meaningless(cfg: RunConfig) -> None:
 
     if ":" in cfg.server:  # a robust aggregator with too few replies a round (Krum)
         args = cfg.hyper(USER_RULE.namespace, USER_RULE.Params).server_args
-        build_user_strategy(cfg.server, args, per_round=cfg.clients_per_round)
+        build_user_strategy(cfg.server, args, per_round=cfg.federation.clients_per_round)
 
 
 @contextmanager
@@ -232,7 +232,7 @@ def tracked_run(
     """
     first_round = 1 + (int(checkpoint["round"]) if checkpoint else 0)
     start = start_scores(cfg) if isinstance(cfg.start, Start) and first_round == 1 else None  # round 0: the start file itself
-    progress = Progress(cfg.rounds, folder.path / LOG, show, first_round)
+    progress = Progress(cfg.federation.rounds, folder.path / LOG, show, first_round)
     progress.header(header_lines(cfg, first_round, compute, start))
     tracker = Tracking([progress])
     try:

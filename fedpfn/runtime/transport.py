@@ -100,9 +100,9 @@ class PlainGrid:
 def fails_this_round(cfg: RunConfig, server_round: int, partition_id: int) -> bool:
     """`--simulate-failures`: whether this client fails this round. Seeded, so a rerun (or a
     resumed run) sees the same failures."""
-    if cfg.simulate_failures <= 0:
+    if cfg.federation.simulate_failures <= 0:
         return False
-    return bool(numpy_rng(cfg.seed, Stream.FAILURES, server_round, partition_id).random() < cfg.simulate_failures)
+    return bool(numpy_rng(cfg.seed, Stream.FAILURES, server_round, partition_id).random() < cfg.federation.simulate_failures)
 
 
 def simulated_failures(cfg: RunConfig, server_round: int, partitions: Collection[int]) -> dict[int, str]:

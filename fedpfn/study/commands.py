@@ -84,7 +84,7 @@ class RunCells:
         return "running" if in_use(folder) else "stopped"
 
     def work(self, cfg: RunConfig, folder: Path, state: str) -> int:
-        return 0 if state == "done" else cfg.rounds - (rounds_done(folder) if state in ("stopped", "running") else 0)
+        return 0 if state == "done" else cfg.federation.rounds - (rounds_done(folder) if state in ("stopped", "running") else 0)
 
     def spent(self, folder: Path) -> tuple[float, int] | None:
         try:

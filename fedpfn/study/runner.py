@@ -103,7 +103,7 @@ def status_of(spec: Spec, configure: Configure) -> list[str]:
     for p in planned:
         said = p.state
         if said == "stopped":
-            said = f"stopped at round {rounds_done(p.cell.folder)} of {p.cfg.rounds} (run resumes it)"
+            said = f"stopped at round {rounds_done(p.cell.folder)} of {p.cfg.federation.rounds} (run resumes it)"
         lines.append(f"{str(p.cell.folder):<{width}}  {said}")
     counts: dict[str, int] = {}
     for p in planned:

@@ -55,11 +55,11 @@ class BatchedGrid(Grid):
             FIRST_NODE + pid: Context(
                 run_id=RUN_ID,
                 node_id=FIRST_NODE + pid,
-                node_config={protocol.PARTITION_ID: pid, protocol.NUM_PARTITIONS: cfg.num_clients},
+                node_config={protocol.PARTITION_ID: pid, protocol.NUM_PARTITIONS: cfg.federation.num_clients},
                 state=RecordDict(),
                 run_config=UserConfig(),
             )
-            for pid in range(cfg.num_clients)
+            for pid in range(cfg.federation.num_clients)
         }
         self._replies: dict[str, Message] = {}
         self._totals: dict[frozenset[str], RoundTotals] = {}  # the last round's, by its message ids

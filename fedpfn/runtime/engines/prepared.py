@@ -133,7 +133,7 @@ class PreparedCohort:
     def label_flippers(self) -> frozenset[int]:
         """The partitions that train on flipped labels (--attack label-flip)."""
         params = attack_of(self.cfg)
-        return malicious_partitions(params, self.cfg.seed, self.cfg.num_clients) if params.attack == "label-flip" else frozenset()
+        return malicious_partitions(params, self.cfg.seed, self.cfg.federation.num_clients) if params.attack == "label-flip" else frozenset()
 
     def local_accuracy(self, k: int, trained: tuple[Tensors, Tensors], model: nn.Module) -> tuple[float, float] | None:
         """Client k's local test split (`--local-test-fraction`): (the global model's, its own)."""

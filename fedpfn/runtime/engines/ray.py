@@ -67,7 +67,7 @@ def resolve_client_gpus(cfg: RunConfig) -> RunConfig:
     if cfg.client_gpus is not None:
         return cfg
     gpus = 0 if cfg.ray_address else torch.cuda.device_count()
-    share = gpu_share(os.cpu_count() or 1, cfg.client_cpus, cfg.clients_per_round, gpus)
+    share = gpu_share(os.cpu_count() or 1, cfg.client_cpus, cfg.federation.clients_per_round, gpus)
     return dataclasses.replace(cfg, client_gpus=share)
 
 
@@ -117,7 +117,7 @@ def describe(cfg: RunConfig) -> str:
     return (
         f"Ray on this machine (starting, usually 10-30 s): {cpus} CPUs, {gpus} GPUs; "
         f"{per_client} per client, "
-        f"up to {min(at_once, cfg.clients_per_round)} clients at a time; {server}"
+        f"up to {min(at_once, cfg.federation.clients_per_round)} clients at a time; {server}"
     )
 
 
@@ -127,7 +127,7 @@ def run(run: RunPlan, tracker: Tracking) -> None:
     run_simulation(
         server_app=make_server_app(run, tracker),
         client_app=client_app,
-        num_supernodes=run.cfg.num_clients,
+        num_supernodes=run.cfg.federation.num_clients,
         backend_config=backend_config(run.cfg),
     )
 
