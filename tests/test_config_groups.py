@@ -153,20 +153,23 @@ def test_a_folder_with_a_setting_its_partition_leaves_out_resumes_to_the_same_nu
 
 
 def test_a_concern_is_one_group_read_as_cfg_concern_and_written_flat_in_its_old_order():
-    """What is trained on what is `cfg.task`, who takes part for how long `cfg.federation`, how a client trains `cfg.local`, how the model is evaluated
-    `cfg.evaluation`, where numbers are also logged `cfg.tracking`, the run folder `cfg.output`; the flags,
-    config.json's keys and their order (so a folder written before the groups resumes) are the flat ones;
-    a bad value is named."""
+    """What is trained on what is `cfg.task`, who takes part for how long `cfg.federation`, how a client
+    trains `cfg.local`, where it computes `cfg.placement`, how the model is evaluated `cfg.evaluation`,
+    where numbers are also logged `cfg.tracking`, the run folder `cfg.output`; the flags, config.json's
+    keys and their order (so a folder written before the groups resumes) are the flat ones; a bad
+    value is named."""
     from fedpfn.core.concerns import EVALUATION, LOCAL, OUTPUT, TRACKING, Evaluation, Federation, LocalTraining, Output
-    from fedpfn.core.concerns import Task, Tracking
+    from fedpfn.core.concerns import Placement, Task, Tracking
+    from fedpfn.core.config import MOVABLE
 
     values = {"lr": 0.1, "momentum": 0.5, "local_epochs": 3, "optimizer": "adam", "eval_every": 2,
               "local_test_fraction": 0.2, "wandb": True, "out": "runs/x", "checkpoint_every": 0, "model": "mlp",
               "projection_head": 8, "personal": "classifier.*", "download": True, "rounds": 3, "min_replies": 2,
-              "simulate_failures": 0.1}  # fmt: skip
+              "simulate_failures": 0.1, "engine": "ray", "client_gpus": 0.5, "ray_address": "auto"}  # fmt: skip
     cfg = parse_config(values)
     assert cfg.task == Task("fmnist", "mlp", 8, None, True, "classifier.*")
     assert cfg.federation == Federation(20, 10, 3, 2, 600.0, 0.1)
+    assert cfg.placement == Placement(1.0, 0.5, "auto") and "placement" in MOVABLE  # a resume may move it
     assert cfg.local == LocalTraining(local_epochs=3, lr=0.1, momentum=0.5, optimizer="adam")
     assert (cfg.evaluation, cfg.tracking) == (Evaluation(2, 0.0, 0.2), Tracking(False, True))
     assert cfg.output == Output("runs/x", checkpoint_every=0) and cfg.in_folder("y").output == Output("y", checkpoint_every=0)
@@ -175,7 +178,8 @@ def test_a_concern_is_one_group_read_as_cfg_concern_and_written_flat_in_its_old_
     assert keys[keys.index("server") + 1 : keys.index("num_clients")] == [  # the task, around the start
         "dataset", "model", "init", "projection_head", "data_root", "download"]  # fmt: skip
     assert keys[keys.index("download") + 1 : keys.index("partition")] == ["num_clients", "clients_per_round", "rounds"]
-    assert keys[keys.index("ray_address") + 1 : keys.index("out")] == ["min_replies", "round_timeout", "simulate_failures"]
+    assert keys[keys.index("engine_workers") + 1 : keys.index("out")] == [  # the placement, then the federation's rest
+        "client_cpus", "client_gpus", "ray_address", "min_replies", "round_timeout", "simulate_failures"]  # fmt: skip
     assert keys[keys.index("seed") + 1 : keys.index("personal")] == list(LOCAL.order)
     assert keys[keys.index("personal") + 1 : keys.index("alignment_every")] == list(EVALUATION.order)  # clients: off
     assert keys[keys.index("alignment_samples") + 1 : keys.index("engine")] == list(TRACKING.order)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+from typing import Any
 
 import pytest
 import torch
@@ -17,10 +18,16 @@ import torch
 import run_sim
 from conftest import tiny_config
 from fedpfn.core.cache import _data_on, dataset_on
+from fedpfn.core.config import RunConfig
 from fedpfn.runtime.resources import client_wants_gpu, concurrent_clients, gpu_share
 from fedpfn.runtime.runfolder import RunFolder
 from fedpfn.runtime.engines.ray import backend_config, resolve_client_gpus, warn_unused_gpu
 from fedpfn.runtime.simulation import resume_config
+
+
+def placed(cfg: RunConfig, **placement: Any) -> RunConfig:
+    """`cfg` with its clients placed otherwise (`client_gpus=0.5`)."""
+    return dataclasses.replace(cfg, placement=dataclasses.replace(cfg.placement, **placement))
 
 
 @pytest.mark.parametrize(
@@ -56,27 +63,27 @@ def test_client_device_choice():
 
 def test_unset_resolves_to_the_cpu_without_a_gpu_and_a_set_value_is_kept():
     cfg = tiny_config()
-    assert cfg.client_gpus is None  # "auto" until resolved
+    assert cfg.placement.client_gpus is None  # "auto" until resolved
     expected = gpu_share(os.cpu_count() or 1, 1.0, 2, torch.cuda.device_count())  # 0.0 without a GPU
-    assert resolve_client_gpus(cfg).client_gpus == expected
-    assert resolve_client_gpus(dataclasses.replace(cfg, client_gpus=0.3)).client_gpus == 0.3
+    assert resolve_client_gpus(cfg).placement.client_gpus == expected
+    assert resolve_client_gpus(placed(cfg, client_gpus=0.3)).placement.client_gpus == 0.3
 
 
 def test_with_a_visible_gpu_clients_get_the_share_and_client_gpus_0_warns(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     cfg = tiny_config(clients_per_round=2)
     resolved = resolve_client_gpus(cfg)
-    assert resolved.client_gpus == gpu_share(os.cpu_count() or 1, 1.0, 2, 1)
-    assert backend_config(cfg)["client_resources"]["num_gpus"] == resolved.client_gpus
+    assert resolved.placement.client_gpus == gpu_share(os.cpu_count() or 1, 1.0, 2, 1)
+    assert backend_config(cfg)["client_resources"]["num_gpus"] == resolved.placement.client_gpus
     warn_unused_gpu(resolved)
     assert capsys.readouterr().err == ""
-    warn_unused_gpu(dataclasses.replace(cfg, client_gpus=0.0))
+    warn_unused_gpu(placed(cfg, client_gpus=0.0))
     assert capsys.readouterr().err == (
         "warning: 1 GPU(s) visible, but the clients train on the CPU (--client-gpus 0); "
         "only the server's evaluation uses the GPU\n"
     )
-    on_cluster = resolve_client_gpus(dataclasses.replace(cfg, ray_address="auto"))
-    assert on_cluster.client_gpus == 0.0  # a cluster's GPUs are unknown before Ray starts
+    on_cluster = resolve_client_gpus(placed(cfg, ray_address="auto"))
+    assert on_cluster.placement.client_gpus == 0.0  # a cluster's GPUs are unknown before Ray starts
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
@@ -102,9 +109,9 @@ def test_a_resumed_run_keeps_its_share_unless_moved(tmp_path):
     """config.json holds the resolved share; `--resume` may move the run (another machine, the CPU)."""
     folder = RunFolder(tmp_path / "run")
     folder.path.mkdir()
-    cfg = dataclasses.replace(tiny_config(out=str(folder.path), engine="ray"), client_gpus=0.5)
+    cfg = placed(tiny_config(out=str(folder.path), engine="ray"), client_gpus=0.5)
     folder.start(cfg.to_dict(), overwrite=False)
-    assert resume_config(str(folder.path), {}).client_gpus == 0.5
+    assert resume_config(str(folder.path), {}).placement.client_gpus == 0.5
     moved = resume_config(str(folder.path), {"client_gpus": "0", "client_cpus": "2"})
-    assert (moved.client_gpus, moved.client_cpus) == (0.0, 2.0)
+    assert (moved.placement.client_gpus, moved.placement.client_cpus) == (0.0, 2.0)
     assert folder.read_config()["client_gpus"] == 0.5  # written only when the resumed run starts

@@ -5,10 +5,10 @@ folder, the entries clients keep), `cfg.federation` who takes part, for how long
 tolerates (`Federation`), `cfg.local` how a client trains (`LocalTraining`: epochs, batch size,
 the optimizer and its step), `cfg.evaluation` how the global model is evaluated and the clients'
 local test splits (`Evaluation`), `cfg.tracking` where a run's numbers are also logged
-(`Tracking`), `cfg.output` the run folder
+(`Tracking`), `cfg.placement` where the clients compute (`Placement`), `cfg.output` the run folder
 and what goes into it (`Output`). Users type the flat flags, and config.json writes them flat in
-the order the fields had before the groups, as every group does (fedpfn.core.groups has the groups
-where a choice decides the other settings).
+the order they had before the groups (fedpfn.core.config.FLAT_ORDER), as every group does
+(fedpfn.core.groups has the groups where a choice decides the other settings).
 """
 
 from __future__ import annotations
@@ -173,3 +173,25 @@ class Output:
 
 OUTPUT = Group("output", {}, (Output,), {}, ("out", "overwrite", "checkpoint_every", "target_accuracy"))
 
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the clients compute: CPUs and GPU share per client, a Ray cluster to join. A resume
+    may move them (their kind is placement); the engine (fedpfn.core.groups) reads them."""
+
+    chosen_by: ClassVar[dict[str, Any]] = {}
+    client_cpus: float = setting(1.0, "CPUs per simulated client (Ray)", above(0), kind="placement")
+    client_gpus: float | None = setting(
+        None,
+        "GPU share per client: the Ray engine reserves it for each client (default: the visible GPUs "
+        "shared evenly by the clients the CPUs run at once, fedpfn/runtime/resources.py); the batched engine "
+        "trains on the visible GPU unless it is 0; 0: clients on the CPU on both engines",
+        at_least(0),
+        kind="placement",
+    )
+    ray_address: str | None = setting(
+        None, "join a running Ray cluster (e.g. 'auto' or HOST:6379) instead of starting one", kind="placement"
+    )
+
+
+PLACEMENT_GROUP = Group("placement", {}, (Placement,), {}, ("client_cpus", "client_gpus", "ray_address"))

@@ -3,8 +3,11 @@
 The core settings are declared here; each algorithm declares its own hyperparameters beside
 its code (`FedProxParams` next to `FedProxClient`, `AnchorParams` next to the anchors),
 `fedpfn.runtime.algorithms` collects them and a run keeps them namespaced by their algorithm
-(`fedprox.prox_mu`, fedpfn.core.hyper). The partition and the engine are variants that hold only
-the settings their choice uses (fedpfn.core.groups). The command line, TOML presets, Flower's run
+(`fedprox.prox_mu`, fedpfn.core.hyper). The core settings are grouped by concern: the partition,
+the engine, the start and the two measurements are variants that hold only the settings their
+choice uses (fedpfn.core.groups), the task, the federation, local training, evaluation, tracking,
+placement and output groups of one variant (fedpfn.core.concerns); algorithm, server and seed,
+which name a run, stay top-level. The command line, TOML presets, Flower's run
 config (`[tool.flwr.app.config]`) and `config.json` are all derived from these declarations, flat
 (`RunFlags`), so a setting has one name, one default and one check. Keys may be written with `-` or `_`.
 """
@@ -23,25 +26,13 @@ from typing import Any, TypeVar
 from fedpfn.core.groups import ALIGNMENT, ENGINE, FEDERATED_EVAL, PARTITION, Aligned, Alignment, ClientEval  # noqa: I001
 from fedpfn.core.groups import ClientEvaluation, Dirichlet, Engine, FlwrPartition, Loop, NoAlignment
 from fedpfn.core.groups import START, NoClientEvaluation, Partition, Ray, Seeded, Start, Started, Tasks, Vmap
-from fedpfn.core.concerns import EVALUATION, FEDERATION, LOCAL, OUTPUT, TASK, TRACKING, Evaluation, Federation
-from fedpfn.core.concerns import LocalTraining, Output, Task, Tracking
+from fedpfn.core.concerns import EVALUATION, FEDERATION, LOCAL, OUTPUT, PLACEMENT_GROUP, TASK, TRACKING, Evaluation
+from fedpfn.core.concerns import Federation, LocalTraining, Output, Placement, Task, Tracking
 from fedpfn.core.hyper import flat_view, hyper_of
 from fedpfn.core.init_file import init_file_problem, start_changed
 from fedpfn.core.personal import unmatched_problem
 from fedpfn.core.seeding import MAX_SEED
-from fedpfn.core.settings import (
-    ConfigError,
-    above,
-    at_least,
-    between,
-    field_map,
-    is_set,
-    of_kind,
-    one_of,
-    parse_leniently,
-    problems,
-    setting,
-)
+from fedpfn.core.settings import ConfigError, between, field_map, is_set, of_kind, parse_leniently, problems, setting
 from fedpfn.core.user_code import is_code
 from partitions import flwr_problem
 
@@ -77,21 +68,10 @@ class RunConfig:
     alignment: Aligned = dataclasses.field(default_factory=NoAlignment, metadata={"group": ALIGNMENT})
     # where a run's numbers are also logged (fedpfn.core.groups)
     tracking: Tracking = dataclasses.field(default_factory=Tracking, metadata={"group": TRACKING})
-    # resources and faults
     # where the clients train: a variant holding only its own settings (fedpfn.core.groups)
     engine: Engine = dataclasses.field(default_factory=Vmap, metadata={"group": ENGINE})
-    client_cpus: float = setting(1.0, "CPUs per simulated client (Ray)", above(0), kind="placement")
-    client_gpus: float | None = setting(
-        None,
-        "GPU share per client: the Ray engine reserves it for each client (default: the visible GPUs "
-        "shared evenly by the clients the CPUs run at once, fedpfn/runtime/resources.py); the batched engine "
-        "trains on the visible GPU unless it is 0; 0: clients on the CPU on both engines",
-        at_least(0),
-        kind="placement",
-    )
-    ray_address: str | None = setting(
-        None, "join a running Ray cluster (e.g. 'auto' or HOST:6379) instead of starting one", kind="placement"
-    )
+    # where the clients compute: CPUs and GPU share per client, a Ray cluster to join (fedpfn.core.concerns)
+    placement: Placement = dataclasses.field(default_factory=Placement, metadata={"group": PLACEMENT_GROUP})
     # the run folder and what goes into it (fedpfn.core.concerns)
     output: Output = dataclasses.field(default_factory=Output, metadata={"group": OUTPUT})
     # the algorithms' hyperparameters: `fedprox.prox_mu`, or by name until resolved (fedpfn.core.hyper)
@@ -267,8 +247,8 @@ RELATIONS: list[tuple[tuple[str, ...], Callable[[RunConfig], str | None]]] = [
     ),
     (
         ("partition", "dataset"),
-        lambda c: isinstance(c.partition, Tasks) and c.task.dataset != "fmnist"
-        and f"partition: tasks are derived from Fashion-MNIST's classes; use --dataset fmnist, not {c.task.dataset}",
+        lambda c: isinstance(c.partition, Tasks) and (named := c.task.dataset) != "fmnist"
+        and f"partition: tasks are derived from Fashion-MNIST's classes; use --dataset fmnist, not {named}",
     ),
     (
         ("partition", "partition_args"),
@@ -294,13 +274,14 @@ USED_ONLY_IF: dict[str, tuple[Callable[[RunConfig], bool], str]] = {
         "the batched engine uses it only with --engine-mode loop (threads a client); --engine ray reserves it",
     ),
 }
-GROUPS = (TASK, START, FEDERATION, PARTITION, LOCAL, EVALUATION, FEDERATED_EVAL, ALIGNMENT, TRACKING, ENGINE, OUTPUT)
+GROUPS = (TASK, START, FEDERATION, PARTITION, LOCAL, EVALUATION, FEDERATED_EVAL, ALIGNMENT, TRACKING, ENGINE,
+          PLACEMENT_GROUP, OUTPUT)  # fmt: skip
 # the settings flat, in the order --help-all and config.json have always listed them: a field of
 # RunConfig stands for its settings, a setting named alone sits apart from the rest of its group
 FLAT_ORDER = ("algorithm", "server", "dataset", "model", "start", "projection_head", "data_root", "download",
               "num_clients", "clients_per_round", "rounds", "partition", "seed", "local", "personal", "evaluation",
-              "federated_eval", "alignment", "tracking", "engine", "client_cpus", "client_gpus", "ray_address",
-              "min_replies", "round_timeout", "simulate_failures", "output")  # fmt: skip
+              "federated_eval", "alignment", "tracking", "engine", "placement", "min_replies", "round_timeout",
+              "simulate_failures", "output")  # fmt: skip
 
 
 def _flat_fields() -> list[tuple[str, Any, dataclasses.Field]]:
@@ -323,7 +304,7 @@ FLAT_FIELDS = field_map(RunFlags)
 FLAT_DEFAULTS = {name: f.default for name, f in FLAT_FIELDS.items()}
 FLAT_POSITION = {name: k for k, name in enumerate(FLAT_FIELDS)}
 core_fields = FLAT_FIELDS.copy  # RunConfig's own settings as typed (the algorithms' ride in `hparams`)
-PLACEMENT = of_kind(RunFlags, "placement")  # where a run computes: a resume may move it
+PLACEMENT = of_kind(RunFlags, "placement")  # where a run computes (the engine, cfg.placement): a resume may move it
 TRACKERS = of_kind(RunFlags, "tracking")  # where its numbers are also logged: a resume may switch them
 # RunConfig's fields a resume may change: those all of whose settings are placement or tracking
 MOVABLE = tuple(f.name for f in dataclasses.fields(RunConfig)

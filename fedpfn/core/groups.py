@@ -3,9 +3,10 @@
 `cfg.partition` is one of `Dirichlet`, `Shards`, `Iid`, `Tasks` or `FlwrPartition`; `cfg.engine`
 one of `Vmap` (the batched engine's vmap mode, or auto: vmap on a GPU, threads on the CPU),
 `Threads`, `Loop` or `Ray`. A run of `--partition shards` has no `alpha` to read, and a run on Ray
-no `engine_chunk`. Where the clients train (`client_cpus`, `client_gpus`, `ray_address`) stays
-beside the engine: both engines read it, and under `flwr run` the ClientApp reads `client_cpus`
-whatever the engine. A concern with no choice is a group of one variant (fedpfn.core.concerns).
+no `engine_chunk`. Where the clients compute (`client_cpus`, `client_gpus`, `ray_address`) is a
+group beside the engine, `cfg.placement` (fedpfn.core.concerns): both engines read it, and under
+`flwr run` the ClientApp reads `client_cpus` whatever the engine. A concern with no choice is a
+group of one variant (fedpfn.core.concerns).
 """
 
 from __future__ import annotations

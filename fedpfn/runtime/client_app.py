@@ -64,7 +64,7 @@ def node_setup(msg: Message, context: Context) -> tuple[RunConfig, int, torch.de
     config = msg.content.config_records[protocol.CONFIG]
     cfg = node_view(_config(str(config[protocol.RUN_CONFIG])), context.node_config)
     partition_id = int(context.node_config[protocol.PARTITION_ID])
-    device = pick_device(want_gpu=client_wants_gpu(cfg.client_gpus))
+    device = pick_device(want_gpu=client_wants_gpu(cfg.placement.client_gpus))
     data = nodedata.for_node(cfg, partition_id, context.node_config)
     return cfg, partition_id, device, data, nodedata.state_root(cfg, context.node_config)
 
@@ -74,7 +74,7 @@ def train(msg: Message, context: Context) -> Message:
     cfg, partition_id, device, data, state_root = node_setup(msg, context)
     server_round = int(msg.content.config_records[protocol.CONFIG][protocol.SERVER_ROUND])
     time.sleep(test_delay(context.node_config, server_round))
-    torch.set_num_threads(max(1, int(cfg.client_cpus)))
+    torch.set_num_threads(max(1, int(cfg.placement.client_cpus)))
 
     def round_of(message: Message) -> Message:  # the rule's round; a --client-mod runs around it
         content = local_round(

@@ -42,12 +42,12 @@ def workers_of(cfg: RunConfig) -> int | None:
     `ray_address` (None here) as many as placement.plan_actors finds on the cluster."""
     if cfg.engine.engine_workers is not None:
         return cfg.engine.engine_workers
-    gpus = 0 if cfg.ray_address else torch.cuda.device_count()
+    gpus = 0 if cfg.placement.ray_address else torch.cuda.device_count()
     return gpus if gpus > 1 else None
 
 
 def uses_ray(cfg: RunConfig) -> bool:
-    return bool(cfg.ray_address) or workers_of(cfg) is not None
+    return bool(cfg.placement.ray_address) or workers_of(cfg) is not None
 
 
 def prepare(cfg: RunConfig) -> RunConfig:
@@ -75,9 +75,10 @@ def settle(run: RunPlan) -> tuple[RunPlan, str]:
 
 def describe(cfg: RunConfig) -> str:
     """The header's compute line: the device, how a round runs, and why; or where the actors are."""
+    placed = cfg.placement
     if uses_ray(cfg):
         slots = batched_slots(cfg)
-        where = f"the Ray cluster at {cfg.ray_address}" if cfg.ray_address else "Ray on this machine"
+        where = f"the Ray cluster at {placed.ray_address}" if placed.ray_address else "Ray on this machine"
         each = ", ".join(f"{s.node.name} {s.cpus} CPU" + (f" + {s.gpus} GPU" if s.gpus else "") for s in slots)
         return f"batched engine on {where}: a round's clients split over {len(slots)} actor(s) ({each}), each running the batched program"
     device = device_of(cfg)

@@ -20,7 +20,7 @@ from fedpfn.runtime.engines.stacked import fitting_chunk
 
 def device_of(cfg: RunConfig) -> torch.device:
     """The GPU when one is visible and the clients may use it (`client_gpus` not 0), else the CPU."""
-    return pick_device(want_gpu=cfg.client_gpus is None or cfg.client_gpus > 0)
+    return pick_device(want_gpu=cfg.placement.client_gpus is None or cfg.placement.client_gpus > 0)
 
 
 def mode_of(cfg: RunConfig, device: torch.device) -> str:
@@ -48,7 +48,7 @@ class CohortRunner:
         self.device = device_of(cfg)
         self.mode = mode_of(cfg, self.device)
         cores = threads or os.cpu_count() or 1  # `threads`: clients side by side; `loop`: the ClientApp's
-        self.threads = cores if self.mode == "threads" else max(1, int(cfg.client_cpus))
+        self.threads = cores if self.mode == "threads" else max(1, int(cfg.placement.client_cpus))
         self.chunk = (cfg.engine.engine_chunk if isinstance(cfg.engine, Vmap) else 0) or None  # None: measured on the first round (vmap on a GPU)
 
     def __call__(self, content: RecordDict, jobs: list[ClientJob]) -> CohortResult:

@@ -35,10 +35,11 @@ FREE_WAIT_SECONDS = 10.0  # for resources an ended run let go of to show as free
 
 def local_problem(cfg: RunConfig) -> str | None:
     """Why this machine cannot give a client what the config asks (CPUs, a GPU), or None."""
-    if problem := cpus_problem(cfg.client_cpus, os.cpu_count() or 1):
+    placed = cfg.placement
+    if problem := cpus_problem(placed.client_cpus, os.cpu_count() or 1):
         return problem
-    if cfg.client_gpus and not torch.cuda.is_available():
-        return f"client_gpus: {cfg.client_gpus:g} asks for a GPU but none is visible; use --client-gpus 0"
+    if placed.client_gpus and not torch.cuda.is_available():
+        return f"client_gpus: {placed.client_gpus:g} asks for a GPU but none is visible; use --client-gpus 0"
     return None
 
 
@@ -48,11 +49,12 @@ def ray_env_problem(cfg: RunConfig) -> str | None:
     `ray.init` joins the cluster `RAY_ADDRESS` names whatever it is given, so a run meant to
     start Ray here would go to (or wait for) a cluster config.json does not name.
     """
+    placed = cfg.placement
     named = os.environ.get(RAY_ADDRESS)
-    if not named or cfg.ray_address in (named, "auto"):  # 'auto' means RAY_ADDRESS where it is set
+    if not named or placed.ray_address in (named, "auto"):  # 'auto' means RAY_ADDRESS where it is set
         return None
-    if cfg.ray_address:
-        return f"ray_address: '{cfg.ray_address}' but {RAY_ADDRESS}='{named}' in the environment; unset one of them"
+    if placed.ray_address:
+        return f"ray_address: '{placed.ray_address}' but {RAY_ADDRESS}='{named}' in the environment; unset one of them"
     return (
         f"{RAY_ADDRESS}='{named}' is set in the environment: Ray would join that cluster instead of starting here; "
         f"pass --ray-address {named} to run on it, or unset {RAY_ADDRESS}"
@@ -118,10 +120,11 @@ def described(nodes: list[Node], where: str) -> str:
 def plan_actors(nodes: list[Node], cfg: RunConfig, where: str) -> list[Slot]:
     """The batched engine's actors on `nodes`: one per GPU (unless `client_gpus` is 0), else
     one per node with its CPUs, or `engine_workers` spread over the nodes (ConfigError if not)."""
+    placed = cfg.placement
     gpus = sum(node.gpus for node in nodes)
-    if cfg.client_gpus and not gpus:
-        raise ConfigError(f"client_gpus: {cfg.client_gpus:g} asks for a GPU, but {described(nodes, where)}")
-    if gpus and cfg.client_gpus != 0:
+    if placed.client_gpus and not gpus:
+        raise ConfigError(f"client_gpus: {placed.client_gpus:g} asks for a GPU, but {described(nodes, where)}")
+    if gpus and placed.client_gpus != 0:
         per_gpu = [Slot(node, node.cpus // node.gpus, 1) for node in nodes for _ in range(node.gpus)]
         return take(spread(per_gpu), cfg.engine.engine_workers, "a GPU", nodes, where)
     if cfg.engine.engine_workers is None:
@@ -179,11 +182,12 @@ def cluster_checked(cfg: RunConfig, check: Any) -> Any:
     """`check(nodes, where)` on the cluster at `cfg.ray_address`, joined for it; a refusal leaves it."""
     import ray
 
-    assert cfg.ray_address
-    env.check_ray_address(cfg.ray_address)
-    join(cfg.ray_address)
+    placed = cfg.placement
+    assert placed.ray_address
+    env.check_ray_address(placed.ray_address)
+    join(placed.ray_address)
     try:
-        return check(cluster_nodes(), f"the Ray cluster at {cfg.ray_address}")
+        return check(cluster_nodes(), f"the Ray cluster at {placed.ray_address}")
     except ConfigError:
         ray.shutdown()
         raise
@@ -191,7 +195,7 @@ def cluster_checked(cfg: RunConfig, check: Any) -> Any:
 
 def batched_slots(cfg: RunConfig) -> list[Slot]:
     """The batched engine's actors: on the joined cluster, or on this machine's Ray; checked."""
-    if cfg.ray_address:
+    if cfg.placement.ray_address:
         return cluster_checked(cfg, lambda nodes, where: checked_plan(nodes, cfg, where))
     return plan_actors(this_machine(), cfg, "this machine")
 
@@ -206,9 +210,9 @@ def client_fits(cfg: RunConfig) -> None:
     """The Ray engine on a cluster: refused unless some node holds one client's CPUs and GPU share."""
 
     def check(nodes: list[Node], where: str) -> None:
-        gpus = cfg.client_gpus or 0.0
-        if not any(node.cpus >= cfg.client_cpus and node.gpus >= gpus for node in nodes):
-            wanted = f"{cfg.client_cpus:g} CPU" + (f" and {gpus:g} GPU" if gpus else "")
+        gpus = cfg.placement.client_gpus or 0.0
+        if not any(node.cpus >= cfg.placement.client_cpus and node.gpus >= gpus for node in nodes):
+            wanted = f"{cfg.placement.client_cpus:g} CPU" + (f" and {gpus:g} GPU" if gpus else "")
             raise ConfigError(f"client_cpus, client_gpus: a client needs {wanted} on one node, but {described(nodes, where)}")
 
     cluster_checked(cfg, check)
@@ -220,7 +224,7 @@ def check_placement(cfg: RunConfig, uses_ray: bool, plan: Callable[[RunConfig], 
     (joining the cluster and reading its nodes, where there is one)."""
     if uses_ray and (problem := ray_env_problem(cfg)):
         raise ConfigError(problem)
-    if not cfg.ray_address and (problem := local_problem(cfg)):
+    if not cfg.placement.ray_address and (problem := local_problem(cfg)):
         raise ConfigError(problem)
     if plan is not None:
         plan(cfg)

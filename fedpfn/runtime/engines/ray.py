@@ -34,8 +34,9 @@ def prepare(cfg: RunConfig) -> RunConfig:
     """The placement as config.json records it (the GPU share resolved), checked before Ray starts."""
     cfg = resolve_client_gpus(cfg)
     check_ray_precision(cfg)
-    check_placement(cfg, True, client_fits if cfg.ray_address else None)  # joined: Flower's engine runs on it
-    if not cfg.ray_address:
+    joined = cfg.placement.ray_address
+    check_placement(cfg, True, client_fits if joined else None)  # joined: Flower's engine runs on it
+    if not joined:
         warn_unused_gpu(cfg)
     return cfg
 
@@ -51,7 +52,7 @@ def settle(run: RunPlan) -> tuple[RunPlan, str]:
 def check_ray_precision(cfg: RunConfig) -> None:
     """A share Ray would refuse once started (its workers then hang): refused here, in one line."""
     for name in ("client_cpus", "client_gpus"):
-        value = getattr(cfg, name)
+        value = getattr(cfg.placement, name)
         if value and int(value / RAY_RESOURCE_UNIT) == 0:
             raise ConfigError(
                 f"{name}: {value:g} is below Ray's smallest share of a resource ({RAY_RESOURCE_UNIT:g}); "
@@ -64,18 +65,18 @@ def resolve_client_gpus(cfg: RunConfig) -> RunConfig:
 
     A Ray cluster's GPUs (`ray_address`) are not known before Ray starts, so auto means 0 there.
     """
-    if cfg.client_gpus is not None:
+    if cfg.placement.client_gpus is not None:
         return cfg
-    gpus = 0 if cfg.ray_address else torch.cuda.device_count()
-    share = gpu_share(os.cpu_count() or 1, cfg.client_cpus, cfg.federation.clients_per_round, gpus)
-    return dataclasses.replace(cfg, client_gpus=share)
+    gpus = 0 if cfg.placement.ray_address else torch.cuda.device_count()
+    share = gpu_share(os.cpu_count() or 1, cfg.placement.client_cpus, cfg.federation.clients_per_round, gpus)
+    return dataclasses.replace(cfg, placement=dataclasses.replace(cfg.placement, client_gpus=share))
 
 
 def warn_unused_gpu(cfg: RunConfig) -> None:
     """One line when the clients leave a visible GPU to the server alone."""
     gpus = torch.cuda.device_count()
-    if gpus and not cfg.client_gpus:
-        why = "set --client-gpus for the Ray cluster" if cfg.ray_address else "--client-gpus 0"
+    if gpus and not cfg.placement.client_gpus:
+        why = "set --client-gpus for the Ray cluster" if cfg.placement.ray_address else "--client-gpus 0"
         print(
             f"warning: {gpus} GPU(s) visible, but the clients train on the CPU ({why}); "
             "only the server's evaluation uses the GPU",
@@ -90,30 +91,32 @@ def backend_config(cfg: RunConfig) -> dict[str, Any]:
     one, Ray starts here ("local"): a bare `ray.init` would join a cluster that `ray start
     --head` (or a test's cluster) left on this machine, and fail there on `num_cpus`.
     """
+    placed = cfg.placement
     init_args: dict[str, Any] = {}  # started by fedpfn.runtime.engines.ray_start, quiet
-    if cfg.ray_address:
-        init_args["address"] = cfg.ray_address
+    if placed.ray_address:
+        init_args["address"] = placed.ray_address
     else:
         init_args.update(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False)
         if torch.cuda.is_available():
             init_args["num_gpus"] = torch.cuda.device_count()
     return {
-        "client_resources": {"num_cpus": cfg.client_cpus, "num_gpus": resolve_client_gpus(cfg).client_gpus},
+        "client_resources": {"num_cpus": placed.client_cpus, "num_gpus": resolve_client_gpus(cfg).placement.client_gpus},
         "init_args": init_args,
     }
 
 
 def describe(cfg: RunConfig) -> str:
     """The header's compute line: where Ray runs and how many clients can train at once."""
+    placed = cfg.placement
     gpus = torch.cuda.device_count()
-    per_client = f"{cfg.client_cpus:g} CPU" + (f" + {cfg.client_gpus:g} GPU" if cfg.client_gpus else "")
+    per_client = f"{placed.client_cpus:g} CPU" + (f" + {placed.client_gpus:g} GPU" if placed.client_gpus else "")
     server = f"server evaluates on {'cuda' if gpus else 'cpu'}"
-    if cfg.ray_address:
-        return f"Ray cluster at {cfg.ray_address}, {per_client} per client; {server}"
+    if placed.ray_address:
+        return f"Ray cluster at {placed.ray_address}, {per_client} per client; {server}"
     cpus = os.cpu_count() or 1
-    at_once = int(cpus // cfg.client_cpus)
-    if cfg.client_gpus:
-        at_once = min(at_once, int(gpus // cfg.client_gpus))
+    at_once = int(cpus // placed.client_cpus)
+    if placed.client_gpus:
+        at_once = min(at_once, int(gpus // placed.client_gpus))
     return (
         f"Ray on this machine (starting, usually 10-30 s): {cpus} CPUs, {gpus} GPUs; "
         f"{per_client} per client, "
