@@ -192,21 +192,32 @@ def test_the_guard_imports_what_the_command_named_and_nothing_else(tmp_path, pla
 SHADOW = "import pathlib\npathlib.Path(__file__).with_name('ran').write_text('ran')\nraise SystemExit('planted')\n"
 
 
-@pytest.mark.slow  # Ray's start-up: about 20 s
-def test_ray_workers_import_nothing_from_the_current_folder(tmp_path):
-    """Ray puts the driver's folder first on its workers' path; fedpfn starts Ray from an empty one."""
+@pytest.mark.slow  # Ray's start-up and one round: about 30 s idle
+def test_ray_workers_import_the_users_rule_and_nothing_else_from_the_current_folder(tmp_path):
+    """Ray puts the driver's folder first on its workers' path; fedpfn starts Ray from an empty one,
+    so a `torch.py` left in the folder a user runs from is never imported, while the user's own rule
+    there, named by dotted path, reaches the workers (PYTHONPATH, that folder last) and trains."""
     import subprocess
+    import textwrap
+
+    from test_rule_hooks import USER_RULE
 
     (tmp_path / "torch.py").write_text(SHADOW)
+    (tmp_path / "user_rules_test.py").write_text(textwrap.dedent(USER_RULE))
+    spec = "user_rules_test:LabelSmoothing"
     fedpfn = Path(sys.executable).with_name("fedpfn")
-    flags = ["--engine", "ray", "--model", "mlp", "--num-clients", "4", "--clients-per-round", "2", "--rounds", "1",
-             "--partition", "iid", "--batch-size", "256", "--out", str(tmp_path / "run")]  # fmt: skip
+    flags = ["--engine", "ray", "--algorithm", spec, "--smoothing", "0.3", "--model", "mlp", "--num-clients", "4",
+             "--clients-per-round", "2", "--rounds", "1", "--partition", "iid", "--batch-size", "256",
+             "--out", str(tmp_path / "run")]  # fmt: skip
     env = {**os.environ, "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
     done = subprocess.run([str(fedpfn), "run", *flags], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=240)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert not (tmp_path / "ran").exists()
-    assert (tmp_path / "run" / "summary.json").exists()
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["algorithm"] == spec and saved["label_smoothing.smoothing"] == 0.3
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["round"] for row in rows] == [1] and np.isfinite(rows[0]["test_accuracy"])
 
 
 def test_the_resume_a_run_suggests_names_its_code_again(tmp_path):

@@ -2,9 +2,11 @@
 
 One uninterrupted run on the batched engine is the reference (threads: each client trained
 as Flower's ClientApp trains it, so Ray gives the same numbers). Every interrupted run below
-(Ctrl-C and a dead simulation worker on Ray, kill -9 before any checkpoint, the batched engine
-killed and resumed on Ray, a finished run extended) must end with the reference's numbers
-exactly: same rounds, no duplicates, bit-for-bit metrics.
+(Ctrl-C and a dead simulation worker on Ray, each resumed on the batched engine; kill -9 before
+any checkpoint; the batched engine killed and resumed on Ray; a finished run extended) must end
+with the reference's numbers exactly: same rounds, no duplicates, bit-for-bit metrics. A resume
+reads only the run folder, so Ray's folder resumed on the batched engine and the batched engine's
+resumed on Ray cover Ray to Ray too, with one Ray start a test.
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ def test_run_folder_is_complete(reference):
     assert set(final) == set(torch.load(reference / "model_round_0.pt", weights_only=True))
 
 
-@pytest.mark.slow  # about 43 s idle: a run on Ray in a subprocess, stopped and resumed
+@pytest.mark.slow  # about 30 s idle: a run on Ray in a subprocess, stopped, resumed on the batched engine
 def test_ctrl_c_stops_within_seconds_and_the_run_resumes_to_the_same_numbers(reference, tmp_path):
     out = tmp_path / "stopped"
     proc = start(resumable_config(out, engine="ray"))
@@ -129,7 +131,7 @@ def test_ctrl_c_stops_within_seconds_and_the_run_resumes_to_the_same_numbers(ref
 
     checkpoint = out / "checkpoint.npz"  # the first process's time (none if stopped before writing it)
     before = read_tree(checkpoint)["elapsed_seconds"] if checkpoint.exists() else 0.0
-    result = resume(out)
+    result = resume(out, "--engine", "batched", "--engine-mode", "threads")
     assert result.returncode == 0, result.stderr[-2000:]
     assert stable(out) == stable(reference)
     summary = json.loads((out / "summary.json").read_text())
@@ -199,7 +201,7 @@ def test_a_dead_simulation_worker_stops_the_run_and_it_resumes_to_the_same_numbe
     assert "; continue with: fedpfn resume" in err
     done = [r["round"] for r in rows(out)]
     assert done and done == list(range(1, len(done) + 1)) and len(done) < 4
-    result = resume(out, "--engine", "batched", "--engine-mode", "threads")  # Ray to Ray: the Ctrl-C test
+    result = resume(out, "--engine", "batched", "--engine-mode", "threads")
     assert result.returncode == 0, result.stderr[-2000:]
     assert stable(out) == stable(reference)
 
