@@ -7,7 +7,6 @@ simulation end to end.
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -341,24 +340,6 @@ def test_fedpnu_partial_upload_through_the_rule_wrappers(rule):
         # c changed only on entries some client trained; FedPNU's packed deltas unpacked right
         assert any(np.abs(v).sum() > 0 for v in rule_server.c.values())
         assert all(np.isfinite(v).all() for v in rule_server.c.values())
-
-
-# --- one real Ray simulation ----------------------------------------------------------------
-
-
-@pytest.mark.slow  # about 27 s idle: a run on Flower's Ray engine
-def test_ray_simulation_runs_feddyn_under_fedadam(tmp_path):
-    """FedDyn's client and server state through Ray (fedpfn+scaffold: tests/test_simulation.py)."""
-    from fedpfn.runtime.simulation import simulate
-
-    cfg = tiny_config(
-        algorithm="feddyn", server="fedadam", server_lr=0.003, batch_size=BATCH, out=str(tmp_path / "run"), engine="ray"
-    )
-    summary = simulate(cfg, show_progress=False)
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["round"] for r in rows] == [1, 2]
-    assert all(math.isfinite(r["test_accuracy"]) and r["num_clients"] == 2 for r in rows), rows
-    assert math.isfinite(summary["final_test_accuracy"])
 
 
 # --- FedNova ------------------------------------------------------------------------------

@@ -101,19 +101,3 @@ def test_the_report_refuses_a_damaged_figure_in_one_line():
     with pytest.raises(ConfigError, match=r"^runs: round 1's fed_eval_accuracy_mean is '0.9', not an accuracy"):
         client_eval_table(["fedavg"], [[rows]])
     assert client_eval_table(["fedavg"], [[[{"round": 1, "test_accuracy": 0.5}]]]) == []  # none: no table
-
-
-@pytest.mark.slow  # about 30 s idle: Ray's start and a run on each engine
-def test_the_clients_figures_are_the_same_on_the_batched_and_the_ray_engine(tmp_path):
-    common = dict(
-        rounds=2, personal="classifier.*", evaluate_clients=0.75, local_test_fraction=0.2, batch_size=200,
-    )  # fmt: skip
-    rows = {}
-    for engine, extra in (("ray", {}), ("batched", {"engine_mode": "threads"})):
-        simulate(tiny_config(engine=engine, out=str(tmp_path / engine), **extra, **common), show_progress=False)
-        rows[engine] = [
-            {k: v for k, v in row.items() if k.startswith("fed_eval") or k == "test_accuracy"}
-            for row in read_jsonl(tmp_path / engine / METRICS)
-        ]
-    assert rows["batched"] == rows["ray"]
-    assert all(row["fed_eval_clients"] == 3 and row["fed_eval_personal_accuracy_worst"] for row in rows["ray"])
