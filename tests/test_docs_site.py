@@ -108,7 +108,11 @@ def test_every_site_command_runs_as_written(tmp_path_factory, monkeypatch):
     assert all(by_page[name] for name in ("alignment.md", "alignment_federated.md", "lmc.md", "fusion.md")), (
         by_page
     )
+    checked: set[str] = set()  # a command two pages print (the gate's page: its page and findings') runs once
     for page, command in commands:
+        if (typed := shlex.join(shlex.split(command, comments=True))) in checked:
+            continue
+        checked.add(typed)
         try:
             check(copy, command, monkeypatch)
         except (Exception, pytest.fail.Exception) as err:
