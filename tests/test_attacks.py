@@ -25,7 +25,7 @@ from fedpfn.core import protocol
 from fedpfn.core.cache import initial_model
 from fedpfn.runtime.algorithms import build_strategy, client_rules
 from fedpfn.runtime.engines.prepared import ClientJob
-from fedpfn.runtime.engines.program import Cohort, local_round
+from fedpfn.runtime.engines.program import CohortProgram, local_round
 from fedpfn.runtime.server import train_config, with_accepted_round
 
 CPU = torch.device("cpu")
@@ -104,7 +104,7 @@ def test_a_label_flipper_trains_on_flipped_labels_and_the_honest_on_their_own():
     flippers = malicious_partitions(attack_of(cfg), cfg.seed, cfg.federation.num_clients)
     _, messages = round_one(cfg)
     jobs = [ClientJob(p, RecordDict(), 0) for p in range(cfg.federation.num_clients)]
-    cohort = Cohort(client_rules(cfg), cfg, messages[0].content, CPU, jobs)
+    cohort = CohortProgram(client_rules(cfg), cfg, messages[0].content, CPU, jobs)
     y = cohort.clients[0].data.y
     for k in range(cfg.federation.num_clients):
         rows = cohort.clients[k].batches[0]
@@ -128,7 +128,7 @@ def test_the_batched_program_sends_what_the_clientapp_sends(attack, algorithm):
     # so which were malicious depended on the tests run before in the same worker
     messages = round_one(cfg, chosen=sorted(malicious)[:3] + honest[:3])[1]
     jobs = [ClientJob(m.metadata.dst_node_id, RecordDict(), 0) for m in messages]
-    result = Cohort(client_rules(cfg), cfg, messages[0].content, CPU, jobs).train("vmap")
+    result = CohortProgram(client_rules(cfg), cfg, messages[0].content, CPU, jobs).train("vmap")
     assert len(jobs) == 6 and 0 < len(malicious & {job.partition_id for job in jobs}) < 6
     for k, message in enumerate(messages):
         batched = protocol.to_numpy(result.reply_content(k).array_records[protocol.ARRAYS])

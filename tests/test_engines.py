@@ -2,8 +2,8 @@
 
 Each case runs three rounds of a real strategy over clients of unequal sizes with ragged last
 batches. Every round, each sampled client trains twice from the same message: through the
-sequential ClientApp path (`clients.local_round`, one client at a time) and as one vmapped
-cohort (`clients.Cohort(...).train("vmap")`, the batched engine's program). Each keeps its
+sequential ClientApp path (`local_round`, one client at a time) and as one vmapped
+cohort (`CohortProgram(...).train("vmap")`, the batched engine's program). Each keeps its
 own client state across rounds (SCAFFOLD's c_i, FedDyn's gradient, MOON's previous model),
 so state that drifted would show. Compared: every reply array (parameters, BatchNorm
 buffers and counters, FedPNU's packed entries), every record a rule adds, every metric but
@@ -40,7 +40,7 @@ from fedpfn.core.files import CLIENT_STATE, CLIENTS, CONFIG, METRICS, read_jsonl
 from fedpfn.runtime.algorithms import ANCHOR_METHODS, CLIENT_RULES, build_strategy, client_rules
 from fedpfn.runtime.engines import stacked
 from fedpfn.runtime.engines.prepared import ClientJob
-from fedpfn.runtime.engines.program import Cohort, local_round
+from fedpfn.runtime.engines.program import CohortProgram, local_round
 from fedpfn.runtime.server import train_config, with_accepted_round
 from fedpfn.runtime.simulation import simulate
 from strategies import sample_clients
@@ -145,7 +145,7 @@ def three_rounds(rule: str, anchor: str, model: str, optimizer: str, dtype: torc
             local_round(rules, sequential_cfg, p, s, cpu, m.content) for p, s, m in zip(chosen, seq_states, messages)
         ]
         jobs = [ClientJob(p, s, server_round - 1) for p, s in zip(chosen, bat_states)]
-        result = Cohort(rules, batched_cfg, messages[0].content, cpu, jobs).train("vmap")
+        result = CohortProgram(rules, batched_cfg, messages[0].content, cpu, jobs).train("vmap")
         for k, pid in enumerate(chosen):
             where = f"round {server_round} client {pid}"
             model, derived = compare_contents(result.reply_content(k), replies[k], where)
@@ -221,7 +221,7 @@ def cohort_round(cfg, dtype: torch.dtype, chunk: int | None) -> list[RecordDict]
     (message, *_) = strategy.configure_train(1, arrays, train_config(cfg, 1), NodeGrid(chosen))
     states = [RecordDict() for _ in chosen]
     jobs = [ClientJob(p, s, 0) for p, s in zip(chosen, states)]
-    result = Cohort(client_rules(cfg), cfg, with_accepted_round(message, 0).content, torch.device("cpu"), jobs).train(
+    result = CohortProgram(client_rules(cfg), cfg, with_accepted_round(message, 0).content, torch.device("cpu"), jobs).train(
         "vmap", chunk=chunk
     )
     return [result.reply_content(k) for k in range(len(chosen))] + states

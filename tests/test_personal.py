@@ -133,7 +133,7 @@ def test_the_batched_cohort_keeps_the_heads_the_clientapp_keeps(partition, tmp_p
     """Two rounds of a vmapped cohort against the ClientApp, client by client (float64); with
     `tasks`, ColD fusion's rounds: each contributor its own task and head."""
     from fedpfn.runtime.engines.prepared import ClientJob
-    from fedpfn.runtime.engines.program import Cohort, local_round
+    from fedpfn.runtime.engines.program import CohortProgram, local_round
     from conftest import NodeGrid
     from fedpfn.runtime.algorithms import client_rules
     from fedpfn.runtime.server import train_config, with_accepted_round
@@ -150,7 +150,7 @@ def test_the_batched_cohort_keeps_the_heads_the_clientapp_keeps(partition, tmp_p
         replies = [local_round(rules, cfg, p, seq.setdefault(p, _state()), cpu, m.content) for p, m in zip(chosen, messages)]
         jobs = [ClientJob(p, bat.setdefault(p, _state()), server_round - 1) for p in chosen]
         kept = {p: to_numpy(bat[p][PERSONAL]) for p in chosen if PERSONAL in bat[p].array_records}
-        cohort = Cohort(rules, other, messages[0].content, cpu, jobs)
+        cohort = CohortProgram(rules, other, messages[0].content, cpu, jobs)
         for k, pid in enumerate(chosen):  # its own head from its last round, else the global model's
             head = kept[pid] if pid in kept else to_numpy(arrays)
             assert all(np.array_equal(cohort.starts[k][0][n].numpy(), head[n]) for n in HEAD)

@@ -19,7 +19,7 @@ from conftest import tiny_config
 from fedpfn.core import protocol
 from fedpfn.core.cache import initial_model
 from fedpfn.runtime.algorithms import build_strategy
-from fedpfn.runtime.engines.cohort import CohortRunner
+from fedpfn.runtime.engines.runner import CohortRunner
 from fedpfn.runtime.engines.grid import FIRST_NODE, BatchedGrid, act_as_server
 from fedpfn.runtime.server import train_config, with_accepted_round
 from fedpfn.runtime.simulation import simulate

@@ -25,7 +25,7 @@ from fedpfn.core.protocol import ACCEPTED_ROUND, to_array_record
 from fedpfn.core.settings import ConfigError
 from fedpfn.runtime.algorithms import client_rules
 from fedpfn.runtime.engines.prepared import ClientJob
-from fedpfn.runtime.engines.program import Cohort
+from fedpfn.runtime.engines.program import CohortProgram
 from fedpfn.runtime.server import train_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,13 +41,13 @@ def round_message(cfg) -> RecordDict:
 
 def trained(cfg, rules=None) -> dict[str, np.ndarray]:
     """Client 0's uploaded model after one round of `cfg`'s rules (or `rules`)."""
-    cohort = Cohort(rules or client_rules(cfg), cfg, round_message(cfg), CPU, [ClientJob(0, RecordDict(), 0)])
+    cohort = CohortProgram(rules or client_rules(cfg), cfg, round_message(cfg), CPU, [ClientJob(0, RecordDict(), 0)])
     return cohort.train("loop").client_arrays(0)
 
 
 def fedlc_criterion(counts: list[int], tau: float = 1.0):
     cfg = tiny_config(algorithm="fedlc", fedlc_tau=tau)
-    cohort = Cohort(client_rules(cfg), cfg, round_message(cfg), CPU, [ClientJob(0, RecordDict(), 0)])
+    cohort = CohortProgram(client_rules(cfg), cfg, round_message(cfg), CPU, [ClientJob(0, RecordDict(), 0)])
     rule = cohort.rules.rules[0]
     assert isinstance(rule, FedLCClient)
     shift = tau * torch.tensor(counts, dtype=torch.float32).clamp(min=1).pow(-0.25)
@@ -57,7 +57,7 @@ def fedlc_criterion(counts: list[int], tau: float = 1.0):
 
 def test_fedlc_reads_its_own_label_counts():
     cfg = tiny_config(algorithm="fedlc", partition="dirichlet", alpha=0.1, num_clients=4)
-    cohort = Cohort(client_rules(cfg), cfg, round_message(cfg), CPU, [ClientJob(1, RecordDict(), 0)])
+    cohort = CohortProgram(client_rules(cfg), cfg, round_message(cfg), CPU, [ClientJob(1, RecordDict(), 0)])
     data = cohort.clients[0].data
     counts = torch.bincount(data.y[data.train], minlength=10)
     shift = cohort.per_client[0][0][SHIFT]

@@ -1,6 +1,6 @@
 """The batched engine spread over Ray actors: this machine's GPUs, or the nodes of a Ray cluster.
 
-Each actor runs the batched program (fedpfn.runtime.engines.cohort) on the place its slot
+Each actor runs the batched program (fedpfn.runtime.engines.runner) on the place its slot
 names (fedpfn.runtime.engines.placement): its node, its CPUs, its GPU. A round's clients go
 to the actors in contiguous blocks, so the parts concatenate in order.
 
@@ -24,7 +24,7 @@ from flwr.app import RecordDict
 from clients.state import ClientStateStore
 from fedpfn.core.config import RunConfig
 from fedpfn.core.files import atomic_write_bytes
-from fedpfn.runtime.engines.cohort import CohortRunner
+from fedpfn.runtime.engines.runner import CohortRunner
 from fedpfn.runtime.engines.placement import Slot, batched_slots
 from fedpfn.runtime.engines.prepared import ClientJob
 from fedpfn.runtime.engines.ray_start import enter_driver_folder, init_ray

@@ -27,7 +27,7 @@ from fedpfn.core.config import RunConfig
 from fedpfn.core.groups import ENGINE
 from fedpfn.core.training import pick_device
 from fedpfn.runtime.engines.actors import RayRunner, start_ray
-from fedpfn.runtime.engines.cohort import CohortRunner, auto_reason, device_of, mode_of
+from fedpfn.runtime.engines.runner import CohortRunner, auto_reason, device_of, mode_of
 from fedpfn.runtime.engines.grid import RUN_ID, SERVER_NODE, BatchedGrid, act_as_server
 from fedpfn.runtime.engines.placement import batched_slots, check_placement
 from fedpfn.runtime.lifecycle import RunPlan
@@ -62,7 +62,7 @@ def prepare(cfg: RunConfig) -> RunConfig:
 
 def settle(run: RunPlan) -> tuple[RunPlan, str]:
     """`auto` resolved on this machine once the folder is checked, by the hardware alone
-    (cohort.mode_of), with why, so that config.json says what computed the numbers and a resume
+    (runner.mode_of), with why, so that config.json says what computed the numbers and a resume
     continues in it (a GPU machine picks vmap, a CPU one threads: they agree within rounding,
     not bit for bit). Ray actors resolve their own by the same rule."""
     cfg = run.cfg

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 MODES = ("loop", "threads", "vmap")
 
 
-class Cohort(PreparedCohort):
+class CohortProgram(PreparedCohort):
     """The clients of one round that share `content`, and the program that trains them."""
 
     chunk: int | None = None  # the vmap chunk that fitted, once trained
@@ -71,4 +71,4 @@ def local_round(
     config = content.config_records[protocol.CONFIG]
     named = config.get(protocol.ACCEPTED_ROUND)  # None in a hand-made message: stateful rules refuse it
     job = ClientJob(partition_id, context_state, None if named is None else int(named), data, state_root)
-    return Cohort(rule_classes, cfg, content, device, [job]).train("loop").reply_content(0)
+    return CohortProgram(rule_classes, cfg, content, device, [job]).train("loop").reply_content(0)

@@ -13,7 +13,7 @@ from fedpfn.core.groups import Vmap
 from fedpfn.core.training import pick_device
 from fedpfn.runtime.algorithms import client_rules
 from fedpfn.runtime.engines.prepared import ClientJob
-from fedpfn.runtime.engines.program import Cohort
+from fedpfn.runtime.engines.program import CohortProgram
 from fedpfn.runtime.engines.result import CohortResult
 from fedpfn.runtime.engines.stacked import fitting_chunk
 
@@ -52,7 +52,7 @@ class CohortRunner:
         self.chunk = (cfg.engine.engine_chunk if isinstance(cfg.engine, Vmap) else 0) or None  # None: measured on the first round (vmap on a GPU)
 
     def __call__(self, content: RecordDict, jobs: list[ClientJob]) -> CohortResult:
-        cohort = Cohort(client_rules(self.cfg), self.cfg, content, self.device, jobs)
+        cohort = CohortProgram(client_rules(self.cfg), self.cfg, content, self.device, jobs)
         if self.chunk is None and self.mode == "vmap" and self.device.type == "cuda":
             self.chunk = fitting_chunk(cohort, self.device)
         result = cohort.train(self.mode, threads=self.threads, chunk=self.chunk)
