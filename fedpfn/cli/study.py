@@ -52,7 +52,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, prog: str = "fedpfn study") -> int:
     args = build_parser(prog).parse_args(argv)
-    from fedpfn.study import page, runner
+    from fedpfn.study import runner
     from fedpfn.study.spec import load
 
     try:
@@ -66,6 +66,8 @@ def main(argv: list[str] | None = None, prog: str = "fedpfn study") -> int:
             if args.cell is not None:
                 return runner.run_one_cell(spec, configure, args.cell)
             return runner.run(spec, configure, args.jobs, args.arm)
+        from fedpfn.study import page  # its statistics and figures: only a page needs them
+
         print(f"wrote {page.write(spec, configure, from_stored=args.stored)}")
         return 0
     except ConfigError as err:
