@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -44,10 +44,10 @@ from fedpfn.analysis.cold_eval import (
     own_task_figures,
     read_cold_run,
 )
-from fedpfn.analysis.command import build_parser, fail, read_command_line, write_files
+from fedpfn.analysis.command import build_parser, fail, read_command_line, recorded, write_files
 from fedpfn.analysis.soup import _distinct_seeds
 from fedpfn.core import provenance
-from fedpfn.core.anchors import BodyScope
+from fedpfn.core.anchors import BodyScope, MaskDraw
 from fedpfn.core.cache import validation_indices
 from fedpfn.core.config import RunConfig
 from fedpfn.core.data import DataError, load_dataset
@@ -84,9 +84,12 @@ class ColdEval:
 
 
 @dataclass(frozen=True)
-class ColdConfig(BodyScope):
+class ColdConfig(BodyScope, MaskDraw):
     """Every setting of one ColD study, the runs' (read off their config.json) and the evaluation's;
-    saved as the `config` of cold.json (the heads are personal, so no anchor_classifier)."""
+    saved as the `config` of cold.json (the heads are personal, so no anchor_classifier). The anchored
+    runs' draw is the soups' (MaskDraw), recorded where ColD always recorded it (command.listed)."""
+
+    BEFORE: ClassVar = {"anchor_ratio": "probe_samples", "granularity": "probe_samples"}
 
     start: str | None = None
     model: str = "cnn"
@@ -97,8 +100,6 @@ class ColdConfig(BodyScope):
     lr: float = 0.01
     batch_size: int = 64
     unseen_fraction: float = 0.5  # the runs' --validation-fraction: the probes fit on it
-    anchor_ratio: float = 0.4
-    granularity: str = "weight"
     probe_samples: int = 2000
     probe_epochs: int = 3
     probe_lr: float = 3e-3
@@ -276,7 +277,7 @@ def evaluate_study(cfg: ColdConfig, runs: Path, log: Callable[[str], None] = pri
             per_arm[arm].append(figures)
     first = read_json(runs / CELL.format(arm="plain", seed=cfg.seeds[0]) / CONFIG)  # what the runs set themselves
     local = {k: first[k] for k in ("optimizer", "momentum", "weight_decay", "engine")}
-    return {"config": asdict(cfg), "runs_local": local, "arms": per_arm, "comparisons": compare(per_arm)}
+    return {"config": recorded(cfg), "runs_local": local, "arms": per_arm, "comparisons": compare(per_arm)}
 
 
 def evaluation(runs: Path, cfg: ColdConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -285,7 +286,7 @@ def evaluation(runs: Path, cfg: ColdConfig, log: Callable[[str], None] = print) 
     started = time.perf_counter()
     result = evaluate_study(cfg, runs, log)
     record, _ = pretrain.read_record(Path(str(cfg.start)))
-    result["start_record"] = asdict(record) if record is not None else None
+    result["start_record"] = recorded(record) if record is not None else None
     result["runs"] = str(runs)
     result["run_seconds"] = {f"{arm}/s{seed}": float(read_json(runs / CELL.format(arm=arm, seed=seed) / SUMMARY)["wall_seconds"])
                              for seed in cfg.seeds for arm in FUSED}  # fmt: skip

@@ -20,14 +20,15 @@ from typing import Any, NamedTuple, TypeVar
 from fedpfn.core.files import atomic_write_bytes
 from fedpfn.core.flags import ANALYSIS_REFUSAL, OneLineParser
 from fedpfn.core.places import out_problem
-from fedpfn.core.settings import ConfigError, add_flags, field_map, parse_values, problems
+from fedpfn.core.settings import ConfigError, add_flag, field_map, parse_values, problems
 
 C = TypeVar("C")
 
 
 def build_parser(prog: str, doc: str | None, settings: type, writes: str) -> OneLineParser:
-    """`--out DIR`, `--overwrite` and one flag per declared setting (defaults left unset), the
-    settings a command inherits from a shared group (fedpfn.core.anchors.AnchorScope) last."""
+    """`--out DIR`, `--overwrite` and one flag per declared setting (defaults left unset), in the order
+    `listed` gives, the settings a command inherits from a group it does not place (fedpfn.core.anchors'
+    AnchorScope) last; a setting the command's WORDS words for itself is helped by those words."""
     description = (doc or "").split("\n\n")[0]
     parser = OneLineParser(
         prog=prog, description=description, argument_default=argparse.SUPPRESS, refusal_format=ANALYSIS_REFUSAL
@@ -37,10 +38,30 @@ def build_parser(prog: str, doc: str | None, settings: type, writes: str) -> One
     )
     parser.add_argument("--overwrite", action="store_true", help=f"replace {writes} already in --out")
     groups = [base for base in settings.__mro__[1:] if dataclasses.is_dataclass(base)]
-    shared = {f.name for group in groups for f in dataclasses.fields(group)}
-    add_flags(parser, settings, skip=shared)  # the command's own settings, then those it shares (anchors' scope)
-    add_flags(parser, settings, skip=set(field_map(settings)) - shared)
+    last = {f.name for group in groups for f in dataclasses.fields(group)} - set(getattr(settings, "BEFORE", {}))
+    order = listed(settings)
+    words: Mapping[str, str] = getattr(settings, "WORDS", {})
+    for f in [f for f in order if f.name not in last] + [f for f in order if f.name in last]:
+        add_flag(parser, f, words.get(f.name))
     return parser
+
+
+def listed(settings: type) -> list[dataclasses.Field]:
+    """A command's settings in the order its --help lists them and its result's `config` records them:
+    as declared (a group's settings first), but each group setting the class's BEFORE names moved just
+    before the command's own setting named there, where the command declared it before the groups."""
+    before: Mapping[str, str] = getattr(settings, "BEFORE", {})
+    fields = field_map(settings)
+    order = [f for f in fields.values() if f.name not in before]
+    for name, own in before.items():
+        order.insert(next(i for i, f in enumerate(order) if f.name == own), fields[name])
+    return order
+
+
+def recorded(cfg: Any) -> dict[str, Any]:
+    """The settings as a result file's `config` holds them, in `listed` order (so a result written
+    before the groups reads the same, key for key)."""
+    return {f.name: getattr(cfg, f.name) for f in listed(type(cfg))}
 
 
 def read_settings(cls: Callable[..., C], values: Mapping[str, Any]) -> tuple[C, list[str]]:
@@ -57,7 +78,8 @@ def read_settings(cls: Callable[..., C], values: Mapping[str, Any]) -> tuple[C, 
         except ConfigError as err:
             found.append(str(err))
     cfg = cls(**parsed)
-    return cfg, found + problems(cfg)
+    rank = {f.name: at for at, f in enumerate(listed(type(cfg)))}  # the problems in the order --help lists them
+    return cfg, found + sorted(problems(cfg), key=lambda line: rank.get(line.split(":", 1)[0], len(rank)))
 
 
 class CommandLine(NamedTuple):

@@ -18,16 +18,16 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from fedpfn.analysis.command import build_parser, fail, read_command_line, read_settings, write_files
-from fedpfn.core.data import CLASS_NAMES, DATASETS, DataError, find_data_problem, load_dataset
+from fedpfn.analysis.command import build_parser, fail, read_command_line, read_settings, recorded, write_files
+from fedpfn.core.data import CLASS_NAMES, DATASETS, DataChoice, DataError, find_data_problem, load_dataset
 from fedpfn.core.files import DamagedFile, read_json
-from fedpfn.core.models import build_model, model_problem
+from fedpfn.core.models import ModelChoice, build_model
 from fedpfn.core.seeding import MAX_SEED, Draw, Stream, seed_for, torch_generator
 from fedpfn.core.settings import above, at_least, between, each, one_of, setting
 from fedpfn.core.training import OPTIMIZERS, OptimizerSpec, evaluate, minibatches, pick_device, train_local
@@ -46,11 +46,12 @@ def _distinct_classes(classes: tuple[int, ...]) -> str | None:
 
 
 @dataclass(frozen=True)
-class PretrainConfig:
-    """Every setting of one pretraining; saved as the `config` of pretrain.json."""
+class PretrainConfig(DataChoice, ModelChoice):
+    """Every setting of one pretraining; saved as the `config` of pretrain.json. The model and the dataset
+    are the shared groups' settings, listed first as ever (command.listed)."""
 
-    model: str = setting("vit_tiny28", "a zoo model (vit_tiny28, cnn, ...) or timm:NAME", model_problem)
-    dataset: str = setting("fmnist", f"one of {', '.join(DATASETS)}", one_of(DATASETS))
+    BEFORE: ClassVar = {"model": "upstream_classes", "dataset": "upstream_classes"}
+
     upstream_classes: tuple[int, ...] = setting(
         (0, 1, 2, 3, 4),
         "classes the upstream part holds (labels as the dataset numbers them)",
@@ -160,7 +161,7 @@ def pretrain(
     state = {name: t.detach().cpu().contiguous() for name, t in model.state_dict().items()}
     names = CLASS_NAMES.get(cfg.dataset)
     record = {
-        "config": asdict(cfg),
+        "config": recorded(cfg),
         "upstream_class_names": [names[c] for c in cfg.upstream_classes] if names else None,
         "sizes": {
             "upstream_train": len(split.upstream),

@@ -20,22 +20,22 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from fedpfn.analysis import pretrain
 from fedpfn.analysis.bounds import MAX_POINTS, meta_model, odd_points
-from fedpfn.analysis.command import build_parser, fail, read_command_line, write_files
+from fedpfn.analysis.command import build_parser, fail, read_command_line, recorded, write_files
 from fedpfn.analysis.fusion import EvalData, Probe, has_batchnorm, snapshot
 from fedpfn.analysis.soup_run import ARMS, SeedData, compare_arms, recipes, run_arm
 from fedpfn.core import provenance
-from fedpfn.core.anchors import GRANULARITIES, AnchorScope, scope_unused
-from fedpfn.core.data import DATASETS, DataError, DatasetSplits, find_data_problem, load_dataset
+from fedpfn.core.anchors import AnchorScope, MaskDraw, scope_unused
+from fedpfn.core.data import DATASETS, DataChoice, DataError, DatasetSplits, find_data_problem, load_dataset
 from fedpfn.core.init_file import file_sha256, fresh_head_setting, init_file_problem, load_start
-from fedpfn.core.models import MODELS, build_model, model_problem
+from fedpfn.core.models import MODELS, ModelChoice, build_model
 from fedpfn.core.seeding import MAX_SEED, Draw, Stream, seed_for, torch_generator
 from fedpfn.core.settings import above, at_least, between, each, one_of, setting
 from fedpfn.core.training import OPTIMIZERS, OptimizerSpec, pick_device
@@ -55,20 +55,20 @@ ANY_OF_THEM = each(lambda _: None)  # a non-empty list of any values
 
 
 @dataclass(frozen=True)
-class SoupConfig(AnchorScope):
-    """Every setting of one soup experiment; saved as the `config` of soup.json (the anchors' scope with them)."""
+class SoupConfig(AnchorScope, MaskDraw, DataChoice, ModelChoice):
+    """Every setting of one soup experiment; saved as the `config` of soup.json (the anchors' scope with them).
+
+    The model, the dataset and the mask's draw are the shared groups' settings, listed where soup always
+    listed them (command.listed)."""
+
+    BEFORE: ClassVar = {"model": "ingredients", "dataset": "ingredients", "anchor_ratio": "lr", "granularity": "lr"}
+    WORDS: ClassVar = {"model": "the start's architecture: a zoo model or timm:NAME"}
 
     start: str | None = setting(None, "the start: a state dict (.safetensors, or tensors-only .pt/.pth)")
-    model: str = setting("vit_tiny28", "the start's architecture: a zoo model or timm:NAME", model_problem)
-    dataset: str = setting("fmnist", f"one of {', '.join(DATASETS)}", one_of(DATASETS))
     ingredients: int = setting(4, "K fine-tunes per seed and arm", between(2, 64))
     seeds: tuple[int, ...] = setting(
         (0, 1, 2), f"comma list of seeds, each in [0, {MAX_SEED}]", _distinct_seeds
     )
-    anchor_ratio: float = setting(
-        0.4, "fraction of entries fixed in the anchored arms", between(0, 1, low_open=True, high_open=True)
-    )
-    granularity: str = setting("weight", "anchor granularity: weight or neuron", one_of(GRANULARITIES))
     lr: tuple[float, ...] = setting((1e-3, 3e-4), "learning rates the ingredients draw from", each(above(0)))
     epochs: tuple[int, ...] = setting(
         (1, 2), "epoch counts the ingredients draw from", each(between(1, 1000))
@@ -225,13 +225,13 @@ def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.s
     for note in described["notes"]:
         print(note)
     result = {
-        "config": asdict(cfg),
+        "config": recorded(cfg),
         **described,
         **run_soups(cfg, setups, train, lambda s: print(s, flush=True)),
     }
     result["seconds"] = time.perf_counter() - started
     record, _ = pretrain.read_record(Path(str(cfg.start)))  # the start's own recipe, where it recorded one
-    result["start_record"] = asdict(record) if record is not None else None
+    result["start_record"] = recorded(record) if record is not None else None
     result["argv"], result["out"] = list(sys.argv[1:] if argv is None else argv), str(out)
     result[provenance.KEY] = provenance.collect()  # which code, libraries and machine made these figures
     from fedpfn.analysis.soup_report import draw_figure, markdown

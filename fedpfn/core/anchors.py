@@ -182,7 +182,7 @@ def anchor_values(params: AnchorParams) -> dict[str, Any]:
     return values
 
 
-# --- the analysis commands' anchor scope (lmc, soup, cold): one declaration for the three ------
+# --- the analysis commands' anchor scope and draw (lmc, soup, cold): one declaration for the three ---
 
 
 @dataclass(frozen=True)
@@ -215,6 +215,26 @@ class AnchorScope(BodyScope):
 
     def mask_options(self) -> dict[str, bool]:
         return {"include_classifier": self.anchor_classifier, **super().mask_options()}
+
+
+@dataclass(frozen=True)
+class MaskGranularity:
+    """Whether an analysis command's masks anchor single entries or whole neurons: the gate (lmc), soups
+    and ColD (there the anchored runs' --anchor-granularity, read off their config.json) take it from here."""
+
+    granularity: str = setting("weight", "anchor granularity: weight or neuron", one_of(GRANULARITIES))
+
+
+@dataclass(frozen=True)
+class MaskDraw(MaskGranularity):
+    """One anchor ratio with the granularity: the draw of soups and of ColD (its runs' --anchor-ratio).
+
+    The gate (lmc) takes MaskGranularity alone: it sweeps a comma list of ratios, a setting of another
+    type and check (a tuple, none repeated) whose value is the list, not one draw's ratio."""
+
+    anchor_ratio: float = setting(
+        0.4, "fraction of entries fixed in the anchored arms", between(0, 1, low_open=True, high_open=True)
+    )
 
 
 SCOPE_PARTS = {"anchor_classifier": "no classifier layer", "anchor_bias": "no biases", "anchor_norm": "no norm layer"}

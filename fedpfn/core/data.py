@@ -24,7 +24,7 @@ from fedpfn.core.formats import IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC, DataError, r
 from fedpfn.core.formats import read_cifar_batch as _read_cifar_batch  # the name tests reach for
 from fedpfn.core.hf_data import PREFIX as HF_PREFIX
 from fedpfn.core.hf_data import hf_arrays, hf_problem, is_hf
-from fedpfn.core.settings import ConfigError
+from fedpfn.core.settings import ConfigError, one_of, setting
 from fedpfn.core.user_code import import_user_function, is_code
 
 DATASETS = ("fmnist", "mnist", "cifar10", "cifar100", "svhn")
@@ -76,6 +76,14 @@ _SVHN_FILES = {"train": "train_32x32.mat", "test": "test_32x32.mat"}
 
 # (train images uint8 N x C x H x W, train labels, test images, test labels)
 _Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+@dataclass(frozen=True)
+class DataChoice:
+    """The dataset an analysis command trains and measures on (lmc, soup, pretrain): one declaration, so
+    each takes the same names, says the same help and refuses an unknown one the same way."""
+
+    dataset: str = setting("fmnist", f"one of {', '.join(DATASETS)}", one_of(DATASETS))
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: comparing tensors field-wise is ambiguous

@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedpfn.core.settings import ConfigError
+from fedpfn.core.settings import ConfigError, setting
 from fedpfn.core.user_code import import_user_function, is_code
 
 MODELS = ("mlp", "cnn", "resnet20", "vgg11", "vit_tiny28")  # each has a class in _BUILDERS at the end
@@ -45,6 +46,14 @@ def model_problem(name: str) -> str | None:
     if not is_model_in_modules(get_arch_name(arch), ["vision_transformer"]):
         return f"{name} is not one of timm's VisionTransformer models (timm.models.vision_transformer); use a vit_* name"
     return None
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """The architecture an analysis command trains (pretrain) or fine-tunes (soup): a zoo model, timm:NAME
+    or a user's builder, checked by model_problem; declared once for both."""
+
+    model: str = setting("vit_tiny28", "a zoo model (vit_tiny28, cnn, ...) or timm:NAME", model_problem)
 
 
 def build_model(

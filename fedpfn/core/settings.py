@@ -358,19 +358,23 @@ def shown_default(value: Any) -> str:
 def add_flags(parser: argparse.ArgumentParser, cls: type, skip: Iterable[str] = ()) -> None:
     """One flag per field: `--name-with-dashes`, its help and its default, shown once."""
     for f in dataclasses.fields(cls):
-        if f.name in skip:
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        help_text = f.metadata.get("help", "")
-        kind, _, is_tuple = _kind(f)
-        if _has_no_default(f):
-            help_text += " (required)"
-        elif "default" not in help_text:
-            help_text += f" (default: {shown_default(f.default)})"
-        help_text = help_text.replace("%", "%%")
-        if kind == "bool" and not is_tuple:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
-        else:
-            plural = is_tuple and not f.name.endswith("s")  # --seeds SEEDS, --anchor-ratio ANCHOR_RATIOS
-            metavar = f.name.upper() + ("S" if plural else "")
-            parser.add_argument(flag, metavar=metavar, help=help_text, required=_has_no_default(f))
+        if f.name not in skip:
+            add_flag(parser, f)
+
+
+def add_flag(parser: argparse.ArgumentParser, f: dataclasses.Field, help: str | None = None) -> None:
+    """The flag of one field, with its declared help or, where a command words it for itself, `help`."""
+    flag = "--" + f.name.replace("_", "-")
+    help_text = f.metadata.get("help", "") if help is None else help
+    kind, _, is_tuple = _kind(f)
+    if _has_no_default(f):
+        help_text += " (required)"
+    elif "default" not in help_text:
+        help_text += f" (default: {shown_default(f.default)})"
+    help_text = help_text.replace("%", "%%")
+    if kind == "bool" and not is_tuple:
+        parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
+    else:
+        plural = is_tuple and not f.name.endswith("s")  # --seeds SEEDS, --anchor-ratio ANCHOR_RATIOS
+        metavar = f.name.upper() + ("S" if plural else "")
+        parser.add_argument(flag, metavar=metavar, help=help_text, required=_has_no_default(f))
