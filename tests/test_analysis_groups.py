@@ -44,19 +44,22 @@ def test_each_shared_setting_is_declared_once_in_a_group_the_commands_inherit() 
 
 
 def test_a_group_setting_is_listed_and_recorded_where_the_command_declared_it_before() -> None:
-    """--help's order and the `config` key order of soup.json, pretrain.json and cold.json, as before the groups."""
+    """--help's order and the `config` key order of soup.json, pretrain.json and cold.json: as before the groups."""
     soup_order = [f.name for f in command.listed(soup.SoupConfig)]
     assert soup_order[:10] == ["anchor_bias", "anchor_norm", "anchor_classifier", "start", "model", "dataset",
                                "ingredients", "seeds", "anchor_ratio", "granularity"]  # fmt: skip
     assert list(command.recorded(pretrain.PretrainConfig()))[:3] == ["model", "dataset", "upstream_classes"]
     record = list(command.recorded(cold.ColdConfig()))
     assert record[:3] == ["anchor_bias", "anchor_norm", "start"]
-    assert record[record.index("unseen_fraction") :][:4] == ["unseen_fraction", "anchor_ratio", "granularity", "probe_samples"]
+    after = record[record.index("unseen_fraction") :][:4]
+    assert after == ["unseen_fraction", "anchor_ratio", "granularity", "probe_samples"]
     parser = command.build_parser("p", "", soup.SoupConfig, "x")
     flags = [a.dest for a in parser._actions if a.dest not in ("help", "out", "overwrite")]
     assert flags == soup_order[3:] + soup_order[:3]  # the anchors' scope last, as ever
-    help_text = " ".join(parser.format_help().split())
-    assert "--model MODEL the start's architecture: a zoo model or timm:NAME (default: vit_tiny28)" in help_text
+    help_text = parser.format_help()
+    assert "--model MODEL the start's architecture: a zoo model or timm:NAME (default: vit_tiny28)" in " ".join(
+        help_text.split()
+    )
 
 
 def dataset_help(cls: type) -> str:

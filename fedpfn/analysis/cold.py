@@ -89,7 +89,7 @@ class ColdConfig(BodyScope, MaskDraw):
     saved as the `config` of cold.json (the heads are personal, so no anchor_classifier). The anchored
     runs' draw is the soups' (MaskDraw), recorded where ColD always recorded it (command.listed)."""
 
-    BEFORE: ClassVar = {"anchor_ratio": "probe_samples", "granularity": "probe_samples"}
+    BEFORE: ClassVar[dict[str, str]] = {"anchor_ratio": "probe_samples", "granularity": "probe_samples"}
 
     start: str | None = None
     model: str = "cnn"

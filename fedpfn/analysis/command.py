@@ -38,7 +38,8 @@ def build_parser(prog: str, doc: str | None, settings: type, writes: str) -> One
     )
     parser.add_argument("--overwrite", action="store_true", help=f"replace {writes} already in --out")
     groups = [base for base in settings.__mro__[1:] if dataclasses.is_dataclass(base)]
-    last = {f.name for group in groups for f in dataclasses.fields(group)} - set(getattr(settings, "BEFORE", {}))
+    placed = set(getattr(settings, "BEFORE", {}))
+    last = {f.name for group in groups for f in dataclasses.fields(group)} - placed
     order = listed(settings)
     words: Mapping[str, str] = getattr(settings, "WORDS", {})
     for f in [f for f in order if f.name not in last] + [f for f in order if f.name in last]:
@@ -78,7 +79,7 @@ def read_settings(cls: Callable[..., C], values: Mapping[str, Any]) -> tuple[C, 
         except ConfigError as err:
             found.append(str(err))
     cfg = cls(**parsed)
-    rank = {f.name: at for at, f in enumerate(listed(type(cfg)))}  # the problems in the order --help lists them
+    rank = {f.name: at for at, f in enumerate(listed(type(cfg)))}  # problems in the order --help lists them
     return cfg, found + sorted(problems(cfg), key=lambda line: rank.get(line.split(":", 1)[0], len(rank)))
 
 

@@ -50,7 +50,7 @@ class PretrainConfig(DataChoice, ModelChoice):
     """Every setting of one pretraining; saved as the `config` of pretrain.json. The model and the dataset
     are the shared groups' settings, listed first as ever (command.listed)."""
 
-    BEFORE: ClassVar = {"model": "upstream_classes", "dataset": "upstream_classes"}
+    BEFORE: ClassVar[dict[str, str]] = {"model": "upstream_classes", "dataset": "upstream_classes"}
 
     upstream_classes: tuple[int, ...] = setting(
         (0, 1, 2, 3, 4),

@@ -61,8 +61,10 @@ class SoupConfig(AnchorScope, MaskDraw, DataChoice, ModelChoice):
     The model, the dataset and the mask's draw are the shared groups' settings, listed where soup always
     listed them (command.listed)."""
 
-    BEFORE: ClassVar = {"model": "ingredients", "dataset": "ingredients", "anchor_ratio": "lr", "granularity": "lr"}
-    WORDS: ClassVar = {"model": "the start's architecture: a zoo model or timm:NAME"}
+    BEFORE: ClassVar[dict[str, str]] = {  # a group's setting: the own setting it is listed before
+        "model": "ingredients", "dataset": "ingredients", "anchor_ratio": "lr", "granularity": "lr"
+    }
+    WORDS: ClassVar[dict[str, str]] = {"model": "the start's architecture: a zoo model or timm:NAME"}
 
     start: str | None = setting(None, "the start: a state dict (.safetensors, or tensors-only .pt/.pth)")
     ingredients: int = setting(4, "K fine-tunes per seed and arm", between(2, 64))
