@@ -19,12 +19,14 @@ from fedpfn.core.models import ModelChoice
 GROUPS = {"dataset": DataChoice, "model": ModelChoice, "granularity": MaskGranularity, "anchor_ratio": MaskDraw}
 # each command's settings that a group declares
 SHARED = {
+    lmc.LmcConfig: ("dataset", "granularity"),
     soup.SoupConfig: ("dataset", "model", "granularity", "anchor_ratio"),
     pretrain.PretrainConfig: ("dataset", "model"),
     cold.ColdConfig: ("granularity", "anchor_ratio"),
 }
 
-OWN = {(cold.ColdConfig, "model")}  # ColD's is its runs' model, read off their config.json, not a flag
+OWN = {(cold.ColdConfig, "model"),  # ColD's is its runs' model, read off their config.json, not a flag
+       (lmc.LmcConfig, "model"), (lmc.LmcConfig, "anchor_ratio")}  # the gate's: no ViT; a list of ratios to sweep
 
 
 def declared_by(cls: type, name: str) -> list[type]:
@@ -49,6 +51,9 @@ def test_a_group_setting_is_listed_and_recorded_where_the_command_declared_it_be
     assert soup_order[:10] == ["anchor_bias", "anchor_norm", "anchor_classifier", "start", "model", "dataset",
                                "ingredients", "seeds", "anchor_ratio", "granularity"]  # fmt: skip
     assert list(command.recorded(pretrain.PretrainConfig()))[:3] == ["model", "dataset", "upstream_classes"]
+    gate = list(command.recorded(lmc.LmcConfig()))  # lmc.json's config, which a study's reuse of a cell reads
+    assert gate[:5] == ["anchor_bias", "anchor_norm", "anchor_classifier", "dataset", "model"]
+    assert gate[gate.index("granularity") + 1] == "matchers"
     record = list(command.recorded(cold.ColdConfig()))
     assert record[:3] == ["anchor_bias", "anchor_norm", "start"]
     after = record[record.index("unseen_fraction") :][:4]

@@ -24,9 +24,9 @@ import re
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -58,8 +58,8 @@ from fedpfn.analysis.lmc_run import (
     train_subsets,
 )
 from fedpfn.core import provenance
-from fedpfn.core.anchors import GRANULARITIES, AnchorScope, scope_unused
-from fedpfn.core.data import DATASETS, DataError, find_data_problem, load_dataset
+from fedpfn.core.anchors import AnchorScope, MaskGranularity, scope_unused
+from fedpfn.core.data import DATASETS, DataChoice, DataError, find_data_problem, load_dataset
 from fedpfn.core.models import MODELS
 from fedpfn.core.seeding import MAX_SEED, Draw
 from fedpfn.core.settings import above, at_least, between, each, field_map, one_of, setting, shown_default
@@ -101,10 +101,13 @@ def start_epochs(start: str) -> int:
 
 
 @dataclass(frozen=True)
-class LmcConfig(AnchorScope):
-    """Every setting of one analysis; saved as the `config` of lmc.json (the anchors' scope with them)."""
+class LmcConfig(AnchorScope, MaskGranularity, DataChoice):
+    """Every setting of one analysis; saved as the `config` of lmc.json (the anchors' scope with them).
 
-    dataset: str = setting("fmnist", f"one of {', '.join(DATASETS)}", one_of(DATASETS))
+    The dataset and the masks' granularity are the shared groups' settings, listed where lmc always
+    listed them (command.listed); its ratios are its own, a list to sweep (fedpfn.core.anchors.MaskDraw)."""
+
+    BEFORE: ClassVar[dict[str, str]] = {"dataset": "model", "granularity": "matchers"}  # a group's: listed before
     model: str = setting("mlp", f"one of {', '.join(LMC_MODELS)}", one_of(LMC_MODELS))
     width: int = setting(0, "the mlp's hidden width (0: its own, 200)", between(0, 1 << 14))
     arms: tuple[str, ...] = setting(
@@ -147,7 +150,6 @@ class LmcConfig(AnchorScope):
     test_subset: int = setting(
         0, "fixed test subset, the same for every seed (0 = the whole test set)", at_least(0)
     )
-    granularity: str = setting("weight", "anchor granularity: weight or neuron", one_of(GRANULARITIES))
     matchers: tuple[str, ...] = setting(
         MATCHERS,
         "comma list of matchers, each reported under its name: full (weight matching, required: the top-level "
@@ -314,7 +316,7 @@ def run_lmc(cfg: LmcConfig, prepared: Prepared, log: Callable[[str], None] = pri
             entry["summary"]["diverged_seeds"] = len(entry["seeds"]) - len(finite)
         if name != "plain":
             entry["vs_plain"] = {**paired_difference(finite, plain), "matchers": by_matcher(finite, plain)}
-    config = asdict(cfg)
+    config = command.recorded(cfg)
     with_bn = has_batchnorm(prepared.setups[0].model) and cfg.bn_batches > 0
     config["bn_recalibration"] = f"{cfg.bn_batches} batches of {cfg.bn_batch_size}" if with_bn else "none"
     first = prepared.setups[0].probe
