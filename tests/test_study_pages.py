@@ -22,6 +22,7 @@ PAGES = {  # study -> (the page it writes, what it reads: its template, its stor
     "alignment_main": ("docs/alignment_main.md", "studies/alignment_main.md", "docs/alignment/main.json"),
     "alignment_confirm": ("docs/alignment_confirm.md", "studies/alignment_confirm.md", "docs/alignment/confirm.json"),
     "alignment_pilot": ("docs/alignment_pilot.md", "studies/alignment_pilot.md", "docs/alignment/pilot.json"),
+    "alignment_pilot_cnn": ("docs/alignment_pilot_cnn.md", "studies/alignment_pilot_cnn.md", "docs/alignment/pilot-cnn.json"),
     "earlier": ("docs/results_earlier.md", "studies/earlier.md", "docs/study/earlier-page.json",
                 *(f"docs/study/{name}/report.{kind}" for name in EARLIER for kind in ("json", "md"))),
     "soup": ("docs/fusion.md", "studies/fusion.md", "docs/fusion/soup.json", "docs/fusion/cold.json"),  # either study
