@@ -53,7 +53,9 @@ def test_the_pilot_sentence_says_what_its_rule_picked_or_that_nothing_qualified(
 
 
 def test_a_plain_setting_measured_again_by_a_regime_of_other_anchors_is_named_as_such(tmp_path: Path) -> None:
-    """The neuron and ratio regimes rerun the plain arm of cnn-same-init: the sentence says whose cells it read."""
+    """The neuron and ratio regimes rerun the plain arm of cnn-same-init: the sentence says whose cells it
+    read, names one set of runs that several regimes share once, and keeps apart settings whose figures
+    happen to be equal (P exactly 0 at two learning rates)."""
     import json
 
     from fedpfn.study.findings import misalignment
@@ -61,10 +63,14 @@ def test_a_plain_setting_measured_again_by_a_regime_of_other_anchors_is_named_as
     config = {"model": "cnn", "split": "same-data", "start": "init", "lr": 0.1, "granularity": "weight"}
     def regime(p: list[float], **changed: object) -> dict:
         return {"config": {**config, **changed}, "seeds": {str(s): {"plain": {"permutation_loss": v}} for s, v in enumerate(p)}}
+    rerun = [0.1, 0.3, 0.2, 0.2, 0.0]
     cells = {"cnn-same-init": regime([0.3, 0.4, 0.2, 0.35, 0.25]),
-             "cnn-same-init-neuron": regime([0.1, 0.3, 0.2, 0.2, 0.0], granularity="neuron")}  # fmt: skip
+             "cnn-same-init-neuron": regime(rerun, granularity="neuron"), "cnn-same-init-r0.1": regime(rerun),
+             "cnn-lr0.01": regime([0.0] * 5, lr=0.01), "cnn-lr0.03": regime([0.0] * 5, lr=0.03)}  # fmt: skip
     (tmp_path / "docs/alignment").mkdir(parents=True)
     (tmp_path / "docs/alignment/cells.json").write_text(json.dumps(cells))
     said = misalignment(tmp_path)
     assert said is not None and said.count("CNN, the same data, one random start, lr 0.1") == 2
-    assert "lr 0.1, again: the plain arm of cnn-same-init-neuron;" in said and "again: the plain arm of cnn-same-init;" not in said
+    assert "again in other runs: the plain arm of cnn-same-init-neuron and cnn-same-init-r0.1;" in said
+    assert "plain arm of cnn-same-init;" not in said
+    assert "lr 0.01; the same in every seed" in said and "lr 0.03; the same in every seed" in said

@@ -106,15 +106,19 @@ def misalignment(root: Path) -> str | None:
     cells = gate_cells(root)
     if not cells:
         return None
-    parts, lows, seen = [], [], set()
+    plain_arms: dict[tuple, list[str]] = {}  # (setting, P seed by seed) -> the regimes whose plain arm it is
     for name, regime in cells.items():
-        p = gate.against_zero("P", gate.series(regime, "plain", "permutation_loss"))
-        if len(p.seeds) < gate.A_SEEDS:  # as the gate's page reads a regime
-            continue
+        series = gate.series(regime, "plain", "permutation_loss")
+        if len(series) >= gate.A_SEEDS:  # as the gate's page reads a regime
+            key = (setting_words(regime["config"]), tuple(sorted(series.items())))
+            plain_arms.setdefault(key, []).append(name)
+    parts, lows, seen = [], [], set()
+    for (words, series), names in plain_arms.items():
+        p = gate.against_zero("P", dict(series))
         lows.append(p.low if p.low is not None else p.mean)  # no spread: the same P in every seed
         spread = f"95 % CI {interval(p, digits=3)}" if p.low is not None else "the same in every seed"
-        words = setting_words(regime["config"])
-        again = f"{words}, again: the plain arm of {name}" if words in seen else words  # a regime of other anchors
+        shared_by = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+        again = f"{words}, again in other runs: the plain arm of {shared_by}" if words in seen else words
         seen.add(words)
         parts.append(f"{p.mean:+.3f} nats ({again}; {spread}, {len(p.seeds)} seeds)")
     found = "lose less" if lows and min(lows) > 0 else "do not in every setting lose less"
