@@ -17,6 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
+import torch
+
+from fedpfn.core.data import DATASETS, find_data_problem
 from fedpfn.core.files import atomic_write_bytes
 from fedpfn.core.flags import ANALYSIS_REFUSAL, OneLineParser
 from fedpfn.core.places import out_problem
@@ -108,6 +111,17 @@ def not_yet_refused(found: Sequence[str], more: Sequence[str]) -> list[str]:
     once (an unknown matcher) is not refused again for what it would have implied."""
     refused = {line.split(":", 1)[0] for line in found}
     return [line for line in more if line.split(":", 1)[0] not in refused]
+
+
+def machine_problems(dataset: str, data_root: str | None, device: str) -> list[str]:
+    """What this machine lacks for the run: a built-in dataset's files (never downloaded by an analysis
+    command) and the CUDA device asked for; found before any training starts."""
+    found = []
+    if device == "cuda" and not torch.cuda.is_available():
+        found.append("device: cuda, but no CUDA device is available; use auto or cpu")
+    if dataset in DATASETS and (problem := find_data_problem(dataset, data_root, False)):
+        found.append(f"dataset: {problem}")
+    return found
 
 
 def output_problems(out: Path, overwrite: bool, files: Sequence[str]) -> list[str]:

@@ -32,7 +32,7 @@ import torch
 
 from fedpfn.analysis import command, repair
 from fedpfn.analysis.bounds import MAX_POINTS, lmc_problems, meta_model, odd_points
-from fedpfn.analysis.command import output_problems, read_settings
+from fedpfn.analysis.command import machine_problems, output_problems, read_settings
 from fedpfn.analysis.fusion import WHERE, EvalData, Scope, has_batchnorm
 from fedpfn.analysis.lmc_render import DIVERGED, OUTPUT_FILES, markdown_table, write_outputs
 from fedpfn.analysis.matchers import MATCHERS
@@ -59,7 +59,7 @@ from fedpfn.analysis.lmc_run import (
 )
 from fedpfn.core import provenance
 from fedpfn.core.anchors import AnchorScope, MaskGranularity, scope_unused
-from fedpfn.core.data import DATASETS, DataChoice, DataError, find_data_problem, load_dataset
+from fedpfn.core.data import DATASETS, DataChoice, DataError, load_dataset
 from fedpfn.core.models import MODELS
 from fedpfn.core.seeding import MAX_SEED, Draw
 from fedpfn.core.settings import above, at_least, between, each, field_map, one_of, setting, shown_default
@@ -191,13 +191,7 @@ def relation_problems(cfg: LmcConfig) -> list[str]:
             f"train_subset: {cfg.train_subset} leaves a shard under 10 samples; "
             f"use 0 (all) or at least {10 * cfg.models} for {cfg.models} models"
         )
-    if cfg.device == "cuda" and not torch.cuda.is_available():
-        found.append("device: cuda, but no CUDA device is available; use auto or cpu")
-    if cfg.dataset in DATASETS:
-        data_problem = find_data_problem(cfg.dataset, cfg.data_root, False)
-        if data_problem:
-            found.append(f"dataset: {data_problem}")
-    return found
+    return found + machine_problems(cfg.dataset, cfg.data_root, cfg.device)
 
 
 NO_ANCHORS = (lambda c: not {"shared", "independent"} & set(c.arms), "no shared or independent arm uses it")

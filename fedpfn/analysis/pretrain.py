@@ -24,8 +24,16 @@ from typing import Any, ClassVar
 
 import torch
 
-from fedpfn.analysis.command import build_parser, fail, read_command_line, read_settings, recorded, write_files
-from fedpfn.core.data import CLASS_NAMES, DATASETS, DataChoice, DataError, find_data_problem, load_dataset
+from fedpfn.analysis.command import (
+    build_parser,
+    fail,
+    machine_problems,
+    read_command_line,
+    read_settings,
+    recorded,
+    write_files,
+)
+from fedpfn.core.data import CLASS_NAMES, DataChoice, DataError, load_dataset
 from fedpfn.core.files import DamagedFile, read_json
 from fedpfn.core.models import ModelChoice, build_model
 from fedpfn.core.seeding import MAX_SEED, Draw, Stream, seed_for, torch_generator
@@ -86,11 +94,7 @@ def relation_problems(cfg: PretrainConfig, given: set[str]) -> list[str]:
         found.append(f"upstream_classes: {cfg.dataset} has classes 0 to {len(names) - 1}")
     if cfg.optimizer != "sgd" and "momentum" in given:
         found.append("momentum: only --optimizer sgd uses it; drop it")
-    if cfg.device == "cuda" and not torch.cuda.is_available():
-        found.append("device: cuda, but no CUDA device is available; use auto or cpu")
-    if cfg.dataset in DATASETS and (problem := find_data_problem(cfg.dataset, cfg.data_root, False)):
-        found.append(f"dataset: {problem}")
-    return found
+    return found + machine_problems(cfg.dataset, cfg.data_root, cfg.device)
 
 
 @dataclass(frozen=True)

@@ -28,12 +28,12 @@ import torch
 
 from fedpfn.analysis import pretrain
 from fedpfn.analysis.bounds import MAX_POINTS, meta_model, odd_points
-from fedpfn.analysis.command import build_parser, fail, read_command_line, recorded, write_files
+from fedpfn.analysis.command import build_parser, fail, machine_problems, read_command_line, recorded, write_files
 from fedpfn.analysis.fusion import EvalData, Probe, has_batchnorm, snapshot
 from fedpfn.analysis.soup_run import ARMS, SeedData, compare_arms, recipes, run_arm
 from fedpfn.core import provenance
 from fedpfn.core.anchors import AnchorScope, MaskDraw, scope_unused
-from fedpfn.core.data import DATASETS, DataChoice, DataError, DatasetSplits, find_data_problem, load_dataset
+from fedpfn.core.data import DATASETS, DataChoice, DataError, DatasetSplits, load_dataset
 from fedpfn.core.init_file import file_sha256, fresh_head_setting, init_file_problem, load_start
 from fedpfn.core.models import MODELS, ModelChoice, build_model
 from fedpfn.core.seeding import MAX_SEED, Draw, Stream, seed_for, torch_generator
@@ -118,11 +118,7 @@ def relation_problems(cfg: SoupConfig, given: set[str]) -> list[str]:
         found.append("momentum: only --optimizer sgd uses it; drop it")
     if cfg.model in MODELS and cfg.dataset in DATASETS:  # a timm ViT has every part the scope names
         found += scope_unused(meta_model(cfg.model, cfg.dataset), cfg.model, given)
-    if cfg.device == "cuda" and not torch.cuda.is_available():
-        found.append("device: cuda, but no CUDA device is available; use auto or cpu")
-    if cfg.dataset in DATASETS and (problem := find_data_problem(cfg.dataset, cfg.data_root, False)):
-        found.append(f"dataset: {problem}")
-    return found
+    return found + machine_problems(cfg.dataset, cfg.data_root, cfg.device)
 
 
 def downstream_pool(cfg: SoupConfig, labels: torch.Tensor) -> tuple[torch.Tensor, str]:
