@@ -36,7 +36,8 @@ def test_the_wording_follows_the_interval_and_holm() -> None:
 
 
 def test_the_pilot_sentence_says_what_its_rule_picked_or_that_nothing_qualified(tmp_path: Path) -> None:
-    """Read from the pilot's stored results: round 1 against round 5, and the pick (None: nothing met the rule)."""
+    """Read from the pilots' stored results: round 1 against the last round, and the pick (None: nothing met
+    the rule); the CNN pilot joins the sentence once it has a finished block."""
     import json
 
     block = lambda p1, p5: {"runs": {"plain": {"0": {"P_r1": p1, "P_last": p5}, "1": {"P_r1": p1, "P_last": p5}}}}  # noqa: E731
@@ -45,11 +46,18 @@ def test_the_pilot_sentence_says_what_its_rule_picked_or_that_nothing_qualified(
     (tmp_path / "docs" / "alignment").mkdir(parents=True)
     (tmp_path / "docs" / "alignment" / "pilot.json").write_text(json.dumps(stored))
     said = pilot(tmp_path)
-    assert "averaged +0.0400 to +0.0800 nats in round 1" in said and "+0.0000 to +0.0010 nats at round 5" in said
-    assert "no block met its rule" in said  # a block not finished (r24) is not read
+    assert "was +0.0400 to +0.0800 nats in round 1" in said and "+0.0000 to +0.0010 nats at the last round" in said
+    assert "2 blocks of local steps and learning rate, 2 seeds each; no block met its rule)" in said  # r24 unfinished
+    assert said.endswith("so no federated regime was found where clients stay misaligned.") and "CNN" not in said
+    cnn = {"blocks": {"r114/lr0.1": block(0.1, -0.00001)}, "finished": ["r114/lr0.1"], "pick": None}
+    (tmp_path / "docs" / "alignment" / "pilot-cnn.json").write_text(json.dumps(cnn))
+    said = pilot(tmp_path)
+    assert "+0.1000 nats in round 1, from the random start, and +0.0000 nats at the last round" in said
+    assert "on the CNN (docs/alignment_pilot_cnn.md; 1 block of local steps and learning rate, 2 seeds; no block" in said
     stored["pick"] = "r114/lr0.1"
     (tmp_path / "docs" / "alignment" / "pilot.json").write_text(json.dumps(stored))
-    assert pilot(tmp_path).endswith("its rule picked r114/lr0.1.")
+    said = pilot(tmp_path)
+    assert "its rule picked r114/lr0.1)" in said and "no federated regime was found" not in said
 
 
 def test_a_plain_setting_measured_again_by_a_regime_of_other_anchors_is_named_as_such(tmp_path: Path) -> None:

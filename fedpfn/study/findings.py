@@ -195,19 +195,36 @@ def _block_means(block: Mapping[str, Any], key: str) -> float:
     return sum(run[key] for run in runs) / len(runs)
 
 
-def pilot(root: Path) -> str | None:
-    """What the pilot's finished blocks found between a round's plain clients, first round against the trained one."""
-    stored = read(root, "docs/alignment/pilot.json")
-    if stored is None or not stored.get("finished"):
-        return None
+PILOTS = (("the MLP", "docs/alignment_pilot.md", "docs/alignment/pilot.json"),
+          ("the CNN", "docs/alignment_pilot_cnn.md", "docs/alignment/pilot-cnn.json"))  # fmt: skip
+
+
+def pilot_clause(model: str, page: str, stored: Mapping[str, Any]) -> str:
+    """One pilot's finished blocks: P between a round's plain clients in round 1 and at the last, and its pick."""
     blocks = [stored["blocks"][name] for name in stored["finished"]]
     first, last = ([_block_means(b, key) for b in blocks] for key in ("P_r1", "P_last"))
-    span = lambda values: f"{round(min(values), 4) + 0.0:+.4f} to {round(max(values), 4) + 0.0:+.4f} nats"  # noqa: E731  (no -0.0000)
+    span = lambda values: (f"{round(min(values), 4) + 0.0:+.4f} to {round(max(values), 4) + 0.0:+.4f}" if len(values) > 1
+                           else f"{round(values[0], 4) + 0.0:+.4f}")  # noqa: E731  (no -0.0000)  # fmt: skip
+    seeds = len(blocks[0]["runs"]["plain"])
     picked = (f"its rule picked {stored['pick']}" if stored.get("pick") else
-              "no block met its rule, so no federated regime was found where clients stay misaligned")  # fmt: skip
-    return (f"In the pilot (docs/alignment_pilot.md; the MLP, 5 clients a round, {len(blocks)} blocks of local steps "
-            f"and learning rate, 3 seeds each), P between a round's plain clients averaged {span(first)} in round 1, "
-            f"from the random start, and {span(last)} at round 5, from a trained aggregate: {picked}.")  # fmt: skip
+              "no block met its rule")  # fmt: skip
+    many = len(blocks) > 1
+    return (f"{span(first)} nats in round 1, from the random start, and {span(last)} nats at the last round, from a "
+            f"trained aggregate, on {model} ({page}; {len(blocks)} block{'s' * many} of local steps and learning "
+            f"rate, {seeds} seeds{' each' * many}; {picked})")  # fmt: skip
+
+
+def pilot(root: Path) -> str | None:
+    """What the pilots' finished blocks found between a round's plain clients, first round against the trained one."""
+    found = [(model, page, stored) for model, page, path in PILOTS
+             if (stored := read(root, path)) is not None and stored.get("finished")]  # fmt: skip
+    if not found:
+        return None
+    clauses = [pilot_clause(*one) for one in found]
+    none_picked = not any(stored.get("pick") for *_, stored in found)
+    return (f"In the pilots (5 clients a round), P between a round's plain clients, a block's mean over seeds, was "
+            f"{'; '.join(clauses)}"
+            + (", so no federated regime was found where clients stay misaligned." if none_picked else "."))
 
 
 MAIN_STUDY = "studies/alignment_main.toml"

@@ -207,6 +207,17 @@ def chosen(data: dict[str, Any], seeds: int) -> str | None:
     return min(good)[2] if good else None
 
 
+def next_try(everywhere: list[str], seeds: int) -> str:
+    """What the conditions failed in every block suggest; more seeds only where round 1 failed too."""
+    if "P(plain) at the last round" not in everywhere:
+        return ""
+    more_seeds = f"more seeds would resolve round 1 ({seeds} cannot), and " if "P(plain) in round 1" in everywhere else ""
+    return (" What to try next: P(plain) at the last round failing everywhere says that a round's clients, "
+            "starting from a trained aggregate, did not misalign at any local steps or learning rate tried, "
+            f"so what there is to remove lives in round 1; {more_seeds}a federated study can read anchors' effect "
+            "only as an exploratory one.")  # fmt: skip
+
+
 def pick(spec: Spec, data: dict[str, Any]) -> str:
     """The rule's choice among the finished blocks, in words, with the cheaper blocks not run."""
     done = {name: b for name, b in data["blocks"].items() if finished(b, len(spec.seeds))}
@@ -217,14 +228,11 @@ def pick(spec: Spec, data: dict[str, Any]) -> str:
     if name is None:
         failures = [judge(b)[1] for b in done.values()]
         everywhere = [c for c in failures[0] if all(c in f for f in failures)]
-        return (f"**No regime qualified** among the {len(done)} blocks that ran; the table says which "
+        blocks = "the block that ran" if len(done) == 1 else f"the {len(done)} blocks that ran"
+        return (f"**No regime qualified** among {blocks}; the table says which "
                 "condition failed where. The main study should not be run in any of them."
                 + (f" Failed in every block: {'; '.join(everywhere)}." if everywhere else "")
-                + (" What to try next: P(plain) at the last round failing everywhere says that a round's clients, "
-                   "starting from a trained aggregate, did not misalign at any local steps or learning rate tried, "
-                   "so what there is to remove lives in round 1; more seeds would resolve round 1 (3 cannot), and a "
-                   "federated study can read anchors' effect only as an exploratory one."
-                   if "P(plain) at the last round" in everywhere else ""))  # fmt: skip
+                + next_try(everywhere, len(spec.seeds)))  # fmt: skip
     block = data["blocks"][name]
     clients, epochs = regime_of(spec, block["regime"])
     per_client = lambda regime: regime_of(spec, regime)[1] / regime_of(spec, regime)[0]  # noqa: E731  (steps go as epochs / clients)
