@@ -18,7 +18,8 @@ def test_the_committed_bottom_line_is_what_the_stored_results_write() -> None:
 def test_a_study_without_stored_results_is_named_missing_not_guessed(tmp_path: Path) -> None:
     said = bottom_line(tmp_path)
     assert said == ["Not yet computed, for want of stored results: accuracy_beat, accuracy_control, "
-                    "misalignment, freezing_or_sharing, fused_accuracy, federated, pilot, main_study, confirm_study."]  # fmt: skip
+                    "misalignment, freezing_or_sharing, fused_accuracy, federated, pilot, main_study, confirm_study, "
+                    "skewed_study."]  # fmt: skip
 
 
 def comparison(shift: float, holm: float | None) -> object:

@@ -21,6 +21,8 @@ PAGES = {  # study -> (the page it writes, what it reads: its template, its stor
     "attacks": ("docs/guide/attacks-results.md", "studies/attacks.md", "docs/study/attacks.json"),
     "alignment_main": ("docs/alignment_main.md", "studies/alignment_main.md", "docs/alignment/main.json"),
     "alignment_confirm": ("docs/alignment_confirm.md", "studies/alignment_confirm.md", "docs/alignment/confirm.json"),
+    "alignment_confirm_a01": ("docs/alignment_confirm_a01.md", "studies/alignment_confirm_a01.md",
+                              "docs/alignment/confirm-a01.json"),
     "alignment_pilot": ("docs/alignment_pilot.md", "studies/alignment_pilot.md", "docs/alignment/pilot.json"),
     "alignment_pilot_cnn": ("docs/alignment_pilot_cnn.md", "studies/alignment_pilot_cnn.md", "docs/alignment/pilot-cnn.json"),
     "earlier": ("docs/results_earlier.md", "studies/earlier.md", "docs/study/earlier-page.json",

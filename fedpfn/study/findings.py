@@ -229,6 +229,7 @@ def pilot(root: Path) -> str | None:
 
 MAIN_STUDY = "studies/alignment_main.toml"
 CONFIRM_STUDY = "studies/alignment_confirm.toml"
+SKEWED_STUDY = "studies/alignment_confirm_a01.toml"
 
 
 def study_rows(root: Path, study: str, family: str) -> list[Paired]:
@@ -256,11 +257,16 @@ def study_setting(root: Path, study: str) -> str:
             f"the last {spec.endpoints['acc'].last} of {flag('--rounds')} rounds")  # fmt: skip
 
 
+def arm_lr(root: Path, study: str, arm: str) -> str:
+    """The learning rate an arm of a study runs at: its own `--lr`, else the study's shared one."""
+    spec = load(root / study)
+    flags = spec.arms[arm] if "--lr" in spec.arms[arm] else spec.shared
+    return flags[flags.index("--lr") + 1]
+
+
 def slower_lr(root: Path, study: str) -> str:
     """The learning rate of the study's `step` family's baseline (FedAvg with a smaller step)."""
-    spec = load(root / study)
-    flags = spec.arms[spec.families["step"].baseline]
-    return flags[flags.index("--lr") + 1]
+    return arm_lr(root, study, load(root / study).families["step"].baseline)
 
 
 def main_study(root: Path) -> str | None:
@@ -275,24 +281,42 @@ def main_study(root: Path) -> str | None:
             f"{points_text(study_rows(root, MAIN_STUDY, 'sharing'))}.")  # fmt: skip
 
 
+def sharing_text(root: Path, study: str) -> str:
+    """A study's `sharing` family in words, with what its interval says of the margin declared before the runs."""
+    sharing = study_rows(root, study, "sharing")
+    margin = load(root / study).families["sharing"].margin
+    within = "".join(f", {margin_text(p, margin, 100, 'points')}" for p in sharing if margin is not None)
+    return points_text(sharing) + within
+
+
 def confirm_study(root: Path) -> str | None:
     """The confirmatory federated study's three pre-registered hypotheses, each with its interval and reading."""
     step = study_rows(root, CONFIRM_STUDY, "step")
     if not step:
         return None
     fedpfn = [p for p in study_rows(root, CONFIRM_STUDY, "accuracy") if p.label.endswith("FedPFN − FedAvg")]
-    sharing = study_rows(root, CONFIRM_STUDY, "sharing")
-    margin = load(root / CONFIRM_STUDY).families["sharing"].margin
-    within = "".join(f", {margin_text(p, margin, 100, 'points')}" for p in sharing if margin is not None)
     return (f"**Did it hold on new seeds?** The confirmatory study (docs/alignment_confirm.md; pre-registered, "
             f"{study_setting(root, CONFIRM_STUDY)}, seeds the exploratory study never ran) found FedPFN minus FedAvg at "
             f"lr {slower_lr(root, CONFIRM_STUDY)} (primary) {points_text(step)}; minus the control, "
-            f"{points_text(sharing)}{within}; minus FedAvg at the same lr, {points_text(fedpfn)}.")  # fmt: skip
+            f"{sharing_text(root, CONFIRM_STUDY)}; minus FedAvg at the same lr, {points_text(fedpfn)}.")  # fmt: skip
+
+
+def skewed_study(root: Path) -> str | None:
+    """The confirmatory test at Dirichlet 0.1: its three pre-registered hypotheses, each with its interval."""
+    anchoring = study_rows(root, SKEWED_STUDY, "anchoring")
+    if not anchoring:
+        return None
+    lr = lambda arm: arm_lr(root, SKEWED_STUDY, arm)  # noqa: E731
+    return (f"**And where clients drift most?** The confirmatory test at Dirichlet 0.1 (docs/alignment_confirm_a01.md; "
+            f"pre-registered, {study_setting(root, SKEWED_STUDY)}, seeds the exploratory study never ran) found FedPFN "
+            f"minus FedAvg, both at lr {lr('fedavg-lr003')} (primary), {points_text(anchoring)}; minus the control at "
+            f"the same lr, {sharing_text(root, SKEWED_STUDY)}; FedPFN at lr {lr('fedpfn')} minus FedAvg at lr "
+            f"{lr('fedavg-lr003')}, {points_text(study_rows(root, SKEWED_STUDY, 'step'))}.")  # fmt: skip
 
 
 SENTENCES: tuple[Callable[[Path], str | None], ...] = (
     accuracy_beat, accuracy_control, misalignment, freezing_or_sharing, fused_accuracy, federated, pilot, main_study,
-    confirm_study,
+    confirm_study, skewed_study,
 )
 
 
