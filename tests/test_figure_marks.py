@@ -113,6 +113,19 @@ def test_a_text_past_the_canvas_is_wrapped_inside_it_when_saved(tmp_path: Path):
     assert outside_canvas(keep_inside(too_wide())) == []
 
 
+def test_a_text_wrapped_twice_is_wrapped_from_its_words_not_line_by_line():
+    """A panel title beside long tick labels needs more than one try; each try wraps the title as
+    written, so no try leaves a line of a word or two where the next words would fit (it did:
+    "FedPFN / against / FedAvg, both / at lr 0.03")."""
+    title = "H1, anchoring at one step: FedPFN against FedAvg, both at lr 0.03"
+    differences = [PairedSeries("alpha=0.1: FedPFN, lr 0.03 − FedAvg, lr 0.03", [0.5, -0.2, 1.0], 0.43, -0.4, 1.3)]
+    fig = keep_inside(paired_figure({title: differences}, "fedavg", name=str))
+    lines = fig.axes[0].get_title().splitlines()
+    assert outside_canvas(fig) == [] and len(lines) > 1 and " ".join(lines) == title
+    width = max(map(len, lines))
+    assert all(len(line) + 1 + len(after.split()[0]) > width for line, after in zip(lines, lines[1:])), lines
+
+
 def test_every_figure_keeps_its_texts_inside_the_canvas():
     differences = [PairedSeries(arm, [0.5, -0.2, 1.0], 0.43, -0.4, 1.3) for arm in ("fedpfn", "fedpnu")]
     sent = [[{**row, "bytes_up": 10**6 * row["round"]} for row in rows(seed)] for seed in range(3)]

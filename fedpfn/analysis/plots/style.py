@@ -175,7 +175,9 @@ def outside_canvas(fig: Figure) -> list[str]:
 
 def keep_inside(fig: Figure, tries: int = 4) -> Figure:
     """Every text that runs past the canvas wrapped onto more, shorter lines until it fits (a label
-    cut at the edge is a label lost; a layout makes room around texts but cannot narrow one)."""
+    cut at the edge is a label lost; a layout makes room around texts but cannot narrow one). Each
+    try wraps the text as first written, so a line broken once is not broken again word by word."""
+    written = {text: text.get_text().splitlines() for text in placed_texts(fig)}
     for _ in range(tries):
         if not outside_canvas(fig):
             break
@@ -187,7 +189,7 @@ def keep_inside(fig: Figure, tries: int = 4) -> Figure:
             if not inside:
                 lines = text.get_text().splitlines()
                 width = max(8, int(max(map(len, lines)) * min(shrink, 0.85)))
-                text.set_text("\n".join(textwrap.fill(line, width) for line in lines))
+                text.set_text("\n".join(textwrap.fill(line, width) for line in written.get(text, lines)))
     return fig
 
 
