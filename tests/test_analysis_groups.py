@@ -1,6 +1,7 @@
 """The analysis commands take their shared settings from groups (issue 41, item 2): the dataset
-(fedpfn.core.data.DataChoice), the model (fedpfn.core.models.ModelChoice) and the mask's draw
-(fedpfn.core.anchors.MaskGranularity, MaskDraw) are each declared once, in one class the commands
+(fedpfn.core.data.DataChoice), the model (fedpfn.core.models.ModelChoice), the mask's draw
+(fedpfn.core.anchors.MaskGranularity, MaskDraw) and the data folder and device
+(fedpfn.analysis.command.MachineChoice) are each declared once, in one class the commands
 inherit, so they help, check and refuse the same way; each command still lists and records them
 where it always did (fedpfn.analysis.command.listed).
 """
@@ -16,16 +17,17 @@ from fedpfn.core.anchors import MaskDraw, MaskGranularity
 from fedpfn.core.data import DATASETS, DataChoice
 from fedpfn.core.models import ModelChoice
 
-GROUPS = {"dataset": DataChoice, "model": ModelChoice, "granularity": MaskGranularity, "anchor_ratio": MaskDraw}
+GROUPS = {"dataset": DataChoice, "model": ModelChoice, "granularity": MaskGranularity, "anchor_ratio": MaskDraw,
+          "data_root": command.MachineChoice, "device": command.MachineChoice}  # fmt: skip
 # each command's settings that a group declares
 SHARED = {
-    lmc.LmcConfig: ("dataset", "granularity"),
-    soup.SoupConfig: ("dataset", "model", "granularity", "anchor_ratio"),
-    pretrain.PretrainConfig: ("dataset", "model"),
+    lmc.LmcConfig: ("dataset", "granularity", "data_root", "device"),
+    soup.SoupConfig: ("dataset", "model", "granularity", "anchor_ratio", "data_root", "device"),
+    pretrain.PretrainConfig: ("dataset", "model", "data_root", "device"),
     cold.ColdConfig: ("granularity", "anchor_ratio"),
 }
 
-OWN = {(cold.ColdConfig, "model"),  # ColD's is its runs' model, read off their config.json, not a flag
+OWN = {(cold.ColdConfig, "model"), (cold.ColdConfig, "data_root"),  # ColD's are its runs', read off their config.json
        (lmc.LmcConfig, "model"), (lmc.LmcConfig, "anchor_ratio")}  # the gate's: no ViT; a list of ratios to sweep
 
 
@@ -54,6 +56,8 @@ def test_a_group_setting_is_listed_and_recorded_where_the_command_declared_it_be
     gate = list(command.recorded(lmc.LmcConfig()))  # lmc.json's config, which a study's reuse of a cell reads
     assert gate[:5] == ["anchor_bias", "anchor_norm", "anchor_classifier", "dataset", "model"]
     assert gate[gate.index("granularity") + 1] == "matchers"
+    for config in (lmc.LmcConfig(), soup.SoupConfig(), pretrain.PretrainConfig()):  # where each always had them
+        assert list(command.recorded(config))[-3:] == ["data_root", "device", "threads"], type(config).__name__
     record = list(command.recorded(cold.ColdConfig()))
     assert record[:3] == ["anchor_bias", "anchor_norm", "start"]
     after = record[record.index("unseen_fraction") :][:4]

@@ -23,7 +23,7 @@ from fedpfn.core.data import DATASETS, find_data_problem
 from fedpfn.core.files import atomic_write_bytes
 from fedpfn.core.flags import ANALYSIS_REFUSAL, OneLineParser
 from fedpfn.core.places import out_problem
-from fedpfn.core.settings import ConfigError, add_flag, field_map, parse_values, problems
+from fedpfn.core.settings import ConfigError, add_flag, field_map, one_of, parse_values, problems, setting
 
 C = TypeVar("C")
 
@@ -111,6 +111,18 @@ def not_yet_refused(found: Sequence[str], more: Sequence[str]) -> list[str]:
     once (an unknown matcher) is not refused again for what it would have implied."""
     refused = {line.split(":", 1)[0] for line in found}
     return [line for line in more if line.split(":", 1)[0] not in refused]
+
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclasses.dataclass(frozen=True)
+class MachineChoice:
+    """Where an analysis command reads its data and computes (lmc, soup, pretrain): declared once, so
+    each helps and refuses them the same way; `machine_problems` says what the machine lacks for them."""
+
+    data_root: str | None = setting(None, "folder holding the dataset files (default: Debian's folder for fmnist)")
+    device: str = setting("auto", "auto, cpu or cuda", one_of(DEVICES))
 
 
 def machine_problems(dataset: str, data_root: str | None, device: str) -> list[str]:

@@ -32,7 +32,7 @@ import torch
 
 from fedpfn.analysis import command, repair
 from fedpfn.analysis.bounds import MAX_POINTS, lmc_problems, meta_model, odd_points
-from fedpfn.analysis.command import machine_problems, output_problems, read_settings
+from fedpfn.analysis.command import MachineChoice, machine_problems, output_problems, read_settings
 from fedpfn.analysis.fusion import WHERE, EvalData, Scope, has_batchnorm
 from fedpfn.analysis.lmc_render import DIVERGED, OUTPUT_FILES, markdown_table, write_outputs
 from fedpfn.analysis.matchers import MATCHERS
@@ -65,7 +65,6 @@ from fedpfn.core.seeding import MAX_SEED, Draw
 from fedpfn.core.settings import above, at_least, between, each, field_map, one_of, setting, shown_default
 from fedpfn.core.training import pick_device
 
-DEVICES = ("auto", "cpu", "cuda")
 
 
 MAX_START_EPOCHS = 1000
@@ -101,13 +100,15 @@ def start_epochs(start: str) -> int:
 
 
 @dataclass(frozen=True)
-class LmcConfig(AnchorScope, MaskGranularity, DataChoice):
+class LmcConfig(AnchorScope, MaskGranularity, DataChoice, MachineChoice):
     """Every setting of one analysis; saved as the `config` of lmc.json (the anchors' scope with them).
 
     The dataset and the masks' granularity are the shared groups' settings, listed where lmc always
     listed them (command.listed); its ratios are its own, a list to sweep (fedpfn.core.anchors.MaskDraw)."""
 
-    BEFORE: ClassVar[dict[str, str]] = {"dataset": "model", "granularity": "matchers"}  # a group's: listed before
+    BEFORE: ClassVar[dict[str, str]] = {  # a group's: listed before
+        "dataset": "model", "granularity": "matchers", "data_root": "threads", "device": "threads"
+    }  # fmt: skip
     model: str = setting("mlp", f"one of {', '.join(LMC_MODELS)}", one_of(LMC_MODELS))
     width: int = setting(0, "the mlp's hidden width (0: its own, 200)", between(0, 1 << 14))
     arms: tuple[str, ...] = setting(
@@ -162,10 +163,6 @@ class LmcConfig(AnchorScope, MaskGranularity, DataChoice):
         "(0: neither)", between(0, 1000),
     )  # fmt: skip
     bn_batch_size: int = setting(256, "size of each of those batches", between(1, 1 << 14))
-    data_root: str | None = setting(
-        None, "folder holding the dataset files (default: Debian's folder for fmnist)"
-    )
-    device: str = setting("auto", "auto, cpu or cuda", one_of(DEVICES))
     threads: int = setting(
         0, "torch CPU threads, 0 for torch's choice; 1 is far faster on a busy shared CPU", between(0, 1024)
     )

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import torch
 
 from fedpfn.analysis.command import (
+    MachineChoice,
     build_parser,
     fail,
     machine_problems,
@@ -40,7 +41,6 @@ from fedpfn.core.seeding import MAX_SEED, Draw, Stream, seed_for, torch_generato
 from fedpfn.core.settings import above, at_least, between, each, one_of, setting
 from fedpfn.core.training import OPTIMIZERS, OptimizerSpec, evaluate, minibatches, pick_device, train_local
 
-DEVICES = ("auto", "cpu", "cuda")
 MODEL_FILE, RECORD_FILE = "model.safetensors", "pretrain.json"
 MAX_RECORD_BYTES = 1 << 20  # pretrain.json is a page of settings and figures
 OUTPUT_FILES = (MODEL_FILE, RECORD_FILE)
@@ -54,11 +54,13 @@ def _distinct_classes(classes: tuple[int, ...]) -> str | None:
 
 
 @dataclass(frozen=True)
-class PretrainConfig(DataChoice, ModelChoice):
+class PretrainConfig(DataChoice, ModelChoice, MachineChoice):
     """Every setting of one pretraining; saved as the `config` of pretrain.json. The model and the dataset
     are the shared groups' settings, listed first as ever (command.listed)."""
 
-    BEFORE: ClassVar[dict[str, str]] = {"model": "upstream_classes", "dataset": "upstream_classes"}
+    BEFORE: ClassVar[dict[str, str]] = {
+        "model": "upstream_classes", "dataset": "upstream_classes", "data_root": "threads", "device": "threads"
+    }  # fmt: skip
 
     upstream_classes: tuple[int, ...] = setting(
         (0, 1, 2, 3, 4),
@@ -80,8 +82,6 @@ class PretrainConfig(DataChoice, ModelChoice):
     batch_size: int = setting(128, "training batch size", at_least(1))
     seed: int = setting(0, f"seed of the split, the initialisation and the batch order, in [0, {MAX_SEED}]",
                         between(0, MAX_SEED))  # fmt: skip
-    data_root: str | None = setting(None, "folder holding the dataset files (default: Debian's for fmnist)")
-    device: str = setting("auto", "auto, cpu or cuda", one_of(DEVICES))
     threads: int = setting(0, "torch CPU threads, 0 for torch's choice", at_least(0))
 
 

@@ -28,7 +28,15 @@ import torch
 
 from fedpfn.analysis import pretrain
 from fedpfn.analysis.bounds import MAX_POINTS, meta_model, odd_points
-from fedpfn.analysis.command import build_parser, fail, machine_problems, read_command_line, recorded, write_files
+from fedpfn.analysis.command import (
+    MachineChoice,
+    build_parser,
+    fail,
+    machine_problems,
+    read_command_line,
+    recorded,
+    write_files,
+)
 from fedpfn.analysis.fusion import EvalData, Probe, has_batchnorm, snapshot
 from fedpfn.analysis.soup_run import ARMS, SeedData, compare_arms, recipes, run_arm
 from fedpfn.core import provenance
@@ -41,7 +49,6 @@ from fedpfn.core.settings import above, at_least, between, each, one_of, setting
 from fedpfn.core.training import OPTIMIZERS, OptimizerSpec, pick_device
 
 OUTPUT_FILES = ("soup.json", "soup.md", "soup.png", "soup.pdf")
-DEVICES = ("auto", "cpu", "cuda")
 
 
 def _distinct_seeds(seeds: tuple[int, ...]) -> str | None:
@@ -55,14 +62,15 @@ ANY_OF_THEM = each(lambda _: None)  # a non-empty list of any values
 
 
 @dataclass(frozen=True)
-class SoupConfig(AnchorScope, MaskDraw, DataChoice, ModelChoice):
+class SoupConfig(AnchorScope, MaskDraw, DataChoice, ModelChoice, MachineChoice):
     """Every setting of one soup experiment; saved as the `config` of soup.json (the anchors' scope with them).
 
     The model, the dataset and the mask's draw are the shared groups' settings, listed where soup always
     listed them (command.listed)."""
 
     BEFORE: ClassVar[dict[str, str]] = {  # a group's setting: the own setting it is listed before
-        "model": "ingredients", "dataset": "ingredients", "anchor_ratio": "lr", "granularity": "lr"
+        "model": "ingredients", "dataset": "ingredients", "anchor_ratio": "lr", "granularity": "lr",
+        "data_root": "threads", "device": "threads",
     }
     WORDS: ClassVar[dict[str, str]] = {"model": "the start's architecture: a zoo model or timm:NAME"}
 
@@ -96,8 +104,6 @@ class SoupConfig(AnchorScope, MaskDraw, DataChoice, ModelChoice):
     points: int = setting(
         5, f"interpolation points of a pair's barrier (odd, ends included, at most {MAX_POINTS})", odd_points
     )
-    data_root: str | None = setting(None, "folder holding the dataset files (default: Debian's for fmnist)")
-    device: str = setting("auto", "auto, cpu or cuda", one_of(DEVICES))
     threads: int = setting(0, "torch CPU threads, 0 for torch's choice", at_least(0))  # fmt: skip
 
 
