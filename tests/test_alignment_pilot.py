@@ -134,6 +134,15 @@ def test_a_trained_round_that_never_misaligns_is_named_with_what_to_try_next(spe
             run.write_text("".join(json.dumps(r) + "\n" for r in rows))
     text = page_text(spec)
     assert "Failed in every block: P(plain) at the last round." in text and "What to try next" in text
+    assert "more seeds would resolve round 1" not in text  # round 1 was resolved: more seeds are not the advice
+
+
+def test_one_block_failing_in_both_rounds_is_read_as_one_and_more_seeds_are_suggested(spec: Spec) -> None:
+    plant_block(spec, "r114", "0.1", [0.0, 0.0, 0.0], [1.0, 1.1, 1.2])  # no misalignment in either round
+    text = page_text(spec)
+    assert "**No regime qualified**: the block that ran did not" in text and "should not be run in it." in text
+    assert "Failed there: P(plain) in round 1; P(plain) at the last round." in text
+    assert "more seeds would resolve round 1 (3 cannot)" in text
 
 
 @needs_fmnist

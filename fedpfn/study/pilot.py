@@ -212,7 +212,7 @@ def next_try(everywhere: list[str], seeds: int) -> str:
     if "P(plain) at the last round" not in everywhere:
         return ""
     more_seeds = f"more seeds would resolve round 1 ({seeds} cannot), and " if "P(plain) in round 1" in everywhere else ""
-    return (" What to try next: P(plain) at the last round failing everywhere says that a round's clients, "
+    return (" What to try next: P(plain) at the last round failing wherever it was read says that a round's clients, "
             "starting from a trained aggregate, did not misalign at any local steps or learning rate tried, "
             f"so what there is to remove lives in round 1; {more_seeds}a federated study can read anchors' effect "
             "only as an exploratory one.")  # fmt: skip
@@ -228,10 +228,12 @@ def pick(spec: Spec, data: dict[str, Any]) -> str:
     if name is None:
         failures = [judge(b)[1] for b in done.values()]
         everywhere = [c for c in failures[0] if all(c in f for f in failures)]
-        blocks = "the block that ran" if len(done) == 1 else f"the {len(done)} blocks that ran"
-        return (f"**No regime qualified** among {blocks}; the table says which "
-                "condition failed where. The main study should not be run in any of them."
-                + (f" Failed in every block: {'; '.join(everywhere)}." if everywhere else "")
+        one = len(done) == 1
+        return ((f"**No regime qualified**: the block that ran did not; the table says which condition failed. "
+                 "The main study should not be run in it." if one else
+                 f"**No regime qualified** among the {len(done)} blocks that ran; the table says which condition "
+                 "failed where. The main study should not be run in any of them.")
+                + (f" Failed {'there' if one else 'in every block'}: {'; '.join(everywhere)}." if everywhere else "")
                 + next_try(everywhere, len(spec.seeds)))  # fmt: skip
     block = data["blocks"][name]
     clients, epochs = regime_of(spec, block["regime"])
