@@ -75,7 +75,8 @@ def test_a_plain_setting_measured_again_by_a_regime_of_other_anchors_is_named_as
     rerun = [0.1, 0.3, 0.2, 0.2, 0.0]
     cells = {"cnn-same-init": regime([0.3, 0.4, 0.2, 0.35, 0.25]),
              "cnn-same-init-neuron": regime(rerun, granularity="neuron"), "cnn-same-init-r0.1": regime(rerun),
-             "cnn-lr0.01": regime([0.0] * 5, lr=0.01), "cnn-lr0.03": regime([0.0] * 5, lr=0.03)}  # fmt: skip
+             "cnn-lr0.01": regime([0.0] * 5, lr=0.01), "cnn-lr0.03": regime([0.0] * 5, lr=0.03),
+             "resnet20-same-init": regime([0.0] * 5, model="resnet20")}  # fmt: skip
     (tmp_path / "docs/alignment").mkdir(parents=True)
     (tmp_path / "docs/alignment/cells.json").write_text(json.dumps(cells))
     said = misalignment(tmp_path)
@@ -83,3 +84,4 @@ def test_a_plain_setting_measured_again_by_a_regime_of_other_anchors_is_named_as
     assert "again in other runs: the plain arm of cnn-same-init-neuron and cnn-same-init-r0.1;" in said
     assert "plain arm of cnn-same-init;" not in said
     assert "lr 0.01; the same in every seed" in said and "lr 0.03; the same in every seed" in said
+    assert "+0.000 nats (ResNet-20, the same data, one random start, lr 0.1; the same in every seed, 5 seeds)" in said

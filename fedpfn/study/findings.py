@@ -94,12 +94,16 @@ def gate_cells(root: Path) -> dict[str, Any] | None:
     return read(root, "docs/alignment/cells.json")
 
 
+MODEL_WORDS = {"resnet20": "ResNet-20", "vgg11": "VGG-11"}  # as papers write them; MLP and CNN in capitals
+
+
 def setting_words(config: Mapping[str, Any]) -> str:
     """A gate regime's setting in words, from the config its cells ran with."""
     data = "the same data" if config.get("split") == "same-data" else f"a Dirichlet α = {config.get('alpha')} split"
     start = "one random start" if config.get("start") == "init" else f"one start trained {config.get('start', '')[8:]} epoch(s)"
     width = f" of width {config['width']}" if config.get("width") else ""  # 0: the model's own width
-    return f"{config.get('model', '?').upper()}{width}, {data}, {start}, lr {config.get('lr', '?')}"
+    model = MODEL_WORDS.get(config.get("model", "?"), config.get("model", "?").upper())
+    return f"{model}{width}, {data}, {start}, lr {config.get('lr', '?')}"
 
 
 def misalignment(root: Path) -> str | None:
