@@ -63,20 +63,23 @@ def test_the_pilot_sentence_says_what_its_rule_picked_or_that_nothing_qualified(
 
 def test_a_plain_setting_measured_again_by_a_regime_of_other_anchors_is_named_as_such(tmp_path: Path) -> None:
     """The neuron and ratio regimes rerun the plain arm of cnn-same-init: the sentence says whose cells it
-    read, names one set of runs that several regimes share once, and keeps apart settings whose figures
-    happen to be equal (P exactly 0 at two learning rates)."""
+    read, names one set of runs that several regimes share once, keeps apart settings whose figures
+    happen to be equal (P exactly 0 at two learning rates), and marks a regime whose positive control
+    did not move as void."""
     import json
 
     from fedpfn.study.findings import misalignment
 
     config = {"model": "cnn", "split": "same-data", "start": "init", "lr": 0.1, "granularity": "weight"}
-    def regime(p: list[float], **changed: object) -> dict:
-        return {"config": {**config, **changed}, "seeds": {str(s): {"plain": {"permutation_loss": v}} for s, v in enumerate(p)}}
+    def regime(p: list[float], control: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9), **changed: object) -> dict:
+        seeds = {str(s): {"plain": {"permutation_loss": v}, "diff-init": {"permutation_loss": c}}
+                 for s, (v, c) in enumerate(zip(p, control))}  # fmt: skip
+        return {"config": {**config, **changed}, "seeds": seeds}
     rerun = [0.1, 0.3, 0.2, 0.2, 0.0]
     cells = {"cnn-same-init": regime([0.3, 0.4, 0.2, 0.35, 0.25]),
              "cnn-same-init-neuron": regime(rerun, granularity="neuron"), "cnn-same-init-r0.1": regime(rerun),
              "cnn-lr0.01": regime([0.0] * 5, lr=0.01), "cnn-lr0.03": regime([0.0] * 5, lr=0.03),
-             "resnet20-same-init": regime([0.0] * 5, model="resnet20")}  # fmt: skip
+             "resnet20-same-init": regime([0.0] * 5, (0.5, -0.5, 0.6, -0.6, 0.0), model="resnet20")}  # fmt: skip
     (tmp_path / "docs/alignment").mkdir(parents=True)
     (tmp_path / "docs/alignment/cells.json").write_text(json.dumps(cells))
     said = misalignment(tmp_path)
@@ -84,4 +87,6 @@ def test_a_plain_setting_measured_again_by_a_regime_of_other_anchors_is_named_as
     assert "again in other runs: the plain arm of cnn-same-init-neuron and cnn-same-init-r0.1;" in said
     assert "plain arm of cnn-same-init;" not in said
     assert "lr 0.01; the same in every seed" in said and "lr 0.03; the same in every seed" in said
-    assert "+0.000 nats (ResNet-20, the same data, one random start, lr 0.1; the same in every seed, 5 seeds)" in said
+    assert ("+0.000 nats (ResNet-20, the same data, one random start, lr 0.1; the same in every seed, 5 seeds; "
+            "void: its positive control did not move under this matching)") in said  # fmt: skip
+    assert said.count("void") == 1  # the CNN regimes' controls moved

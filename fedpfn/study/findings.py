@@ -124,7 +124,9 @@ def misalignment(root: Path) -> str | None:
         shared_by = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
         again = f"{words}, again in other runs: the plain arm of {shared_by}" if words in seen else words
         seen.add(words)
-        parts.append(f"{p.mean:+.3f} nats ({again}; {spread}, {len(p.seeds)} seeds)")
+        control = gate.against_zero("P", gate.series(cells[names[0]], "diff-init", "permutation_loss"))
+        void = "" if gate.above_zero(control) else "; void: its positive control did not move under this matching"
+        parts.append(f"{p.mean:+.3f} nats ({again}; {spread}, {len(p.seeds)} seeds{void})")
     found = "lose less" if lows and min(lows) > 0 else "do not in every setting lose less"
     return ("**Is there misalignment for anchors to remove?** Outside a federation, two models trained apart "
             f"from one start (the gate, docs/alignment.md) {found} when averaged after a permutation found by "
