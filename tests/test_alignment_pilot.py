@@ -256,3 +256,13 @@ def test_the_figure_draws_each_finished_blocks_stored_seeds_and_moves_with_them(
     assert pilot.figure_panels(spec, data)["P(plain), round 5"][0].points[1] == 5.0
     line = pilot.figure(spec, data)[0]
     assert line.endswith("(alignment/pilot-P.png)") and Path("docs/alignment/pilot-P.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_stored_file_keeps_each_runs_code_libraries_and_machine(spec: Spec) -> None:
+    """A run's config.json provenance (commit, versions, CPU, threads) goes into the stored file, keyed by cell."""
+    plant_block(spec, "r114", "0.1", [0.05, 0.06, 0.07], [1.0, 1.1, 1.2])
+    made = {"git": {"commit": "abc"}, "device": {"cpu": "AMD EPYC", "torch_threads": 2}, "packages": {"torch": "2.14.1"}}
+    (run_folder(spec, "r114", "0.1", "plain", 0) / "config.json").write_text(json.dumps({"provenance": made}))
+    pilot.write_stored(spec)
+    stored = json.loads(spec.page.stored.read_text())
+    assert stored["provenance"] == {"r114/lr0.1/plain/s0": made}  # runs without a config.json: nothing invented

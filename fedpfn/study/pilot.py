@@ -22,7 +22,7 @@ from typing import Any
 from fedpfn.analysis.plots import PairedSeries
 from fedpfn.analysis.render import series_of
 from fedpfn.analysis.stats import Paired, paired
-from fedpfn.core.files import CLIENTS, METRICS, SUMMARY, atomic_write_bytes, read_json, read_jsonl
+from fedpfn.core.files import CLIENTS, CONFIG, METRICS, PROVENANCE, SUMMARY, atomic_write_bytes, read_json, read_jsonl
 from fedpfn.study.cells import groups, main_cells
 from fedpfn.study.figures import reading_figure
 from fedpfn.study.runner import TIMES
@@ -137,9 +137,12 @@ def collect(spec: Spec) -> dict[str, Any]:
         if cell["cell"] in regimes:  # a federated run's (a control's is not a run)
             by_regime.setdefault(regimes[cell["cell"]], []).append(cell["cpu_s"])
     cpu += earlier
+    made_on = {cell: read_json(spec.runs / cell / CONFIG).get(PROVENANCE) for cell in regimes
+               if (spec.runs / cell / CONFIG).is_file()}  # each run's code, libraries and machine  # fmt: skip
     return {"blocks": {name: block_figures(spec, b) for name, b in blocks.items()},
             "cpu_s": round(sum(c["cpu_s"] for c in cpu), 1), "cells_timed": len(cpu),
-            "cpu_s_per_run": {r: round(sum(v) / len(v), 1) for r, v in by_regime.items()}}  # fmt: skip
+            "cpu_s_per_run": {r: round(sum(v) / len(v), 1) for r, v in by_regime.items()},
+            "provenance": made_on}  # fmt: skip
 
 
 def compared(values: dict[str, float], base: dict[str, float] | None = None, label: str = "") -> Paired:
@@ -229,7 +232,7 @@ def pick(spec: Spec, data: dict[str, Any]) -> str:
         failures = [judge(b)[1] for b in done.values()]
         everywhere = [c for c in failures[0] if all(c in f for f in failures)]
         one = len(done) == 1
-        return ((f"**No regime qualified**: the block that ran did not; the table says which condition failed. "
+        return (("**No regime qualified**: the block that ran did not; the table says which condition failed. "
                  "The main study should not be run in it." if one else
                  f"**No regime qualified** among the {len(done)} blocks that ran; the table says which condition "
                  "failed where. The main study should not be run in any of them.")
