@@ -45,6 +45,18 @@ def test_a_bad_call_is_one_line_and_exit_2(argv: list[str], says: str, capsys, t
     assert err.startswith("error: ") and says in err and err.count("\n") == 1, err
 
 
+def test_a_comparison_of_one_algorithm_is_refused_before_anything_starts(tmp_path, monkeypatch, capsys) -> None:
+    """`fedpfn compare fedavg --seeds 0` silently started a 20-round CNN run (issue 56)."""
+    monkeypatch.chdir(tmp_path)  # the default --out, runs/compare, is relative to here
+    assert main(["compare", "fedavg", "--seeds", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "error: compare: 'fedavg' alone has nothing to be compared with; name two or more, comma-separated "
+        "(fedavg,fedpfn), or run one algorithm with fedpfn run\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_no_verb_is_refused_with_the_list() -> None:
     done = subprocess.run([sys.executable, "-m", "fedpfn.cli.main"], capture_output=True, text=True, check=False)
     assert done.returncode == 2 and "verbs:" in done.stderr and done.stdout == ""

@@ -94,7 +94,7 @@ def test_compare_reports_export_and_flwr_run_never_import_what_a_folder_names(tm
     cmp_run = tmp_path / "cmp" / "fedavg-s0"  # a comparison's sub-run, edited the same way
     cmp_run.parent.mkdir()
     os.rename(scene.folder.path, cmp_run)
-    lines = refused(capsys, monkeypatch, "--compare", "fedavg", "--out", str(tmp_path / "cmp"), "--model", "mlp",
+    lines = refused(capsys, monkeypatch, "--compare", "fedavg,fedpfn", "--out", str(tmp_path / "cmp"), "--model", "mlp",
                     "--num-clients", "4", "--clients-per-round", "2", "--partition", "iid", "--rounds", "2")  # fmt: skip
     assert (
         len(lines) == 2

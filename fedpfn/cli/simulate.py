@@ -334,9 +334,9 @@ def stopped(reason: str, run_dir: Path) -> int:
 def compare_main(args: dict[str, Any], argv: list[str] | None, prog: str = PROG) -> int:
     """`--compare A,B --seeds 0,1,2`: every algorithm on every seed, then tables and figures."""
     try:
-        from fedpfn.runtime.compare import parse_list
+        from fedpfn.runtime.compare import check_algorithms, parse_list
 
-        algorithms = parse_list(args.pop("compare"), "compare")
+        algorithms = check_algorithms(parse_list(args.pop("compare"), "compare"))
         seeds = parse_list(args.pop("seeds", "0"), "seeds", int)
         args.setdefault("out", "runs/compare")
         values = settings_from_args(args)

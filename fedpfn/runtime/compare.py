@@ -86,11 +86,17 @@ def seeds_warning(seeds: Sequence[int]) -> str | None:
 
 
 def check_algorithms(algorithms: Sequence[str]) -> list[str]:
+    """Two or more algorithms, each once: one alone has nothing to be compared with."""
     twice = next((a for i, a in enumerate(algorithms) if a in algorithms[:i]), None)
     if twice is not None:
         raise ConfigError(f"compare: '{twice}' is given twice; name each algorithm once")
     if not algorithms:
         raise ConfigError("compare: no algorithm given")
+    if len(algorithms) == 1:
+        raise ConfigError(
+            f"compare: '{algorithms[0]}' alone has nothing to be compared with; name two or more, "
+            "comma-separated (fedavg,fedpfn), or run one algorithm with fedpfn run"
+        )
     return list(algorithms)
 
 
