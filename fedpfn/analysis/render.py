@@ -12,14 +12,14 @@ from typing import Any
 
 import numpy as np
 
-from fedpfn.analysis.inference import EXACT_UP_TO, adjust, recompute
+from fedpfn.analysis.inference import adjust, recompute
 from fedpfn.analysis.markup import code, inert
 from fedpfn.analysis.paired_text import excluded, p_number, p_text, verdict  # noqa: F401  (re-exported)
 from fedpfn.analysis.plots import PairedSeries, plot_bytes, plot_comparison, plot_paired
 from fedpfn.analysis.row_tables import row_tables
 from fedpfn.analysis.runs import display_value
 from fedpfn.analysis.stats import ACCURACY_SPAN, ALPHA, POWER, TRAFFIC, ArmStats, AtBytes, Paired, Report
-from fedpfn.core.files import OUTPUTS_MANIFEST, DamagedFile, OwnOutputs, read_json
+from fedpfn.core.files import OUTPUTS_MANIFEST, REPORT, DamagedFile, OwnOutputs, read_json
 from fedpfn.core.settings import ConfigError
 
 STD_TEXT = "std over seeds, n-1"
@@ -111,9 +111,9 @@ def comparison_cells(p: Paired) -> str:
 def comparison_text(baseline: str) -> str:
     return (
         f"Arm − {baseline} on the same seed, in accuracy points: the mean over seeds, its 95 % confidence "
-        "interval (Student's t, n-1 df) and the two-sided p of the same paired test (scipy.stats.ttest_rel); "
-        f"up to {EXACT_UP_TO} seeds p is the exact sign-flip test's instead, which cannot go below 2/2^n "
-        "(0.0625 with 5 seeds), and differences equal to within float noise have no test. "
+        "interval (Student's t, n-1 df) and the two-sided p of the same paired test (scipy.stats.ttest_rel), "
+        "which decides; in brackets the exact sign-flip test, a distribution-free check that cannot go below "
+        "2/2^n (0.25 with 3 seeds, 0.0625 with 5); differences equal to within float noise have no test. "
         "p Holm is p adjusted with Holm's step-down method across the arms compared on the same accuracy in "
         f"this report; a difference is resolved when p Holm < {ALPHA:.2f}. A 'not resolved' says what its "
         "95 % interval excludes, then the minimum detectable effect: the true mean difference that these "
@@ -226,12 +226,14 @@ CONVENTIONS = {
     "accuracy": "test accuracy as a fraction of 1",
     "std": "sample standard deviation over seeds (n-1)",
     "interval": f"{CI_TEXT}, of the mean per-seed difference arm - baseline (scipy.stats.ttest_rel)",
-    "p_value": f"two-sided p of the paired t test, or up to {EXACT_UP_TO} seeds of the exact sign-flip test "
-    "(`test`; `p_floor`: the smallest it can give); null with 1 seed or differences equal within float noise",
+    "p_value": "two-sided p of the paired t test, the test of the interval, which decides; null with 1 seed or "
+    "differences equal within float noise",
+    "p_exact": "two-sided p of the exact sign-flip test, a distribution-free check beside it (`p_floor`: the "
+    "smallest it can give with these seeds)",
     "p_holm": "p adjusted with Holm's step-down method across the report's comparisons of the same metric",
     "mde": f"the true mean difference detected with {POWER:g} power at two-sided p < {ALPHA:.2f}, given the "
-    "seeds and the observed std of the differences (noncentral t); null, with `mde_why`, where the test "
-    "cannot reach that level or the difference exceeds an accuracy's range",
+    "seeds and the observed std of the differences (noncentral t); null, with `mde_why`, where the "
+    "difference exceeds an accuracy's range",
     "verdict": f"higher / lower when p_holm < {ALPHA:.2f}, else 'not resolved' with what the interval "
     "excludes and the mde, ranged over the std's 95 % chi-square interval (n-1 df)",
     "rounds_to_target_mean": "mean over the reached_target seeds that reached the target, not over all seeds",
@@ -275,7 +277,7 @@ ARM_RUN_KEYS = ("path", "final_acc", "lastk_acc", "rounds_to_target", "mb_up_tot
 AT_BYTES_SEEDS = ("arm_round", "base_round", "arm_acc", "base_acc")
 
 
-def rewrite_tables(out: Path, name: str = "report") -> str:
+def rewrite_tables(out: Path, name: str = REPORT) -> str:
     """NAME.md, NAME.csv and NAME.json in `out` again from its NAME.json, the figures left as drawn
     (they show no verdict); the Markdown written. For reports whose runs are not on this machine."""
     report = report_from_json(read_json(out / f"{name}.json"))
@@ -353,7 +355,7 @@ def draw_report(report: Report, folder: Path, name: str) -> list[Path]:
     return made + sorted(set(folder.iterdir()) - set(made))
 
 
-def write_report(report: Report, out: Path, name: str = "report") -> list[Path]:
+def write_report(report: Report, out: Path, name: str = REPORT) -> list[Path]:
     """NAME.md, NAME.csv, NAME.json, NAME.png (curves) and paired_differences.png in `out`.
 
     These files are derived from the run folders alone, so an earlier report is replaced;

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from fedpfn.analysis.render import markdown, write_report
-from fedpfn.analysis.runs import load_runs
+from fedpfn.analysis.runs import Run, load_runs
 from fedpfn.analysis.stats import analyse
 from fedpfn.core.flags import OneLineParser
 from fedpfn.core.places import out_problem
@@ -57,7 +57,8 @@ def build_parser(prog: str = "python -m fedpfn.analysis.report") -> argparse.Arg
         "--target", type=accuracy, default=0.8, help="accuracy whose first round is reported (default: 0.8)"
     )
     parser.add_argument(
-        "--out", help="folder for report.md/.csv/.json and figures (default: the folder above all runs)"
+        "--out", help="folder for report.md/.csv/.json and figures (default: the run's own folder for one run, "
+        "else the folder above all runs)",
     )
     return parser
 
@@ -68,13 +69,21 @@ def check_out(out: str | Path | None) -> None:
         raise ConfigError(problem)
 
 
+def default_out(runs: list[Run]) -> Path:
+    """One run's own folder (a run's closing line suggests `fedpfn report RUN`: its report belongs
+    with it, not in a parent shared with other runs), else the folder above all the runs."""
+    if len(runs) == 1:
+        return runs[0].path
+    return Path(os.path.commonpath([run.path.parent for run in runs]))
+
+
 def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.report") -> int:
     args = build_parser(prog).parse_args(argv)
     command = "python -m fedpfn.analysis.report " + shlex.join(sys.argv[1:] if argv is None else argv)
     try:
         check_out(args.out)  # before any folder is read, when it is given
         runs = load_runs(args.runs)
-        out = Path(args.out or os.path.commonpath([run.path.parent for run in runs]))
+        out = Path(args.out) if args.out else default_out(runs)
         check_out(out)
         report = analyse(runs, args.baseline, args.last_k, args.target, command)
         paths = write_report(report, out)

@@ -41,6 +41,8 @@ TENSORBOARD = "tensorboard"
 WANDB = "wandb"
 PARTITION = "partition.json"  # each client's label counts, written as a new run starts
 COMPARISON_CONFIG = "comparison_config.json"  # what `--compare` was asked, in a comparison folder
+REPORT = "report"  # fedpfn report's files (report.md, .csv, .json, figures), in a run folder when of it alone
+OUTPUTS_MANIFEST = ".fedpfn-outputs.json"  # name -> sha256 of what the tool last wrote there
 FIGURES = ("partition", "accuracy", "clients")  # written as .png (and .pdf or .svg)
 PARTITION_FIGURE, ACCURACY_FIGURE = "partition.png", "accuracy.png"
 MODEL_ROUND = re.compile(r"model_round_(\d+)\.pt")  # the global model after a round (0: the initial one)
@@ -56,6 +58,8 @@ _OWN_TOP = (
     re.compile("(" + "|".join(map(re.escape, _OWN_NAMES)) + ")" + _TMP),
     re.compile("(" + "|".join(FIGURES) + r")\.(png|pdf|svg)" + _TMP),
     re.compile(MODEL_ROUND.pattern + _TMP),
+    re.compile(rf"({REPORT}\.(md|csv|json)|({REPORT}|{REPORT}_bytes|paired_differences)\.(png|pdf|svg)"
+               rf"|{re.escape(OUTPUTS_MANIFEST)}){_TMP}"),  # fmt: skip
 )
 _STATE_FILE = re.compile(r"\d+/[A-Za-z0-9_.-]+/" + STATE_ROUND.pattern + _TMP)  # <partition>/<key>/r<round>.npz
 _WANDB_TOP = re.compile(r"(offline-)?run-[A-Za-z0-9_-]+|latest-run|debug[A-Za-z0-9_.-]*\.log")
@@ -327,8 +331,6 @@ def module_locations(name: str) -> list[Path]:
 
 
 # --- the tool's own outputs in a folder it shares with its user -----------------------------------
-
-OUTPUTS_MANIFEST = ".fedpfn-outputs.json"  # name -> sha256 of what the tool last wrote there
 
 
 class OwnOutputs:

@@ -195,7 +195,7 @@ def next_commands(run_dir: Path, rounds: int) -> str:
     means as many again (a fixed +10 would be five times a 2-round run, half of a 20-round one)."""
     folder = shlex.quote(str(run_dir))
     return (
-        f"  next: fedpfn report {folder} (tables, intervals) · the figure {shlex.quote(str(run_dir / ACCURACY_FIGURE))}"
+        f"  next: fedpfn report {folder} (tables and intervals, written into it) · the figure {shlex.quote(str(run_dir / ACCURACY_FIGURE))}"
         f" · more rounds: {RunFolder(run_dir).resume_command('--rounds', str(2 * rounds))}"
     )
 
