@@ -171,7 +171,8 @@ def default_plan(cuda: bool) -> dict[str, str]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     plan = default_plan(torch.cuda.is_available())
-    ap = OneLineParser(prog="bench_engines.py", description=__doc__.split("\n\n")[0])  # one line, not a usage dump
+    prog = os.environ.get("FEDPFN_PROG", "python benchmarks/bench_engines.py")  # `fedpfn bench` sets it
+    ap = OneLineParser(prog=prog, description=__doc__.split("\n\n")[0])  # one line, not a usage dump
     ap.add_argument("--models", default=plan["models"])
     ap.add_argument("--per-round", default=plan["per_round"], help="clients a round, comma-separated")
     ap.add_argument("--algorithms", default=plan["algorithms"], help="fedavg and/or fedpfn")

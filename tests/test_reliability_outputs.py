@@ -163,8 +163,8 @@ def test_deploy_local_answers_garbage_in_one_line(argv, says):
 @pytest.mark.parametrize(
     "argv, says",
     [
-        (["--garbage"], "bench_engines.py: unknown flag --garbage (--help lists what is accepted)"),
-        (["--rounds", "x"], "bench_engines.py: argument --rounds: invalid int value: 'x' (--help lists what is accepted)"),
+        (["--garbage"], "python benchmarks/bench_engines.py: unknown flag --garbage (--help lists what is accepted)"),
+        (["--rounds", "x"], "python benchmarks/bench_engines.py: argument --rounds: invalid int value: 'x' (--help lists what is accepted)"),
     ],
 )
 def test_bench_answers_garbage_in_one_line(argv, says, capsys, monkeypatch):
@@ -175,3 +175,11 @@ def test_bench_answers_garbage_in_one_line(argv, says, capsys, monkeypatch):
     with pytest.raises(SystemExit) as stop:
         bench_engines.parse_args(argv)
     assert (stop.value.code, capsys.readouterr().err) == (2, says + "\n")
+
+
+def test_bench_help_names_the_verb_it_was_started_as(capfd):
+    """`fedpfn bench --help` said `usage: bench_engines.py` (issue 56)."""
+    from fedpfn.cli.main import main
+
+    assert main(["bench", "--help"]) == 0
+    assert capfd.readouterr().out.startswith("usage: fedpfn bench [-h] ")

@@ -26,6 +26,7 @@ from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 CHECKOUT = Path(__file__).resolve().parents[2]  # scripts/ and benchmarks/ live here, beside the package
+PROG_VARIABLE = "FEDPFN_PROG"  # how a checkout script started by a verb spells its command
 
 
 @dataclass(frozen=True)
@@ -88,13 +89,17 @@ def _module(name: str) -> Callable[[list[str], str], int]:
 
 
 def _checkout_script(*command: str) -> Callable[[list[str], str], int]:
-    """A verb that runs a script of the checkout (it is not part of an installed package)."""
+    """A verb that runs a script of the checkout (it is not part of an installed package); the
+    script's help and refusals name the verb (`fedpfn bench`) through PROG_VARIABLE."""
 
     def run(argv: list[str], prog: str) -> int:
+        import os
+
         script = CHECKOUT / command[-1]
         if not script.is_file():
             return _refuse(f"{prog}: needs the fedpfn checkout ({command[-1]} is not beside the installed package)")
-        done = subprocess.run([*command[:-1], str(script), *argv], cwd=CHECKOUT, check=False)
+        env = {**os.environ, PROG_VARIABLE: prog}
+        done = subprocess.run([*command[:-1], str(script), *argv], cwd=CHECKOUT, env=env, check=False)
         return done.returncode
 
     return run
