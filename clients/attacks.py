@@ -90,6 +90,15 @@ def attack_problems(params: AttackParams, num_clients: int, given: Collection[st
     return out
 
 
+def attack_line(params: AttackParams, num_clients: int) -> list[str]:
+    """The run header's line on the attack (none without one), as it shows a DP wrapper."""
+    if params.attack == "none":
+        return []
+    scale = f", S {params.scale:g}" if params.attack in SCALES else ""
+    return [f"  attack     {params.attack}{scale} by {malicious_count(params, num_clients)} of {num_clients} clients "
+            "(drawn from the seed; clients.jsonl marks them)"]  # fmt: skip
+
+
 def malicious_count(params: AttackParams, num_clients: int) -> int:
     return int(round(params.attack_fraction * num_clients)) if params.attack != "none" else 0
 

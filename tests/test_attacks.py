@@ -209,3 +209,13 @@ def test_a_resumed_attack_continues_exactly_and_keeps_its_settings(tmp_path):
     assert marks[0] == marks[1] and sum(m for _, m in marks[0]) == 4
     config = json.loads((part / "config.json").read_text())
     assert (config["attacks.attack"], config["attacks.attack_scale"]) == ("gaussian", 0.01)
+
+
+@pytest.mark.parametrize(("attack", "shown"), [("scaled", "scaled, S 10 by 4 of 8"), ("label-flip", "label-flip by 4 of 8")])
+def test_the_run_header_shows_the_attack_as_it_shows_a_wrapper(attack, shown):
+    """The header named a DP wrapper but not an attack (issue 56)."""
+    from fedpfn.runtime.progress import header_lines
+
+    lines = header_lines(attacked(attack), 1, "cpu")
+    assert f"  attack     {shown} clients (drawn from the seed; clients.jsonl marks them)" in lines
+    assert not any(line.startswith("  attack ") for line in header_lines(tiny_config(), 1, "cpu"))

@@ -66,7 +66,8 @@ def header_lines(
     cfg: RunConfig, first_round: int, resources: str, start: tuple[str, float, float] | None = None
 ) -> list[str]:
     """The run in a few labelled lines: algorithm, data, federation, rounds, its start file (with
-    `start`: round 0's split, loss and accuracy), folder, compute."""
+    `start`: round 0's split, loss and accuracy), a wrapper, a mod, an attack, folder, compute."""
+    from clients.attacks import attack_line, attack_of
     from fedpfn.runtime.plugins import wrapper_line  # a wrapper and its budget, a client mod
 
     split = f"Dirichlet({cfg.partition.alpha:g})" if isinstance(cfg.partition, Dirichlet) else cfg.partition.method
@@ -81,6 +82,7 @@ def header_lines(
         f"  rounds     {rounds}, {cfg.local.local_epochs} local epoch(s), {every}",
         *([start_line(cfg, start)] if isinstance(cfg.start, Start) else []),
         *wrapper_line(cfg),
+        *attack_line(attack_of(cfg), cfg.federation.num_clients),
         f"  out        {cfg.run_dir}",
         f"  compute    {resources}",
     ]
