@@ -125,6 +125,24 @@ def test_the_terminal_prints_accuracy_in_percent_as_the_pages_do(tmp_path: Path,
     assert "0.84" not in first + done
 
 
+@pytest.mark.parametrize(
+    ("nbytes", "shown"),
+    [(0, "0 B"), (812, "812 B"), (4_096, "4.1 kB"), (999_960, "1.0 MB"), (23_456_789, "23.5 MB"),
+     (1.2e9, "1.2 GB"), (5e15, "5000.0 TB")],
+)  # fmt: skip
+def test_traffic_is_printed_in_the_unit_that_fits_it(nbytes: float, shown: str, tmp_path: Path, capsys) -> None:
+    """A tiny model's traffic printed as "0.0 MB" (issue 56)."""
+    from fedpfn.runtime.progress import Progress, amount
+
+    assert amount(nbytes) == shown
+    progress = Progress(1, None, show=True)
+    progress.summary({"rounds": 1, "wall_seconds": 1, "final_test_accuracy": 0.5, "last5_mean_accuracy": 0.5,
+                      "last5_window": "last 1", "bytes_up_total": nbytes, "bytes_down_total": 812,
+                      "num_failures_total": 0})  # fmt: skip
+    progress.close()
+    assert f"  up {shown}, down 812 B, failures 0" in capsys.readouterr().out
+
+
 def test_client_gpus_help_says_what_it_does_on_each_engine() -> None:
     """It said "(Ray)", though --client-gpus 0 is how the batched engine is kept off a GPU too."""
     from fedpfn.cli.simulate import build_parser

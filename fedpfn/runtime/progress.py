@@ -51,6 +51,16 @@ def percent(fraction: float, digits: int = 2) -> str:
     return f"{100 * fraction:.{digits}f} %"
 
 
+def amount(nbytes: float) -> str:
+    """812 B, 4.1 kB, 23.5 MB, 1.2 GB: traffic in the unit that fits it (a tiny model's is not "0.0 MB");
+    steps of 1000, as the reports' MB (10^6 bytes)."""
+    units, power = ("B", "kB", "MB", "GB", "TB"), 0
+    while power < len(units) - 1 and round(nbytes / 1000**power, 1) >= 1000:
+        power += 1
+    value = nbytes / 1000**power
+    return f"{value:.0f} B" if power == 0 else f"{value:.1f} {units[power]}"
+
+
 def start_line(cfg: RunConfig, scores: tuple[str, float, float] | None) -> str:
     """The start file with its sha256, what its classifier became, and round 0's scores (where evaluated)."""
     start = cfg.start  # a Start: the header names one only where the run has one
@@ -167,8 +177,7 @@ class Progress:
             f"mean {percent(last)} over the {summary['last5_window']}"
         )
         self.say(
-            f"  up {summary['bytes_up_total'] / 1e6:.1f} MB, "
-            f"down {summary['bytes_down_total'] / 1e6:.1f} MB, "
+            f"  up {amount(summary['bytes_up_total'])}, down {amount(summary['bytes_down_total'])}, "
             f"failures {summary['num_failures_total']}"
             + (f"; run folder {self.log_path.parent}" if self.log_path is not None else "")
         )
