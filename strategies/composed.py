@@ -39,6 +39,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.exception import AggregationError
 from flwr.serverapp.strategy import Strategy
 
+from fedpfn.core.flower_notes import ONE_MERGED_REPLY, flower_note_dropped
 from fedpfn.core.protocol import ARRAYS, METRICS, NUM_EXAMPLES, Arrays, to_array_record, to_numpy
 from strategies.parts import ServerPart
 from strategies.state import load_strategy_state, strategy_state
@@ -126,7 +127,8 @@ class ComposedStrategy(Strategy):
         metrics = MetricRecord({**totals.metrics, NUM_EXAMPLES: totals.examples})
         params = to_array_record(totals.param_mean)
         merged = Message(RecordDict({ARRAYS: params, METRICS: metrics}), reply_to=replies[0])
-        aggregated, metrics = self.inner.aggregate_train(server_round, [merged])
+        with flower_note_dropped(ONE_MERGED_REPLY):  # Flower would count the merged reply: no reply is lost
+            aggregated, metrics = self.inner.aggregate_train(server_round, [merged])
         return self._complete(server_round, aggregated, metrics, totals)
 
     def _complete(

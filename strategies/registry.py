@@ -19,6 +19,7 @@ from typing import Any
 from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedAvg, FedAvgM, FedYogi, Strategy
 
 from fedpfn.core.files import DamagedFile, parse_json
+from fedpfn.core.flower_notes import NO_FEDERATED_EVALUATION, flower_note_dropped
 from fedpfn.core.settings import ConfigError, above, between, setting
 from fedpfn.core.user_code import import_user_class
 
@@ -77,7 +78,8 @@ class ServerRule:
 
     def build(self, params: Any) -> Strategy:
         assert self.strategy is not None, "a user's strategy is built by build_user_strategy"
-        return self.strategy(**self.arguments(params), **TAKE_ALL)
+        with flower_note_dropped(NO_FEDERATED_EVALUATION):  # TAKE_ALL's choice, not the user's
+            return self.strategy(**self.arguments(params), **TAKE_ALL)
 
 
 def _lr(key: str, params: ServerOptParams) -> dict[str, float]:
@@ -183,7 +185,8 @@ def build_user_strategy(path: str, args: str | None, per_round: int | None = Non
         )
     kwargs = {**{k: v for k, v in TAKE_ALL.items() if k in accepted}, **kwargs}
     try:
-        strategy = cls(**kwargs)
+        with flower_note_dropped(NO_FEDERATED_EVALUATION):  # TAKE_ALL's choice, not the user's
+            strategy = cls(**kwargs)
     except Exception as err:  # noqa: BLE001  (the user's constructor may raise anything)
         raise ConfigError(f"server: {path}({', '.join(kwargs)}) failed: {type(err).__name__}: {err}") from None
     for key, value in TAKE_ALL.items():  # a class that takes no such arguments

@@ -105,3 +105,34 @@ def test_no_message_carries_a_reply_kind_and_the_server_asks_for_models_when_it_
     assert asked == [("fedavg", False), ("fedavg", True), (median, True)]
     assert not hasattr(protocol, "FULL_REPLY") and not any("full" in key for key in keys)
     assert {protocol.SERVER_ROUND, protocol.ACCEPTED_ROUND} <= keys
+
+
+def test_a_mean_based_round_aggregates_every_reply_and_flower_does_not_say_received_1(caplog):
+    """`flwr run` printed Flower's "aggregate_train: Received 1 results" for 2 clients: the inner
+    strategy is handed the round's mean as one reply (strategies.composed, guarantee 3), no reply
+    is lost; Flower's count of that one reply is not shown (issue 56)."""
+    import logging
+
+    from fedpfn.core.flower_notes import FLOWER_LOGGER, ONE_MERGED_REPLY
+
+    act_as_server()
+    cfg = tiny_config(num_clients=1000, engine="batched", engine_mode="loop")
+    grid = BatchedGrid(cfg, CohortRunner(cfg))
+    strategy = build_strategy(cfg, initial_model(cfg))
+    view = SampledGrid(grid, [FIRST_NODE + p for p in PARTITIONS])
+    messages = strategy.configure_train(1, ArrayRecord(initial_model(cfg).state_dict()), train_config(cfg, 1), view)
+    names = [name for name, _ in initial_model(cfg).named_parameters()]
+    plain = PlainGrid(grid, names).train_round({m.metadata.dst_node_id - FIRST_NODE: with_accepted_round(m, 0)
+                                                for m in messages}, None, need_models=True)  # fmt: skip
+    flower = logging.getLogger(FLOWER_LOGGER)
+    level, propagate = flower.level, flower.propagate
+    flower.propagate = True  # Flower's console aside, caplog sees its records
+    flower.setLevel(logging.INFO)
+    try:
+        strategy.aggregate_totals(1, plain.totals, list(plain.replies.values()))
+        assert plain.totals.replies == len(PARTITIONS) and ONE_MERGED_REPLY not in caplog.text
+        strategy.inner.aggregate_train(1, list(plain.replies.values())[:1])  # Flower's wording, still what is dropped
+        assert ONE_MERGED_REPLY in caplog.text
+    finally:
+        flower.setLevel(level)
+        flower.propagate = propagate

@@ -12,26 +12,19 @@ SIGINT/SIGTERM that leave a resumable folder, and no SuperLink to start, find an
 tests/test_flower_api.py fails the day Flower removes the call or rewords its warning.
 
 Flower announces the deprecation on its `flwr` logger (not with `warnings`), so the notice
-is dropped there, and only that record.
+is dropped there, and only that record (fedpfn.core.flower_notes).
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from flwr.clientapp import ClientApp
 from flwr.serverapp import ServerApp
 
+from fedpfn.core.flower_notes import flower_note_dropped
+
 DEPRECATION = "The `run_simulation` function is deprecated"
-FLOWER_LOGGER = "flwr"
-
-
-class DropDeprecationNotice(logging.Filter):
-    """Drops Flower's notice that `run_simulation` is deprecated; every other record passes."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return DEPRECATION not in record.getMessage()
 
 
 def run_simulation(
@@ -39,15 +32,10 @@ def run_simulation(
 ) -> None:
     from flwr.simulation import run_simulation as flower_run_simulation
 
-    logger = logging.getLogger(FLOWER_LOGGER)
-    notice = DropDeprecationNotice()
-    logger.addFilter(notice)
-    try:
+    with flower_note_dropped(DEPRECATION):
         flower_run_simulation(
             server_app=server_app,
             client_app=client_app,
             num_supernodes=num_supernodes,
             backend_config=backend_config,
         )
-    finally:
-        logger.removeFilter(notice)
