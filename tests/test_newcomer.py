@@ -110,7 +110,7 @@ def test_krum_with_too_few_clients_a_round_is_warned_about_on_screen_and_in_run_
 def test_krum_with_enough_clients_is_not_warned_about(caplog):
     name_code(KRUM[1])  # as `--server` on a command line names it; not left to another test in this worker
     build_user_strategy(KRUM[1], KRUM[3], per_round=7)
-    assert "needs at least" not in caplog.text  # Flower's own notes (fraction_evaluate 0.0) may stand beside
+    assert "needs at least" not in caplog.text
     build_user_strategy(KRUM[1], KRUM[3], per_round=6)
     assert "needs at least 7 replies" in caplog.text
 
