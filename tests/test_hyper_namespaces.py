@@ -180,3 +180,24 @@ def test_a_rule_reads_its_hyperparameters_as_hyper_and_the_old_name_says_so():
     assert rule.hyper == FedProxParams(prox_mu=0.2)
     with pytest.raises(AttributeError, match=r"FedProxClient.params: a rule's hyperparameters are self.hyper"):
         rule.params  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    ("preset", "says"),
+    [
+        ('algorithm = "fedavg"\n[fedprox]\nprox_mu = 0.2\n',
+         "error: fedprox.prox_mu: 0.2 is set, but fedavg with server fedavg does not use it"),
+        ('algorithm = "fedprox"\nprox_mu = 0.1\n[fedprox]\nprox_mu = 0.2\n',
+         "error: prox_mu: config '{path}' sets prox_mu = 0.1 and fedprox.prox_mu = 0.2; give one of them "
+         "(prox_mu alone sets it for every part of the run that declares it)"),
+    ],
+    ids=["table-of-an-unused-algorithm", "name-alone-beside-its-key"],
+)
+def test_a_presets_table_is_never_dropped_or_overridden_without_a_word(preset, says, tmp_path, capsys):
+    """A FedAvg run took a preset's [fedprox] prox_mu without a word, and `prox_mu = 0.1` beside
+    `[fedprox] prox_mu = 0.2` ran with 0.1 (issue 58)."""
+    path = tmp_path / "preset.toml"
+    path.write_text(preset)
+    assert run_sim.main(["--config", str(path), *TINY, "--out", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == says.format(path=path) + "\n"
+    assert not (tmp_path / "run").exists()

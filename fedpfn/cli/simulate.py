@@ -27,6 +27,7 @@ env.flower_defaults()  # before Flower is imported: its telemetry reads the swit
 
 from fedpfn.core.config import ConfigError, RunConfig, RunFlags  # noqa: E402
 from fedpfn.core.flags import suggestion  # noqa: E402
+from fedpfn.core.hyper import dotted, one_value_each  # noqa: E402
 from fedpfn.core.settings import add_flags, read_toml  # noqa: E402
 from fedpfn.core.user_code import code_settings, keep_out_of_imports, name_code  # noqa: E402
 from fedpfn.runtime.algorithms import parse_config, validated  # noqa: E402
@@ -261,7 +262,9 @@ def settings_from_args(args: dict[str, Any]) -> dict[str, Any]:
     """The settings the user gave: the TOML file's, then the flags (which override it)."""
     values: dict[str, Any] = {}
     if "config" in args:
-        values.update(read_toml(args.pop("config")))
+        path = args.pop("config")
+        values.update(read_toml(path))
+        one_value_each(values, f"config '{path}'")
     values.update(args)
     return values
 
@@ -281,8 +284,9 @@ def checked_config(args: dict[str, Any]) -> RunConfig:
 
 
 def given_names(values: dict[str, Any]) -> set[str]:
-    """The settings named in `values`: one given that the run would not use is refused, at its default too."""
-    return {str(key).replace("-", "_") for key in values}
+    """The settings named in `values`, a preset's tables by their keys (`[fedprox] prox_mu` is
+    fedprox.prox_mu): one given that the run would not use is refused, at its default too."""
+    return {str(key).replace("-", "_") for key in dotted(values)}
 
 
 def fail(message: str, code: int = 2) -> int:

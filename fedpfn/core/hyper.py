@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from fedpfn.core.settings import coerce, field_map
+from fedpfn.core.settings import ConfigError, coerce, field_map
 
 P = TypeVar("P")
 SEP = "."
@@ -46,6 +46,21 @@ def dotted(values: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[name] = value
     return out
+
+
+def one_value_each(values: Mapping[str, Any], where: str) -> None:
+    """A name alone beside its namespaced key with another value (`prox_mu = 0.1` and `[fedprox]
+    prox_mu = 0.2` in one preset): the name alone would win without a word, though which was meant
+    cannot be told, so it is refused, naming both (ConfigError, one line each)."""
+    flat = dotted(values)
+    clashes = [
+        f"{name}: {where} sets {name} = {flat[name]!r} and {text} = {value!r}; give one of them "
+        f"({name} alone sets it for every part of the run that declares it)"
+        for text, value in flat.items()
+        if SEP in text and (name := split_key(text)[1]) in flat and flat[name] != value
+    ]
+    if clashes:
+        raise ConfigError("\n".join(clashes))
 
 
 def hyper_of(hparams: Mapping[str, Any], namespace: str, cls: type[P]) -> P:
