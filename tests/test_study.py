@@ -196,7 +196,7 @@ def test_jobs_run_each_cell_in_a_process_of_its_own_at_most_one_a_core(tiny: Pat
     code, out, _ = study(capsys, "run", "tiny.toml", "--jobs", "3")
     assert code == 0 and "--jobs 3: this machine has 2 cores; running 2 cells at a time" in out
     assert sorted(c[-1] for c in started) == list(CELLS)
-    assert all(c[1:8] == ["-m", "fedpfn.cli.main", "study", "run", "tiny.toml", "--cell", c[-1]] for c in started)
+    assert all(c[1:9] == ["-P", "-m", "fedpfn.cli.main", "study", "run", "tiny.toml", "--cell", c[-1]] for c in started)
 
 
 def test_one_cell_by_its_folder_is_refused_when_the_study_has_none_there(tiny: Path, capsys) -> None:

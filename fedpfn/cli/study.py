@@ -8,16 +8,26 @@
 The study is fedpfn.study's; this module gives it `fedpfn run`'s own path from flags to a
 checked config (parse_args, checked_config), so an arm's flag is refused as `fedpfn run`
 refuses it, before any cell starts. docs/guide/studies.md has a worked example.
+
+A study file is a file: the code it names (a rule, a server, a model by dotted path) is not the
+command's. `status` and `page` never import a user's code a study file names, and `run` imports
+it only where the user typed `--trust-code` (fedpfn.core.user_code.name_file_code); fedpfn's and
+Flower's own classes (`flwr.serverapp.strategy:Krum`) need no flag.
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from fedpfn.cli.simulate import checked_config, fail, parse_args
 from fedpfn.core.config import RunConfig
 from fedpfn.core.flags import OneLineParser
 from fedpfn.core.settings import ConfigError
+from fedpfn.core.user_code import TRUST_FLAG, flags_of_a_file, name_file_code
+
+if TYPE_CHECKING:
+    from fedpfn.study.spec import Spec
 
 VERBS = {
     "status": "every cell: done, running, stopped or missing, and the time left (estimated from finished cells)",
@@ -27,8 +37,23 @@ VERBS = {
 
 
 def configure(flags: list[str]) -> RunConfig:
-    """A cell's flags as `fedpfn run` reads and checks them (ConfigError: one line per problem)."""
-    return checked_config(parse_args(flags, "fedpfn run"))
+    """A cell's flags as `fedpfn run` reads and checks them (ConfigError: one line per problem); the
+    code they name is the study file's, imported only as `trust_code` allowed."""
+    with flags_of_a_file():
+        return checked_config(parse_args(flags, "fedpfn run"))
+
+
+def trust_code(spec: Spec, verb: str, trusted: bool) -> None:
+    """Name the code the study file names that this verb may import, or refuse in one line saying
+    which flag lets it (only `run`, and only where the user typed TRUST_FLAG)."""
+    from fedpfn.study.cells import named_code
+
+    if verb == "run":
+        refusal = f"give {TRUST_FLAG} (fedpfn study run {spec.path} {TRUST_FLAG}) if you trust the file's code"
+    else:
+        refusal = (f"fedpfn study {verb} never imports a study file's own code; only fedpfn study run {spec.path} "
+                   f"{TRUST_FLAG} runs it")  # fmt: skip
+    name_file_code(named_code(spec), trusted and verb == "run", refusal)
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -45,6 +70,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
             one.add_argument("--arm", action="append", default=[], metavar="ARM", help="only this arm's cells "
                              "(repeatable; default every arm): runs over other arms may go on beside it")  # fmt: skip
             one.add_argument("--cell", help=argparse.SUPPRESS)  # one cell by its folder: what --jobs starts
+            one.add_argument(TRUST_FLAG, action="store_true", help="import the code (a rule, server, model or "
+                             "dataset by dotted path) that the study file names; without it such a study is refused")  # fmt: skip
         if name == "page":
             one.add_argument("--stored", action="store_true", help="from the stored results JSON alone, not the runs")
     return parser
@@ -57,6 +84,8 @@ def main(argv: list[str] | None = None, prog: str = "fedpfn study") -> int:
 
     try:
         spec = load(args.file)
+        if not getattr(args, "stored", False):  # a page from its stored results alone configures no cell
+            trust_code(spec, args.verb, getattr(args, "trust_code", False))
         if args.verb == "status":
             print("\n".join(runner.status(spec, configure)))
             return 0
@@ -65,7 +94,7 @@ def main(argv: list[str] | None = None, prog: str = "fedpfn study") -> int:
                 raise ConfigError(f"--jobs {args.jobs}: give a whole number of cells at a time, 1 or more")
             if args.cell is not None:
                 return runner.run_one_cell(spec, configure, args.cell)
-            return runner.run(spec, configure, args.jobs, args.arm)
+            return runner.run(spec, configure, args.jobs, args.arm, (TRUST_FLAG,) * args.trust_code)
         from fedpfn.study import page  # its statistics and figures: only a page needs them
 
         print(f"wrote {page.write(spec, configure, from_stored=args.stored)}")

@@ -7,6 +7,12 @@ or a forged fingerprint says so; a resume must be given the path again. Code ins
 comparison) folder is never imported either, wherever the module lies (found first, without
 running anything), and a current folder inside one is not searched. A module that misbehaves
 on import (raises, exits, is a program's `__main__`) is refused in one line.
+
+A study file is a file too: its cells' flags are parsed with `fedpfn run`'s own parser inside
+`flags_of_a_file`, so what they name is not the command's. `name_file_code` then names what the
+file may choose: the classes and functions of fedpfn and Flower themselves (OWN_PACKAGES, code
+that is already installed with fedpfn), and a user's own code only where the user typed
+TRUST_FLAG; otherwise one line naming the path, where the file names it, and the flag.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +32,9 @@ from fedpfn.core.settings import ConfigError
 
 _NAMED_BY_COMMAND: set[str] = set()  # the dotted paths this process's command named
 _DATA_FOLDERS: set[Path] = set()  # folders this command reads as data, run folder or not by their files
+_FROM_A_FILE: list[bool] = []  # not empty while a file's flags are parsed: what they name is not named
+OWN_PACKAGES = ("fedpfn", "clients", "strategies", "flwr")  # installed with fedpfn: a file may name their code
+TRUST_FLAG = "--trust-code"  # what a user types to let a study file's own code run (fedpfn study run)
 
 
 def keep_out_of_imports(folder: Path) -> None:
@@ -64,9 +74,40 @@ def code_settings(values: Mapping[str, object]) -> list[object]:
 
 def name_code(*values: object) -> None:
     """Record the dotted paths in `values` as named by this process's command (see the module's
-    docstring for who may call it): the only ones `import_user_class` imports."""
+    docstring for who may call it): the only ones `import_user_class` imports. Nothing while a
+    file's flags are parsed (`flags_of_a_file`)."""
+    if _FROM_A_FILE:
+        return
     for value in values:
         _NAMED_BY_COMMAND.update(code_paths(value))
+
+
+@contextmanager
+def flags_of_a_file() -> Iterator[None]:
+    """Flags a file gives (a study's cells) parsed by a command's own parser: the dotted paths
+    they hold are not named by the command, so the guard imports only what `name_file_code` allowed."""
+    _FROM_A_FILE.append(True)
+    try:
+        yield
+    finally:
+        _FROM_A_FILE.pop()
+
+
+def is_own(path: str) -> bool:
+    """Whether a dotted path names code of fedpfn or Flower themselves (OWN_PACKAGES)."""
+    return path.partition(":")[0].split(".")[0] in OWN_PACKAGES
+
+
+def name_file_code(found: Mapping[str, str], trusted: bool, refusal: str) -> None:
+    """Name the dotted paths a file gives (path -> where the file names it): fedpfn's and Flower's
+    own always, a user's only where `trusted` (the user typed TRUST_FLAG); ConfigError otherwise,
+    naming the first such path, where it is named, and `refusal` (what the user may do)."""
+    foreign = [(path, where) for path, where in found.items() if not is_own(path)]
+    if foreign and not trusted:
+        path, where = foreign[0]
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        raise ConfigError(f"{where} names code '{path}'{more}, which a file alone never makes fedpfn import; {refusal}")
+    _NAMED_BY_COMMAND.update(found)
 
 
 def import_user_function(path: str, setting: str, noun: str) -> Callable[..., Any]:

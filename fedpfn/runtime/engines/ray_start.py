@@ -5,9 +5,10 @@ in the folder a user runs from would shadow torch in the workers (and a run woul
 Started from an empty folder, the workers search nothing of the user's before the installed
 packages: a user's own module (a client rule or strategy by dotted path, whose folder the
 driver appended to its `sys.path`) reaches them through PYTHONPATH, which keeps the driver's
-order, the current folder moved last. A worker then enters the driver's folder before it reads
-anything (`enter_driver_folder`), so a relative data root or start file means what it meant to
-the command; its imports are settled by then, and none of them searches that folder first.
+order, the current folder moved last (fedpfn.runtime.children: every child fedpfn starts gets
+that path). A worker then enters the driver's folder before it reads anything
+(`enter_driver_folder`), so a relative data root or start file means what it meant to the
+command; its imports are settled by then, and none of them searches that folder first.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import atexit
 import logging
 import os
 import shutil
-import sys
 import tempfile
 from typing import Any
+
+from fedpfn.runtime.children import child_pythonpath
 
 DRIVER_FOLDER = "FEDPFN_DRIVER_FOLDER"  # the folder the command ran in, for the workers
 
@@ -30,16 +32,8 @@ def enter_driver_folder() -> None:
         os.chdir(folder)
 
 
-def worker_pythonpath() -> str:
-    """The driver's `sys.path` for the workers, with the current folder (and '') moved last."""
-    here = os.path.realpath(os.getcwd())
-    entries = [p for p in sys.path if p]
-    current = [p for p in entries if os.path.realpath(p) == here]
-    return os.pathsep.join([p for p in entries if p not in current] + current[:1])
-
-
 def init_ray(**init_args: Any) -> None:
-    """`ray.init(**init_args)` from an empty folder, the workers given `worker_pythonpath`; once."""
+    """`ray.init(**init_args)` from an empty folder, the workers given `child_pythonpath`; once."""
     import ray
 
     if ray.is_initialized():
@@ -47,7 +41,7 @@ def init_ray(**init_args: Any) -> None:
     logging.getLogger("ray").setLevel(logging.ERROR)
     empty = tempfile.mkdtemp(prefix="fedpfn-ray-")
     atexit.register(shutil.rmtree, empty, ignore_errors=True)
-    pythonpath = worker_pythonpath()
+    pythonpath = child_pythonpath()
     here = os.getcwd()
     os.chdir(empty)
     try:
