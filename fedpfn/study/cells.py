@@ -11,6 +11,7 @@ study whose cells run another command checks them as that command does (fedpfn.s
 from __future__ import annotations
 
 import itertools
+from string import Formatter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,9 @@ from typing import Any
 
 from fedpfn.core.files import METRICS, SUMMARY, read_jsonl
 from fedpfn.core.settings import ConfigError
+from fedpfn.core.user_code import code_paths, code_settings
 from fedpfn.study.commands import Command, Configure, RunCells
+from fedpfn.study.places import place_problem
 from fedpfn.study.spec import Spec
 
 
@@ -88,10 +91,18 @@ def axis_flags(spec: Spec, point: tuple[tuple[str, str], ...]) -> list[str]:
 
 
 def folder_of(spec: Spec, pattern: str, **names: object) -> Path:
+    """The cell's folder: the pattern filled in, under the study's runs folder and never outside it."""
     try:
-        return spec.runs / pattern.format(**names)
+        fields = [(field, spec_ or conv) for _, field, spec_, conv in Formatter().parse(pattern) if field is not None]
+        relative = None if any(not name.isidentifier() or more for name, more in fields) else pattern.format(**names)
     except (KeyError, IndexError, ValueError) as err:
         raise spec.refuse(f"the cell pattern {pattern!r} names {err}, which is not arm, seed, value or an axis") from None
+    if relative is None:  # `{arm:>999999999}` would fill the memory; `{0}`, `{arm.x}`, `{}` name nothing
+        raise spec.refuse(f"the cell pattern {pattern!r} holds more than names in braces; give names alone: {{arm}}, "
+                          "{seed}, {value} or an axis")  # fmt: skip
+    if (problem := place_problem(relative, "cell")) is not None:  # an arm or axis value of '..' or '/etc'
+        raise spec.refuse(f"the cell pattern {pattern!r} gives {problem.removeprefix('cell = ')}")
+    return spec.runs / relative
 
 
 def tuning_cells(spec: Spec) -> list[Cell]:
@@ -117,6 +128,26 @@ def main_cells(spec: Spec, chosen: dict[tuple, str] | None = None) -> list[Cell]
                 cells.append(Cell(arm, seed, point, folder, merged(spec.shared, axis_flags(spec, point), flags, tuned),
                                   joint=seeds if spec.joint else ()))  # fmt: skip
     return cells
+
+
+def flag_code(flags: Sequence[str]) -> list[str]:
+    """The dotted paths that flags give a setting that may be code (fedpfn.core.user_code.CODE_SETTINGS)."""
+    values = {name: (tokens[1] if len(tokens) > 1 else tokens[0].partition("=")[2]).strip("'\"")
+              for name, tokens in groups(flags)}  # fmt: skip
+    return [path for value in code_settings(values) for path in code_paths(value)]
+
+
+def named_code(spec: Spec) -> dict[str, str]:
+    """Every dotted path the study file names (its cells', its parts' and its page's evaluation
+    flags), each with the first place that names it: what fedpfn.core.user_code.name_file_code takes."""
+    found: dict[str, str] = {}
+    for study in spec.every():
+        for cell in [*tuning_cells(study), *main_cells(study)]:
+            for path in flag_code(cell.flags):
+                found.setdefault(path, f"study: {spec.path}: {cell.label()}")
+    for path in flag_code(spec.page.evaluate if spec.page else ()):
+        found.setdefault(path, f"study: {spec.path}: page.evaluate")
+    return found
 
 
 def command_of(name: str, configure: Configure) -> Command:

@@ -25,9 +25,12 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
+from fedpfn.runtime.children import python_child
+from fedpfn.core.files import append_text
 from fedpfn.runtime.progress import duration
 from fedpfn.study.cells import Cell, Configure, choices, command_of, config_of, main_cells, tuning_cells
 from fedpfn.study.commands import Command, rounds_done
+from fedpfn.study.places import folder_problem, linked
 from fedpfn.study.spec import Spec, StudyError
 
 WAITING = "waiting for the tuning runs"
@@ -44,8 +47,12 @@ class Planned:
 
 
 def plan(spec: Spec, configure: Configure) -> list[Planned]:
-    """Every cell with its checked config and state; a flag its command refuses is a StudyError."""
+    """Every cell with its checked config and state; a flag its command refuses, or a cell reached
+    through a symbolic link (fedpfn.study.places), is a StudyError."""
     command = command_of(spec.command, configure)
+    for cell in [*tuning_cells(spec), *main_cells(spec)]:  # before any is read: status reads them too
+        if (problem := linked(cell.folder, "runs")) is not None:
+            raise spec.refuse(problem)
     planned = [Planned(c, cfg := config_of(spec, c, configure), command.state(cfg, c.folder)) for c in tuning_cells(spec)]
     chosen = choices(spec) if spec.tune is not None else {}
     for cell in main_cells(spec, chosen):
@@ -135,12 +142,12 @@ def ensure_timed(spec: Spec, command: Command, p: Planned, heading: Callable[[],
         return
     line = {"cell": p.cell.folder.relative_to(spec.runs).as_posix(), "cpu_s": round(cpu_seconds() - cpu, 1),
             "wall_s": round(time.time() - wall, 1)}  # fmt: skip
-    with (spec.runs / TIMES).open("a", encoding="utf-8") as out:
-        out.write(json.dumps(line) + "\n")
+    append_text(spec.runs / TIMES, json.dumps(line) + "\n")  # a link planted there is refused, never followed
 
 
-def run_cells(spec: Spec, command: Command, todo: Sequence[Planned], jobs: int) -> list[str]:
-    """Ensure each cell: in this process one by one, or `jobs` processes at a time; the failures."""
+def run_cells(spec: Spec, command: Command, todo: Sequence[Planned], jobs: int, given: Sequence[str] = ()) -> list[str]:
+    """Ensure each cell: in this process one by one, or `jobs` processes at a time (each given the
+    command's own flags `given`, `--trust-code`, and nothing of the current folder on its path); the failures."""
     if jobs == 1:
         for i, p in enumerate(todo, 1):
             heading = lambda p=p, i=i: f"== {p.cell.label()} ({i} of {len(todo)})"  # noqa: E731
@@ -148,15 +155,16 @@ def run_cells(spec: Spec, command: Command, todo: Sequence[Planned], jobs: int) 
         return []
 
     def one(p: Planned) -> str | None:
-        argv = [sys.executable, "-m", "fedpfn.cli.main", "study", "run", str(spec.path), "--cell", str(p.cell.folder)]
+        argv, env = python_child("-m", "fedpfn.cli.main", "study", "run", str(spec.path), *given, "--cell", str(p.cell.folder))
         print(f"== {p.cell.label()}: {p.cell.folder}", flush=True)
         with ExitStack() as stack:  # its lines: in its run.log, or in the log file its command names
             if command.log is not None:
                 p.cell.folder.mkdir(parents=True, exist_ok=True)
-                out: Any = stack.enter_context(open(p.cell.folder / command.log, "a"))
+                flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW  # a link planted there: refused
+                out: Any = stack.enter_context(os.fdopen(os.open(p.cell.folder / command.log, flags, 0o666), "a"))
             else:
                 out = subprocess.DEVNULL
-            done = subprocess.run(argv, check=False, stdout=out, stderr=subprocess.STDOUT if command.log else None)
+            done = subprocess.run(argv, check=False, env=env, stdout=out, stderr=subprocess.STDOUT if command.log else None)
         return None if done.returncode == 0 else f"{p.cell.folder} (exit {done.returncode})"
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -172,22 +180,27 @@ def chosen_arms(spec: Spec, arms: Sequence[str]) -> set[str]:
     return set(arms or declared)
 
 
-def run(spec: Spec, configure: Configure, jobs: int = 1, arms: Sequence[str] = ()) -> int:
+def run(spec: Spec, configure: Configure, jobs: int = 1, arms: Sequence[str] = (), given: Sequence[str] = ()) -> int:
     """Every cell (of the arms named, or all) to its end: the study's, then its parts'; 1 if a cell
     failed. Every cell goes through its command's ensure, a finished one too (it is reused, and
-    says so). Runs over other arms may go on beside it."""
+    says so). Runs over other arms may go on beside it. `given`: the command's flags its cells' own
+    processes take too (`--trust-code`)."""
     wanted, jobs = chosen_arms(spec, arms), usable_jobs(jobs)
+    for study in spec.every():  # the one check every --out passes, before any cell runs
+        if (problem := folder_problem(study.runs, "runs", "a study's runs")) is not None:
+            raise spec.refuse(problem)
     for study in spec.parts.values():  # a part's folder of other settings, refused before any cell runs
         if (problem := refused(plan(study, configure))) is not None:
             raise problem
     names = ["", *(f"parts.{name} " for name in spec.parts)]
     for name, study in zip(names, spec.every()):
-        if run_study(study, configure, jobs, wanted, name):
+        if run_study(study, configure, jobs, wanted, name, given):
             return 1
     return 0
 
 
-def run_study(spec: Spec, configure: Configure, jobs: int, wanted: set[str], name: str = "") -> int:
+def run_study(spec: Spec, configure: Configure, jobs: int, wanted: set[str], name: str = "",
+              given: Sequence[str] = ()) -> int:
     """One study's (or part's) cells of the wanted arms: the tuning cells, then the main cells."""
     command = command_of(spec.command, configure)
     for tuning in (True, False):
@@ -204,7 +217,7 @@ def run_study(spec: Spec, configure: Configure, jobs: int, wanted: set[str], nam
         left = [p for p in cells if p.state != "done"]
         print(f"{name}{'tuning' if tuning else 'main'}: {len(left)} of {len(cells)} cells to run; {time_left(planned, command, jobs)}",
               flush=True)  # fmt: skip
-        failed = run_cells(spec, command, cells if jobs == 1 else left, jobs)
+        failed = run_cells(spec, command, cells if jobs == 1 else left, jobs, given)
         if failed:
             print(f"error: {len(failed)} cells stopped: {', '.join(failed)}; run the study again to resume them",
                   file=sys.stderr)  # fmt: skip

@@ -25,9 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedpfn.core.files import read_json
+from fedpfn.core.files import DamagedFile, parse_json
 from fedpfn.core.seeding import MAX_SEED
 from fedpfn.core.settings import ConfigError, _preset_text
+from fedpfn.study.limits import FORMAT_SPEC, MAX_DEPTH, MAX_SEEDS, shown, size_problem, too_deep
+from fedpfn.study.places import MAX_STORED_BYTES, MAX_TEMPLATE_BYTES, place_problem, read_place
 
 TOP = ("title", "runs", "cell", "seeds", "shared", "baseline", "arms", "labels", "axes", "endpoints", "families",
        "tune", "page", "command", "arm_seeds", "not_run", "parts")  # fmt: skip
@@ -139,13 +141,21 @@ class Spec:
     def refuse(self, message: str) -> StudyError:
         return StudyError(f"study: {self.path}: {message}")
 
-    def stored_results(self) -> Any:
-        """The page's stored results, what a reading writes its sections from; refused if never written."""
+    def stored_results(self) -> dict[str, Any]:
+        """The page's stored results (a JSON object), what a page is written from; refused in one
+        line if never written, or not a bounded regular file of a JSON object (fedpfn.study.places)."""
         assert self.page is not None
-        if not self.page.stored.is_file():
+        try:
+            data = parse_json(read_place(self.page.stored, "page.stored", MAX_STORED_BYTES), f"page.stored: {self.page.stored}")
+        except FileNotFoundError:
             raise self.refuse(f"{self.page.stored} is missing: the page was never written from the runs (fedpfn study "
-                              f"page {self.path}); nothing written")  # fmt: skip
-        return read_json(self.page.stored)
+                              f"page {self.path}); nothing written") from None  # fmt: skip
+        except DamagedFile as err:
+            raise self.refuse(str(err)) from None
+        if not isinstance(data, dict):
+            raise self.refuse(f"page.stored: {self.page.stored} holds {type(data).__name__}, not the JSON object "
+                              "a page is written from")  # fmt: skip
+        return data
 
 
 def _table(value: Any, where: str, keys: tuple[str, ...], path: Path) -> dict[str, Any]:
@@ -159,7 +169,7 @@ def _table(value: Any, where: str, keys: tuple[str, ...], path: Path) -> dict[st
 
 def _of(value: Any, kind: type | tuple[type, ...], where: str, path: Path, accepted: str) -> Any:
     if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
-        raise StudyError(f"study: {path}: {where} = {value!r} is not {accepted}")
+        raise StudyError(f"study: {path}: {where} = {shown(value)} is not {accepted}")
     return value
 
 
@@ -182,12 +192,14 @@ def flags_of(value: Any, where: str, path: Path) -> tuple[str, ...]:
 
 
 def _seeds(value: Any, path: Path, where: str = "seeds") -> tuple[int, ...]:
-    accepted = f"a list of whole numbers from 0 to {MAX_SEED}, each once"
-    if not isinstance(value, list) or not value:
-        raise StudyError(f"study: {path}: {where} = {value!r} is not {accepted}")
+    accepted = f"a list of 1 to {MAX_SEEDS} whole numbers from 0 to {MAX_SEED}, each once"
+    if not isinstance(value, list) or not 0 < len(value) <= MAX_SEEDS:
+        raise StudyError(f"study: {path}: {where} = {shown(value)} is not {accepted}")
+    seen: set[int] = set()
     for seed in value:
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED or value.count(seed) > 1:
-            raise StudyError(f"study: {path}: {where}: {seed!r} is not accepted; seeds are {accepted}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED or seed in seen:
+            raise StudyError(f"study: {path}: {where}: {shown(seed)} is not accepted; seeds are {accepted}")
+        seen.add(seed)
     return tuple(value)
 
 
@@ -222,14 +234,16 @@ def _endpoint(name: str, value: Any, path: Path) -> Endpoint:
     accuracy = metric.endswith("accuracy")
     scale = _of(table.get("scale", 100.0 if accuracy else 1.0), (int, float), f"endpoints.{name}.scale", path, "a number")
     unit = _of(table.get("unit", "points" if accuracy else ""), str, f"endpoints.{name}.unit", path, "a string")
-    shown = _of(table.get("format", ".2f"), str, f"endpoints.{name}.format", path, "a format spec such as \".2f\"")
+    written = _of(table.get("format", ".2f"), str, f"endpoints.{name}.format", path, "a format spec such as \".2f\"")
     try:
-        format(1.0, shown)
+        if not FORMAT_SPEC.fullmatch(written):  # bounded first: format(1.0, ".999999999f") would fill the memory
+            raise ValueError(written)
+        format(1.0, written)
     except ValueError:
-        raise StudyError(f"study: {path}: endpoints.{name}.format = {shown!r} is not a number's format spec "
+        raise StudyError(f"study: {path}: endpoints.{name}.format = {written!r} is not a number's format spec "
                          "(e.g. \".2f\", \".3g\", \"g\")") from None  # fmt: skip
     absent = _of(table["absent"], str, f"endpoints.{name}.absent", path, "a string") if "absent" in table else None
-    return Endpoint(name, metric, last, float(scale), unit, statistic, format=shown, absent=absent)
+    return Endpoint(name, metric, last, float(scale), unit, statistic, format=written, absent=absent)
 
 
 def _family(name: str, value: Any, spec: dict[str, Any], path: Path) -> Family:
@@ -256,12 +270,22 @@ def _tune(value: Any, path: Path) -> Tune:
     table = _table(value, "tune", TUNE_KEYS, path)
     flag = _of(table.get("flag"), str, "tune.flag", path, "a flag name such as \"--lr\"")
     values = _of(table.get("values"), list, "tune.values", path, "a list of the flag's values")
+    for n, value in enumerate(values):
+        _of(value, (str, int, float), f"tune.values[{n}]", path, "a flag's value (text or a number)")
     metric = _of(table.get("metric", "val_accuracy"), str, "tune.metric", path, "a metrics.jsonl key")
     return Tune(flag, tuple(str(v) for v in values), _of(table.get("seed", 0), int, "tune.seed", path, "a seed"),
                 flags_of(table.get("flags", []), "tune.flags", path), metric,
                 _of(table.get("last", 1), int, "tune.last", path, "a whole number of rounds"),
                 float(_of(table.get("floor", 0.0), (int, float), "tune.floor", path, "a number")),
                 _of(table.get("cell", "tune/{arm}/" + flag.lstrip("-") + "{value}"), str, "tune.cell", path, "a pattern"))  # fmt: skip
+
+
+def _place(value: Any, key: str, path: Path) -> Path:
+    """A path the study file names (runs, the page's files): text, inside the folder the study runs in."""
+    text = _of(value, str, key, path, "a path (text)")
+    if (problem := place_problem(text, key)) is not None:
+        raise StudyError(f"study: {path}: {problem}")
+    return Path(text)
 
 
 def _page(value: Any, path: Path) -> Page:
@@ -272,9 +296,9 @@ def _page(value: Any, path: Path) -> Page:
     for key in ("out", "stored"):
         if key not in table:
             raise StudyError(f"study: {path}: page.{key} is missing (where the {key} file is written)")
-    template = text("template")
-    return Page(Path(text("out")), Path(text("stored")), Path(template) if template else None, text("text"),
-                text("reading"), flags_of(table.get("evaluate", []), "page.evaluate", path))  # fmt: skip
+    template = _place(table["template"], "page.template", path) if "template" in table else None
+    return Page(_place(table["out"], "page.out", path), _place(table["stored"], "page.stored", path), template,
+                text("text"), text("reading"), flags_of(table.get("evaluate", []), "page.evaluate", path))  # fmt: skip
 
 
 def _axes(value: Any, path: Path) -> tuple[dict[str, tuple[str, ...]], dict[str, dict[str, tuple[str, ...]]]]:
@@ -286,8 +310,9 @@ def _axes(value: Any, path: Path) -> tuple[dict[str, tuple[str, ...]], dict[str,
             sets[axis] = {name: flags_of(flags, f"axes.{axis}.{name}", path) for name, flags in values.items()}
             axes[axis] = tuple(sets[axis])
         else:
-            axes[axis] = tuple(str(v) for v in _of(values, list, f"axes.{axis}", path,
-                                                   "a list of the flag's values, or a table of named flag sets"))  # fmt: skip
+            listed = _of(values, list, f"axes.{axis}", path, "a list of the flag's values, or a table of named flag sets")
+            axes[axis] = tuple(str(_of(v, (str, int, float), f"axes.{axis}[{n}]", path, "a flag's value (text or a number)"))
+                               for n, v in enumerate(listed))  # fmt: skip
     return axes, sets
 
 
@@ -327,7 +352,7 @@ def parse(path: Path, data: dict[str, Any]) -> Spec:
     default_cell = "/".join([*(f"{a}{{{a}}}" for a in spec["axes"]), "{arm}", "s{seed}"])
     return Spec(
         path=path, title=_of(data.get("title", path.stem), str, "title", path, "a string"),
-        runs=Path(_of(data.get("runs", f"runs/{path.stem}"), str, "runs", path, "a folder")),
+        runs=_place(data.get("runs", f"runs/{path.stem}"), "runs", path),
         cell=_of(data.get("cell", default_cell), str, "cell", path, "a pattern"),
         seeds=_seeds(data.get("seeds", [0]), path), shared=flags_of(data.get("shared", []), "shared", path),
         baseline=spec["baseline"], arms=spec["arms"], labels=spec["labels"], axes=spec["axes"], endpoints=spec["endpoints"],
@@ -350,7 +375,14 @@ def load(path: str | Path) -> Spec:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise StudyError(f"study: '{path}' is not valid TOML ({err})") from None
-    return parse(path, data)
+    except RecursionError:  # tables or arrays thousands of levels deep
+        raise StudyError(f"study: {path}: nests tables or arrays deeper than Python reads; a study needs 4 levels") from None
+    if (key := too_deep(data)) is not None:
+        raise StudyError(f"study: {path}: {key.lstrip('.')} nests tables or arrays more than {MAX_DEPTH} levels deep")
+    spec = parse(path, data)
+    if (problem := size_problem(spec)) is not None:
+        raise spec.refuse(problem)
+    return spec
 
 
 def template_text(spec: Spec) -> str:
@@ -359,6 +391,8 @@ def template_text(spec: Spec) -> str:
     if spec.page.text is not None:
         return spec.page.text
     try:
-        return spec.page.template.read_text(encoding="utf-8")  # type: ignore[union-attr]
-    except OSError as err:
-        raise spec.refuse(f"page.template '{spec.page.template}' cannot be read ({err.strerror})") from None
+        return read_place(spec.page.template, "page.template", MAX_TEMPLATE_BYTES)  # type: ignore[arg-type]
+    except FileNotFoundError:
+        raise spec.refuse(f"page.template: '{spec.page.template}' does not exist") from None
+    except (DamagedFile, OSError) as err:
+        raise spec.refuse(str(err)) from None
