@@ -27,13 +27,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fedpfn.analysis.markup import code, inline
 from fedpfn.analysis.paired_text import p_number, p_text, verdict
 from fedpfn.analysis.stats import Paired, adjust, mean_std, paired
 from fedpfn.core.files import CONFIG, METRICS, PROVENANCE, atomic_write_bytes, json_text, read_json, read_jsonl
 from fedpfn.core.provenance import machines_sentence
-from fedpfn.study import alignment_federated, drift, earlier, fusion_page, gate_page, pilot
+from fedpfn.study import alignment_federated, drift, earlier, fusion_page, gate_page, limits, pilot
 from fedpfn.study.cells import Configure, choices
 from fedpfn.study.figures import arms_figure, families_figure
+from fedpfn.study.places import file_out_problem
 from fedpfn.study.runner import Planned, plan, refused
 from fedpfn.study.spec import MARK, Endpoint, Spec, template_text
 
@@ -101,14 +103,15 @@ def by_point(stored: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 def arms_table(spec: Spec, stored: dict[str, Any]) -> list[str]:
     """Each arm at each axes point: its seeds, and each endpoint's mean ± std over them."""
     names = list(spec.endpoints)
-    head = [f"{n} ({spec.endpoints[n].unit or 'as measured'})" for n in names]
+    head = [inline(f"{n} ({spec.endpoints[n].unit or 'as measured'})") for n in names]
     lines = [f"| arm | {'axes | ' if spec.axes else ''}seeds | {' | '.join(head)} |",
              "|---|" + "---|" * (len(names) + 1 + bool(spec.axes))]  # fmt: skip
     for point, cells in by_point(stored).items():
         for arm in spec.arms:
             ours = [c for c in cells if c["arm"] == arm]
             shown = [endpoint_text(spec.endpoints[name], [c["endpoints"][name] for c in ours]) for name in names]
-            lines.append(f"| {spec.labels[arm]} | {point + ' | ' if spec.axes else ''}{len(ours)} | {' | '.join(shown)} |")
+            lines.append(f"| {inline(spec.labels[arm])} | {inline(point) + ' | ' if spec.axes else ''}{len(ours)} | "
+                         f"{' | '.join(shown)} |")  # fmt: skip
     return lines
 
 
@@ -116,7 +119,7 @@ def endpoint_text(end: Endpoint, values: list[float | None]) -> str:
     """Mean ± std (n-1) of the cells that have the endpoint, in its format; its `absent` text if none has it."""
     found = [end.scale * v for v in values if v is not None]
     if not found:
-        return end.absent or "n/a"
+        return inline(end.absent or "n/a")
     mean, std = mean_std(found)
     return format(mean, end.format) + ("" if std is None else f" ± {format(std, end.format)}")
 
@@ -140,17 +143,17 @@ def family_rows(spec: Spec, stored: dict[str, Any], name: str) -> list[Paired]:
 
 def family_table(spec: Spec, stored: dict[str, Any], name: str) -> list[str]:
     end = spec.endpoints[spec.families[name].endpoint]
-    unit = end.unit or "as measured"
+    unit = inline(end.unit or "as measured")
     lines = [f"| comparison | mean difference ({unit}) | 95 % CI | p | p (Holm) | seeds higher | verdict |",
              "|---|---|---|---|---|---|---|"]  # fmt: skip
     for c in family_rows(spec, stored, name):
         ci = "n/a" if c.low is None or c.high is None else f"[{end.scale * c.low:+.3f}, {end.scale * c.high:+.3f}]"
         p, holm = p_text(c, ".4f"), p_number(c.p_holm, ".4f")
-        lines.append(f"| {c.label} | {end.scale * c.mean:+.3f} | {ci} | {p} | {holm} | {c.wins} of {len(c.seeds)} "
-                     f"| {verdict(c, end.scale, end.unit or 'as measured')} |")  # fmt: skip
+        lines.append(f"| {inline(c.label)} | {end.scale * c.mean:+.3f} | {ci} | {p} | {holm} | {c.wins} of {len(c.seeds)} "
+                     f"| {verdict(c, end.scale, unit)} |")  # fmt: skip
     margin = spec.families[name].margin
     if margin is not None:
-        lines += ["", *(f"- {c.label}: {margin_text(c, margin, end.scale, unit)}." for c in family_rows(spec, stored, name))]
+        lines += ["", *(f"- {inline(c.label)}: {margin_text(c, margin, end.scale, unit)}." for c in family_rows(spec, stored, name))]
     return lines
 
 
@@ -172,9 +175,10 @@ def commands(spec: Spec, stored: dict[str, Any]) -> list[str]:
     for cell in stored["cells"]:
         first.setdefault((point_text(cell["point"]), cell["arm"]), cell)
     where = " at each axes point" if spec.axes else ""
-    return [f"Run with `fedpfn study run {spec.path}`, written with `fedpfn study page {spec.path}` "
-            f"(`--stored`: again from {spec.page.stored if spec.page else ''} alone). Each arm's first cell{where}:", "",  # fmt: skip
-            *(f"- {spec.labels[arm]}{', ' + point if point else ''}: `{cell['command']}`" for (point, arm), cell in first.items()),
+    return [f"Run with {code(f'fedpfn study run {spec.path}')}, written with {code(f'fedpfn study page {spec.path}')} "
+            f"(`--stored`: again from {inline(spec.page.stored if spec.page else '')} alone). Each arm's first cell{where}:",
+            "", *(f"- {inline(spec.labels[arm])}{', ' + inline(point) if point else ''}: {code(cell['command'])}"
+                  for (point, arm), cell in first.items()),  # fmt: skip
             *machines_lines([cell.get(PROVENANCE) for cell in stored["cells"]])]
 
 
@@ -182,7 +186,7 @@ def machines_lines(provenances: list[Any]) -> list[str]:
     """A blank line and the sentence that says the cells ran on more than one machine (or were kept
     before cells recorded theirs); nothing when they all ran on one."""
     said = machines_sentence(provenances)
-    return ["", said] if said else []
+    return ["", inline(said)] if said else []
 
 
 def section(spec: Spec, stored: dict[str, Any] | None, marker: str) -> list[str]:
@@ -232,6 +236,9 @@ def write(spec: Spec, configure: Configure, from_stored: bool = False) -> Path:
     if keeps is None and spec.command != "run":
         raise spec.refuse(f"the page's tables read `fedpfn run` folders; a study of command = {spec.command!r} "
                           f"needs a page.reading (known: {', '.join(READINGS)})")  # fmt: skip
+    for path, key in ((spec.page.out, "page.out"), (spec.page.stored, "page.stored")):  # before anything is read
+        if (problem := file_out_problem(path, key, "a study's page")) is not None:
+            raise spec.refuse(problem)
     if not from_stored:
         if spec.page.reading in PARTIAL:
             for study in spec.every():  # a part's cells too (the pilot's controls)
@@ -245,14 +252,25 @@ def write(spec: Spec, configure: Configure, from_stored: bool = False) -> Path:
             data = collect(spec, configure)
             spec.page.stored.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_bytes(spec.page.stored, (json_text(data, indent=1) + "\n").encode())
-    elif not spec.page.stored.is_file():
-        raise spec.refuse(f"{spec.page.stored} is missing: write the page from the cells first (fedpfn study page "
-                          f"{spec.path}); nothing written")  # fmt: skip
-    stored = None if keeps is not None else read_json(spec.page.stored)
-    text = render(spec, stored)
+    stored = None if keeps is not None else stored_results(spec)
+    try:
+        text = render(spec, stored)
+    except (KeyError, TypeError, AttributeError, IndexError) as err:  # a reading's own stored file, edited
+        if not from_stored:
+            raise
+        raise spec.refuse(f"page.stored: {spec.page.stored} does not hold what the page reads ({type(err).__name__}: "
+                          f"{limits.shown(err.args[0] if err.args else '')})") from None  # fmt: skip
     spec.page.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(spec.page.out, text.encode())
     return spec.page.out
+
+
+def stored_results(spec: Spec) -> dict[str, Any]:
+    """The stored results the page's own tables read, checked in shape (fedpfn.study.limits)."""
+    data = spec.stored_results()
+    if (problem := limits.stored_problem(spec, data)) is not None:
+        raise spec.refuse(f"page.stored: {spec.page.stored if spec.page else ''} {problem}")
+    return data
 
 
 def plan_done(spec: Spec, configure: Configure) -> list[Planned]:
