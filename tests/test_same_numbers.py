@@ -1,6 +1,7 @@
 """Same command, same numbers: the default run's metrics.jsonl is the same byte for byte (less the
 wall-clock fields) whatever the load beside it and however many cores it may use, because
-`--engine-mode auto` is decided by the hardware, never by a timing. The instrument is shown to
+`--engine-mode auto` is decided by the machine, never by a timing, and the modes it picks on the
+CPU (processes on several cores, loop on one) give the same sums. The instrument is shown to
 move: a mode with other arithmetic (vmap, named) gives other bytes.
 """
 
@@ -44,5 +45,6 @@ def test_the_default_run_gives_the_same_metrics_under_load_and_on_one_core(tmp_p
         busy.kill()
     assert one_core == idle and loaded == idle
     config = json.loads((tmp_path / "idle" / "config.json").read_text())
-    assert config["engine_mode"] == "threads"  # what computed them, recorded
+    assert config["engine_mode"] == "processes"  # what computed them, recorded
+    assert json.loads((tmp_path / "one-core" / "config.json").read_text())["engine_mode"] == "loop"
     assert metrics(tmp_path / "vmap", extra=("--engine-mode", "vmap")) != idle  # other sums: other bytes

@@ -1,10 +1,10 @@
 """Settings grouped by concern: each choice holds only the settings it uses (fedpfn.core.variants).
 
 `cfg.partition` is one of `Dirichlet`, `Shards`, `Iid`, `Tasks` or `FlwrPartition`; `cfg.engine`
-one of `Vmap` (the batched engine's vmap mode, or auto: vmap on a GPU, threads on the CPU),
-`Threads`, `Loop` or `Ray`. A run of `--partition shards` has no `alpha` to read, and a run on Ray
-no `engine_chunk`. Where the clients compute (`client_cpus`, `client_gpus`, `ray_address`) is a
-group beside the engine, `cfg.placement` (fedpfn.core.concerns): both engines read it, and under
+one of `Vmap` (the batched engine's vmap mode, or auto: vmap on a GPU, processes on a CPU of
+several cores), `Processes`, `Threads`, `Loop` or `Ray`. A run of `--partition shards` has no
+`alpha` to read, and a run on Ray no `engine_chunk`. Where the clients compute (`client_cpus`,
+`client_gpus`, `ray_address`) is a group beside the engine, `cfg.placement` (fedpfn.core.concerns): both engines read it, and under
 `flwr run` the ClientApp reads `client_cpus` whatever the engine. A concern with no choice is a
 group of one variant (fedpfn.core.concerns).
 """
@@ -27,7 +27,7 @@ _INIT = chooser("str | None", setting(
     ".pt/.pth; the header names it with its sha256 and its round-0 accuracy",
     init_file_problem,
 ))  # fmt: skip
-ENGINE_MODES = ("auto", "vmap", "threads", "loop")
+ENGINE_MODES = ("auto", "vmap", "processes", "threads", "loop")
 
 
 def _min_size() -> Any:
@@ -137,7 +137,8 @@ def _workers() -> Any:
 
 @dataclass(frozen=True)
 class Vmap(_Engine):
-    """The batched engine as one stacked program (auto: vmap on a GPU, threads on the CPU)."""
+    """The batched engine as one stacked program, or auto (vmap on a GPU; on the CPU, processes
+    where it has several cores, else loop: fedpfn.runtime.engines.runner.mode_of)."""
 
     chosen_by: ClassVar[dict[str, str]] = {"engine": "batched"}
     engine_mode: str = setting("auto", "auto or vmap", one_of(("auto", "vmap")), kind="placement")
@@ -148,6 +149,13 @@ class Vmap(_Engine):
         kind="placement",
     )
     engine_workers: int | None = _workers()
+
+
+@dataclass(frozen=True)
+class Processes(_Engine):
+    """The batched engine with a round's clients dealt to worker processes, one CPU thread each."""
+
+    chosen_by: ClassVar[dict[str, str]] = {"engine": "batched", "engine_mode": "processes"}
 
 
 @dataclass(frozen=True)
@@ -173,7 +181,7 @@ class Ray(_Engine):
     chosen_by: ClassVar[dict[str, str]] = {"engine": "ray"}
 
 
-Engine = Vmap | Threads | Loop | Ray
+Engine = Vmap | Processes | Threads | Loop | Ray
 
 ENGINE = Group(
     "engine",
@@ -187,17 +195,18 @@ ENGINE = Group(
         )),
         "engine_mode": chooser("str", setting(
             "auto",
-            "how the batched engine runs a round: vmap (one stacked program), threads (clients side by side, "
-            "one CPU thread each), loop (one after another); auto: vmap on a GPU, threads on the CPU (never "
-            "timed: the same command gives the same numbers whatever the load)",
+            "how the batched engine runs a round: vmap (one stacked program), processes (clients dealt to worker "
+            "processes, one CPU thread each), threads (clients side by side, one CPU thread each), loop (one after "
+            "another); auto: vmap on a GPU, processes on a CPU of several cores, else loop (never timed: the same "
+            "command gives the same numbers whatever the load; processes, threads and loop give the same numbers)",
             one_of(ENGINE_MODES),
             kind="placement",
         )),
     },
-    (Vmap, Threads, Loop, Ray),
+    (Vmap, Processes, Threads, Loop, Ray),
     {
         "engine_mode": "only --engine batched uses it",
-        "engine_workers": "only --engine batched uses it",
+        "engine_workers": "only --engine batched uses it, in its vmap, threads and loop modes (processes has its own)",
         "engine_chunk": "only the batched engine's vmap mode (--engine-mode vmap or auto) runs a round in chunks",
     },
     ("engine", "engine_mode", "engine_chunk", "engine_workers"),

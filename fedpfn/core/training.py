@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -159,8 +161,10 @@ def local_step(
     correct: Correction | None = None,
     after_step: AfterStep | None = None,
     criterion: Criterion | None = None,
+    batched: bool = False,
 ) -> StepOutput:
-    """One optimizer step of one client on one batch (see the module docstring)."""
+    """One optimizer step of one client on one batch (see the module docstring); `batched`: called
+    under `torch.func.vmap` (a stack of clients), so differentiated by `torch.func.grad`."""
 
     def objective(p: Tensors, b: Tensors) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         logits, features = forward(model, p, b, inputs)
@@ -170,13 +174,27 @@ def local_step(
 
     # the buffers are an argument, not captured: BatchNorm updates them in place, which a
     # grad transform allows only on its inputs
-    grads, (ce, logits, features) = grad(objective, has_aux=True)(params, buffers)
+    differentiate = grad(objective, has_aux=True) if batched else partial(_autograd, objective)
+    grads, (ce, logits, features) = differentiate(params, buffers)
     if correct is not None:
         grads = correct(grads, StepView(model, params, logits, features, inputs, targets))
     new_params, new_state = optimizer_step(spec, params, grads, state, step)
     if after_step is not None:
         new_params = after_step(new_params)
     return StepOutput(new_params, new_state, ce, (logits.argmax(1) == targets).sum())
+
+
+def _autograd(objective: Callable[[Tensors, Tensors], tuple[torch.Tensor, Any]], params: Tensors, buffers: Tensors) -> tuple[Tensors, Any]:
+    """`torch.func.grad(objective, has_aux=True)(params, buffers)` for one client, by plain autograd:
+    the same kernels, so the same bits, without the transform's cost on every call (about 0.7 ms
+    of a 2.2 ms step of the MLP on one CPU thread). An entry the loss does not reach gets a zero
+    gradient, as under the transform."""
+    leaves = {name: p.detach().requires_grad_() for name, p in params.items()}
+    with torch.enable_grad():
+        loss, aux = objective(leaves, buffers)
+        found = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
+    grads = {name: torch.zeros_like(leaves[name]) if g is None else g for name, g in zip(leaves, found)}
+    return grads, aux
 
 
 def minibatches(

@@ -211,7 +211,7 @@ def simulate(cfg: RunConfig, resume: bool = False, show_progress: bool = True) -
 
 
 def arithmetic(cfg: RunConfig) -> str | None:
-    """'vmap', 'per client' (loop, threads and Ray agree bit for bit), or None (auto: not known)."""
+    """'vmap', 'per client' (loop, processes, threads and Ray agree bit for bit), or None (auto: not known)."""
     if isinstance(cfg.engine, Vmap):
         return None if cfg.engine.mode == "auto" else "vmap"
     return "per client"

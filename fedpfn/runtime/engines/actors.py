@@ -94,7 +94,7 @@ class RayRunner:
             pids = [jobs[i].partition_id for i in block]
             log.debug("clients %s trained on node %s", pids, node)
             for i, state, files in zip(block, states, saved):
-                replace_records(jobs[i].context_state, state)
+                jobs[i].take_state(state)
                 sync_files(self.store(jobs[i]), files)
         return CohortResult.merge([part[0] for part in parts])
 
@@ -110,14 +110,6 @@ class RayRunner:
         for actor in self.actors:
             ray.kill(actor)
         ray.shutdown()
-
-
-def replace_records(target: RecordDict, source: RecordDict) -> None:
-    """`target` holding exactly `source`'s records (a context's state, back from an actor)."""
-    for key in list(target):
-        del target[key]
-    for key, record in source.items():
-        target[key] = record
 
 
 def read_files(root: Path) -> Files:

@@ -7,9 +7,10 @@ in-process implementation of Flower's `Grid`: a round's clients are trained as o
 at `--ray-address` (actors.py; where they go and what is refused: placement.py).
 
 How a cohort runs (`--engine-mode`): `vmap` stacks the clients and takes each step for all
-of them at once (auto's choice on a GPU); `threads` trains clients side by side, one CPU
-thread each (auto's choice on the CPU: the numbers of `loop` and of the Ray engine, bit for
-bit, whatever the load); `loop` one after another. A round is split into chunks of
+of them at once (auto's choice on a GPU); `processes` deals them to worker processes, one CPU
+thread each (auto's choice on a CPU of several cores: the numbers of `loop` and of the Ray
+engine, bit for bit, whatever the load; processes.py); `threads` trains them side by side in
+this process, one CPU thread each; `loop` one after another. A round is split into chunks of
 `--engine-chunk` clients (0: as many as the device's free memory holds); a chunk that runs
 out of GPU memory is retried in halves, never lost.
 """
@@ -24,9 +25,11 @@ from flwr.app import Context, RecordDict
 from flwr.app.user_config import UserConfig
 
 from fedpfn.core.config import RunConfig
-from fedpfn.core.groups import ENGINE
+from fedpfn.core.groups import ENGINE, Processes
+from fedpfn.core.settings import ConfigError
 from fedpfn.core.training import pick_device
 from fedpfn.runtime.engines.actors import RayRunner, start_ray
+from fedpfn.runtime.engines.processes import ProcessRunner, worker_count
 from fedpfn.runtime.engines.runner import CohortRunner, auto_reason, device_of, mode_of
 from fedpfn.runtime.engines.grid import RUN_ID, SERVER_NODE, BatchedGrid, act_as_server
 from fedpfn.runtime.engines.placement import batched_slots, check_placement
@@ -40,8 +43,8 @@ from fedpfn.runtime.tracking import Tracking
 def workers_of(cfg: RunConfig) -> int | None:
     """Ray actors to spread a round over: set, or one per GPU of a multi-GPU machine; with
     `ray_address` (None here) as many as placement.plan_actors finds on the cluster."""
-    if cfg.engine.engine_workers is not None:
-        return cfg.engine.engine_workers
+    if (workers := getattr(cfg.engine, "engine_workers", None)) is not None:  # processes mode has none
+        return workers
     gpus = 0 if cfg.placement.ray_address else torch.cuda.device_count()
     return gpus if gpus > 1 else None
 
@@ -56,6 +59,11 @@ def prepare(cfg: RunConfig) -> RunConfig:
     With Ray (actors here, or a cluster) the actors' plan is made and checked now: on a
     cluster that means joining it and reading its nodes (batched_slots).
     """
+    if isinstance(cfg.engine, Processes) and cfg.placement.ray_address:
+        raise ConfigError(
+            "engine_mode: processes trains on this machine; with --ray-address each actor trains its share: "
+            "use --engine-mode threads, loop or vmap (or auto)"
+        )
     check_placement(cfg, uses_ray(cfg), batched_slots if uses_ray(cfg) else None)
     return cfg
 
@@ -69,8 +77,9 @@ def settle(run: RunPlan) -> tuple[RunPlan, str]:
     if cfg.engine.mode != "auto" or uses_ray(cfg):
         return run, ""
     device = device_of(cfg)
-    engine = ENGINE.changed(cfg.engine, engine_mode=mode_of(cfg, device))
-    return dataclasses.replace(run, cfg=dataclasses.replace(cfg, engine=engine)), auto_reason(device)
+    mode = mode_of(cfg, device)
+    engine = ENGINE.changed(cfg.engine, engine_mode=mode)
+    return dataclasses.replace(run, cfg=dataclasses.replace(cfg, engine=engine)), auto_reason(device, mode)
 
 
 def describe(cfg: RunConfig) -> str:
@@ -87,16 +96,26 @@ def describe(cfg: RunConfig) -> str:
     how = {
         "vmap": "all of a round's clients as one vmapped program"
         + (f", {chunk} per chunk" if (chunk := getattr(cfg.engine, "engine_chunk", 0)) else ", chunks as large as free memory holds"),
+        "processes": f"clients dealt to {worker_count(cfg)} worker processes, one thread each",
         "threads": f"clients side by side on {os.cpu_count()} threads, one each",
         "loop": "one client after another",
     }[mode]
     return f"batched engine in this process on {where} ({device.type}): {how}; server evaluates on {pick_device()}"
 
 
+def runner_of(cfg: RunConfig) -> CohortRunner | RayRunner | ProcessRunner:
+    """What trains a round's cohort: Ray's actors, worker processes, or this process."""
+    if uses_ray(cfg):
+        return RayRunner(cfg, start_ray(cfg))
+    if mode_of(cfg, device_of(cfg)) == "processes":
+        return ProcessRunner(cfg, worker_count(cfg))
+    return CohortRunner(cfg)
+
+
 def run(run: RunPlan, tracker: Tracking) -> None:
     """The rounds over a BatchedGrid, through the same ServerApp as the Ray engine."""
     act_as_server()
-    runner: CohortRunner | RayRunner = RayRunner(run.cfg, start_ray(run.cfg)) if uses_ray(run.cfg) else CohortRunner(run.cfg)
+    runner = runner_of(run.cfg)
     grid = BatchedGrid(run.cfg, runner)
     context = Context(run_id=RUN_ID, node_id=SERVER_NODE, node_config=UserConfig(), state=RecordDict(), run_config=UserConfig())
     try:

@@ -55,8 +55,8 @@ class ComposedRules:
             params = rule.after_step(params, mine)
         return params
 
-    def step(self, model: nn.Module, spec: OptimizerSpec) -> Callable[..., StepOutput]:
-        """One step of one client as a function of its tensors (what vmap maps over)."""
+    def step(self, model: nn.Module, spec: OptimizerSpec, batched: bool = False) -> Callable[..., StepOutput]:
+        """One step of one client as a function of its tensors (what vmap maps over: `batched`)."""
         # no rule of its own: local_step's cross-entropy, unwrapped
         has_criterion = any(type(rule).criterion is not ClientRule.criterion for rule in self.rules)
 
@@ -68,6 +68,7 @@ class ComposedRules:
                 correct=lambda grads, view: self.correct(grads, view, per_client),
                 after_step=lambda p: self.after_step(p, per_client),
                 criterion=criterion,
+                batched=batched,
             )  # fmt: skip
 
         return one_client

@@ -41,6 +41,14 @@ class ClientJob:
     data: ClientData | None = None  # its examples when its node holds its own copy
     state_root: Path | None = None  # where its state lives when not in the run folder
 
+    def take_state(self, trained: RecordDict) -> None:
+        """`context_state` made to hold exactly `trained`'s records: the state as another process
+        (a Ray actor, a worker) left it, kept in the node's own RecordDict."""
+        for key in list(self.context_state):
+            del self.context_state[key]
+        for key, record in trained.items():
+            self.context_state[key] = record
+
 
 @dataclass
 class ClientTrained:

@@ -15,7 +15,7 @@ from fedpfn.core.personal import PERSONAL, left_out
 from fedpfn.core.protocol import Arrays
 from fedpfn.core.training import Tensors
 from fedpfn.runtime.engines.prepared import ClientTrained, PreparedCohort
-from fedpfn.runtime.engines.trees import concatenate
+from fedpfn.runtime.engines.trees import concatenate, interleave
 
 
 @dataclass
@@ -56,15 +56,17 @@ class CohortResult:
         return dataclasses.replace(self, params=move(self.params), buffers=move(self.buffers), records=records)
 
     @classmethod
-    def merge(cls, parts: Sequence[CohortResult]) -> CohortResult:
-        """Parts of one round (in client order) as one result."""
+    def merge(cls, parts: Sequence[CohortResult], shares: Sequence[Sequence[int]] | None = None) -> CohortResult:
+        """Parts of one round as one result: consecutive blocks in client order, or part i
+        holding the round's clients at positions `shares[i]`."""
+        join = concatenate if shares is None else (lambda trees: interleave(trees, shares))
         return cls(
-            partition_ids=concatenate([part.partition_ids for part in parts]),
+            partition_ids=join([part.partition_ids for part in parts]),
             entries=parts[0].entries,
-            params=concatenate([part.params for part in parts]),
-            buffers=concatenate([part.buffers for part in parts]),
-            records=concatenate([part.records for part in parts]),
-            metrics=concatenate([part.metrics for part in parts]),
+            params=join([part.params for part in parts]),
+            buffers=join([part.buffers for part in parts]),
+            records=join([part.records for part in parts]),
+            metrics=join([part.metrics for part in parts]),
             upload_mask=parts[0].upload_mask,
         )
 

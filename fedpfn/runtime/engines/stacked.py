@@ -64,7 +64,7 @@ def train_stacked(cohort: PreparedCohort, members: range) -> ClientTrained:
     per_client = stack([cohort.per_client[k] for k in ks])
     losses = torch.zeros(count, device=cohort.device, dtype=cohort.dtype)
     correct = torch.zeros(count, device=cohort.device, dtype=torch.int64)
-    one_client = cohort.rules.step(model, cohort.spec)
+    one_client = cohort.rules.step(model, cohort.spec, batched=True)
 
     def as_tuple(*args):  # noqa: ANN002, ANN202  (vmap maps tuples, not dataclasses)
         out = one_client(*args)

@@ -37,3 +37,22 @@ def concatenate(parts: Sequence[Any]) -> Any:
     if isinstance(first, list):
         return [item for part in parts for item in part]
     return torch.cat(list(parts))
+
+
+def interleave(parts: Sequence[Any], shares: Sequence[Sequence[int]]) -> Any:
+    """Results of parts of a round as one, in the round's order: part i holds the clients at
+    positions `shares[i]` (each in order). Tensors are written once into their rows."""
+    first = parts[0]
+    if isinstance(first, dict):
+        return {key: interleave([p[key] for p in parts], shares) for key in first}
+    total = sum(len(share) for share in shares)
+    if isinstance(first, list):
+        placed: list[Any] = [None] * total
+        for part, share in zip(parts, shares):
+            for k, item in zip(share, part):
+                placed[k] = item
+        return placed
+    out = first.new_empty((total, *first.shape[1:]))
+    for part, share in zip(parts, shares):
+        out[torch.tensor(share, dtype=torch.long)] = part
+    return out

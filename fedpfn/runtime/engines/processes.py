@@ -1,0 +1,173 @@
+"""The batched engine's `processes` mode: a round's clients trained by worker processes, each
+on one torch thread.
+
+Why: on the CPU a small client's step is mostly Python (the rules' hooks, torch's dispatch), and
+the threads of one interpreter take turns at it; processes do not. Each client is the same
+single-threaded computation as in `loop` and `threads` (`CohortProgram.train("loop")`), and the
+parts come back in client order, so a round's numbers are theirs bit for bit.
+
+The workers are forked once per run from the driver, after it has loaded the dataset, so they
+share its pages (copy-on-write) instead of loading their own. A round's clients are dealt to
+them by size (the largest first, to the least loaded), each worker trains its share in client
+order, and the driver puts the parts back in the round's order. A worker writes its clients'
+saved state into the run folder as the driver would (one machine), and sends back their
+`context.state`. Tensors come back through shared memory (torch.multiprocessing).
+
+Workers end with the run: closed by the driver; on EOF of their pipe; and, where the driver is
+killed (kill -9 included), by the kernel's parent-death signal. They ignore SIGINT: Ctrl-C is
+the driver's to handle, and the driver closes them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import signal
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+import torch.multiprocessing  # noqa: F401  (tensors through shared memory, not copied into pickles)
+from flwr.app import RecordDict
+
+from fedpfn.core.cache import client_indices, dataset_on
+from fedpfn.core.config import RunConfig
+from fedpfn.runtime.algorithms import client_rules
+from fedpfn.runtime.engines.prepared import ClientJob
+from fedpfn.runtime.engines.program import CohortProgram
+from fedpfn.runtime.engines.result import CohortResult
+
+CLOSE_SECONDS = 5.0  # a worker not gone by then after being told to stop is killed
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity), not the machine's: `taskset` and a
+    study's share of the machine count."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def worker_count(cfg: RunConfig) -> int:
+    """One worker per usable core, no more than a round's clients."""
+    return max(1, min(usable_cores(), cfg.federation.clients_per_round))
+
+
+def deal(sizes: Sequence[int], workers: int) -> list[list[int]]:
+    """Client positions dealt to `workers` by size: the largest first, each to the least loaded
+    (ties to the lowest worker); each share in client order. A function of the sizes only."""
+    shares: list[list[int]] = [[] for _ in range(workers)]
+    load = [0] * workers
+    for k in sorted(range(len(sizes)), key=lambda k: (-sizes[k], k)):
+        w = min(range(workers), key=lambda w: (load[w], w))
+        shares[w].append(k)
+        load[w] += sizes[k]
+    return [sorted(share) for share in shares if share]
+
+
+class ProcessRunner:
+    """A round's cohort trained by worker processes forked once per run."""
+
+    def __init__(self, cfg: RunConfig, workers: int) -> None:
+        self.cfg = cfg
+        self.device = torch.device("cpu")
+        dataset_on(cfg, self.device)  # loaded (and the split made) before the fork: the workers share them
+        client_indices(cfg)
+        context = multiprocessing.get_context("fork")
+        self.pipes: list[Connection] = []
+        self.workers: list[Any] = []
+        for _ in range(workers):
+            mine, theirs = context.Pipe()
+            worker = context.Process(target=_serve, args=(cfg, theirs), daemon=True, name="fedpfn-worker")
+            worker.start()
+            theirs.close()
+            self.pipes.append(mine)
+            self.workers.append(worker)
+
+    def __call__(self, content: RecordDict, jobs: list[ClientJob]) -> CohortResult:
+        indices = client_indices(self.cfg)
+        sizes = [len(indices[job.partition_id]) for job in jobs]
+        shares = deal(sizes, len(self.workers))
+        for pipe, share in zip(self.pipes, shares):
+            pipe.send((content, [jobs[k] for k in share]))
+        received = [self._receive(pipe, worker) for pipe, worker, _ in zip(self.pipes, self.workers, shares)]
+        if failed := [value for outcome, value in received if outcome == "error"]:
+            raise failed[0]  # every part read first, so no reply is left for the next round
+        parts = [value for _, value in received]
+        for share, (_, states) in zip(shares, parts):
+            for k, state in zip(share, states):
+                jobs[k].take_state(state)
+        return CohortResult.merge([part for part, _ in parts], shares)
+
+    def _receive(self, pipe: Connection, worker: Any) -> tuple[str, Any]:
+        """("done", (part, context states)) or ("error", the exception it raised); a worker that
+        ended instead, said in one line."""
+        try:
+            return pipe.recv()
+        except EOFError:
+            worker.join(CLOSE_SECONDS)
+            raise RuntimeError(
+                f"a worker process of the batched engine (pid {worker.pid}) ended while training "
+                f"(exit code {worker.exitcode})"
+            ) from None
+
+    def close(self) -> None:
+        """Every worker told to stop, and killed if it has not within CLOSE_SECONDS."""
+        for pipe in self.pipes:
+            try:
+                pipe.send(None)
+            except OSError:  # already gone
+                pass
+            pipe.close()
+        for worker in self.workers:
+            worker.join(CLOSE_SECONDS)
+            if worker.is_alive():
+                worker.kill()
+                worker.join()
+        self.pipes, self.workers = [], []
+
+
+def _serve(cfg: RunConfig, pipe: Connection) -> None:
+    """A worker: cohorts from the pipe, trained as `loop` on one torch thread, until told to stop."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    torch.set_num_threads(1)
+    device = torch.device("cpu")
+    rules = client_rules(cfg)
+    while True:
+        try:
+            asked = pipe.recv()
+        except EOFError:
+            return
+        if asked is None:
+            return
+        content, jobs = asked
+        try:
+            result = CohortProgram(rules, cfg, content, device, jobs).train("loop", threads=1)
+            pipe.send(("done", (result, [job.context_state for job in jobs])))
+        except Exception as err:  # noqa: BLE001  (the driver raises it, as if it had trained the clients)
+            pipe.send(("error", _sendable(err)))
+
+
+def _sendable(err: Exception) -> Exception:
+    """`err` if it survives pickling, else a RuntimeError that says what it was."""
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(err))
+        return err
+    except Exception:  # noqa: BLE001
+        return RuntimeError(f"{type(err).__name__}: {err}")
+
+
+def _die_with_parent() -> None:
+    """SIGTERM to this process when the driver dies (Linux's prctl; elsewhere the pipe's EOF)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the driver died before the signal was armed
+        os._exit(0)
