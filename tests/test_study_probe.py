@@ -13,6 +13,7 @@ surface of a study file gets its cases here, in its group.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -149,3 +150,218 @@ def test_the_cells_jobs_start_never_import_a_planted_torch(tmp_path: Path, monke
     assert fedpfn(["study", "run", name, "--jobs", "2"]) == 0, capsys.readouterr()
     assert not (tmp_path / "shadowed").exists()
     assert (tmp_path / "runs/s/a/s0/summary.json").is_file() and (tmp_path / "runs/s/b/s0/summary.json").is_file()
+
+
+# --- places: every path a study file names stays in the folder the study runs in -----------------
+
+PAGE = "[page]\nout = 'p.md'\nstored = 'p.json'\ntext = '# P\\n<!-- study: arms -->\\n'\n"
+ARMS = "[arms]\na = '--algorithm fedavg'\nb = '--algorithm fedpfn'\n"
+OUTSIDE = {  # the study file's text -> what the refusal names
+    "a page written outside": (ARMS + PAGE.replace("'p.md'", "'../victim.md'"), "page.out = '../victim.md' lies outside"),
+    "a page by absolute path": (ARMS + PAGE.replace("'p.md'", "'{victim}'"), "page.out = '{victim}' lies outside"),
+    "a page under /dev": (ARMS + PAGE.replace("'p.md'", "'/dev/full'"), "page.out = '/dev/full' lies outside"),
+    "stored results outside": (ARMS + PAGE.replace("'p.json'", "'../x/p.json'"), "page.stored = '../x/p.json' lies"),
+    "a template read from /etc": (ARMS + PAGE.replace("text = '# P\\n<!-- study: arms -->\\n'", "template = '/etc/passwd'"),
+                                  "page.template = '/etc/passwd' lies outside"),
+    "runs outside": ("runs = '../elsewhere'\n" + ARMS, "runs = '../elsewhere' lies outside"),
+    "a cell pattern climbing out": ("cell = '{arm}/../../../x{seed}'\n" + ARMS, "gives '"),
+    "an axis value climbing out": (ARMS + "[axes]\nlr = ['../../../../x']\n", "gives '"),
+    "an arm named '..'": ("cell = '{arm}/../../x'\n[arms]\n'..' = ''\n", "gives '"),
+    "an empty runs": ("runs = ''\n" + ARMS, "runs = '' is not a path inside"),
+    "runs of the wrong kind": ("runs = 5\n" + ARMS, "runs = 5 is not a path (text)"),
+}  # fmt: skip
+
+
+@pytest.fixture
+def victim(tmp_path: Path) -> Path:
+    """A file outside the study's folder, which nothing the study does may change."""
+    (tmp_path / "victim.md").write_text("mine")
+    (tmp_path / "study").mkdir()
+    return tmp_path / "victim.md"
+
+
+def unchanged(victim: Path) -> bool:
+    return victim.read_text() == "mine" and sorted(p.name for p in victim.parent.iterdir()) == ["study", "victim.md"]
+
+
+@pytest.mark.parametrize("case", list(OUTSIDE))
+@pytest.mark.parametrize("verb", ["status", "run", "page"])
+def test_a_path_outside_the_studys_folder_is_refused(victim: Path, monkeypatch, capsys, case: str, verb: str) -> None:
+    monkeypatch.chdir(victim.parent / "study")
+    text, says = (part.replace("{victim}", str(victim)) for part in OUTSIDE[case])
+    (victim.parent / "study" / "s.toml").write_text(text.replace("runs = ''", "runs = ''") if "runs =" in text
+                                                    else f"runs = 'runs/s'\nshared = '{SHARED}'\n{text}")  # fmt: skip
+    line = refused_in_one_line(capsys, verb, "s.toml")
+    assert says in line, line
+    assert unchanged(victim) and sorted(p.name for p in (victim.parent / "study").iterdir()) == ["s.toml"]
+
+
+def stored_cells(*arms: str, command: str = "fedpfn run --seed 0") -> str:
+    import json
+
+    return json.dumps({"study": "s.toml", "chosen": None, "cells": [
+        {"arm": arm, "point": {}, "seed": 0, "folder": f"runs/s/{arm}/s0", "command": command, "endpoints": {}}
+        for arm in arms]})  # fmt: skip
+
+
+LINKED = {  # what is planted in the study's folder -> which key the refusal names
+    "the runs folder": (lambda d, v: (d / "runs").symlink_to(v.parent, target_is_directory=True), "runs: 'runs' is a"),
+    "a cell's folder": (lambda d, v: ((d / "runs/s/a").mkdir(parents=True), (d / "runs/s/a/s0").symlink_to(v.parent)),
+                        "runs: 'runs/s/a/s0' is a symbolic link"),
+    "the page": (lambda d, v: (d / "p.md").symlink_to(v), "page.out: 'p.md' is a symbolic link"),
+    "the stored results": (lambda d, v: (d / "p.json").symlink_to("/etc/passwd"), "page.stored: 'p.json' is a symbolic"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(LINKED))
+def test_a_link_planted_in_the_studys_folder_is_never_followed(victim: Path, monkeypatch, capsys, case: str) -> None:
+    here = victim.parent / "study"
+    monkeypatch.chdir(here)
+    (here / "s.toml").write_text(f"runs = 'runs/s'\nshared = '{SHARED}'\n{ARMS}{PAGE}")
+    plant, says = LINKED[case]
+    plant(here, victim)
+    verbs = [["page", "--stored"]] if case in ("the page", "the stored results") else [["status"], ["run"], ["page"]]
+    for verb in verbs:
+        line = refused_in_one_line(capsys, *verb, "s.toml")
+        assert says in line, line
+    assert victim.read_text() == "mine" and sorted(p.name for p in victim.parent.iterdir()) == ["study", "victim.md"]
+
+
+NOT_FILES = {  # what stands where the page reads or writes -> what the refusal says
+    "a FIFO as the template": ("fifo", "template = 'in.md'", "page.template: cannot read in.md: not a regular file"),
+    "a folder as the template": ("dir", "template = 'in.md'", "page.template: cannot read in.md: not a regular file"),
+    "a folder as the page": ("out", "text = 'x'", "page.out: 'p.md' is not a file"),
+    "a template too large": ("big", "template = 'in.md'", "page.template: cannot read in.md: larger than 1048576"),
+    "a template missing": ("", "template = 'in.md'", "page.template: 'in.md' does not exist"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(NOT_FILES))
+def test_what_is_no_plain_file_is_refused_at_once(tmp_path: Path, monkeypatch, capsys, case: str) -> None:
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    kind, source, says = NOT_FILES[case]
+    page = f"[page]\nout = 'p.md'\nstored = 'p.json'\n{source}\n"
+    (tmp_path / "s.toml").write_text(f"runs = 'runs/s'\nshared = '{SHARED}'\n{ARMS}{page}")
+    (tmp_path / "p.json").write_text(stored_cells("a", "b"))
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "in.md")  # a read would wait for a writer forever
+    elif kind == "dir":
+        (tmp_path / "in.md").mkdir()
+    elif kind == "out":
+        (tmp_path / "p.md").mkdir()
+    elif kind == "big":
+        with open(tmp_path / "in.md", "wb") as big:
+            big.truncate(2 << 20)
+    line = refused_in_one_line(capsys, "page", "--stored", "s.toml")
+    assert says in line, line
+
+
+# --- shapes: malformed study files and stored results, one line naming the key, at once -----------
+
+DEEP = 3000
+SHAPES = {  # the study file's text -> what the refusal says
+    "arrays thousands deep": ("seeds = " + "[" * DEEP + "]" * DEEP + "\n" + ARMS, "nests tables or arrays deeper than"),
+    "tables thousands deep": ("x = " + "{a = " * DEEP + "1" + "}" * DEEP + "\n" + ARMS, "nests tables or arrays deeper"),
+    "arrays nine deep": (ARMS + "[axes]\nlr = " + "[" * 9 + "]" * 9 + "\n", "axes.lr[0][0][0][0][0][0][0] nests"),
+    "a format filling the memory": (ARMS + "[endpoints.e]\nmetric = 'test_accuracy'\nformat = '.999999999f'\n",
+                                    "endpoints.e.format = '.999999999f' is not a number's format spec"),
+    "a cell pattern filling the memory": ("cell = '{arm:>999999999}'\n" + ARMS, "holds more than names in braces"),
+    "a million cells": (ARMS + "[axes]\nlr = [" + ",".join(map(str, range(1000))) + "]\nmomentum = ["
+                        + ",".join(map(str, range(1000))) + "]\n", "declares 2,000,000 cells"),
+    "100,000 seeds": (f"seeds = [{','.join(map(str, range(100_000)))}]\n" + ARMS, "seeds = [0, 1, 2, 3,"),
+    "10,000 arms": ("[arms]\n" + "".join(f"a{i} = ''\n" for i in range(10_000)), "declares 10,000 cells"),
+    "seeds of the wrong kind": ("seeds = 'all'\n" + ARMS, "seeds = 'all' is not a list of 1 to 1000 whole numbers"),
+    "an axis of tables": (ARMS + "[axes]\nlr = [{a = 1}]\n", "axes.lr[0] = {'a': 1} is not a flag's value"),
+    "a tuned value of lists": (ARMS + "[tune]\nflag = '--lr'\nvalues = [[0.1]]\n", "tune.values[0] = [0.1] is not"),
+    "a page without its out": (ARMS + "[page]\nstored = 'p.json'\ntext = 'x'\n", "page.out is missing"),
+    "a label of the wrong kind": (ARMS + "[labels]\na = 3\n", "labels.a = 3 is not a string"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(SHAPES))
+def test_a_malformed_study_file_is_one_line_naming_the_key(tmp_path: Path, monkeypatch, capsys, case: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    text, says = SHAPES[case]
+    (tmp_path / "s.toml").write_text(text)
+    line = refused_in_one_line(capsys, "status", "s.toml")
+    assert says in line and len(line) < 600, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
+
+
+STORED = {  # the stored results -> what the refusal says
+    "not JSON": ("{'cells': ", "page.stored: p.json is not valid JSON"),
+    "an array": ("[1, 2]", "page.stored: p.json holds list, not the JSON object"),
+    "no cells": ('{"endpoints": {}}', "page.stored: p.json has no list 'cells' (found None)"),
+    "cells of text": ('{"cells": "all"}', "has no list 'cells' (found 'all')"),
+    "a cell of the wrong kind": ('{"cells": [3]}', "cells[0] is 3, not an object"),
+    "a seed of text": (stored_cells("a").replace('"seed": 0', '"seed": "0"'), "cells[0].seed is '0', not int"),
+    "an arm not declared": (stored_cells("zz"), "cells[0].arm 'zz' is not an arm of the study"),
+    "an endpoint missing": (stored_cells("a").replace('"endpoints": {}', '"endpoints": {"x": 1}'),
+                            "cells[0].endpoints.acc is None, not a number or null"),
+    "an endpoint of text": (stored_cells("a").replace('"endpoints": {}', '"endpoints": {"acc": "high"}'),
+                            "cells[0].endpoints.acc is 'high', not a number or null"),
+    "nested too deep": ("[" * 100 + "]" * 100, "page.stored: p.json nests deeper than 64 levels"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(STORED))
+def test_malformed_stored_results_are_one_line_and_no_page(tmp_path: Path, monkeypatch, capsys, case: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    page = PAGE.replace("[page]", "[endpoints.acc]\nmetric = 'test_accuracy'\n[page]")
+    (tmp_path / "s.toml").write_text(f"runs = 'runs/s'\nshared = '{SHARED}'\n{ARMS}{page}")
+    stored, says = STORED[case]
+    (tmp_path / "p.json").write_text(stored)
+    line = refused_in_one_line(capsys, "page", "--stored", "s.toml")
+    assert says in line, line
+    assert not (tmp_path / "p.md").exists()
+
+
+def test_a_readings_stored_results_of_another_shape_are_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    page = "[page]\nout = 'p.md'\nstored = 'p.json'\nreading = 'earlier'\ntext = \"<!-- study: earlier -->\\n\"\n"
+    (tmp_path / "s.toml").write_text(f"runs = 'runs/s'\nshared = '{SHARED}'\n{ARMS}{page}")
+    (tmp_path / "p.json").write_text('{"what": "else"}')
+    line = refused_in_one_line(capsys, "page", "--stored", "s.toml")
+    assert "page.stored: p.json does not hold what the page reads (KeyError" in line, line
+    assert not (tmp_path / "p.md").exists()
+
+
+def test_stored_results_past_their_bound_are_refused_before_they_are_parsed(tmp_path: Path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.toml").write_text(f"runs = 'runs/s'\nshared = '{SHARED}'\n{ARMS}{PAGE}")
+    with open(tmp_path / "p.json", "wb") as wide:
+        wide.truncate((32 << 20) + 1)
+    line = refused_in_one_line(capsys, "page", "--stored", "s.toml")
+    assert "page.stored: cannot read p.json: larger than 33554432 bytes" in line
+
+
+# --- pages: what came from a file is shown as typed, never acted on ------------------------------
+
+
+def test_a_page_escapes_labels_points_units_and_commands(tmp_path: Path, monkeypatch, capsys) -> None:
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    label = "<img src=x onerror=alert(1)>|x\\n# Heading [a](javascript:alert(1))"
+    text = (f"runs = 'runs/s'\nshared = '{SHARED}'\n{ARMS}[labels]\na = \"{label}\"\n[axes]\nlr = ['0.1|<b>']\n"
+            "[endpoints.acc]\nmetric = 'test_accuracy'\nunit = '</td><script>'\n[families.f]\nendpoint = 'acc'\n"
+            "[page]\nout = 'p.md'\nstored = 'p.json'\n"
+            'text = "# P\\n<!-- study: arms -->\\n<!-- study: family f -->\\n<!-- study: commands -->\\n"\n')  # fmt: skip
+    (tmp_path / "s.toml").write_text(text)
+    command = "fedpfn run `</code><script>alert(1)</script>`"
+    cells = [{"arm": arm, "point": {"lr": "0.1|<b>"}, "seed": seed, "folder": "f", "command": command,
+              "endpoints": {"acc": 0.5 + 0.01 * seed * (arm == "b")}} for arm in ("a", "b") for seed in (0, 1, 2)]  # fmt: skip
+    (tmp_path / "p.json").write_text(json.dumps({"study": "s.toml", "chosen": None, "cells": cells}))
+    code, lines, out = study(capsys, "page", "--stored", "s.toml")
+    assert code == 0 and lines == [], lines
+    page = (tmp_path / "p.md").read_text()
+    spans = [line for line in page.splitlines() if line.endswith("`` fedpfn run `</code><script>alert(1)</script>` ``")]
+    assert len(spans) == 2  # a code span no backtick closes early: shown as typed
+    outside = page.replace("`` fedpfn run `</code><script>alert(1)</script>` ``", "")
+    assert "<img" not in outside and "<script>" not in outside and "<b>" not in outside and "</td>" not in outside
+    assert [line for line in page.splitlines() if line.startswith("#")] == ["# P"]  # no heading from a label
+    assert "\\[a\\](javascript:" in page and not re.search(r"(?<!\\)\]\(javascript:", page)  # no link
+    rows = [line for line in page.splitlines() if line.startswith("| ")]
+    assert all(line.count("|") - line.count("\\|") == rows[0].count("|") - rows[0].count("\\|") for line in rows[:3])

@@ -204,10 +204,10 @@ def read_limited(path: Path, max_bytes: int) -> bytes:
     except OSError as err:
         reason = "a symbolic link, which fedpfn never follows" if err.errno == errno.ELOOP else err.strerror
         raise DamagedFile(f"cannot read {path}: {reason}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a folder with its own error
+        os.close(fd)
+        raise DamagedFile(f"cannot read {path}: not a regular file")
     with os.fdopen(fd, "rb") as fh:
-        info = os.fstat(fh.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise DamagedFile(f"cannot read {path}: not a regular file")
         data = fh.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise DamagedFile(f"cannot read {path}: larger than {max_bytes} bytes")

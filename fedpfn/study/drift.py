@@ -36,12 +36,13 @@ SIGNED_MARK = "align_measured_on"  # written with every measurement by the signe
 
 def design(spec: Spec) -> Design:
     """The study file's parts the page reads; the families are its reports."""
+    if spec.tune is None or "alpha" not in spec.axes:  # a study file naming this reading without its parts
+        raise spec.refuse("page.reading 'drift' reads a tuned setting ([tune]) and an axis alpha; declare both")
     model = next((tokens[1] for name, tokens in groups(spec.shared) if name == "model" and len(tokens) > 1), "mlp")
     reports = {name: ([f.baseline, *f.arms], f.heading) for name, f in spec.families.items()}
     study = str(spec.path)
     lead = (f"made by `fedpfn study run {study}` and written by `fedpfn study page {study}`; `fedpfn study page "
             f"--stored {study}` writes it again from {prefix(spec)}-*, the reports' JSON and what the page read from")  # fmt: skip
-    assert spec.tune is not None, "the drift study tunes its learning rate"
     return Design(tuple(spec.axes["alpha"]), tuple(spec.arms), spec.tune.values, reports, spec.labels, model, lead)
 
 
