@@ -18,8 +18,8 @@ from typing import Any
 
 from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedAvg, FedAvgM, FedYogi, Strategy
 
-from fedpfn.core.files import DamagedFile, parse_json
 from fedpfn.core.flower_notes import NO_FEDERATED_EVALUATION, flower_note_dropped
+from fedpfn.core.kwargs import check_kinds, parse_kwargs
 from fedpfn.core.settings import ConfigError, above, between, setting
 from fedpfn.core.user_code import import_user_class
 
@@ -134,20 +134,6 @@ def load_strategy_class(path: str) -> type[Strategy]:
     return import_user_class(path, "server", Strategy, "a flwr.serverapp.strategy.Strategy subclass", "strategy")
 
 
-def parse_kwargs(text: str | None, setting: str = "server_args") -> dict[str, Any]:
-    """A JSON object of keyword arguments (`setting`'s value), or ConfigError in one line."""
-    if not text:
-        return {}
-    try:
-        # nesting bounded: 30,000 brackets deep is no argument (json.loads would hit its recursion limit)
-        kwargs = parse_json(text, f"'{text[:40]}{'...' if len(text) > 40 else ''}'")
-    except DamagedFile as err:
-        raise ConfigError(f"{setting}: {err}") from None
-    if not isinstance(kwargs, dict):
-        raise ConfigError(f"{setting}: '{text}' must be a JSON object of keyword arguments")
-    return kwargs
-
-
 def accepted_keywords(cls: type) -> tuple[list[str], bool]:
     """The keywords `cls(...)` takes: its own and, through `**kwargs`, its bases' (FedAvg's).
 
@@ -172,11 +158,12 @@ def build_user_strategy(path: str, args: str | None, per_round: int | None = Non
     few of them to mean anything (Krum's n >= 2f + 3) is warned about on the `fedpfn` logger.
     """
     cls = load_strategy_class(path)
-    kwargs = parse_kwargs(args)
+    kwargs = parse_kwargs(args, "server_args")
     accepted, takes_any = accepted_keywords(cls)
     unknown = sorted(set(kwargs) - set(accepted)) if not takes_any else []
     if unknown:
         raise ConfigError(f"server_args: {path} takes no argument {', '.join(unknown)}; it accepts {', '.join(accepted)}")
+    check_kinds(cls, kwargs, "server_args")
     sampling = sorted(set(kwargs) & set(TAKE_ALL))
     if sampling:  # they would be overwritten below: refused, not ignored
         raise ConfigError(

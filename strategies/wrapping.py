@@ -30,13 +30,14 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Strategy
 
+from fedpfn.core.kwargs import check_kinds, parse_kwargs
 from fedpfn.core.protocol import ARRAYS, to_array_record, to_numpy
 from fedpfn.core.seeding import Stream, numpy_global
 from fedpfn.core.settings import ConfigError, between, setting
 from fedpfn.core.user_code import import_user_class
 from strategies.composed import ComposedStrategy, conform
 from strategies.privacy import PrivacyBudget
-from strategies.registry import accepted_keywords, parse_kwargs
+from strategies.registry import accepted_keywords
 from strategies.state import load_strategy_state, strategy_state
 from strategies.totals import RoundTotals
 
@@ -111,6 +112,7 @@ def wrapper_kwargs(params: PluginParams, clients_per_round: int) -> dict[str, An
             f"server_wrap_args: {params.server_wrap} takes no argument {', '.join(unknown)}; "
             f"it accepts {', '.join(a for a in accepted if a != 'strategy')}"
         )
+    check_kinds(cls, kwargs, "server_wrap_args")
     sampled = kwargs.get("num_sampled_clients", clients_per_round)
     if "num_sampled_clients" in accepted and sampled != clients_per_round:
         raise ConfigError(

@@ -92,7 +92,7 @@ BAD = [
     (["--server", "user_strategy:NeedsBeta"], "server: user_strategy:NeedsBeta"),
     (["--server", "user_strategy:NeedsBeta", "--server-args", '{"gamma": 1}'],
      "server_args: user_strategy:NeedsBeta takes no argument gamma; it accepts"),
-    (["--server", "user_strategy:NeedsBeta", "--server-args", "[1]"], "server_args: '[1]' must be a JSON object"),
+    (["--server", "user_strategy:NeedsBeta", "--server-args", "[1]"], "server_args: '[1]' is not a JSON object"),
     (["--data-root", "/no/such/dir"], "data_root: '/no/such/dir' is not a directory"),
     (["--simulate-failures", "1.5"], "simulate_failures: 1.5 must be in [0, 1)"),
     (["--ray-address", "127.0.0.1:1"], "ray_address: no Ray cluster answers at 127.0.0.1:1"),

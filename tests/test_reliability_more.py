@@ -184,7 +184,7 @@ def test_sizes_a_value_gives_are_bounded_before_allocation(tmp_path, capsys, mon
                   expected="projection_head: 1000000000 must be in [0, 8192]")  # fmt: skip
     nested = "[" * 30_000 + "]" * 30_000
     scene.refused(capsys, monkeypatch, "--server", "flwr.serverapp.strategy:FedAvg", "--server-args", nested, *out,
-                  expected="server_args: '[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[...' nests deeper than 64 levels")  # fmt: skip
+                  expected="server_args: '[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[...' nests deeper than 8 levels")  # fmt: skip
     assert not (tmp_path / "new").exists()
 
 
@@ -344,7 +344,7 @@ def test_a_resume_keeps_the_mode_the_run_started_in_unless_asked(tmp_path, capsy
     flags = ["--model", "mlp", "--num-clients", "4", "--clients-per-round", "2", "--partition", "iid", "--rounds",
              "2", "--out", str(out)]  # fmt: skip
     assert passes_checks(monkeypatch, *flags)
-    assert json.loads((out / "config.json").read_text())["engine_mode"] == "threads"  # auto, as it resolved here
+    assert json.loads((out / "config.json").read_text())["engine_mode"] == "processes"  # auto, as it resolved here
     started = []
     from conftest import no_engine_starts
 
@@ -356,5 +356,5 @@ def test_a_resume_keeps_the_mode_the_run_started_in_unless_asked(tmp_path, capsy
 
             run_sim.main(["--resume", str(out), *extra])
         err = capsys.readouterr().err
-        assert ("within rounding, not bit for bit" in err) == warned, err  # threads and Ray: the same sums
-    assert [(cfg.engine.name, cfg.engine.mode) for cfg in started] == [("batched", "threads"), ("ray", None), ("batched", "vmap")]
+        assert ("within rounding, not bit for bit" in err) == warned, err  # processes and Ray: the same sums
+    assert [(cfg.engine.name, cfg.engine.mode) for cfg in started] == [("batched", "processes"), ("ray", None), ("batched", "vmap")]

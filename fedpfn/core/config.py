@@ -30,11 +30,11 @@ from fedpfn.core.concerns import EVALUATION, FEDERATION, LOCAL, OUTPUT, PLACEMEN
 from fedpfn.core.concerns import Federation, LocalTraining, Output, Placement, Task, Tracking
 from fedpfn.core.hyper import flat_view, hyper_of
 from fedpfn.core.init_file import init_file_problem, start_changed
+from fedpfn.core.kwargs import partition_args_problem
 from fedpfn.core.personal import unmatched_problem
 from fedpfn.core.seeding import MAX_SEED
 from fedpfn.core.settings import ConfigError, between, field_map, is_set, of_kind, parse_leniently, problems, setting
 from fedpfn.core.user_code import is_code
-from partitions import flwr_problem
 
 __all__ = ["ConfigError", "RunConfig"]
 
@@ -252,7 +252,8 @@ RELATIONS: list[tuple[tuple[str, ...], Callable[[RunConfig], str | None]]] = [
     ),
     (
         ("partition", "partition_args"),
-        lambda c: isinstance(p := c.partition, FlwrPartition) and flwr_problem(p.partition, p.partition_args),
+        lambda c: isinstance(p := c.partition, FlwrPartition)
+        and partition_args_problem(p.partition, p.partition_args),
     ),
     (("evaluate_clients", "local_test_fraction"), lambda c: isinstance(e := c.federated_eval, ClientEvaluation)
      and c.evaluation.local_test_fraction == 0

@@ -21,6 +21,7 @@ import numpy as np
 from flwr.app import ArrayRecord, Context, Message, RecordDict
 
 from fedpfn.core import protocol
+from fedpfn.core.kwargs import check_kinds, parse_kwargs
 from fedpfn.core.seeding import Stream, numpy_global
 from fedpfn.core.settings import ConfigError
 from fedpfn.core.user_code import import_user_object
@@ -31,11 +32,10 @@ Mod = Callable[[Message, Context, Callable[[Message, Context], Message]], Messag
 @lru_cache(maxsize=4)
 def load_client_mod(path: str, args: str | None) -> Mod:
     """The mod `path` names: a function, or a class built with `args` (JSON); one line where it is neither."""
-    from strategies.registry import parse_kwargs
-
     found = import_user_object(path, "client_mod", "mod")
     kwargs = parse_kwargs(args, "client_mod_args")
     if inspect.isclass(found):
+        check_kinds(found, kwargs, "client_mod_args")
         try:
             found = found(**kwargs)
         except Exception as err:  # noqa: BLE001  (a user's constructor may raise anything)

@@ -13,6 +13,7 @@ from fedpfn.runtime.client_mods import Mod, load_client_mod
 from strategies.composed import ComposedStrategy
 from strategies.privacy import budget_for
 from strategies.wrapping import (
+    PLUGINS,
     ComposedView,
     PluginParams,
     WrappedStrategy,
@@ -41,7 +42,12 @@ def plugin_problems(cfg: RunConfig, given: Collection[str] | None, rules: list[t
     """Why the run's wrapper or mod cannot run with its other settings (`rules`: its client side)."""
     params = plugins_of(cfg)
     defaults = PluginParams()
-    out = [
+    out = [  # '' reads as not given: an empty shell variable would switch privacy off without a word
+        f"{name}: '' names no {what}; give package.module:Name (docs/guide/privacy.md), or leave --{flag} out"
+        for name, flag, what in (("server_wrap", "server-wrap", "wrapper"), ("client_mod", "client-mod", "mod"))
+        if given is not None and getattr(params, name) is None and {name, f"{PLUGINS}.{name}"} & set(given)
+    ]
+    out += [
         f"{name}: {getattr(params, name)} is set, but only {needs} uses it"
         for name, needs, used in (
             ("server_wrap_args", "--server-wrap", params.server_wrap),
@@ -100,12 +106,14 @@ def wrapper_line(cfg: RunConfig) -> list[str]:
     if params.server_wrap:
         from strategies.privacy import ACCOUNTANT
 
-        kwargs = wrapper_kwargs(params, cfg.federation.clients_per_round)
+        per_round, num_clients = cfg.federation.clients_per_round, cfg.federation.num_clients
+        kwargs = wrapper_kwargs(params, per_round)
         shown = ", ".join(f"{k} {v}" for k, v in kwargs.items())
-        budget = f"; (ε, δ={params.dp_delta:g}) by {ACCOUNTANT}, q = {cfg.federation.clients_per_round}/{cfg.federation.num_clients}"
+        recorded = budget_for(kwargs, per_round / num_clients, params.dp_delta) is not None  # as `wrapped` decides
+        budget = f"; (ε, δ={params.dp_delta:g}) by {ACCOUNTANT}, q = {per_round}/{num_clients}" if recorded else ""
         lines.append(
             f"  wrapper    {params.server_wrap.rpartition(':')[2]}({shown}); it reads every reply (the batched "
-            f"engine sends each client's model, not the round's totals){budget if 'noise_multiplier' in kwargs else ''}"
+            f"engine sends each client's model, not the round's totals){budget}"
         )
     if params.client_mod:
         lines.append(f"  client mod {params.client_mod.rpartition(':')[2]} around every ClientApp call")
