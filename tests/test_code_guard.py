@@ -94,6 +94,20 @@ def test_a_standard_library_program_named_by_a_folder_never_runs(tmp_path, capsy
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]  # no virtual environment made
 
 
+@pytest.mark.parametrize(("flag", "noun"), [("--algorithm", "rule"), ("--server", "strategy"), ("--model", "model builder")])
+def test_a_standard_library_module_is_refused_before_its_import_runs(flag, noun, tmp_path, capsys, monkeypatch):
+    """`--algorithm this:X` printed Python's Zen before its refusal (issue 58): the standard library
+    holds no rule, strategy, model or dataset, and its modules may act on import (`antigravity`)."""
+    monkeypatch.delitem(sys.modules, "this", raising=False)
+    lines = refused(capsys, monkeypatch, flag, "this:X", "--out", str(tmp_path / "run"))
+    assert lines == [
+        f"error: {flag[2:]}: 'this' is a module of Python's standard library, which holds no {noun}; "
+        "name a module of your own (package.module:Name), not one of the standard library's names"
+    ]
+    assert "this" not in sys.modules and "Beautiful is better than ugly" not in capsys.readouterr().out
+    assert not (tmp_path / "run").exists()
+
+
 def test_resuming_from_inside_the_folder_never_imports_a_module_lying_there(tmp_path, capsys, monkeypatch):
     """A folder that holds only config.json is a run folder to the resume that names it."""
     folder = tmp_path / "handed-over"

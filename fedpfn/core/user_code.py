@@ -141,6 +141,11 @@ def import_user_object(path: str, setting: str, noun: str) -> object:
         )
     if "__main__" in module_name.split("."):
         raise ConfigError(f"{setting}: '{module_name}' is a program's entry point, not a module that holds a {noun}")
+    if module_name.split(".")[0] in sys.stdlib_module_names:  # `this` prints its poem, `antigravity` opens a browser
+        raise ConfigError(
+            f"{setting}: '{module_name}' is a module of Python's standard library, which holds no {noun}; "
+            "name a module of your own (package.module:Name), not one of the standard library's names"
+        )
     if os.getcwd() not in sys.path and _data_folder(Path(os.getcwd())) is None:
         sys.path.append(os.getcwd())
     try:
