@@ -365,3 +365,17 @@ def test_a_page_escapes_labels_points_units_and_commands(tmp_path: Path, monkeyp
     assert "\\[a\\](javascript:" in page and not re.search(r"(?<!\\)\]\(javascript:", page)  # no link
     rows = [line for line in page.splitlines() if line.startswith("| ")]
     assert all(line.count("|") - line.count("\\|") == rows[0].count("|") - rows[0].count("\\|") for line in rows[:3])
+
+
+def test_a_stored_section_naming_a_folder_outside_reads_nothing_there(tmp_path: Path, monkeypatch, capsys) -> None:
+    """The earlier study's stored results name the folders of its reports: never '..' or a link."""
+    monkeypatch.chdir(tmp_path)
+    page = "[page]\nout = 'p.md'\nstored = 'kept/p.json'\nreading = 'earlier'\ntext = \"<!-- study: earlier -->\\n\"\n"
+    (tmp_path / "s.toml").write_text(f"runs = 'runs/s'\nshared = '{SHARED}'\n{ARMS}{page}")
+    (tmp_path / "kept").mkdir()
+    for name, says in (("../..", "sections[].name = '../..' lies outside"), ("r", "page.stored: 'kept/r' is a symbolic")):
+        (tmp_path / "kept/p.json").write_text('{"sections": [{"name": "%s"}]}' % name)
+        (tmp_path / "kept/r").unlink(missing_ok=True)
+        (tmp_path / "kept/r").symlink_to("/etc", target_is_directory=True)
+        line = refused_in_one_line(capsys, "page", "--stored", "s.toml")
+        assert says in line, line

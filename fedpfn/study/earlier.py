@@ -25,11 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from fedpfn.analysis.report import main as report_main
-from fedpfn.core.files import CONFIG, METRICS, SUMMARY, atomic_write_bytes, read_json, read_jsonl
+from fedpfn.core.files import CONFIG, METRICS, SUMMARY, DamagedFile, atomic_write_bytes, read_json, read_jsonl
 from fedpfn.core.hyper import flat_view
 from fedpfn.core.provenance import git_state
 from fedpfn.study.cells import main_cells, points, scores
 from fedpfn.study.earlier_text import RATIOS, SERVER_ALPHA, SERVER_GRID, Comparison, comparisons, page_lines
+from fedpfn.study.places import MAX_TEMPLATE_BYTES, place_problem, read_place
 from fedpfn.study.spec import Spec, load
 
 FOLLOW_UPS = ("earlier-follow-ups.toml", "earlier-server-grid.toml", "earlier-anchors.toml")  # beside the study's file
@@ -162,9 +163,14 @@ def section(spec: Spec) -> list[str]:
     data = spec.stored_results()
     reports = {}
     for kept in data["sections"]:
+        if (problem := place_problem(str(kept["name"]), "page.stored: sections[].name")) is not None:
+            raise spec.refuse(problem)  # a stored file naming '../..' reads nothing outside
         out = spec.page.stored.parent / kept["name"]
         try:
-            reports[kept["name"]] = {**read_json(out / "report.json"), "markdown": (out / "report.md").read_text()}
+            markdown = read_place(out / "report.md", "page.stored", MAX_TEMPLATE_BYTES)
+            reports[kept["name"]] = {**read_json(out / "report.json"), "markdown": markdown}
+        except DamagedFile as err:
+            raise spec.refuse(str(err)) from None
         except OSError as err:
             raise spec.refuse(f"{out}: {err.strerror}") from None
     return page_lines(spec, data, reports)
