@@ -8,7 +8,8 @@
 
 Each reference (the MLP under every client rule, one run each of the CNN and ResNet-20) runs
 through `fedpfn run` on a tiny setting, once per engine mode (`--engine ray`, and the batched
-engine's threads, loop and vmap modes), into OUT/MODE/NAME; a finished run there is reused. Its
+engine's processes, threads, loop and vmap modes; processes is checked against threads' rows,
+whose numbers it promises), into OUT/MODE/NAME; a finished run there is reused. Its
 metrics.jsonl less the clock's fields is the reference. The stored file keeps each one's rows and
 the machine that made them, and `--check` asks for the same rows bit for bit on that machine (the
 same CPU kind, torch, numpy and thread count). Another machine rounds its sums differently, and
@@ -56,10 +57,14 @@ REFERENCES = {
 }  # fmt: skip
 MODES = {  # engine mode: its flags
     "ray": ["--engine", "ray"],
+    "processes": ["--engine", "batched", "--engine-mode", "processes"],
     "threads": ["--engine", "batched", "--engine-mode", "threads"],
     "loop": ["--engine", "batched", "--engine-mode", "loop"],
     "vmap": ["--engine", "batched", "--engine-mode", "vmap"],
 }
+# a mode that promises another's numbers bit for bit is checked against that one's stored rows
+# where it has none of its own
+PROMISES = {"processes": "threads"}
 CLOCK = ("seconds",)  # what a clock writes into a metrics row
 THREADS = 2  # torch's threads for every reference (the vmap mode and the server's evaluation sum on them)
 
@@ -106,7 +111,7 @@ def check(found: dict[str, dict[str, list]], stored: dict[str, Any]) -> list[str
     lines = []
     for mode, runs in found.items():
         for name, rows in runs.items():
-            before = stored["modes"].get(mode, {}).get(name)
+            before = stored["modes"].get(mode, {}).get(name) or stored["modes"].get(PROMISES.get(mode), {}).get(name)
             if before is None:
                 lines.append(f"{mode}/{name}: no stored reference (--record stores one)")
             elif diff := differences(rows, before):

@@ -3,8 +3,8 @@ tests/reference_metrics.json, bit for bit. The comparison is made on the machine
 (the same CPU kind, torch, numpy and threads); another machine rounds its sums differently and the
 test says so and is skipped (the script records and checks on one machine). The suite runs four
 of the MLP's client rules (FedAvg, FedPFN over SCAFFOLD, FedDyn, FedPNU), two on the batched
-engine's threads mode and two on its vmap mode (the two arithmetics: Ray's and the loop mode's
-numbers are the threads mode's); `python scripts/reference_metrics.py OUT --check` runs every reference on every mode.
+engine's processes mode (the default on the CPU, checked against the threads mode's stored rows)
+and two on its vmap mode (the two arithmetics: Ray's, loop's and threads' numbers are processes'); `python scripts/reference_metrics.py OUT --check` runs every reference on every mode.
 The instrument is shown to move: a stored figure changed is found, and named.
 """
 
@@ -22,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "reference_metrics.py"
 STORED = ROOT / "tests" / "reference_metrics.json"
-SPLIT = {"threads": "fedavg,fedpfn+scaffold", "vmap": "feddyn,fedpnu"}  # plain, anchored, stateful rules
+SPLIT = {"processes": "fedavg,fedpfn+scaffold", "vmap": "feddyn,fedpnu"}  # plain, anchored, stateful rules
 ENV = {**os.environ, "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
 
 
@@ -42,15 +42,15 @@ def test_the_reference_runs_give_the_stored_metrics(tmp_path):
     # the instrument moves: a stored accuracy 5 points off, and a loss one unit in the last place off
     stored = json.loads(STORED.read_text())
     stored["modes"]["vmap"]["feddyn"][1]["test_accuracy"] += 0.05
-    last = stored["modes"]["threads"]["fedpfn+scaffold"][2]
+    last = stored["modes"]["threads"]["fedpfn+scaffold"][2]  # the rows processes promises
     last["test_loss"] = math.nextafter(last["test_loss"], math.inf)
     changed = tmp_path / "changed.json"
     changed.write_text(json.dumps(stored))
     said = {mode: check(tmp_path, mode, changed) for mode in SPLIT}  # the runs are reused: nothing trains again
     assert [done.returncode for done in said.values()] == [1, 1]
     assert "vmap/feddyn: round 2 test_accuracy" in said["vmap"].stdout and "vmap/fedpnu" not in said["vmap"].stdout
-    assert "threads/fedpfn+scaffold: round 3 test_loss" in said["threads"].stdout
-    assert "threads/fedavg" not in said["threads"].stdout
+    assert "processes/fedpfn+scaffold: round 3 test_loss" in said["processes"].stdout
+    assert "processes/fedavg" not in said["processes"].stdout
 
 
 def test_a_reference_the_script_does_not_know_is_refused_in_one_line(tmp_path):

@@ -344,7 +344,7 @@ def test_a_resume_keeps_the_mode_the_run_started_in_unless_asked(tmp_path, capsy
     flags = ["--model", "mlp", "--num-clients", "4", "--clients-per-round", "2", "--partition", "iid", "--rounds",
              "2", "--out", str(out)]  # fmt: skip
     assert passes_checks(monkeypatch, *flags)
-    assert json.loads((out / "config.json").read_text())["engine_mode"] == "threads"  # auto, as it resolved here
+    assert json.loads((out / "config.json").read_text())["engine_mode"] == "processes"  # auto, as it resolved here
     started = []
     from conftest import no_engine_starts
 
@@ -356,5 +356,5 @@ def test_a_resume_keeps_the_mode_the_run_started_in_unless_asked(tmp_path, capsy
 
             run_sim.main(["--resume", str(out), *extra])
         err = capsys.readouterr().err
-        assert ("within rounding, not bit for bit" in err) == warned, err  # threads and Ray: the same sums
-    assert [(cfg.engine.name, cfg.engine.mode) for cfg in started] == [("batched", "threads"), ("ray", None), ("batched", "vmap")]
+        assert ("within rounding, not bit for bit" in err) == warned, err  # processes and Ray: the same sums
+    assert [(cfg.engine.name, cfg.engine.mode) for cfg in started] == [("batched", "processes"), ("ray", None), ("batched", "vmap")]

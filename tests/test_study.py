@@ -186,17 +186,29 @@ def test_a_stopped_cell_and_a_running_one_are_told_apart(tiny: Path, capsys) -> 
 
 
 def test_jobs_run_each_cell_in_a_process_of_its_own_at_most_one_a_core(tiny: Path, monkeypatch, capsys) -> None:
-    """--jobs N starts `fedpfn study run FILE --cell FOLDER` for each unfinished cell, N at a time."""
-    import os
+    """--jobs N starts `fedpfn study run FILE --cell FOLDER` for each unfinished cell, N at a time,
+    each on a share of the cores of its own (its engine trains on them: one worker a core)."""
     import subprocess
 
+    import fedpfn.study.runner as runner
+
     started = []
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(runner, "usable_cores", lambda: {0, 1})
     monkeypatch.setattr(subprocess, "run", lambda command, **_: started.append(command) or subprocess.CompletedProcess(command, 0))
     code, out, _ = study(capsys, "run", "tiny.toml", "--jobs", "3")
     assert code == 0 and "--jobs 3: this machine has 2 cores; running 2 cells at a time" in out
     assert sorted(c[-1] for c in started) == list(CELLS)
-    assert all(c[1:9] == ["-P", "-m", "fedpfn.cli.main", "study", "run", "tiny.toml", "--cell", c[-1]] for c in started)
+    assert all(c[1:3] == ["-P", "-c"] and c[4:9] == ["study", "run", "tiny.toml", "--cell", c[-1]] for c in started)
+    assert {c[3] for c in started} == {runner.ON_CORES.format([0]), runner.ON_CORES.format([1])}
+
+
+def test_a_study_shares_the_cores_among_its_cells_disjoint_and_even() -> None:
+    from fedpfn.runtime.resources import core_shares
+
+    assert core_shares(2, {0, 1}) == [{0}, {1}]
+    assert core_shares(2, {0, 1, 2, 3, 4}) == [{0, 1}, {2, 3, 4}]
+    assert core_shares(8, {3, 5}) == [{3}, {5}]  # at most one cell a core
+    assert core_shares(1, {0, 1, 2}) == [{0, 1, 2}]
 
 
 def test_one_cell_by_its_folder_is_refused_when_the_study_has_none_there(tiny: Path, capsys) -> None:

@@ -1,4 +1,5 @@
-"""How much of a GPU a simulated client gets when the user leaves `client_gpus` unset ("auto").
+"""The cores this process may use and how a study shares them among its cells; how much of a GPU
+a simulated client gets when the user leaves `client_gpus` unset ("auto").
 
 The rule, applied before Ray starts and recorded in config.json as the resolved value:
 
@@ -14,8 +15,26 @@ without a slot (a share above 1 GPU would not speed up a single-GPU client). No 
 from __future__ import annotations
 
 import math
+import os
 
 RAY_RESOLUTION = 10_000  # Ray accounts fractional resources in units of 1e-4
+
+
+def usable_cores() -> set[int]:
+    """The cores this process may run on (its affinity, which `taskset` and a study's share of the
+    machine set), not the machine's."""
+    return set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+
+
+def core_shares(jobs: int, cores: set[int]) -> list[set[int]]:
+    """`cores` split into `jobs` disjoint shares as even as they go (at most one a core): the one
+    rule by which `fedpfn study run --jobs N` places its cells. A cell's engine then trains on the
+    cores of its share (its processes mode: one worker a core), so N cells and their engines
+    never ask for more cores than there are; the numbers do not depend on the share."""
+    ordered = sorted(cores)
+    jobs = max(1, min(jobs, len(ordered)))
+    bounds = [round(i * len(ordered) / jobs) for i in range(jobs + 1)]
+    return [set(ordered[bounds[i] : bounds[i + 1]]) for i in range(jobs)]
 
 
 def concurrent_clients(cpus: int, client_cpus: float, clients_per_round: int) -> int:

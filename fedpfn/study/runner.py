@@ -22,12 +22,14 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
+from queue import Queue
 from dataclasses import dataclass
 from typing import Any
 
 from fedpfn.runtime.children import python_child
 from fedpfn.core.files import append_text
 from fedpfn.runtime.progress import duration
+from fedpfn.runtime.resources import core_shares, usable_cores
 from fedpfn.study.cells import Cell, Configure, choices, command_of, config_of, main_cells, tuning_cells
 from fedpfn.study.commands import Command, rounds_done
 from fedpfn.study.places import folder_problem, linked
@@ -122,7 +124,7 @@ def status_of(spec: Spec, configure: Configure) -> list[str]:
 
 def usable_jobs(jobs: int) -> int:
     """At most one cell a core: more would only share the cores."""
-    cores = os.cpu_count() or 1
+    cores = len(usable_cores())
     if jobs > cores:
         print(f"--jobs {jobs}: this machine has {cores} cores; running {cores} cells at a time", flush=True)
     return min(jobs, cores)
@@ -145,17 +147,35 @@ def ensure_timed(spec: Spec, command: Command, p: Planned, heading: Callable[[],
     append_text(spec.runs / TIMES, json.dumps(line) + "\n")  # a link planted there is refused, never followed
 
 
+# `python -c` for a cell on its share of the cores: the affinity set before fedpfn's command runs
+ON_CORES = ("import os, runpy; os.sched_setaffinity(0, {}); "
+            "runpy.run_module('fedpfn.cli.main', run_name='__main__', alter_sys=True)")
+
+
 def run_cells(spec: Spec, command: Command, todo: Sequence[Planned], jobs: int, given: Sequence[str] = ()) -> list[str]:
     """Ensure each cell: in this process one by one, or `jobs` processes at a time (each given the
-    command's own flags `given`, `--trust-code`, and nothing of the current folder on its path); the failures."""
+    command's own flags `given`, `--trust-code`, nothing of the current folder on its path, and a
+    share of the cores that its engine trains on); the failures."""
     if jobs == 1:
         for i, p in enumerate(todo, 1):
             heading = lambda p=p, i=i: f"== {p.cell.label()} ({i} of {len(todo)})"  # noqa: E731
             ensure_timed(spec, command, p, heading)
         return []
 
+    shares: Queue[set[int]] = Queue()  # each running cell on a share of the cores (resources.core_shares)
+    for share in core_shares(jobs, usable_cores()):
+        shares.put(share)
+
     def one(p: Planned) -> str | None:
-        argv, env = python_child("-m", "fedpfn.cli.main", "study", "run", str(spec.path), *given, "--cell", str(p.cell.folder))
+        share = shares.get()
+        try:
+            return cell_process(p, share)
+        finally:
+            shares.put(share)
+
+    def cell_process(p: Planned, share: set[int]) -> str | None:
+        cell = ("study", "run", str(spec.path), *given, "--cell", str(p.cell.folder))
+        argv, env = python_child("-c", ON_CORES.format(sorted(share)), *cell)
         print(f"== {p.cell.label()}: {p.cell.folder}", flush=True)
         with ExitStack() as stack:  # its lines: in its run.log, or in the log file its command names
             if command.log is not None:

@@ -38,20 +38,15 @@ from fedpfn.runtime.algorithms import client_rules
 from fedpfn.runtime.engines.prepared import ClientJob
 from fedpfn.runtime.engines.program import CohortProgram
 from fedpfn.runtime.engines.result import CohortResult
+from fedpfn.runtime.resources import usable_cores
 
 CLOSE_SECONDS = 5.0  # a worker not gone by then after being told to stop is killed
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity), not the machine's: `taskset` and a
-    study's share of the machine count."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def worker_count(cfg: RunConfig) -> int:
-    """One worker per usable core, no more than a round's clients."""
-    return max(1, min(usable_cores(), cfg.federation.clients_per_round))
+    """One worker per core this process may use, no more than a round's clients."""
+    return max(1, min(len(usable_cores()), cfg.federation.clients_per_round))
 
 
 def deal(sizes: Sequence[int], workers: int) -> list[list[int]]:
@@ -79,7 +74,7 @@ class ProcessRunner:
         self.workers: list[Any] = []
         for _ in range(workers):
             mine, theirs = context.Pipe()
-            worker = context.Process(target=_serve, args=(cfg, theirs), daemon=True, name="fedpfn-worker")
+            worker = context.Process(target=_serve, args=(cfg, theirs, os.getpid()), daemon=True, name="fedpfn-worker")
             worker.start()
             theirs.close()
             self.pipes.append(mine)
@@ -128,9 +123,9 @@ class ProcessRunner:
         self.pipes, self.workers = [], []
 
 
-def _serve(cfg: RunConfig, pipe: Connection) -> None:
+def _serve(cfg: RunConfig, pipe: Connection, driver: int) -> None:
     """A worker: cohorts from the pipe, trained as `loop` on one torch thread, until told to stop."""
-    _die_with_parent()
+    _die_with_parent(driver)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     torch.set_num_threads(1)
@@ -162,12 +157,12 @@ def _sendable(err: Exception) -> Exception:
         return RuntimeError(f"{type(err).__name__}: {err}")
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(driver: int) -> None:
     """SIGTERM to this process when the driver dies (Linux's prctl; elsewhere the pipe's EOF)."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
         return
-    if os.getppid() == 1:  # the driver died before the signal was armed
+    if os.getppid() != driver:  # the driver died before the signal was armed
         os._exit(0)

@@ -13,9 +13,9 @@ from fedpfn.core.groups import Vmap
 from fedpfn.core.training import pick_device
 from fedpfn.runtime.algorithms import client_rules
 from fedpfn.runtime.engines.prepared import ClientJob
-from fedpfn.runtime.engines.processes import usable_cores
 from fedpfn.runtime.engines.program import CohortProgram
 from fedpfn.runtime.engines.result import CohortResult
+from fedpfn.runtime.resources import usable_cores
 from fedpfn.runtime.engines.stacked import fitting_chunk
 
 
@@ -41,7 +41,7 @@ def mode_of(cfg: RunConfig, device: torch.device, one_process: bool = False) -> 
         return "vmap"
     if one_process:
         return "threads"
-    return "processes" if usable_cores() > 1 and cfg.federation.clients_per_round > 1 else "loop"
+    return "processes" if len(usable_cores()) > 1 and cfg.federation.clients_per_round > 1 else "loop"
 
 
 def auto_reason(device: torch.device, mode: str) -> str:
@@ -49,7 +49,7 @@ def auto_reason(device: torch.device, mode: str) -> str:
     if device.type == "cuda":
         return "auto: vmap on the GPU"
     if mode == "processes":
-        return f"auto: processes on the CPU's {usable_cores()} cores, the numbers of loop and of the Ray engine bit for bit"
+        return f"auto: processes on {len(usable_cores())} cores, the numbers of loop and of the Ray engine bit for bit"
     return "auto: loop on one core (or one client a round), the numbers of the Ray engine bit for bit"
 
 
