@@ -14,10 +14,24 @@ from __future__ import annotations
 import math
 import re
 from numbers import Real
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from fedpfn.study.spec import Spec
+
+class Spec(Protocol):
+    """What the bounds read of a study (fedpfn.study.spec.Spec, which imports this module)."""
+
+    @property
+    def axes(self) -> dict[str, tuple[str, ...]]: ...
+    @property
+    def arms(self) -> dict[str, tuple[str, ...]]: ...
+    @property
+    def endpoints(self) -> dict[str, Any]: ...
+    @property
+    def tune(self) -> Any: ...
+    @property
+    def joint(self) -> bool: ...
+    def seeds_of(self, arm: str) -> tuple[int, ...]: ...
+    def every(self) -> list[Any]: ...
 
 MAX_DEPTH = 8  # tables and arrays within each other in a study file (the project's need 4)
 MAX_SEEDS = 1000  # seeds of one study or arm
