@@ -21,7 +21,7 @@ from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedAvg, FedAvgM, FedYog
 from fedpfn.core.flower_notes import NO_FEDERATED_EVALUATION, flower_note_dropped
 from fedpfn.core.kwargs import check_kinds, parse_kwargs
 from fedpfn.core.settings import ConfigError, above, between, setting
-from fedpfn.core.user_code import import_user_class
+from fedpfn.core.user_code import USER_FAULTS, import_user_class, user_fault
 
 # Sampling happens before the strategy sees the grid (strategies.sampling), so the inner
 # strategy takes every node it is shown and never runs federated evaluation.
@@ -174,8 +174,9 @@ def build_user_strategy(path: str, args: str | None, per_round: int | None = Non
     try:
         with flower_note_dropped(NO_FEDERATED_EVALUATION):  # TAKE_ALL's choice, not the user's
             strategy = cls(**kwargs)
-    except Exception as err:  # noqa: BLE001  (the user's constructor may raise anything)
-        raise ConfigError(f"server: {path}({', '.join(kwargs)}) failed: {type(err).__name__}: {err}") from None
+    except USER_FAULTS as err:  # the user's constructor may raise anything, SystemExit too
+        line = f"server: {path}({', '.join(kwargs)}) failed: {type(err).__name__}: {err}"
+        raise user_fault(err, line) from None
     for key, value in TAKE_ALL.items():  # a class that takes no such arguments
         if hasattr(strategy, key):
             setattr(strategy, key, value)

@@ -34,7 +34,7 @@ from fedpfn.core.kwargs import check_kinds, parse_kwargs
 from fedpfn.core.protocol import ARRAYS, to_array_record, to_numpy
 from fedpfn.core.seeding import Stream, numpy_global
 from fedpfn.core.settings import ConfigError, between, setting
-from fedpfn.core.user_code import import_user_class
+from fedpfn.core.user_code import USER_FAULTS, import_user_class, user_fault
 from strategies.composed import ComposedStrategy, conform
 from strategies.privacy import PrivacyBudget
 from strategies.registry import accepted_keywords
@@ -128,8 +128,9 @@ def build_wrapper(params: PluginParams, strategy: Strategy, clients_per_round: i
     kwargs = wrapper_kwargs(params, clients_per_round)
     try:
         return cls(strategy, **kwargs)
-    except Exception as err:  # noqa: BLE001  (the user's constructor may raise anything)
-        raise ConfigError(f"server_wrap: {params.server_wrap}({', '.join(kwargs)}) failed: {err}") from None
+    except USER_FAULTS as err:  # the user's constructor may raise anything, SystemExit too
+        line = f"server_wrap: {params.server_wrap}({', '.join(kwargs)}) failed: {type(err).__name__}: {err}"
+        raise user_fault(err, line) from None
 
 
 class ComposedView(FedAvg):

@@ -153,7 +153,6 @@ def test_a_preset_alone_never_chooses_code(tmp_path, planted, capsys, monkeypatc
 
 MISBEHAVING = {
     "exits": ("raise SystemExit(0)\n", "cannot import module 'userrule' (SystemExit: 0)"),
-    "interrupts": ("raise KeyboardInterrupt\n", "cannot import module 'userrule' (KeyboardInterrupt: )"),
     "nameless": ("from clients.base import ClientRule\nclass Rule(ClientRule):\n    pass\n",
                  "'userrule:Rule' has no `name` of its own"),  # fmt: skip
     "core clash": (

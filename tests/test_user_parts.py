@@ -118,3 +118,50 @@ def test_timm_and_hf_names_are_names_not_code():
     assert TIMM_PREFIX in NAMES_NOT_CODE and not is_code("timm:vit_tiny_patch16_224") and not is_code("hf:mnist")
     assert code_paths("fedpfn+mypkg.rules:Mine") == ["mypkg.rules:Mine"] and is_code("mypkg.stripes:load")
     assert re.fullmatch(r"[\w.]+:\w+", "mypkg.stripes:build")
+
+
+MISBEHAVING = """
+from flwr.serverapp.strategy import FedAvg
+from fedpfn.core.models import MLP
+def exits(*_): raise SystemExit(0)
+def interrupts(*_): raise KeyboardInterrupt
+class ExitsInForward(MLP):
+    def forward(self, x): raise SystemExit(0)
+def forward_exits(shape, classes): return ExitsInForward(shape, classes, 8)
+class Wrapper(FedAvg):
+    def __init__(self, strategy, exit: bool = True):
+        raise SystemExit(0) if exit else KeyboardInterrupt
+"""
+WRAP = "misbehaving:Wrapper"
+MISBEHAVIOUR = [
+    (["--model", "misbehaving:exits"], 2, "model: misbehaving:exits((1, 28, 28), 10) raised SystemExit: 0"),
+    (["--model", "misbehaving:interrupts"], 130, "model: misbehaving:interrupts((1, 28, 28), 10) raised KeyboardInterrupt"),
+    (["--model", "misbehaving:forward_exits"], 2, "to (N, 10); its forward raised SystemExit: 0"),
+    (["--dataset", "misbehaving:exits"], 2, "dataset: misbehaving:exits(None) raised SystemExit: 0"),
+    (["--dataset", "misbehaving:interrupts"], 130, "dataset: misbehaving:interrupts(None) raised KeyboardInterrupt"),
+    (["--server-wrap", WRAP], 2, "server_wrap: misbehaving:Wrapper() failed: SystemExit: 0"),
+    (["--server-wrap", WRAP, "--server-wrap-args", '{"exit": false}'], 130,
+     "server_wrap: misbehaving:Wrapper(exit) failed: KeyboardInterrupt"),
+    (["--algorithm", "interrupting:Rule"], 130, "algorithm: cannot import module 'interrupting' (KeyboardInterrupt: )"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "code", "says"), MISBEHAVIOUR, ids=[" ".join(a) for a, _, _ in MISBEHAVIOUR])
+def test_a_users_code_that_exits_or_interrupts_itself_is_one_line_never_exit_0(args, code, says, tmp_path, capsys,
+                                                                                monkeypatch):
+    """A model, dataset or wrapper raising SystemExit exited 0 without a word, and KeyboardInterrupt
+    gave a traceback (issue 58): exit 2, or 130 as a Ctrl-C, one line naming the dotted path."""
+    from conftest import no_engine_starts
+
+    (tmp_path / "misbehaving.py").write_text(MISBEHAVING)
+    (tmp_path / "interrupting.py").write_text("raise KeyboardInterrupt\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    no_engine_starts(monkeypatch, lambda *_a, **_k: pytest.fail("an engine was about to start"))
+    flags = ["--model", "mlp", *args] if "--model" not in args else args
+    assert run_sim.main([*flags, "--num-clients", "2", "--clients-per-round", "2", "--out", str(tmp_path / "run")]) == code
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and says in err and err.count("\n") == 1, err
+    assert not (tmp_path / "run").exists()
+    for module in ("misbehaving", "interrupting"):
+        sys.modules.pop(module, None)

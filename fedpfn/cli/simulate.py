@@ -29,7 +29,7 @@ from fedpfn.core.config import ConfigError, RunConfig, RunFlags  # noqa: E402
 from fedpfn.core.flags import suggestion  # noqa: E402
 from fedpfn.core.hyper import dotted, one_value_each  # noqa: E402
 from fedpfn.core.settings import add_flags, read_toml  # noqa: E402
-from fedpfn.core.user_code import code_settings, keep_out_of_imports, name_code  # noqa: E402
+from fedpfn.core.user_code import UserInterrupt, code_settings, keep_out_of_imports, name_code  # noqa: E402
 from fedpfn.runtime.algorithms import parse_config, validated  # noqa: E402
 from fedpfn.runtime.runfolder import RunWriteError  # noqa: E402
 from fedpfn.runtime.server import WorkerLost  # noqa: E402
@@ -290,7 +290,8 @@ def given_names(values: dict[str, Any]) -> set[str]:
 
 
 def fail(message: str, code: int = 2) -> int:
-    """One `error:` line per problem; exit 2 for input refused, 1 for a run that failed."""
+    """One `error:` line per problem; exit 2 for input refused (130: a user's code interrupted
+    itself), 1 for a run that failed."""
     for line in message.splitlines():
         print(f"error: {line}", file=sys.stderr)
     return code
@@ -303,8 +304,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         unused = unused_flags(args)
         if unused:
             raise ConfigError("\n".join(unused))
-    except ConfigError as err:
-        return fail(str(err))
+    except (ConfigError, UserInterrupt) as err:  # a rule's module may interrupt its own import
+        return fail(str(err), err.exit_code)
     if "compare" in args:
         return compare_main(args, argv, prog)
     resume_dir = args.pop("resume", None)
@@ -319,8 +320,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         simulate(cfg, resume=resuming)  # prints a header, the rounds and a summary
     except RunWriteError as err:  # the run folder could not be written mid-run: a fault, not bad input
         return fail(str(err), code=1)  # its message names the file and the resume command
-    except ConfigError as err:
-        return fail(str(err))
+    except (ConfigError, UserInterrupt) as err:
+        return fail(str(err), err.exit_code)
     except WorkerLost as err:
         return stopped(str(err), cfg.run_dir)
     return 0
@@ -349,7 +350,7 @@ def compare_main(args: dict[str, Any], argv: list[str] | None, prog: str = PROG)
 
         command = f"{prog} " + shlex.join(sys.argv[1:] if argv is None else argv)
         compare(base, algorithms, seeds, command, given=given_names(values))
-    except ConfigError as err:
-        return fail(str(err))
+    except (ConfigError, UserInterrupt) as err:
+        return fail(str(err), err.exit_code)
     return 0  # compare ended with its table and a next: line naming the report it wrote
 

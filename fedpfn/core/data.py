@@ -25,7 +25,7 @@ from fedpfn.core.formats import read_cifar_batch as _read_cifar_batch  # the nam
 from fedpfn.core.hf_data import PREFIX as HF_PREFIX
 from fedpfn.core.hf_data import hf_arrays, hf_problem, is_hf
 from fedpfn.core.settings import ConfigError, one_of, setting
-from fedpfn.core.user_code import import_user_function, is_code
+from fedpfn.core.user_code import USER_FAULTS, import_user_function, is_code, user_fault
 
 DATASETS = ("fmnist", "mnist", "cifar10", "cifar100", "svhn")
 DEBIAN_FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -122,8 +122,8 @@ def user_dataset(path: str, data_root: str | None) -> DatasetSplits:
     )
     try:
         splits = load(data_root)
-    except Exception as err:  # noqa: BLE001  (a user's loader may raise anything)
-        raise ConfigError(f"dataset: {path}({data_root!r}) raised {type(err).__name__}: {err}") from None
+    except USER_FAULTS as err:  # a user's loader may raise anything, SystemExit too
+        raise user_fault(err, f"dataset: {path}({data_root!r}) raised {type(err).__name__}: {err}") from None
     return checked_splits(path, splits, contract)
 
 

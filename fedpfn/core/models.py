@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedpfn.core.settings import ConfigError, setting
-from fedpfn.core.user_code import import_user_function, is_code
+from fedpfn.core.user_code import USER_FAULTS, import_user_function, is_code, user_fault
 
 MODELS = ("mlp", "cnn", "resnet20", "vgg11", "vit_tiny28")  # each has a class in _BUILDERS at the end
 VIT_TINY28_PATCH = 4  # vit_tiny28's patch side
@@ -111,8 +111,9 @@ def user_model(path: str, input_shape: tuple[int, int, int], num_classes: int) -
     )
     try:
         model = build(input_shape, num_classes)
-    except Exception as err:  # noqa: BLE001  (a user's builder may raise anything)
-        raise ConfigError(f"model: {path}({input_shape}, {num_classes}) raised {type(err).__name__}: {err}") from None
+    except USER_FAULTS as err:  # a user's builder may raise anything, SystemExit too
+        line = f"model: {path}({input_shape}, {num_classes}) raised {type(err).__name__}: {err}"
+        raise user_fault(err, line) from None
     classifier = getattr(model, "classifier", None)
     if not isinstance(model, ZooModel) or not isinstance(classifier, nn.Linear) or classifier.out_features != num_classes:
         raise ConfigError(f"{contract}; it returned {type(model).__name__}")
@@ -121,8 +122,8 @@ def user_model(path: str, input_shape: tuple[int, int, int], num_classes: int) -
     try:
         with torch.no_grad():
             logits = model(torch.zeros(2, *input_shape))
-    except Exception as err:  # noqa: BLE001
-        raise ConfigError(f"{contract}; its forward raised {type(err).__name__}: {err}") from None
+    except USER_FAULTS as err:
+        raise user_fault(err, f"{contract}; its forward raised {type(err).__name__}: {err}") from None
     if not (isinstance(logits, torch.Tensor) and logits.is_floating_point() and logits.shape == (2, num_classes)):
         shown = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
         raise ConfigError(f"{contract}; its forward gave {shown} for a batch of 2")

@@ -27,6 +27,8 @@ Check = Callable[[Any], "str | None"]  # the reason a value is refused, or None
 class ConfigError(ValueError):
     """Settings that cannot run; the message holds one problem per line."""
 
+    exit_code = 2  # bad input (fedpfn.core.user_code.UserInterrupt, a user's Ctrl-C of its own, is 130)
+
 
 # What a setting is about, declared with it; everything that sorts settings reads this.
 #   (none)      what a run computes: arms of a comparison differ in these

@@ -37,6 +37,24 @@ OWN_PACKAGES = ("fedpfn", "clients", "strategies", "flwr")  # installed with fed
 TRUST_FLAG = "--trust-code"  # what a user types to let a study file's own code run (fedpfn study run)
 
 
+USER_FAULTS = (Exception, SystemExit, KeyboardInterrupt)  # what a user's code may raise when fedpfn calls it
+
+
+class UserInterrupt(Exception):
+    """A user's code raised KeyboardInterrupt as fedpfn called it: the command stops as at a Ctrl-C,
+    one line naming the code, exit 130. Not a ConfigError, so no check lists it among its problems
+    and goes on: it reaches the command's own handler at once."""
+
+    exit_code = 130
+
+
+def user_fault(err: BaseException, line: str) -> Exception:
+    """What to raise where a user's code raised `err` (one of USER_FAULTS) as fedpfn called it, `line`
+    naming the code and what it raised: ConfigError (exit 2: SystemExit too, never exit 0 unsaid),
+    or UserInterrupt for KeyboardInterrupt (exit 130)."""
+    return UserInterrupt(line) if isinstance(err, KeyboardInterrupt) else ConfigError(line)
+
+
 def keep_out_of_imports(folder: Path) -> None:
     """Never import code from `folder` (a folder being resumed, whatever files it holds)."""
     _DATA_FOLDERS.add(Path(os.path.realpath(folder)))
@@ -160,6 +178,7 @@ def import_user_object(path: str, setting: str, noun: str) -> object:
         )
     try:
         module = importlib.import_module(module_name)
-    except BaseException as err:  # noqa: BLE001  (a user module may raise anything on import, SystemExit too)
-        raise ConfigError(f"{setting}: cannot import module '{module_name}' ({type(err).__name__}: {err})") from None
+    except USER_FAULTS as err:  # a user module may raise anything on import, SystemExit too
+        line = f"{setting}: cannot import module '{module_name}' ({type(err).__name__}: {err})"
+        raise user_fault(err, line) from None
     return getattr(module, class_name, None)

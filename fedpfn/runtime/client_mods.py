@@ -24,7 +24,7 @@ from fedpfn.core import protocol
 from fedpfn.core.kwargs import check_kinds, parse_kwargs
 from fedpfn.core.seeding import Stream, numpy_global
 from fedpfn.core.settings import ConfigError
-from fedpfn.core.user_code import import_user_object
+from fedpfn.core.user_code import USER_FAULTS, import_user_object, user_fault
 
 Mod = Callable[[Message, Context, Callable[[Message, Context], Message]], Message]
 
@@ -38,8 +38,9 @@ def load_client_mod(path: str, args: str | None) -> Mod:
         check_kinds(found, kwargs, "client_mod_args")
         try:
             found = found(**kwargs)
-        except Exception as err:  # noqa: BLE001  (a user's constructor may raise anything)
-            raise ConfigError(f"client_mod: {path}({', '.join(kwargs)}) failed: {type(err).__name__}: {err}") from None
+        except USER_FAULTS as err:  # a user's constructor may raise anything, SystemExit too
+            line = f"client_mod: {path}({', '.join(kwargs)}) failed: {type(err).__name__}: {err}"
+            raise user_fault(err, line) from None
     elif kwargs:
         raise ConfigError(f"client_mod_args: {path} is a function, built by no arguments; leave --client-mod-args out")
     try:
