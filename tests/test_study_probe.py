@@ -379,3 +379,13 @@ def test_a_stored_section_naming_a_folder_outside_reads_nothing_there(tmp_path: 
         (tmp_path / "kept/r").symlink_to("/etc", target_is_directory=True)
         line = refused_in_one_line(capsys, "page", "--stored", "s.toml")
         assert says in line, line
+
+
+def test_cells_sharing_a_folder_are_refused_before_any_runs(tmp_path: Path, monkeypatch, capsys) -> None:
+    """`cell = "all"` gives every cell one folder: refused while planning, not after the first cell ran."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.toml").write_text(f"runs = 'runs/s'\ncell = 'all'\nshared = '{SHARED}'\n{ARMS}")
+    for verb in ("status", "run"):
+        line = refused_in_one_line(capsys, verb, "s.toml")
+        assert "cells 'a seed 0' and 'b seed 0' share the folder runs/s/all" in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]

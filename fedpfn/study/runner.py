@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from queue import Queue
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fedpfn.runtime.children import python_child
@@ -49,12 +50,16 @@ class Planned:
 
 
 def plan(spec: Spec, configure: Configure) -> list[Planned]:
-    """Every cell with its checked config and state; a flag its command refuses, or a cell reached
-    through a symbolic link (fedpfn.study.places), is a StudyError."""
+    """Every cell with its checked config and state; a flag its command refuses, a cell reached
+    through a symbolic link (fedpfn.study.places) or two cells of one folder is a StudyError."""
     command = command_of(spec.command, configure)
+    seen: dict[Path, Cell] = {}
     for cell in [*tuning_cells(spec), *main_cells(spec)]:  # before any is read: status reads them too
         if (problem := linked(cell.folder, "runs")) is not None:
             raise spec.refuse(problem)
+        if (other := seen.setdefault(cell.folder, cell)) is not cell:
+            raise spec.refuse(f"cells '{other.label()}' and '{cell.label()}' share the folder {cell.folder}; give a "
+                              "cell pattern that tells them apart ({arm}, {seed}, {value} and each axis)")  # fmt: skip
     planned = [Planned(c, cfg := config_of(spec, c, configure), command.state(cfg, c.folder)) for c in tuning_cells(spec)]
     chosen = choices(spec) if spec.tune is not None else {}
     for cell in main_cells(spec, chosen):
