@@ -9,6 +9,11 @@ surface of a study file gets its cases here, in its group.
   the shared flags, an axis, a tuned value, a part): `status` and `page` never import it, `run`
   only with `--trust-code`;
 - children: the processes `--jobs N` starts see nothing of the current folder first;
+- places: runs, page, stored results, template and cell folders stay in the folder the study runs
+  in (no absolute path, no '..', no link followed, no FIFO, device or folder read as a file);
+- shapes: malformed study files and stored results (deep nesting, wrong kinds, missing keys,
+  millions of cells, 100,000 seeds, a format spec or cell pattern that would fill the memory);
+- pages: labels, axis values, units and commands are shown as typed, never acted on.
 """
 
 from __future__ import annotations
