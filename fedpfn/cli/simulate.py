@@ -26,7 +26,7 @@ from fedpfn.runtime import env
 env.flower_defaults()  # before Flower is imported: its telemetry reads the switch once, at import
 
 from fedpfn.core.config import ConfigError, RunConfig, RunFlags  # noqa: E402
-from fedpfn.core.flags import suggestion  # noqa: E402
+from fedpfn.core.flags import fail, suggestion  # noqa: E402
 from fedpfn.core.hyper import dotted, one_value_each  # noqa: E402
 from fedpfn.core.settings import add_flags, read_toml  # noqa: E402
 from fedpfn.core.user_code import UserInterrupt, code_settings, keep_out_of_imports, name_code  # noqa: E402
@@ -287,14 +287,6 @@ def given_names(values: dict[str, Any]) -> set[str]:
     """The settings named in `values`, a preset's tables by their keys (`[fedprox] prox_mu` is
     fedprox.prox_mu): one given that the run would not use is refused, at its default too."""
     return {str(key).replace("-", "_") for key in dotted(values)}
-
-
-def fail(message: str, code: int = 2) -> int:
-    """One `error:` line per problem; exit 2 for input refused (130: a user's code interrupted
-    itself), 1 for a run that failed."""
-    for line in message.splitlines():
-        print(f"error: {line}", file=sys.stderr)
-    return code
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:

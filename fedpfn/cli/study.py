@@ -20,13 +20,12 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from fedpfn.cli.simulate import checked_config, fail, parse_args
-from fedpfn.core.config import RunConfig
-from fedpfn.core.flags import OneLineParser
+from fedpfn.core.flags import OneLineParser, fail
 from fedpfn.core.settings import ConfigError
 from fedpfn.core.user_code import TRUST_FLAG, flags_of_a_file, name_file_code
 
 if TYPE_CHECKING:
+    from fedpfn.core.config import RunConfig
     from fedpfn.study.spec import Spec
 
 VERBS = {
@@ -39,6 +38,8 @@ VERBS = {
 def configure(flags: list[str]) -> RunConfig:
     """A cell's flags as `fedpfn run` reads and checks them (ConfigError: one line per problem); the
     code they name is the study file's, imported only as `trust_code` allowed."""
+    from fedpfn.cli.simulate import checked_config, parse_args  # what a run needs: not before the file is read
+
     with flags_of_a_file():
         return checked_config(parse_args(flags, "fedpfn run"))
 
@@ -79,11 +80,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, prog: str = "fedpfn study") -> int:
     args = build_parser(prog).parse_args(argv)
-    from fedpfn.study import runner
     from fedpfn.study.spec import load
 
     try:
-        spec = load(args.file)
+        spec = load(args.file)  # a file that is no study is refused before what a run needs is imported
+        from fedpfn.study import runner
+
         if not getattr(args, "stored", False):  # a page from its stored results alone configures no cell
             trust_code(spec, args.verb, getattr(args, "trust_code", False))
         if args.verb == "status":

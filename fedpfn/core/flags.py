@@ -12,12 +12,22 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
 NUMBER = re.compile(r"-\d+(\.\d*)?|-\.\d+")  # a negative number is a value, never a flag
 SCRIPT_REFUSAL = "{prog}: {message} (--help lists what is accepted)\n"
 ANALYSIS_REFUSAL = "error: {message} ({prog} --help lists every flag)\n"  # worded as `fedpfn run` words it
+
+
+def fail(message: str, code: int = 2) -> int:
+    """One `error:` line per problem; exit 2 for input refused (130: a user's code interrupted
+    itself), 1 for a run that failed. Here, not in fedpfn.cli.simulate, so a command refuses before
+    it imports what a run needs."""
+    for line in message.splitlines():
+        print(f"error: {line}", file=sys.stderr)
+    return code
 
 
 def suggestion(word: str, choices: Iterable[str]) -> str:
