@@ -194,8 +194,7 @@ def unchanged(victim: Path) -> bool:
 def test_a_path_outside_the_studys_folder_is_refused(victim: Path, monkeypatch, capsys, case: str, verb: str) -> None:
     monkeypatch.chdir(victim.parent / "study")
     text, says = (part.replace("{victim}", str(victim)) for part in OUTSIDE[case])
-    (victim.parent / "study" / "s.toml").write_text(text.replace("runs = ''", "runs = ''") if "runs =" in text
-                                                    else f"runs = 'runs/s'\nshared = '{SHARED}'\n{text}")  # fmt: skip
+    (victim.parent / "study" / "s.toml").write_text(text if "runs =" in text else f"runs = 'runs/s'\nshared = '{SHARED}'\n{text}")
     line = refused_in_one_line(capsys, verb, "s.toml")
     assert says in line, line
     assert unchanged(victim) and sorted(p.name for p in (victim.parent / "study").iterdir()) == ["s.toml"]
