@@ -172,6 +172,8 @@ OUTSIDE = {  # the study file's text -> what the refusal names
     "a cell pattern climbing out": ("cell = '{arm}/../../../x{seed}'\n" + ARMS, "gives '"),
     "an axis value climbing out": (ARMS + "[axes]\nlr = ['../../../../x']\n", "gives '"),
     "an arm named '..'": ("cell = '{arm}/../../x'\n[arms]\n'..' = ''\n", "gives '"),
+    "a page over code": (ARMS + PAGE.replace("'p.md'", "'evil.py'"), "page.out = 'evil.py' is not a .md file"),
+    "stored results over the study": (ARMS + PAGE.replace("'p.json'", "'s.toml'"), "page.stored = 's.toml' is not a .json"),
     "an empty runs": ("runs = ''\n" + ARMS, "runs = '' is not a path inside"),
     "runs of the wrong kind": ("runs = 5\n" + ARMS, "runs = 5 is not a path (text)"),
 }  # fmt: skip

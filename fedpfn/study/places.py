@@ -1,8 +1,9 @@
 """Where a study's files may lie: inside the folder `fedpfn study` runs in, reached without a link.
 
 A study file names its runs folder, its page, its stored results and its template. Each is a
-relative path without '..' (`place`, as the file is read), so it lies in the folder the command
-runs in (the project's own studies: runs/, docs/, studies/). Before anything is read or written
+relative path without '..' (`place_problem`, as the file is read), so it lies in the folder the
+command runs in (the project's own studies: runs/, docs/, studies/); a page and its template end
+in `.md` and stored results in `.json`, so a study file cannot have its page overwrite code. Before anything is read or written
 there, no part of the path is a symbolic link (`linked`: a link planted at `runs/` or at a
 cell's folder would take the writes, or the reads, elsewhere); a file to write is no folder, and
 its folder passes the one check every `--out` passes (fedpfn.core.places.out_problem: /dev,
@@ -23,13 +24,16 @@ MAX_STORED_BYTES = 32 << 20  # a page's stored results (the largest kept today: 
 ACCEPTED = "a path inside the folder fedpfn study runs in (relative, without '..')"
 
 
-def place_problem(value: str, key: str) -> str | None:
-    """Why the path `value` that the study's `key` names lies outside its place, or None."""
+def place_problem(value: str, key: str, suffix: str = "") -> str | None:
+    """Why the path `value` that the study's `key` names lies outside its place, or is not a file
+    of `suffix` (a page and its template `.md`, stored results `.json`: never code or the study), or None."""
     path = PurePath(value)
     if not value or "\0" in value:
         return f"{key} = {value!r} is not {ACCEPTED}"
     if path.is_absolute() or ".." in path.parts:
         return f"{key} = {value!r} lies outside the folder fedpfn study runs in; give {ACCEPTED}"
+    if suffix and path.suffix != suffix:
+        return f"{key} = {value!r} is not a {suffix} file; give a path ending in {suffix}"
     return None
 
 

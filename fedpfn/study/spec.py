@@ -280,10 +280,10 @@ def _tune(value: Any, path: Path) -> Tune:
                 _of(table.get("cell", "tune/{arm}/" + flag.lstrip("-") + "{value}"), str, "tune.cell", path, "a pattern"))  # fmt: skip
 
 
-def _place(value: Any, key: str, path: Path) -> Path:
+def _place(value: Any, key: str, path: Path, suffix: str = "") -> Path:
     """A path the study file names (runs, the page's files): text, inside the folder the study runs in."""
     text = _of(value, str, key, path, "a path (text)")
-    if (problem := place_problem(text, key)) is not None:
+    if (problem := place_problem(text, key, suffix)) is not None:
         raise StudyError(f"study: {path}: {problem}")
     return Path(text)
 
@@ -296,8 +296,8 @@ def _page(value: Any, path: Path) -> Page:
     for key in ("out", "stored"):
         if key not in table:
             raise StudyError(f"study: {path}: page.{key} is missing (where the {key} file is written)")
-    template = _place(table["template"], "page.template", path) if "template" in table else None
-    return Page(_place(table["out"], "page.out", path), _place(table["stored"], "page.stored", path), template,
+    template = _place(table["template"], "page.template", path, ".md") if "template" in table else None
+    return Page(_place(table["out"], "page.out", path, ".md"), _place(table["stored"], "page.stored", path, ".json"), template,
                 text("text"), text("reading"), flags_of(table.get("evaluate", []), "page.evaluate", path))  # fmt: skip
 
 
