@@ -20,7 +20,7 @@ from typing import Any
 from fedpfn.analysis.plots import PairedSeries
 from fedpfn.analysis.render import series_of, verdict
 from fedpfn.analysis.stats import Paired, adjust, paired, sign_test
-from fedpfn.core.files import CLIENTS, METRICS, atomic_write_bytes, read_jsonl
+from fedpfn.core.files import CLIENTS, METRICS, DamagedFile, atomic_write_bytes, read_json, read_jsonl
 from fedpfn.study.cells import groups, main_cells
 from fedpfn.study.figures import reading_figure
 from fedpfn.study.spec import Spec
@@ -142,7 +142,10 @@ def steps_per_round(spec: Spec) -> float:
 def gate_steps(spec: Spec) -> int:
     """The steps each of the gate's two models took in its regime (cells.json beside the stored file)."""
     assert spec.page is not None
-    config = json.loads((spec.page.stored.parent / "cells.json").read_text())[GATE_REGIME]["config"]
+    try:  # beside the stored file, whose folder page.write checked: read by the checked reader
+        config = read_json(spec.page.stored.parent / "cells.json")[GATE_REGIME]["config"]
+    except (OSError, DamagedFile) as err:
+        raise spec.refuse(f"page.stored: the gate's cells.json beside it cannot be read ({err})") from None
     trained = config["train_subset"] - math.ceil(config["held_out"] * config["train_subset"])
     return math.ceil(trained / config["batch_size"]) * config["epochs"]
 
