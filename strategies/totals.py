@@ -26,9 +26,11 @@ import torch
 from flwr.app import RecordDict
 
 from fedpfn.core.protocol import ARRAYS, METRICS, NUM_EXAMPLES, Arrays
+from fedpfn.core.training import torch_threads
 
 Tensors = dict[str, torch.Tensor]
 Stacks = tuple[Tensors, Tensors, Mapping[str, Tensors]]  # params, buffers, records: client first
+Term = Callable[[int | slice, torch.Tensor], torch.Tensor]  # (client k, its stacked entry) -> what it adds
 
 
 class RoundTotals:
@@ -106,10 +108,11 @@ class RoundTotals:
     def param_mean(self) -> Arrays:
         """The example-weighted mean of the parameters as Flower's FedAvg takes it: Σ x_k · (w_k / Σw)
         in their dtype (float32), reply after reply."""
-        return {
-            name: client_sum(stack * self._factors(stack, stack.dtype, scale=True)).cpu().numpy()
-            for name, stack in self.params.items()
-        }
+        out = {}
+        for name, stack in self.params.items():
+            factors = self._factors(stack, stack.dtype, scale=True)
+            out[name] = client_sum(stack, lambda k, x, f=factors: x * f[k]).cpu().numpy()
+        return out
 
     @cached_property
     def buffer_mean(self) -> Arrays:
@@ -117,7 +120,8 @@ class RoundTotals:
         sent (integer counters rounded)."""
         out = {}
         for name, stack in self.buffers.items():
-            total = client_sum(stack.to(torch.float64) * self._factors(stack, torch.float64, scale=False))
+            factors = self._factors(stack, torch.float64, scale=False)
+            total = client_sum(stack, lambda k, x, f=factors: x.to(torch.float64) * f[k])
             mean = total.cpu().numpy() / self.weights.sum()
             like = self.sent[name]
             out[name] = np.asarray(np.rint(mean) if np.issubdtype(like.dtype, np.integer) else mean).astype(like.dtype)
@@ -131,7 +135,7 @@ class RoundTotals:
         out = {}
         for name, stack in self.params.items():
             sent = torch.from_numpy(self.sent[name]).to(stack.device, torch.float64)
-            out[name] = client_sum(stack.to(torch.float64) - sent).cpu().numpy()
+            out[name] = client_sum(stack, lambda k, x, s=sent: x.to(torch.float64) - s).cpu().numpy()
         return out
 
     def record_sum(self, key: str, like: Arrays) -> Arrays:
@@ -139,7 +143,7 @@ class RoundTotals:
         stacks = self.records.get(key)
         if not stacks:
             return {name: np.zeros(value.shape, dtype=np.float64) for name, value in like.items()}
-        return {name: client_sum(stacks[name].to(torch.float64)).cpu().numpy() for name in like}
+        return {name: client_sum(stacks[name], lambda k, x: x.to(torch.float64)).cpu().numpy() for name in like}
 
     def metric_mean(self, key: str) -> float:
         """The example-weighted mean of the replies' metric `key`."""
@@ -158,13 +162,17 @@ class RoundTotals:
         return out
 
 
-def client_sum(terms: torch.Tensor) -> torch.Tensor:
-    """Σ over the first (client) dimension: one reduction on a GPU; on the CPU one addition per
-    client in order, in the terms' dtype, as Flower sums replies (a reduction, or torch's
-    cumsum, which accumulates float32 in float64, gives other bits)."""
-    if terms.device.type != "cpu":
-        return terms.sum(0)
-    total = terms[0].clone()
-    for term in terms[1:]:
-        total += term
+def client_sum(stack: torch.Tensor, term: Term) -> torch.Tensor:
+    """Σ_k term(k, stack[k]) over the first (client) dimension: one reduction on a GPU (`k` a slice
+    of every client); on the CPU one addition per client in order, in the terms' dtype, as Flower
+    sums replies (a reduction, or torch's cumsum, which accumulates float32 in float64, gives other
+    bits). Each term is made as it is added (no stack of K terms is held), on one thread: every
+    operation is element-wise, so the thread count changes no bit, and a busy machine cannot
+    stall a round's hundreds of small additions on a second thread that lost its core."""
+    if stack.device.type != "cpu":
+        return term(slice(None), stack).sum(0)
+    with torch_threads(1):
+        total = term(0, stack[0]).clone()
+        for k in range(1, len(stack)):
+            total += term(k, stack[k])
     return total

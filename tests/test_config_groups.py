@@ -101,7 +101,7 @@ def test_the_settings_a_choice_leaves_out_are_handed_back_and_refused_where_give
 
 def test_an_unknown_choice_is_one_line_naming_it():
     variant, lines, _ = ENGINE.build({"engine_mode": "warp"})
-    assert variant == Vmap() and lines == ["engine_mode: unknown 'warp'; use one of auto, vmap, threads, loop"]
+    assert variant == Vmap() and lines == ["engine_mode: unknown 'warp'; use one of auto, vmap, processes, threads, loop"]
     _, lines, _ = PARTITION.build({"partition": "zipf"})
     assert lines == ["partition: unknown 'zipf'; use one of dirichlet, iid, shards, tasks, or flwr:NAME (a flwr-datasets "
                      "partitioner)"]  # fmt: skip

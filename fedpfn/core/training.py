@@ -21,6 +21,7 @@ separate ones (every operation is element-wise).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -327,3 +328,15 @@ def evaluate(
 def pick_device(want_gpu: bool = True) -> torch.device:
     """CUDA when present (and wanted), else the CPU."""
     return torch.device("cuda" if want_gpu and torch.cuda.is_available() else "cpu")
+
+
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """torch's intra-op threads set to `count` for the block (a client's training, whose float sums
+    depend on it; the server's element-wise totals, whose bits do not)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, count))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

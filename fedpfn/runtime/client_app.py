@@ -17,13 +17,12 @@ from flwr.clientapp import ClientApp
 from fedpfn.core import protocol
 from fedpfn.core.cache import ClientData
 from fedpfn.core.config import RunConfig
-from fedpfn.core.training import pick_device
+from fedpfn.core.training import pick_device, torch_threads
 from fedpfn.runtime import nodedata
 from fedpfn.runtime.algorithms import client_rules, config_from_json
 from fedpfn.runtime.client_mods import run_with_mod
 from fedpfn.runtime.engines.program import local_round
 from fedpfn.runtime.engines.ray_start import enter_driver_folder
-from fedpfn.runtime.engines.sequential import torch_threads
 from fedpfn.runtime.federated_eval import evaluate_client
 from fedpfn.runtime.plugins import client_mod_of
 from fedpfn.runtime.resources import client_wants_gpu

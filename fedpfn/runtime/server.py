@@ -332,8 +332,7 @@ class ServerLoop:
                 "seconds": time.perf_counter() - t0,
             }
             with self.folder.writing():  # the round's rows and its checkpoint, or none of them
-                for row in client_rows:
-                    self.folder.append_metrics(row, name=CLIENTS)
+                self.folder.append_metrics(*client_rows, name=CLIENTS)
                 self.folder.append_metrics(record)
                 due = cfg.output.checkpoint_every and server_round % cfg.output.checkpoint_every == 0
                 if due or server_round == cfg.federation.rounds:

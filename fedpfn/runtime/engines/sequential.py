@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from queue import Queue
 
 import torch
 from torch import nn
 
-from fedpfn.core.training import Tally, Tensors, optimizer_state, run_steps
+from fedpfn.core.training import Tally, Tensors, optimizer_state, run_steps, torch_threads
 from fedpfn.runtime.engines.prepared import ClientTrained, PreparedCohort
 from fedpfn.runtime.engines.trees import stack
 
@@ -78,14 +76,3 @@ def _stacked(done: list[ClientTrained]) -> ClientTrained:
         [s for d in done for s in d.seconds],
         [a for d in done for a in d.local_accuracy],
     )
-
-
-@contextmanager
-def torch_threads(count: int) -> Iterator[None]:
-    """torch's intra-op threads set to `count` while a client trains (float sums depend on it)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(max(1, count))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from fedpfn.core.training import torch_threads
+
 
 def stack(trees: Sequence[Any]) -> Any:
     """Per-client pytrees as one pytree of stacked tensors (client first)."""
@@ -53,6 +55,7 @@ def interleave(parts: Sequence[Any], shares: Sequence[Sequence[int]]) -> Any:
                 placed[k] = item
         return placed
     out = first.new_empty((total, *first.shape[1:]))
-    for part, share in zip(parts, shares):
-        out[torch.tensor(share, dtype=torch.long)] = part
+    with torch_threads(1):  # a copy: one thread gives the same bits, and never waits on a second
+        for part, share in zip(parts, shares):
+            out.index_copy_(0, torch.tensor(share, dtype=torch.long), part)
     return out

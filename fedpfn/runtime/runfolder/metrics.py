@@ -47,8 +47,10 @@ def row_problem(row: dict[str, Any]) -> str | None:
 class FolderMetrics(FolderBase):
     """Rows 1..n in order; a line cut by a kill is the only damage tolerated, and only at the end."""
 
-    def append_metrics(self, record: dict[str, Any], name: str = METRICS) -> None:
-        append_text(self.path / name, json_text(record) + "\n")
+    def append_metrics(self, *records: dict[str, Any], name: str = METRICS) -> None:
+        """`records` appended as lines in one durable write (a round's client rows: one fsync, not one a client)."""
+        if records:
+            append_text(self.path / name, "".join(json_text(record) + "\n" for record in records))
 
     def sizes(self) -> dict[str, int]:
         """The metrics files' sizes now: what `truncate_to` returns them to if a round's writes fail."""
