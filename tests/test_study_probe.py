@@ -395,3 +395,18 @@ def test_cells_sharing_a_folder_are_refused_before_any_runs(tmp_path: Path, monk
         line = refused_in_one_line(capsys, verb, "s.toml")
         assert "cells 'a seed 0' and 'b seed 0' share the folder runs/s/all" in line, line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
+
+
+def test_a_family_named_to_climb_out_writes_no_report_outside(victim: Path, monkeypatch, capsys) -> None:
+    """The drift reading writes each family's report beside the stored results, by the family's name."""
+    here = victim.parent / "study"
+    monkeypatch.chdir(here)
+    (here / "s.toml").write_text(
+        f"runs = 'runs/s'\nshared = '{SHARED}'\n{ARMS}[axes]\nalpha = ['0.1']\n[tune]\nflag = '--lr'\nvalues = ['0.1']\n"
+        "[endpoints.acc]\nmetric = 'test_accuracy'\n[families.'x/../../../../y']\nendpoint = 'acc'\n"
+        "[page]\nout = 'p.md'\nstored = 'p-page.json'\nreading = 'drift'\ntext = \"<!-- study: drift -->\\n\"\n"
+    )  # fmt: skip
+    (here / "p-page.json").write_text("{}")
+    line = refused_in_one_line(capsys, "page", "--stored", "s.toml")
+    assert "the report of family 'x/../../../../y' at alpha '0.1'" in line and "lies outside" in line, line
+    assert unchanged(victim)

@@ -29,6 +29,7 @@ from fedpfn.core.settings import ConfigError
 from fedpfn.study.cells import groups, main_cells, points, scores
 from fedpfn.study.drift_text import ACC_BARRIER, ALIGNMENT, Design, Row, alignment_rows, figure_of, primary_family, results
 from fedpfn.study.figures import reading_figure
+from fedpfn.study.places import place_problem
 from fedpfn.study.spec import Spec
 
 SIGNED_MARK = "align_measured_on"  # written with every measurement by the signed barrier, never by the clamped one
@@ -53,7 +54,11 @@ def prefix(spec: Spec) -> str:
 
 
 def report_folder(spec: Spec, alpha: str, name: str) -> Path:
-    return Path(f"{prefix(spec)}-a{alpha}-{name}")
+    """A family's report beside the stored results; an alpha or family name that leads elsewhere is refused."""
+    folder = f"{prefix(spec)}-a{alpha}-{name}"
+    if (problem := place_problem(folder, f"the report of family {name!r} at alpha {alpha!r}")) is not None:
+        raise spec.refuse(problem)
+    return Path(folder)
 
 
 def folders(spec: Spec) -> dict[tuple[str, str, int], Path]:
