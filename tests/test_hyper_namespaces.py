@@ -6,6 +6,7 @@ checkpoint) still resumes to the same numbers."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 import run_sim
 from clients.fedprox import FedProxClient, FedProxParams
 from fedpfn.core.config import ConfigError
+from fedpfn.core.hyper import one_value_each
 from fedpfn.core.tree import read_tree
 from fedpfn.runtime.algorithms import flower_run_config, from_run_config, load_config, parse_config
 from fedpfn.runtime.runfolder import RunFolder
@@ -116,6 +118,10 @@ def test_flowers_run_config_takes_a_name_alone_or_by_its_algorithm():
     unused = r"^moon.moon_mu: 2.0 is set, but fedprox with server fedavg does not use it$"
     with pytest.raises(ConfigError, match=unused):
         run(**{"moon.moon-mu": 2.0})
+    both = "prox-mu: flwr run's run config sets prox-mu = 0.1 and fedprox.prox-mu = 0.2; give one of them"
+    with pytest.raises(ConfigError, match=re.escape(both)):  # which was meant cannot be told (issue 58)
+        one_value_each({**declared, "prox-mu": 0.1, "fedprox.prox-mu": 0.2}, "flwr run's run config", declared)
+    one_value_each({**declared, "prox-mu": 0.1}, "flwr run's run config", declared)  # its key at pyproject's value
 
 
 def test_a_preset_may_give_a_table_per_algorithm(tmp_path):

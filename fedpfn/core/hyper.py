@@ -48,16 +48,18 @@ def dotted(values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def one_value_each(values: Mapping[str, Any], where: str) -> None:
+def one_value_each(values: Mapping[str, Any], where: str, declared: Mapping[str, Any] | None = None) -> None:
     """A name alone beside its namespaced key with another value (`prox_mu = 0.1` and `[fedprox]
     prox_mu = 0.2` in one preset): the name alone would win without a word, though which was meant
-    cannot be told, so it is refused, naming both (ConfigError, one line each)."""
+    cannot be told, so it is refused, naming both (ConfigError, one line each). A key at its
+    `declared` value is not given (Flower's run config holds every key at pyproject's value)."""
     flat = dotted(values)
     clashes = [
         f"{name}: {where} sets {name} = {flat[name]!r} and {text} = {value!r}; give one of them "
         f"({name} alone sets it for every part of the run that declares it)"
         for text, value in flat.items()
         if SEP in text and (name := split_key(text)[1]) in flat and flat[name] != value
+        and (declared is None or declared.get(text) != value)
     ]
     if clashes:
         raise ConfigError("\n".join(clashes))

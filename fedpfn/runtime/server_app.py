@@ -12,7 +12,8 @@ from flwr.serverapp import Grid, ServerApp
 from fedpfn.core.config import PLACEMENT, TRACKERS, RunConfig
 from fedpfn.core.user_code import code_settings, name_code
 from fedpfn.runtime import env
-from fedpfn.runtime.algorithms import from_run_config, load_config, parse_config
+from fedpfn.core.hyper import one_value_each
+from fedpfn.runtime.algorithms import flower_run_config, from_run_config, load_config, parse_config
 from fedpfn.runtime.lifecycle import RunPlan, claimed, plan, serve, tracking
 from fedpfn.runtime.runfolder import RunFolder
 from fedpfn.runtime.server import FederationError
@@ -53,6 +54,7 @@ def deployed_main(grid: Grid, context: Context) -> None:
     if problem is not None:
         raise RuntimeError(problem)
     values = from_run_config(dict(context.run_config))
+    one_value_each(values, "flwr run's run config", declared=flower_run_config())  # as a preset's
     name_code(*code_settings(values))  # flwr run's command
     cfg = load_config(values)
     check_simulated_nodes(grid, cfg.federation.num_clients)
