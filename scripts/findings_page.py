@@ -14,6 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from fedpfn.core.files import atomic_write_bytes  # noqa: E402
+from fedpfn.analysis.paired_text import changed_section, verdicts_printed  # noqa: E402
 from fedpfn.study.findings import bottom_line  # noqa: E402
 
 PAGE = ROOT / "docs" / "analysis" / "findings.md"
@@ -25,8 +26,10 @@ def written(page: str) -> str:
     """`page` with its bottom line computed again."""
     head, rest = page.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    lines = "\n".join(f"{k}. {sentence}" for k, sentence in enumerate(bottom_line(ROOT), 1))
-    return f"{head}{BEGIN}\n\n{lines}\n\n{END}{tail}"
+    with verdicts_printed() as seen:
+        lines = "\n".join(f"{k}. {sentence}" for k, sentence in enumerate(bottom_line(ROOT), 1))
+    changed = changed_section(seen).replace("\n## ", "\n### ")  # below the page's own heading
+    return f"{head}{BEGIN}\n\n{lines}\n{changed}\n{END}{tail}"
 
 
 def main() -> int:

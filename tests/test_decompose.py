@@ -31,7 +31,9 @@ def test_an_effect_of_freezing_alone_is_given_to_freezing() -> None:
     found = split("r", "P", plain, frozen, shared)
     assert found.freezing.high < 0 and found.whole.high < 0  # both lower than plain: negative
     assert found.sharing.low < 0 < found.sharing.high  # sharing not resolved
-    assert found.share(found.freezing) == pytest.approx(1.0, abs=0.05)
+    assert found.share(found.freezing) is None  # before its family is adjusted nothing is resolved
+    adjust_together(found.parts)
+    assert found.share(found.freezing) == pytest.approx(1.0, abs=0.05) and found.share_text(found.freezing) == "100 %"
     for s in SEEDS:  # whole = freezing + sharing, seed by seed
         k = found.whole.seeds.index(s)
         assert found.whole.diffs[k] == pytest.approx(found.freezing.diffs[k] + found.sharing.diffs[k])
@@ -43,7 +45,20 @@ def test_an_effect_of_sharing_alone_is_given_to_sharing() -> None:
     shared = {s: v - 0.2 for s, v in noisy(0.30, 4).items()}
     found = split("r", "P", plain, independent, shared)
     assert found.sharing.high < 0 and found.freezing.low < 0 < found.freezing.high
+    adjust_together(found.parts)
     assert found.share(found.sharing) == pytest.approx(1.0, abs=0.05)
+
+
+def test_a_whole_resolved_before_holm_alone_gets_no_share() -> None:
+    """The whole's interval excludes 0, but its declared family's Holm p does not resolve it: 'not
+    resolved', not a share (decompose once printed one wherever the unadjusted interval excluded 0)."""
+    plain, frozen = noisy(0.30, 1), noisy(0.10, 2)
+    found = split("r", "P", plain, frozen, frozen)
+    adjust_together(found.parts)
+    assert found.whole.high < 0 and found.share_text(found.freezing) == "100 %"
+    found.whole.p_holm = 0.2  # as a larger family's correction would leave it
+    assert found.whole.high < 0 and found.share(found.freezing) is None
+    assert found.share_text(found.freezing) == "not resolved"
 
 
 def test_only_seeds_every_arm_has_are_compared() -> None:

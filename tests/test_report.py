@@ -93,15 +93,16 @@ def test_paired_interval_matches_a_hand_computation(study: Path, capsys) -> None
     assert final["mean"] == pytest.approx(mean)
     assert final["std"] == pytest.approx(std)
     assert (final["low"], final["high"]) == pytest.approx((mean - half, mean + half))
-    # 4 seeds: p is the exact sign-flip test's, not Student's t (which would give 0.161): of the 16 sign
+    # p is Student's t (0.161), the test of the interval; beside it the exact sign-flip test: of the 16 sign
     # patterns of |diffs| = 0.02, 0.01, 0.03, 0.04, four reach |sum| >= 0.08 (none or only 0.01 flipped, ±)
-    assert (final["test"], final["p_value"], final["p_floor"]) == ("sign-flip", 0.25, 0.125)
+    assert (final["test"], final["p_exact"], final["p_floor"]) == ("t", 0.25, 0.125)
+    assert final["p_value"] == pytest.approx(0.1612, abs=1e-4)
     assert final["wins"] == 3 and final["ties"] == 0
     # the last-3 window is (0.5 + 0.6 + final) / 3, so its differences are a third of the finals'
     window = next(p for p in report["paired"] if p["label"] == "fedpfn" and p["metric"] == "lastk")
     assert window["mean"] == pytest.approx(mean / 3) and window["wins"] == 3
     interval = f"[{100 * (mean - half):+.2f}, {100 * (mean + half):+.2f}]"
-    assert f"| fedpfn | final round | {100 * mean:+.2f} | {interval} | 0.250 | 0.250 | 3 of 4 |" in out
+    assert f"| fedpfn | final round | {100 * mean:+.2f} | {interval} | 0.161 (exact 0.25) | 0.161 | 3 of 4 |" in out
 
 
 def test_arm_statistics_use_the_sample_std_and_say_so(study: Path, capsys) -> None:
@@ -241,7 +242,8 @@ def test_arms_are_listed_in_the_order_their_folders_were_given(tmp_path: Path, c
 def test_the_results_pages_in_short_claims_only_what_each_test_supports(study: Path, capsys) -> None:
     """The earlier study's conclusion (fedpfn.study.earlier_text), read off fedpfn.analysis.report's
     JSON for the `study` fixture, whose fedpfn - fedavg differences (+2, -1, +3, +4 points at the end) hold 0.
-    Before, a 95 % t interval alone made a claim: at 5 seeds "lower" where the exact test cannot go below 0.0625."""
+    The t test whose interval is printed decides at any number of seeds: 5 seeds whose interval lies below 0
+    read "lower", though the exact test beside it cannot go below 0.0625."""
     from fedpfn.analysis.inference import compare
     from fedpfn.study import earlier_text as page
 
@@ -250,7 +252,10 @@ def test_the_results_pages_in_short_claims_only_what_each_test_supports(study: P
     assert page.claim(lower) == "lower than"
     five = compare("a", "lastk", [0, 1, 2, 3, 4], [-0.02, -0.03, -0.025, -0.02, -0.03], 1.0)
     five.p_holm = five.p_value
-    assert five.high is not None and five.high < 0 and page.claim(five) == "not resolved from"  # t excludes 0; exact cannot
+    assert five.high is not None and five.high < 0 and page.claim(five) == "lower than"  # t excludes 0; exact cannot
+    holm_only = compare("a", "lastk", [0, 1, 2, 3, 4], [-0.02, -0.03, -0.025, -0.02, -0.03], 1.0)
+    holm_only.p_holm = 0.2  # the interval excludes 0, the family's correction does not
+    assert page.claim(holm_only) == "not resolved from"
 
     code, _, err = run_report(capsys, study, "--out", study / "report")
     assert code == 0, err
@@ -258,7 +263,7 @@ def test_the_results_pages_in_short_claims_only_what_each_test_supports(study: P
     last = next(p for p in result["paired"] if p["metric"] != "final")
     assert last["low"] < 0 < last["high"]
     lines = page.in_short([("Heading", result)], seeds=4)
-    assert f"- not resolved from the baseline: fedpfn in *Heading* ({100 * last['mean']:+.2f}, p Holm 0.25)." in lines
+    assert f"- not resolved from the baseline: fedpfn in *Heading* ({100 * last['mean']:+.2f}, p Holm 0.16)." in lines
     assert "- higher than the baseline: none." in lines and "- lower than the baseline: none." in lines
     assert "Holm over the 1 comparisons listed" in lines[0]
     five_seeds = page.in_short([("Heading", result)], seeds=5)  # 4 seeds: left out of a 5-seed conclusion
@@ -266,7 +271,7 @@ def test_the_results_pages_in_short_claims_only_what_each_test_supports(study: P
     assert page.in_short([]) == []
     twice = page.in_short([("Heading", result), ("Sweep", result)], seeds=4)  # the same runs in two sections
     assert "Holm over the 1 comparisons listed" in twice[0]
-    assert f"- not resolved from the baseline: fedpfn in *Heading* and *Sweep* as fedpfn ({100 * last['mean']:+.2f}, p Holm 0.25)." in twice
+    assert f"- not resolved from the baseline: fedpfn in *Heading* and *Sweep* as fedpfn ({100 * last['mean']:+.2f}, p Holm 0.16)." in twice
 
 
 def analysed(folder: Path, **kwargs: Any) -> Report:
@@ -307,7 +312,8 @@ def test_holm_adjusts_the_arms_of_one_metric_together(tmp_path: Path) -> None:
                 f"(±{100 * low * p.mde:.2f} to ±{100 * high * p.mde:.2f} over the std's 95 % interval) |")  # fmt: skip
 
     assert rows["fedpnu"].endswith(  # its interval holds no 0, yet Holm's p is above 0.05
-        f"| not resolved after Holm; the 95 % CI excludes differences below +{100 * pnu.low:.2f} and above "
+        f"| not resolved after Holm (the interval excludes 0; the family's correction does not); the 95 % CI "
+        f"excludes differences below +{100 * pnu.low:.2f} and above "
         f"+{100 * pnu.high:.2f} points; {mde_text(pnu)}"
     )
     assert rows["fedprox"].endswith(

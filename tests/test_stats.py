@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fedpfn.analysis.inference import adjust, sign_flip_test
-from fedpfn.analysis.paired_text import p_number, p_text
+from fedpfn.analysis.paired_text import floors_text, p_number, p_text
 from fedpfn.analysis.render import comparison_cells, verdict
 from fedpfn.analysis.stats import Paired, accuracy_at, holm, mde, paired, sign_test, spent, std_factors
 
@@ -74,7 +74,8 @@ def test_a_difference_not_resolved_says_what_its_interval_excludes() -> None:
     )
     below = not_resolved(-0.0051, -0.0006, 0.024, 0.094, 0.003)  # under 0.05 alone, not after Holm
     assert verdict(below).startswith(
-        "not resolved after Holm; the 95 % CI excludes differences below -0.51 and above -0.06 points;"
+        "not resolved after Holm (the interval excludes 0; the family's correction does not); the 95 % CI excludes "
+        "differences below -0.51 and above -0.06 points;"
     )
     barrier = not_resolved(-0.012, 0.03, 0.4, 0.8, 0.02)  # a loss barrier, in nats
     assert verdict(barrier, 1.0, "nats").startswith(
@@ -116,21 +117,22 @@ def test_a_clear_effect_at_ten_seeds_is_resolved_by_the_t_test() -> None:
     arm = {s: base[s] + 0.02 + 0.005 * rng.normal() for s in range(10)}
     found = comparison_of(arm, base)
     assert found.test == "t" and found.p_value < 1e-4 and 0 < found.low < 0.02 < found.high
-    assert verdict(found) == "higher" and p_text(found) == "< 0.001"
+    assert verdict(found) == "higher" and p_text(found) == "< 0.001 (exact 0.001953, the smallest 10 seeds can give)"
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 5])
-def test_few_seeds_give_the_exact_tests_floor_never_below(n: int) -> None:
-    """However clear the effect, n seeds cannot give p below 2 / 2^n, and the page says so."""
+def test_few_seeds_are_decided_by_the_t_test_with_the_exact_floor_beside(n: int) -> None:
+    """However clear the effect, the exact test cannot give p below 2 / 2^n: it stands beside the
+    t test with its floor said, and the t test, whose interval is printed, decides (+20 points on 3
+    seeds once read 'not resolved' beside an interval far above 0)."""
     base = {s: 0.5 + 0.01 * s for s in range(n)}
     arm = {s: base[s] + 0.2 + 1e-4 * s for s in range(n)}  # +20 points, nearly no spread
     found = comparison_of(arm, base)
-    assert found.test == "sign-flip" and found.p_value == pytest.approx(2 / 2**n) == found.p_floor
-    assert found.p_holm >= found.p_value and found.at_floor
-    assert p_text(found) == f"{2 / 2**n:g}, the smallest {n} seeds can give"
-    assert verdict(found).startswith("not resolved; the 95 % CI excludes differences below +")
-    assert f"the exact test cannot go below {2 / 2**n:.4g} with {n} seeds" in verdict(found)
-    assert found.mde is None and found.low is not None and found.low > 0  # the t interval stays beside it
+    assert found.test == "t" and found.p_exact == pytest.approx(2 / 2**n) == found.p_floor and found.at_floor
+    assert found.low is not None and found.low > 0 and found.p_holm is not None and found.p_holm < 0.05
+    assert p_text(found).endswith(f" (exact {2 / 2**n:.4g}, the smallest {n} seeds can give)")
+    assert verdict(found) == "higher" and found.mde is not None
+    assert floors_text([found]) == f"{n} seeds: no distribution-free test can go below {2 / 2**n:.4g}"
 
 
 def test_the_exact_test_is_the_sign_flip_enumeration() -> None:

@@ -8,11 +8,12 @@ shares nothing, so on the same seeds, seed by seed,
     freezing = independent − plain
     sharing  = shared − independent
 
-and whole = freezing + sharing. Each part gets its own paired test and interval. Its share of the
-whole is the ratio of the means, given only where the whole is resolved (its interval excludes 0):
-a ratio over a difference that may be 0 says nothing. A declared family (the parts of every
-endpoint of one setting) is Holm-adjusted together, across metrics, by `adjust_together`
-(`fedpfn.analysis.inference`, beside the per-metric `adjust` it serves too).
+and whole = freezing + sharing. Each part gets its own paired test and interval. A declared family
+(the parts of every endpoint of one setting) is Holm-adjusted together, across metrics, by
+`adjust_together` (`fedpfn.analysis.inference`, beside the per-metric `adjust` it serves too). A
+part's share of the whole is the ratio of the means, given only where the whole is resolved under
+that family (`decided`, after the family's Holm adjustment): a ratio over a difference that may be
+0 says nothing, and an interval that excludes 0 before Holm alone is not "resolved" here either.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from fedpfn.analysis.inference import Paired, paired
+from fedpfn.analysis.inference import Paired, decided, paired
 
 PARTS = ("whole", "freezing", "sharing")
 
@@ -39,11 +40,14 @@ class Split:
         return self.whole, self.freezing, self.sharing
 
     def share(self, part: Paired) -> float | None:
-        """`part`'s mean as a fraction of the whole's; None where the whole is not resolved."""
-        whole = self.whole
-        if whole.low is None or whole.high is None or whole.low <= 0 <= whole.high:
-            return None
-        return part.mean / whole.mean
+        """`part`'s mean as a fraction of the whole's; None where the whole is not resolved under its
+        family (its Holm p unset, as before the family is adjusted, reads as not resolved)."""
+        return part.mean / self.whole.mean if decided(self.whole) else None
+
+    def share_text(self, part: Paired) -> str:
+        """The share as a page prints it: '78 %', or 'not resolved' (the whole, under its family)."""
+        share = self.share(part)
+        return "not resolved" if share is None else f"{100 * share:.0f} %"
 
 
 def split(

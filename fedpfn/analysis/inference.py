@@ -1,20 +1,26 @@
 """Inference over seeds: the one mean ± std, the paired test of arm − baseline, Holm and the MDE.
 
 A comparison is the per-seed differences arm − baseline (a positive mean: the arm is higher).
-What it reports must hold at any number of seeds:
+One decision rule, at any number of seeds (`decided`, the only place a verdict is made):
 
+- **The t test decides.** Student's paired t test (n-1 df) gives the p and the 95 % interval
+  printed beside it, so a verdict can never contradict its interval: p < 0.05 exactly when the
+  interval excludes 0. Holm adjusts the family the study declared (`adjust_together`), or each
+  metric's comparisons of one report (`adjust`); "higher" or "lower" needs the Holm p < 0.05, and
+  an interval that excludes 0 where Holm's does not is said so (paired_text.verdict). Every
+  study in studies/ registered the t test or nothing; nothing registered takes this rule too.
+- **The exact test stands beside.** The two-sided sign-flip test (`sign_flip_test`) assumes only
+  that each difference is as likely positive as negative under no effect; it is a check, never
+  the decider. It cannot go below 2 / 2^n (`Paired.p_floor`: 0.25 at 3 seeds, 0.0625 at 5), and
+  pages say so where it limits what the seeds can show without the t test's normality.
 - **No spread.** Differences equal to within `RELATIVE_TOLERANCE` of the values' scale (float
   noise: 7.85e-17 between two accuracies is not a spread) get no p-value and no interval; the
   comparison says they are all equal (`Paired.equal_within`).
-- **Few seeds.** Up to `EXACT_UP_TO` seeds the p-value is the exact two-sided sign-flip test on
-  the differences (`sign_flip_test`), which assumes only that each difference is as likely
-  positive as negative under no effect. It cannot go below 2 / 2^n (0.0625 at 5 seeds:
-  `Paired.p_floor`), so no difference is detectable at p < 0.05 there and no MDE is given. From
-  6 seeds on, Student's paired t test (n-1 df), whose p a few near-equal differences could drive
-  to 0 if it were used below that; its 95 % interval stands beside either test.
-- **The MDE** (the true mean difference detected with 80 % power by the t test) is omitted, with
-  the reason (`Paired.mde_why`), where the test cannot reach the level or where it exceeds the
-  metric's range (`span`: an accuracy difference cannot exceed ±1).
+- **The MDE** (the true mean difference the t test detects with 80 % power) is omitted, with the
+  reason (`Paired.mde_why`), where it exceeds the metric's range (`span`: an accuracy difference
+  cannot exceed ±1). `plan` turns an earlier run's spread into the seeds a difference needs.
+- Before 2026-12-07 the exact test decided up to `FORMER_EXACT_UP_TO` seeds; `changed_by_rule`
+  names the verdicts that rule change turned, so each page can list them.
 """
 
 from __future__ import annotations
@@ -30,9 +36,9 @@ from scipy import optimize, stats
 CONFIDENCE = 0.95
 ALPHA = 1 - CONFIDENCE  # two-sided test level, matching the interval
 POWER = 0.8  # for the minimum detectable effect
-EXACT_UP_TO = 5  # seeds at which the exact sign-flip test gives the p; its floor 2/2^n is above 0.05 there
+FORMER_EXACT_UP_TO = 5  # up to these seeds the exact test decided before 2026-12-07 (its floor is above 0.05 there)
+EXACT_MAX_SEEDS = 16  # the exact test enumerates 2^n sign patterns: computed up to this many seeds
 RELATIVE_TOLERANCE = 1e-9  # differences closer than this times the values' scale are equal
-TESTS = {"t": "paired t test", "sign-flip": "exact sign-flip test"}
 NOT_KEPT = "differences not kept"  # a stored comparison without its per-seed differences: no test can be redone
 
 
@@ -40,12 +46,13 @@ NOT_KEPT = "differences not kept"  # a stored comparison without its per-seed di
 class Paired:
     """Arm minus baseline on the same seed, for one metric, with its test.
 
-    `test` names what gave `p_value` (TESTS); `p_floor` is the smallest p that test can give with
-    these seeds (exact test only); `p_t` is the paired t test's p whichever test gave `p_value`
-    (a study registered on the t test reports it beside). `low`/`high` are the t interval; None with one seed or with
-    every difference equal (`equal_within`: the tolerance they are equal within). `mde` is None
-    where `mde_why` says why; `span` is the largest difference the metric can take, if bounded.
-    `p_holm` is set by `adjust`, across the report's comparisons of the same metric.
+    `p_value` is the paired t test's, the decider, and `low`/`high` its interval; None with one
+    seed or with every difference equal (`equal_within`: the tolerance they are equal within).
+    `p_exact` is the exact sign-flip test's, the distribution-free check beside it, and `p_floor`
+    the smallest that test can give with these seeds (ties counted); None above EXACT_MAX_SEEDS.
+    `test` is NOT_KEPT for a stored comparison without its differences. `mde` is None where
+    `mde_why` says why; `span` is the largest difference the metric can take, if bounded.
+    `p_holm` is set by `adjust` or `adjust_together`, across the family the comparison is in.
     """
 
     label: str
@@ -66,12 +73,23 @@ class Paired:
     equal_within: float | None = None
     span: float | None = None
     mde_why: str | None = None
-    p_t: float | None = None
+    p_exact: float | None = None
 
     @property
     def at_floor(self) -> bool:
-        """Whether p is the smallest its test can give with these seeds."""
-        return None not in (self.p_value, self.p_floor) and self.p_value <= self.p_floor * (1 + 1e-9)
+        """Whether the exact test's p is the smallest it can give with these seeds."""
+        return None not in (self.p_exact, self.p_floor) and self.p_exact <= self.p_floor * (1 + 1e-9)
+
+
+def decided(p: Paired) -> bool:
+    """The one decision rule: the family's Holm-adjusted t test below ALPHA (so the interval excludes 0)."""
+    return p.p_holm is not None and p.p_holm < ALPHA
+
+
+def changed_by_rule(p: Paired) -> bool:
+    """Whether the rule of 2026-12-07 turned this verdict: up to FORMER_EXACT_UP_TO seeds the exact
+    test decided before, and its floor (2/2^n >= 0.0625) kept every such comparison unresolved."""
+    return decided(p) and len(p.seeds) <= FORMER_EXACT_UP_TO
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
@@ -166,11 +184,8 @@ def adjust(comparisons: Iterable[Paired]) -> None:
         adjust_together(family)
 
 
-def detectable(n: int, std: float, p_floor: float | None, span: float | None, tied: int = 0) -> tuple[float | None, str | None]:
-    """The MDE, or None and why: the test cannot reach ALPHA, or the MDE exceeds the metric's range."""
-    if p_floor is not None and p_floor >= ALPHA:
-        floor = f"the exact test cannot go below {p_floor:.4g} with {n} seeds" + (f", {tied} tied" if tied else "")
-        return None, f"no difference is detectable at p < {ALPHA:.2f}: {floor}"
+def detectable(n: int, std: float, span: float | None) -> tuple[float | None, str | None]:
+    """The t test's MDE, or None and why: it exceeds the metric's range."""
     found = mde(n, std)
     if found is not None and span is not None and found > span:
         return None, f"no difference the metric can take is detectable with {100 * POWER:g} % power by {n} seeds"
@@ -193,13 +208,10 @@ def compare(label: str, metric: str, seeds: Sequence[int], diffs: Sequence[float
         return found
     test = stats.ttest_1samp(d, 0.0)
     found.low, found.high = (float(v) for v in test.confidence_interval(CONFIDENCE))
-    found.p_t = float(test.pvalue)
-    if n <= EXACT_UP_TO:
-        found.test, found.p_value = "sign-flip", sign_flip_test(d)
-        found.p_floor = sign_flip_test(np.abs(d))
-    else:
-        found.p_value = float(test.pvalue)
-    found.mde, found.mde_why = detectable(n, std, found.p_floor, span, ties)
+    found.p_value = float(test.pvalue)
+    if n <= EXACT_MAX_SEEDS:
+        found.p_exact, found.p_floor = sign_flip_test(d), sign_flip_test(np.abs(d))
+    found.mde, found.mde_why = detectable(n, std, span)
     return found
 
 

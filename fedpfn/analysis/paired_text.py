@@ -1,13 +1,42 @@
 """A paired comparison in words, the same on every page: its p, what its interval excludes, its verdict.
 
-The p is never printed as 0 (below the last digit shown it reads '< 0.001'), and an exact test's
-p at its floor says so ('0.0625, the smallest 5 seeds can give'). A detectable difference is
-shown only where the test can reach its level and the difference fits the metric's range.
+The verdict is the one rule's (fedpfn.analysis.inference.decided: the family's Holm-adjusted t
+test, whose interval is printed beside). The p is never printed as 0 (below the last digit shown
+it reads '< 0.001'); the exact sign-flip test stands beside it as a check, and at its floor says
+so ('exact 0.25, the smallest 3 seeds can give'). A detectable difference is shown only where it
+fits the metric's range. `changed_lines` lists the verdicts the rule of 2026-12-07 turned.
 """
 
 from __future__ import annotations
 
-from fedpfn.analysis.inference import ALPHA, NOT_KEPT, POWER, Paired, std_factors
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from fedpfn.analysis.inference import ALPHA, FORMER_EXACT_UP_TO, NOT_KEPT, POWER, Paired, changed_by_rule, decided, std_factors
+
+
+Printed = dict[tuple[str, str, float], tuple[Paired, float, str]]
+_PRINTED: ContextVar[Printed | None] = ContextVar("printed", default=None)
+
+
+@contextmanager
+def verdicts_printed() -> Iterator[Printed]:
+    """Every comparison whose verdict is printed while the block runs (one page's), with its scale
+    and unit: what `changed_section` reads, so no page lists its comparisons a second time."""
+    seen: Printed = {}
+    token = _PRINTED.set(seen)
+    try:
+        yield seen
+    finally:
+        _PRINTED.reset(token)
+
+
+def printed(p: Paired, scale: float, unit: str) -> None:
+    """Note that `p`'s verdict is on the page being written (nothing outside `verdicts_printed`)."""
+    seen = _PRINTED.get()
+    if seen is not None:
+        seen.setdefault((p.label, p.metric, p.mean), (p, scale, unit))
 
 
 def size_text(value: float, signed: bool = False) -> str:
@@ -27,12 +56,20 @@ def p_number(value: float | None, digits: str = ".3f") -> str:
     return text
 
 
-def p_text(p: Paired, digits: str = ".3f") -> str:
-    """The comparison's p (`p_number`), with the floor named where an exact test's p is at it."""
+def exact_text(p: Paired) -> str:
+    """The exact sign-flip test's p, with its floor named where it is at it ('' where not computed)."""
+    if p.p_exact is None:
+        return ""
     if not p.at_floor:
-        return p_number(p.p_value, digits)
+        return f"exact {p.p_exact:.4g}"
     tied = f" with {p.ties} tied" if p.ties else ""
-    return f"{p.p_value:.4g}, the smallest {len(p.seeds)} seeds can give{tied}"  # 0.0625, not 0.062
+    return f"exact {p.p_exact:.4g}, the smallest {len(p.seeds)} seeds can give{tied}"  # 0.0625, not 0.062
+
+
+def p_text(p: Paired, digits: str = ".3f") -> str:
+    """The t test's p (`p_number`), the exact test's beside it in brackets."""
+    exact = exact_text(p) if p.p_value is not None else ""
+    return p_number(p.p_value, digits) + (f" ({exact})" if exact else "")
 
 
 def excluded(p: Paired, scale: float = 100.0, unit: str = "points") -> str:
@@ -83,24 +120,52 @@ def verdict(p: Paired, scale: float = 100.0, unit: str = "points") -> str:
     """What the comparison supports after Holm's adjustment. A 'not resolved' says what its 95 %
     interval excludes, then the difference these seeds could have detected (`detectable_text`),
     as `scale` × the difference in `unit` (accuracy: 100 × a fraction, in points)."""
+    printed(p, scale, unit)
     if p.p_value is None or p.p_holm is None or p.low is None or p.high is None:
         return no_test(p, scale, unit)
-    if p.p_holm < ALPHA:
+    if decided(p):
         return "higher" if p.mean > 0 else "lower"
-    after = " after Holm" if p.p_value < ALPHA else ""
+    after = " after Holm (the interval excludes 0; the family's correction does not)" if p.p_value < ALPHA else ""
     return f"not resolved{after}; {excluded(p, scale, unit)}; {detectable_text(p, scale, unit)}"
 
 
+def floors_text(comparisons: list[Paired]) -> str:
+    """'3 seeds: no distribution-free test can go below 0.25', once per number of seeds where that
+    floor is not below ALPHA ('' where none is)."""
+    small = sorted({len(p.seeds) for p in comparisons if p.p_floor is not None and 2 / 2 ** len(p.seeds) >= ALPHA})
+    return "; ".join(f"{n} seeds: no distribution-free test can go below {2 / 2**n:.4g}" for n in small)
+
+
 def test_note(comparisons: list[Paired]) -> str:
-    """Which test gave the p-values: Student's t, or with few seeds the exact test and its floor."""
-    exact = sorted({len(p.seeds) for p in comparisons if p.test == "sign-flip"})
-    if not exact:
-        return "p: Student's paired t test (n − 1 df), the test of its 95 % interval."
-    floors = ", ".join(f"{2 / 2**n:.4g} with {n} seeds" for n in exact)
+    """The decision rule, once: the t test of the interval decides, the exact test stands beside."""
+    floors = floors_text(comparisons)
     return (
-        "p: the exact sign-flip test on the per-seed differences, which cannot go below 2/2^n "
-        f"({floors}); the 95 % interval beside it is Student's t."
+        "p: Student's paired t test (n − 1 df), the test of its 95 % interval, which decides; in brackets the "
+        "exact sign-flip test on the per-seed differences, a distribution-free check that cannot go below 2/2^n"
+        + (f" ({floors})." if floors else ".")
     )
+
+
+CHANGED = "## Verdicts changed by the one decision rule (2026-12-07)"
+
+
+def changed_section(seen: Printed) -> str:
+    """The page's closing list of the verdicts the rule of 2026-12-07 turned (`changed_by_rule`),
+    each with its reason; '' where none did."""
+    lines = [
+        f"- {p.label} ({p.metric}): now {verdict(p, scale, unit)} ({size_text(scale * p.mean, signed=True)} {unit}, 95 % CI "
+        f"[{size_text(scale * p.low, signed=True)}, {size_text(scale * p.high, signed=True)}], t test p Holm "
+        f"{p_number(p.p_holm, '.4f')}); it read 'not resolved' while the exact test decided up to {FORMER_EXACT_UP_TO} "
+        f"seeds, and with {len(p.seeds)} seeds that test cannot go below {2 / 2 ** len(p.seeds):.4g}."
+        for p, scale, unit in seen.values()
+        if changed_by_rule(p) and p.low is not None and p.high is not None
+    ]
+    if not lines:
+        return ""
+    lead = ("Each comparison is now decided by the t test whose 95 % interval it prints (a study that registered the "
+            "t test, or none: fedpfn/analysis/inference.py), the exact sign-flip test standing beside as a check. "
+            "These verdicts changed with that rule:")  # fmt: skip
+    return "\n".join(["", CHANGED, "", lead, "", *lines]) + "\n"
 
 
 def mde_notes(comparisons: list[Paired]) -> list[str]:

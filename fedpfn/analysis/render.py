@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from fedpfn.analysis.inference import EXACT_UP_TO, adjust, recompute
+from fedpfn.analysis.inference import adjust, recompute
 from fedpfn.analysis.markup import code, inert
 from fedpfn.analysis.paired_text import excluded, p_number, p_text, verdict  # noqa: F401  (re-exported)
 from fedpfn.analysis.plots import PairedSeries, plot_bytes, plot_comparison, plot_paired
@@ -111,9 +111,9 @@ def comparison_cells(p: Paired) -> str:
 def comparison_text(baseline: str) -> str:
     return (
         f"Arm − {baseline} on the same seed, in accuracy points: the mean over seeds, its 95 % confidence "
-        "interval (Student's t, n-1 df) and the two-sided p of the same paired test (scipy.stats.ttest_rel); "
-        f"up to {EXACT_UP_TO} seeds p is the exact sign-flip test's instead, which cannot go below 2/2^n "
-        "(0.0625 with 5 seeds), and differences equal to within float noise have no test. "
+        "interval (Student's t, n-1 df) and the two-sided p of the same paired test (scipy.stats.ttest_rel), "
+        "which decides; in brackets the exact sign-flip test, a distribution-free check that cannot go below "
+        "2/2^n (0.25 with 3 seeds, 0.0625 with 5); differences equal to within float noise have no test. "
         "p Holm is p adjusted with Holm's step-down method across the arms compared on the same accuracy in "
         f"this report; a difference is resolved when p Holm < {ALPHA:.2f}. A 'not resolved' says what its "
         "95 % interval excludes, then the minimum detectable effect: the true mean difference that these "
@@ -226,12 +226,14 @@ CONVENTIONS = {
     "accuracy": "test accuracy as a fraction of 1",
     "std": "sample standard deviation over seeds (n-1)",
     "interval": f"{CI_TEXT}, of the mean per-seed difference arm - baseline (scipy.stats.ttest_rel)",
-    "p_value": f"two-sided p of the paired t test, or up to {EXACT_UP_TO} seeds of the exact sign-flip test "
-    "(`test`; `p_floor`: the smallest it can give); null with 1 seed or differences equal within float noise",
+    "p_value": "two-sided p of the paired t test, the test of the interval, which decides; null with 1 seed or "
+    "differences equal within float noise",
+    "p_exact": "two-sided p of the exact sign-flip test, a distribution-free check beside it (`p_floor`: the "
+    "smallest it can give with these seeds)",
     "p_holm": "p adjusted with Holm's step-down method across the report's comparisons of the same metric",
     "mde": f"the true mean difference detected with {POWER:g} power at two-sided p < {ALPHA:.2f}, given the "
-    "seeds and the observed std of the differences (noncentral t); null, with `mde_why`, where the test "
-    "cannot reach that level or the difference exceeds an accuracy's range",
+    "seeds and the observed std of the differences (noncentral t); null, with `mde_why`, where the "
+    "difference exceeds an accuracy's range",
     "verdict": f"higher / lower when p_holm < {ALPHA:.2f}, else 'not resolved' with what the interval "
     "excludes and the mde, ranged over the std's 95 % chi-square interval (n-1 df)",
     "rounds_to_target_mean": "mean over the reached_target seeds that reached the target, not over all seeds",

@@ -49,7 +49,8 @@ HELP = {  # the verbs that lead into `fedpfn run`: their own usage, for --help
         "Every algorithm of ALGOS (comma-separated, each once) on every seed of --seeds (default 0; give 3 "
         "or more) with the same partitions, each an ordinary run folder under --out (default runs/compare); "
         "then the paired comparison against the first algorithm: comparison.md, .csv, .json and figures. "
-        "Run the same command again to reuse finished runs and resume stopped ones.\n\n"
+        "Run the same command again to reuse finished runs and resume stopped ones. How many seeds a "
+        "difference needs, from an earlier comparison's spread: fedpfn seeds-needed DIR --difference 1.\n\n"
         "SETTINGS: every setting of fedpfn run but --algorithm, --seed, --resume and --overwrite "
         "(fedpfn run --help-all lists them)."
     ),
@@ -112,6 +113,8 @@ VERBS: dict[str, Verb] = {
     "resume": Verb("the rest of a stopped run: fedpfn resume DIR [--rounds N]",
                    _lead_in("--resume", "the run folder", "runs/pfn --rounds 30")),  # fmt: skip
     "report": Verb("tables, intervals and figures of finished runs", _module("fedpfn.analysis.report")),
+    "seeds-needed": Verb("seeds a difference needs (80 % power), from an earlier comparison's or study's spread",
+                         _module("fedpfn.study.seeds_needed")),  # fmt: skip
     "align": Verb("how well trained models align: loss barriers, weight matching, P (docs/glossary.md)",
                   _module("fedpfn.analysis.lmc")),  # fmt: skip
     "partition": Verb("write SuperNodes' own partitions (deployment)", _module("fedpfn.cli.partition")),

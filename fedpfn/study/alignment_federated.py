@@ -19,6 +19,7 @@ from typing import Any
 
 from fedpfn.analysis.plots import PairedSeries
 from fedpfn.analysis.render import series_of, verdict
+from fedpfn.analysis.inference import decided
 from fedpfn.analysis.stats import Paired, adjust, paired, sign_test
 from fedpfn.core.files import CLIENTS, METRICS, DamagedFile, atomic_write_bytes, read_json, read_jsonl
 from fedpfn.study.cells import groups, main_cells
@@ -164,7 +165,7 @@ def reading(spec: Spec, table: Table, primary: list[Paired], steps: float) -> li
     for p in primary:
         if p.low is not None and p.high is not None:
             lines.append(f"{p.label} on median R: {p.mean:+.3f}, 95 % CI [{p.low:+.3f}, {p.high:+.3f}]: "
-                         f"{'resolved' if p.p_holm is not None and p.p_holm < 0.05 else 'not resolved'}, "
+                         f"{'resolved' if decided(p) else 'not resolved'}, "
                          f"the interval excludes a difference above {p.high:+.3f} and below {p.low:+.3f}.")  # fmt: skip
     return [" ".join(lines)]
 

@@ -6,12 +6,13 @@ arms, skews, learning rates, reports and names are the study file's (`Design`).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from fedpfn.analysis.inference import EXACT_UP_TO, TESTS, recompute
-from fedpfn.analysis.paired_text import p_number, p_text, verdict
-from fedpfn.analysis.stats import ALPHA, Paired, adjust, holm, sign_test, std_factors
+from fedpfn.analysis.inference import decided, recompute
+from fedpfn.analysis.paired_text import floors_text, p_number, p_text, verdict
+from fedpfn.analysis.stats import ACCURACY_SPAN, ALPHA, Paired, adjust, sign_test, std_factors
 
 ALIGNMENT = ("align_loss_barrier", "align_fusion_gap")
 SPANS = {"align_fusion_gap": 2.0}  # the largest difference between arms (a gap of accuracies); a loss has none
@@ -54,14 +55,15 @@ class Row:
     test: Paired
     verdict: str
     final: Paired | None = None
-    t_holm: float | None = None  # the pre-registered t test's p, Holm-adjusted across the family
 
 
 def comparison(d: Design, result: dict[str, Any], arm: str, name: str, metric: str) -> Paired:
-    """The report's comparison of `arm` (a report's arm) against its baseline on `metric`."""
+    """The report's comparison of `arm` (a report's arm) against its baseline on `metric`, tested
+    again from its stored differences by today's rule (Holm within the report)."""
     label = result["arms"][d.reports[name][0].index(arm)]["arm"]
-    found = next(p for p in result["paired"] if p["label"] == label and p["metric"] == metric)
-    return Paired(**{k: v for k, v in found.items() if k in Paired.__dataclass_fields__})
+    stored = [recompute(p, ACCURACY_SPAN) for p in result["paired"] if p["metric"] == metric]
+    adjust(stored)
+    return next(p for p in stored if p.label == label)
 
 
 def scale_of(name: str) -> tuple[float, str]:
@@ -81,10 +83,10 @@ def primary_family(d: Design, reports: dict[str, dict[str, dict]]) -> list[Row]:
     for alpha in d.alphas:
         for base, name in (("FedAvg", "all"), ("control", "control")):
             found = reports[alpha][name]
-            family[f"α={alpha}: FedPFN − {base}"] = [comparison(d, found, "fedpfn", name, m) for m in ("lastk", "final")]
+            label = f"α={alpha}: FedPFN − {base}"
+            family[label] = [dataclasses.replace(comparison(d, found, "fedpfn", name, m), label=label) for m in ("lastk", "final")]
     adjust(lastk for lastk, _ in family.values())
-    t_holm = holm([lastk.p_t for lastk, _ in family.values()])
-    return [Row(label, lastk, verdict(lastk), final, t) for (label, (lastk, final)), t in zip(family.items(), t_holm)]
+    return [Row(label, lastk, verdict(lastk), final) for label, (lastk, final) in family.items()]
 
 
 def alignment_rows(data: dict[str, Any]) -> list[Row]:
@@ -112,27 +114,19 @@ def holm_span(rows: list[Row]) -> str:
     return f"across the {tested}" + ("" if tested == len(rows) else f" of these {len(rows)} that have a test")
 
 
-def resolved(p: Paired) -> bool:
-    return p.p_holm is not None and p.p_holm < ALPHA
-
-
 def primary_answer(row: Row) -> str:
     """A primary comparison: the t test beside the exact sign test, its verdict, and its final round."""
     test, final, seeds = row.test, row.final, len(row.test.seeds)
     assert final is not None
-    tests = [] if test.p_value is None else [f"{TESTS[test.test]} p {p_text(test, '.4f')}, Holm {test.p_holm:.4f}"]
-    registered = test.test != "t" and test.p_t is not None and row.t_holm is not None
-    tests += [f"pre-registered t test p {test.p_t:.4f}, Holm {row.t_holm:.4f}"] if registered else []
+    tests = [] if test.p_value is None else [f"t test p {p_text(test, '.4f')}, Holm {p_number(test.p_holm, '.4f')}"]
     sign = sign_test(test.diffs)
     tests += [] if sign is None else [f"exact sign test, {test.wins} of {seeds} seeds higher: p {sign:.4f}"]
     text = f"{row.name} {100 * test.mean:+.3f} points ({'; '.join(tests)}): {row.verdict}"
-    if resolved(test) and sign is not None and sign >= ALPHA:
+    if decided(test) and sign is not None and sign >= ALPHA:
         least = sign_test([1.0] * seeds)
         text += f", on the t test alone: the exact sign test cannot go below {least:.4f} with {seeds} seeds"
-    if registered and not resolved(test) and row.t_holm < ALPHA:
-        text += f", though the pre-registered t test alone resolves it, resting on the normality of {seeds} differences"
-    held = resolved(final) and (final.mean > 0) == (test.mean > 0)
-    lead = "; in the final round it is absent:" if resolved(test) and not held else "; final round:"
+    held = decided(final) and (final.mean > 0) == (test.mean > 0)
+    lead = "; in the final round it is absent:" if decided(test) and not held else "; final round:"
     p = "" if final.p_value is None else f", p {p_text(final)}"
     return f"{text}{lead} {100 * final.mean:+.2f} points{p} ({final.wins} of {seeds} seeds higher)"
 
@@ -141,7 +135,7 @@ def as_much(d: Design, reports: dict[str, dict[str, dict]], primary: list[Row], 
     """Where FedPFN beats FedAvg but not the control: how much the control gains over FedAvg."""
     rows = {row.name.split(": ", 1)[1]: row for row in primary if row.name.startswith(f"α={alpha}:")}
     ours, control = rows["FedPFN − FedAvg"].test, rows["FedPFN − control"].test
-    if not (resolved(ours) and ours.mean > 0) or resolved(control):
+    if not (decided(ours) and ours.mean > 0) or decided(control):
         return ""
     theirs = comparison(d, reports[alpha]["all"], "fedpfn-client", "all", "lastk")
     return (f" At α={alpha} the control gains as much over FedAvg ({100 * theirs.mean:+.2f} points, "
@@ -218,8 +212,8 @@ def observations(d: Design, data: dict[str, Any]) -> list[str]:
 def family_table(rows: list[Row], primary: bool) -> list[str]:
     """The primary family with the sign test and the final round; the alignment family as measured."""
     if primary:
-        lines = ["| comparison | mean difference, points | 95 % CI | p | p (t test, as pre-registered) | p (exact sign test) "
-                 "| p (Holm) | seeds higher | final round: difference, p | verdict |", "|---" * 10 + "|"]  # fmt: skip
+        lines = ["| comparison | mean difference, points | 95 % CI | p | p (exact sign test) "
+                 "| p (Holm) | seeds higher | final round: difference, p | verdict |", "|---" * 9 + "|"]  # fmt: skip
     else:
         lines = ["| comparison | mean difference (points; barrier: nats) | 95 % CI | p | p (Holm) | seeds higher | verdict |",
                  "|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -230,7 +224,6 @@ def family_table(rows: list[Row], primary: bool) -> list[str]:
         cells = [row.name, f"{unit * c.mean:+.3f}", ci, p]
         if row.final is not None:
             sign, f = sign_test(c.diffs), row.final
-            cells.append(p_number(c.p_t, ".4f"))
             cells.append("n/a" if sign is None else f"{sign:.4f}")
         cells += [holm, f"{c.wins} of {len(c.seeds)}"]
         if row.final is not None:
@@ -248,18 +241,18 @@ def grid_lines(d: Design, data: dict[str, Any]) -> list[str]:
     return lines
 
 
-def reading_note(seeds: int) -> str:
-    if seeds <= EXACT_UP_TO:
-        return (f"A verdict is what the Holm-adjusted p supports. With {seeds} seeds p is the exact sign-flip test's "
-                f"on the per-seed differences, which cannot go below {2 / 2**seeds:.4g}: no difference can be "
-                "resolved at 0.05, and none is called detectable. A 'not resolved' says what the 95 % interval "
-                "(Student's t) excludes. Differences in accuracy points, barriers in nats.")  # fmt: skip
+def reading_note(tests: list[Paired]) -> str:
+    """The rule, once: the Holm-adjusted t test decides; the std's uncertainty behind the MDE."""
+    seeds = len(tests[0].seeds)
     low, high = std_factors(seeds)
-    return (f"A verdict is what the Holm-adjusted p supports. A 'not resolved' says what the 95 % interval excludes, "
-            f"then the difference these {seeds} seeds could have detected (80 % power, before Holm) with its range: the "
-            f"std of {seeds} differences is known only within ×{low:.2f} to ×{high:.2f} of the observed one (its 95 % "
-            f"chi-square interval, {seeds - 1} df), and the detectable difference with it, so the interval, not the "
-            "detectable difference, states what was excluded. Differences in accuracy points, barriers in nats.")  # fmt: skip
+    floors = floors_text(tests)
+    return (f"A verdict is what the Holm-adjusted t test supports, the test of the 95 % interval beside it; the exact "
+            f"sign-flip test in brackets is a distribution-free check{f' ({floors})' if floors else ''}. A 'not "
+            f"resolved' says what the 95 % interval excludes, then the difference these {seeds} seeds could have "
+            f"detected (80 % power, before Holm) with its range: the std of {seeds} differences is known only within "
+            f"×{low:.2f} to ×{high:.2f} of the observed one (its 95 % chi-square interval, {seeds - 1} df), and the "
+            "detectable difference with it, so the interval, not the detectable difference, states what was excluded. "
+            "Differences in accuracy points, barriers in nats.")  # fmt: skip
 
 
 def results(d: Design, data: dict[str, Any], reports: dict[str, dict[str, dict]], figure: list[str]) -> list[str]:
@@ -273,7 +266,7 @@ def results(d: Design, data: dict[str, Any], reports: dict[str, dict[str, dict]]
             "### The final round (not pre-registered; Holm within each report)", "",
             *(final_round(d, reports[alpha]["all"], alpha) for alpha in d.alphas), "",
             "### Observations (computed from the runs, not pre-registered)", "", *observations(d, data), "",
-            reading_note(len(primary[0].test.seeds)), "",
+            reading_note([row.test for row in primary]), "",
             f"### Primary family: accuracy over the last 10 rounds (Holm {holm_span(primary)})", "",
             *family_table(primary, primary=True), "",
             f"### Alignment: mean over the run's measurements (Holm {holm_span(alignment)})", "",

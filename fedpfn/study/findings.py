@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from fedpfn.analysis.inference import ALPHA, Paired
-from fedpfn.analysis.paired_text import p_number
+from fedpfn.analysis.inference import Paired, decided
+from fedpfn.analysis.paired_text import p_number, printed
 from fedpfn.study import gate
 from fedpfn.study.gate import interval_text as interval
 from fedpfn.study.drift import design, report_folder
@@ -33,9 +33,10 @@ def read(root: Path, relative: str) -> Any | None:
 def reading(p: Paired, scale: float, unit: str) -> str:
     """What the comparison supports: its direction where Holm's p resolves it, else what its
     interval excludes (or that the seeds cannot resolve what the interval shows)."""
+    printed(p, scale, unit)
     if p.low is None or p.high is None:
         return "no interval (too few seeds or no spread)"
-    if p.p_holm is not None and p.p_holm < ALPHA:
+    if decided(p):
         return f"{'higher' if p.mean > 0 else 'lower'} (p Holm {p_number(p.p_holm, '.2g')})"
     if p.low > 0 or p.high < 0:
         return (f"the interval excludes 0, but {len(p.seeds)} seeds do not resolve it after Holm "
@@ -58,24 +59,12 @@ def drift_rows(root: Path) -> dict[str, Any] | None:
     return {row.name: row for row in primary_family(d, reports)}
 
 
-def drift_reading(row: Any) -> str:
-    """A primary comparison's reading: the exact test's Holm p first, the pre-registered t test's beside it."""
-    p = row.test
-    if p.p_holm is not None and p.p_holm < ALPHA:
-        return reading(p, 100, "points")
-    if row.t_holm is not None and row.t_holm < ALPHA:
-        return (f"resolved by the pre-registered t test alone (p Holm {p_number(row.t_holm, '.2g')}), not by the "
-                f"exact test (p Holm {p_number(p.p_holm, '.2g')}), which {len(p.seeds)} seeds cannot take below "
-                f"{p_number(p.p_floor, '.4f')}")  # fmt: skip
-    return reading(p, 100, "points")
-
-
 def drift_sentence(root: Path, base: str, lead: str) -> str | None:
     rows = drift_rows(root)
     if rows is None:
         return None
     parts = [f"{100 * row.test.mean:+.2f} points at {name.split(':')[0]} (95 % CI {interval(row.test, 100, 2)}; "
-             f"{drift_reading(row)})" for name, row in rows.items() if name.endswith(f"FedPFN − {base}")]  # fmt: skip
+             f"{reading(row.test, 100, 'points')})" for name, row in rows.items() if name.endswith(f"FedPFN − {base}")]  # fmt: skip
     return f"{lead}: FedPFN's accuracy minus it was {' and '.join(parts)}."
 
 
@@ -150,6 +139,7 @@ def other_matchers(name: str, regime: Mapping[str, Any]) -> tuple[list[float], s
     shares, words = [], []
     for matcher in gate.matchers_in(regime)[1:]:
         found = gate.regime_splits(name, regime, matcher)[0]
+        gate.adjust_together(found.parts)  # its own family of 3, as on the gate's page
         share = found.share(found.freezing)
         if share is not None:
             shares.append(share)
@@ -159,11 +149,13 @@ def other_matchers(name: str, regime: Mapping[str, Any]) -> tuple[list[float], s
 
 def freezing_or_sharing(root: Path) -> str | None:
     cells = gate_cells(root) or {}
-    parts, shares = [], []
+    parts, shares, unresolved = [], [], []
     for name, splits in split_parts(root):
         s = splits[0]
         share = s.share(s.freezing)
-        if share is not None:
+        if share is None:
+            unresolved.append(name)
+        else:
             more, said = other_matchers(name, cells[name])
             shares += [share, *more]
             parts.append(f"{100 * share:.0f} % in {name} under full weight matching{said}; sharing adds "
@@ -173,8 +165,10 @@ def freezing_or_sharing(root: Path) -> str | None:
         return None
     lead = "Most of what shared anchors remove of P, freezing alone removes" if min(shares) > 0.5 else (
         "Of what shared anchors remove of P, freezing alone removes a part")  # fmt: skip
+    rest = (f" In {' and '.join(unresolved)} the share is not resolved: the whole drop in P (shared − plain) is not "
+            "resolved under the regime's Holm family." if unresolved else "")  # fmt: skip
     return (f"**Sharing or freezing?** {lead}: independent masks that freeze as many weights and share "
-            "nothing account for " + "; ".join(parts) + ".")  # fmt: skip
+            "nothing account for " + "; ".join(parts) + "." + rest)  # fmt: skip
 
 
 def fused_accuracy(root: Path) -> str | None:

@@ -139,10 +139,9 @@ def split_table(splits: Sequence[Split]) -> list[str]:
     for found in splits:
         scale, unit = next((s, u) for key, _, s, u in ENDPOINTS if key == found.metric)
         for part_name, p in zip(PARTS, found.parts):
-            share = found.share(p)
             lines.append(
                 f"| {p.label} | {scale * p.mean:+.4f} {unit} | {interval_text(p, scale)} | {p_text(p, '.3g')} "
-                f"| {p_number(p.p_holm, '.3g')} | {'n/a' if share is None else f'{100 * share:.0f} %'} "
+                f"| {p_number(p.p_holm, '.3g')} | {found.share_text(p)} "
                 f"| {verdict(p, scale, unit)} |"
             )
     return lines
@@ -178,15 +177,14 @@ def question_b(cells: Cells, regimes: Sequence[str]) -> tuple[list[str], list[st
 
 def word(p: Paired) -> str:
     """A verdict's first word: higher, lower, not resolved, or no test."""
-    return verdict(p, 1.0, "nats").split(";")[0].removesuffix(" after Holm")
+    return verdict(p, 1.0, "nats").split(";")[0].split(" after Holm")[0]
 
 
 def matchers_sentence(name: str, by_matcher: Mapping[str, Split]) -> str:
     """Sharing's share of P's drop under each matcher, and whether the matchers' verdicts agree."""
     shares = []
     for matcher, found in by_matcher.items():
-        share = found.share(found.sharing)
-        shares.append(f"{matcher} {'n/a' if share is None else f'{100 * share:.0f} %'} ({word(found.sharing)})")
+        shares.append(f"{matcher} {found.share_text(found.sharing)} ({word(found.sharing)})")
     verdicts = {(word(f.freezing), word(f.sharing)) for f in by_matcher.values()}
     agree = "the matchers agree on both parts' verdicts" if len(verdicts) == 1 else (
         "the matchers disagree on the parts' verdicts")  # fmt: skip

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpfn.analysis.markup import code, inline
-from fedpfn.analysis.paired_text import p_number, p_text, verdict
+from fedpfn.analysis.paired_text import changed_section, p_number, p_text, verdict, verdicts_printed
 from fedpfn.analysis.stats import Paired, adjust, mean_std, paired
 from fedpfn.core.files import CONFIG, METRICS, PROVENANCE, atomic_write_bytes, json_text, read_json, read_jsonl
 from fedpfn.core.provenance import machines_sentence
@@ -213,6 +213,13 @@ def section(spec: Spec, stored: dict[str, Any] | None, marker: str) -> list[str]
 
 
 def render(spec: Spec, stored: dict[str, Any] | None) -> str:
+    """The page, closed by the list of its verdicts that the decision rule of 2026-12-07 changed."""
+    with verdicts_printed() as seen:
+        text = body(spec, stored)
+    return text + changed_section(seen)
+
+
+def body(spec: Spec, stored: dict[str, Any] | None) -> str:
     """The template with each marker line replaced by its section (or the reading's whole page)."""
     if spec.page is not None and spec.page.reading in WHOLE:
         return WHOLE[spec.page.reading](spec)
