@@ -80,8 +80,8 @@ def seeds_warning(seeds: Sequence[int]) -> str | None:
         return "1 seed: the comparison has no spread and no intervals; give --seeds with 3 or more (0,1,2)"
     return (
         "2 seeds: each 95 % interval has 1 degree of freedom (t = 12.7), so it is either very wide or, "
-        "where both seeds differ by the same amount, not given, and no p can go below 0.5 (the exact test's "
-        "floor with 2 seeds); give --seeds with 3 or more (0,1,2)"
+        "where both seeds differ by the same amount, not given, and the exact test beside the t test cannot go "
+        "below 0.5; give --seeds with 3 or more (0,1,2), or ask fedpfn seeds-needed how many"
     )
 
 
