@@ -26,23 +26,25 @@ def flwr_partition(name: str, args: str) -> list[str]:
 LDP = ["--engine", "ray", "--client-mod", "flwr.clientapp.mod:LocalDpMod", "--client-mod-args"]
 DEEP = '{"alpha": ' + "[" * 100 + "0.5" + "]" * 100 + "}"
 CASES = [
-    (wrap('{"noise_multiplier": NaN, "clipping_norm": 1}'), "server_wrap_args: noise_multiplier is nan; give a finite number"),
-    (wrap('{"noise_multiplier": Infinity, "clipping_norm": 1}'), "server_wrap_args: noise_multiplier is inf; give a finite"),
+    (wrap('{"noise_multiplier": NaN, "clipping_norm": 1}'), "server_wrap_args: noise_multiplier is NaN; give a finite number"),
+    (wrap('{"noise_multiplier": Infinity, "clipping_norm": 1}'), "server_wrap_args: noise_multiplier is Infinity; give a finite"),
     (wrap('{"noise_multiplier": 1e308, "clipping_norm": 1}'), "server_wrap_args: noise_multiplier is 1e+308; give a number "
      "from 1e-12 to 1e+12 in size (or 0)"),
+    (["--server", "flwr.serverapp.strategy:Krum", "--server-args", '{"num_malicious_nodes": ' + "9" * 4000 + "}"],
+     "server_args: num_malicious_nodes is 99999999999999999999"),
     (wrap('{"noise_multiplier": 1e-300, "clipping_norm": 1}'), "server_wrap_args: noise_multiplier is 1e-300; give a number"),
     (wrap('{"noise_multiplier": true, "clipping_norm": 1}'),
      "server_wrap_args: noise_multiplier is true; DifferentialPrivacyServerSideFixedClipping takes a number there"),
-    (wrap('{"noise_multiplier": 1, "clipping_norm": NaN}'), "server_wrap_args: clipping_norm is nan; give a finite number"),
-    (wrap('{"noise_multiplier": 1, "clipping_norm": -Infinity}'), "server_wrap_args: clipping_norm is -inf; give a finite"),
+    (wrap('{"noise_multiplier": 1, "clipping_norm": NaN}'), "server_wrap_args: clipping_norm is NaN; give a finite number"),
+    (wrap('{"noise_multiplier": 1, "clipping_norm": -Infinity}'), "server_wrap_args: clipping_norm is -Infinity; give a finite"),
     ([*LDP, '{"clipping_norm": 1, "sensitivity": 1, "epsilon": NaN, "delta": 1e-5}'],
-     "client_mod_args: epsilon is nan; give a finite number"),
+     "client_mod_args: epsilon is NaN; give a finite number"),
     (["--server", "flwr.serverapp.strategy:Krum", "--server-args", '{"num_malicious_nodes": 1.5}'],
      "server_args: num_malicious_nodes is 1.5; Krum takes a whole number there"),
     (flwr_partition("DirichletPartitioner", DEEP), "partition_args: '{\"alpha\": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[...' "
      "nests deeper than 8 levels; give a JSON object of plain values"),
     (flwr_partition("DirichletPartitioner", '{"alpha": ' + "9" * 5000 + "}"), "holds a number too long to read"),
-    (flwr_partition("DirichletPartitioner", '{"alpha": [0.5, NaN]}'), "partition_args: alpha is nan; give a finite number"),
+    (flwr_partition("DirichletPartitioner", '{"alpha": [0.5, NaN]}'), "partition_args: alpha is NaN; give a finite number"),
     (flwr_partition("PathologicalPartitioner", '{"num_classes_per_partition": true}'),
      "partition_args: num_classes_per_partition is true; PathologicalPartitioner takes a whole number there"),
     (["--server-wrap", ""], "server_wrap: '' names no wrapper; give package.module:Name (docs/guide/privacy.md), or "

@@ -48,7 +48,9 @@ def parse_kwargs(text: str | None, setting: str) -> dict[str, Any]:
     except DamagedFile as err:
         raise ConfigError(f"{setting}: {err}") from None
     if not isinstance(kwargs, dict):
-        raise ConfigError(f"{setting}: {shown} is not a JSON object; give keyword arguments as one, e.g. '{{\"beta\": 0.2}}'")
+        raise ConfigError(
+            f"{setting}: {shown} is not a JSON object; give keyword arguments as one, e.g. '{{\"beta\": 0.2}}'"
+        )
     for name, value in kwargs.items():
         if (problem := number_problem(value)) is not None:
             raise ConfigError(f"{setting}: {name} {problem}")
@@ -74,9 +76,9 @@ def number_problem(value: Any) -> str | None:
     if isinstance(value, bool) or not isinstance(value, NUMBERS):
         return None
     if isinstance(value, float) and not math.isfinite(value):
-        return f"is {value}; give a finite number"
+        return f"is {_json(value)}; give a finite number"
     if abs(value) > MAX_MAGNITUDE or 0 < abs(value) < MIN_MAGNITUDE:
-        return f"is {value:g}; give a number from {MIN_MAGNITUDE:g} to {MAX_MAGNITUDE:g} in size (or 0)"
+        return f"is {_json(value)}; give a number from {MIN_MAGNITUDE:g} to {MAX_MAGNITUDE:g} in size (or 0)"
     return None
 
 
@@ -91,17 +93,15 @@ def check_kinds(target: type, kwargs: dict[str, Any], setting: str) -> None:
         if isinstance(value, bool) or not isinstance(value, NUMBERS):
             raise ConfigError(f"{setting}: {name} is {_json(value)}; {target.__name__} takes {wanted} there")
         if isinstance(value, float) and float not in kinds and not value.is_integer():
-            raise ConfigError(f"{setting}: {name} is {value:g}; {target.__name__} takes {wanted} there")
+            raise ConfigError(f"{setting}: {name} is {_json(value)}; {target.__name__} takes {wanted} there")
 
 
 def number_kinds(annotation: Any) -> set[type] | None:
     """The types an annotation allows where it allows numbers only (int, float, None), else None."""
-    if annotation in (inspect.Parameter.empty, Any):
-        return None
     union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
-    kinds = {types.NoneType if a is None else a for a in (typing.get_args(annotation) if union else (annotation,))}
-    numeric = kinds <= {int, float, types.NoneType} and bool(kinds & {int, float})
-    return kinds if numeric else None
+    kinds = [types.NoneType if a is None else a for a in (typing.get_args(annotation) if union else (annotation,))]
+    numeric = all(any(a is t for t in (int, float, types.NoneType)) for a in kinds)  # `is`: no annotation's __eq__
+    return set(kinds) if numeric and (int in kinds or float in kinds) else None
 
 
 def _annotation(target: type, name: str) -> Any:
