@@ -165,3 +165,22 @@ def test_a_users_code_that_exits_or_interrupts_itself_is_one_line_never_exit_0(a
     assert not (tmp_path / "run").exists()
     for module in ("misbehaving", "interrupting"):
         sys.modules.pop(module, None)
+
+
+@pytest.mark.parametrize(("model", "code", "says"), [
+    ("misbehaving:exits", 2, "error: model: misbehaving:exits((1, 28, 28), 10) raised SystemExit: 0\n"),
+    ("misbehaving:interrupts", 130, "error: model: misbehaving:interrupts((1, 28, 28), 10) raised KeyboardInterrupt: \n"),
+])  # fmt: skip
+def test_an_analysis_command_takes_the_users_model_it_names_and_its_misbehaviour_is_one_line(
+    model, code, says, tmp_path, capsys, monkeypatch
+):
+    """`fedpfn pretrain --model pkg:build` was refused as code "only a file names", though typed."""
+    from fedpfn.cli.main import main
+
+    (tmp_path / "misbehaving.py").write_text(MISBEHAVING)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["pretrain", "--model", model, "--epochs", "1", "--out", str(tmp_path / "pt")]) == code
+    assert capsys.readouterr().err == says
+    assert not (tmp_path / "pt").exists()
+    sys.modules.pop("misbehaving", None)

@@ -24,6 +24,7 @@ from fedpfn.core.files import atomic_write_bytes
 from fedpfn.core.flags import ANALYSIS_REFUSAL, OneLineParser
 from fedpfn.core.places import out_problem
 from fedpfn.core.settings import ConfigError, add_flag, field_map, one_of, parse_values, problems, setting
+from fedpfn.core.user_code import code_settings, name_code
 
 C = TypeVar("C")
 
@@ -99,8 +100,11 @@ class CommandLine(NamedTuple):
 def read_command_line(
     parser: Parser, settings: type, files: Sequence[str], argv: Sequence[str] | None
 ) -> CommandLine:
-    """The shared start of an analysis command's `main`: parse, read the settings, check `--out`."""
+    """The shared start of an analysis command's `main`: parse, read the settings, check `--out`. A
+    model or dataset of the user's own (`--model package.module:build`) is named by this command
+    line, so fedpfn.core.user_code may import it."""
     args = vars(parser.parse_args(argv))
+    name_code(*code_settings(args))
     out, overwrite = Path(args.pop("out")).expanduser(), bool(args.pop("overwrite", False))
     cfg, found = read_settings(settings, args)
     return CommandLine(cfg, out, set(args), found + output_problems(out, overwrite, files))

@@ -155,7 +155,13 @@ def main(argv: list[str] | None = None) -> int:
         near = difflib.get_close_matches(args[0], VERBS, n=1)
         hint = f"; did you mean {near[0]}?" if near else ""
         return _refuse(f"unknown verb '{args[0]}'{hint} (one of {', '.join(VERBS)}; fedpfn --help)")
-    return verb.run(args[1:], f"fedpfn {args[0]}")
+    from fedpfn.core.user_code import UserInterrupt
+
+    try:
+        return verb.run(args[1:], f"fedpfn {args[0]}")
+    except UserInterrupt as err:  # a user's code raised KeyboardInterrupt in a verb without a handler of its own
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
 
 
 if __name__ == "__main__":
