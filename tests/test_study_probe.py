@@ -273,7 +273,7 @@ SHAPES = {  # the study file's text -> what the refusal says
     "arrays nine deep": (ARMS + "[axes]\nlr = " + "[" * 9 + "]" * 9 + "\n", "axes.lr[0][0][0][0][0][0][0] nests"),
     "a format filling the memory": (ARMS + "[endpoints.e]\nmetric = 'test_accuracy'\nformat = '.999999999f'\n",
                                     "endpoints.e.format = '.999999999f' is not a number's format spec"),
-    "a cell pattern filling the memory": ("cell = '{arm:>999999999}'\n" + ARMS, "holds more than names in braces"),
+    "a cell pattern filling the memory": ("cell = '{arm:>999999999}'\n" + ARMS, "holds {arm:>999999999}, more than a name in braces"),
     "a million cells": (ARMS + "[axes]\nlr = [" + ",".join(map(str, range(1000))) + "]\nmomentum = ["
                         + ",".join(map(str, range(1000))) + "]\n", "declares 2,000,000 cells"),
     "100,000 seeds": (f"seeds = [{','.join(map(str, range(100_000)))}]\n" + ARMS, "seeds = [0, 1, 2, 3,"),
@@ -410,3 +410,18 @@ def test_a_family_named_to_climb_out_writes_no_report_outside(victim: Path, monk
     line = refused_in_one_line(capsys, "page", "--stored", "s.toml")
     assert "the report of family 'x/../../../../y' at alpha '0.1'" in line and "lies outside" in line, line
     assert unchanged(victim)
+
+
+@pytest.mark.parametrize("field, says", [("{summary.__class__.__mro__}", "holds {summary.__class__.__mro__}"),
+                                          ("{summary:>999999999}", "holds {summary:>999999999}"),
+                                          ("{nope}", "names {nope}, which is not filled (names: summary,")])  # fmt: skip
+def test_a_gate_template_fills_names_alone(tmp_path: Path, monkeypatch, capsys, field: str, says: str) -> None:
+    """The gate's page fills its template with str.format: a file's template reads no attribute, fills no memory."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.toml").write_text("command = 'lmc'\nruns = 'runs/g'\n[arms]\na = '--model mlp'\n[page]\n"
+                                     "out = 'p.md'\nstored = 'cells.json'\nreading = 'gate'\ntemplate = 't.md'\n")  # fmt: skip
+    (tmp_path / "t.md").write_text(f"# Gate\n{field}\n")
+    (tmp_path / "cells.json").write_text("{}")
+    line = refused_in_one_line(capsys, "page", "--stored", "s.toml")
+    assert says in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cells.json", "s.toml", "t.md"]  # no page, no figure

@@ -11,7 +11,6 @@ study whose cells run another command checks them as that command does (fedpfn.s
 from __future__ import annotations
 
 import itertools
-from string import Formatter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from fedpfn.core.files import METRICS, SUMMARY, read_jsonl
 from fedpfn.core.settings import ConfigError
 from fedpfn.core.user_code import code_paths, code_settings
 from fedpfn.study.commands import Command, Configure, RunCells
+from fedpfn.study.limits import fields_problem
 from fedpfn.study.places import place_problem
 from fedpfn.study.spec import Spec
 
@@ -92,14 +92,9 @@ def axis_flags(spec: Spec, point: tuple[tuple[str, str], ...]) -> list[str]:
 
 def folder_of(spec: Spec, pattern: str, **names: object) -> Path:
     """The cell's folder: the pattern filled in, under the study's runs folder and never outside it."""
-    try:
-        fields = [(field, spec_ or conv) for _, field, spec_, conv in Formatter().parse(pattern) if field is not None]
-        relative = None if any(not name.isidentifier() or more for name, more in fields) else pattern.format(**names)
-    except (KeyError, IndexError, ValueError) as err:
-        raise spec.refuse(f"the cell pattern {pattern!r} names {err}, which is not arm, seed, value or an axis") from None
-    if relative is None:  # `{arm:>999999999}` would fill the memory; `{0}`, `{arm.x}`, `{}` name nothing
-        raise spec.refuse(f"the cell pattern {pattern!r} holds more than names in braces; give names alone: {{arm}}, "
-                          "{seed}, {value} or an axis")  # fmt: skip
+    if (problem := fields_problem(pattern, list(names))) is not None:
+        raise spec.refuse(f"the cell pattern {problem}: give {{arm}}, {{seed}}, {{value}} or an axis in braces")
+    relative = pattern.format(**names)
     if (problem := place_problem(relative, "cell")) is not None:  # an arm or axis value of '..' or '/etc'
         raise spec.refuse(f"the cell pattern {pattern!r} gives {problem.removeprefix('cell = ')}")
     return spec.runs / relative

@@ -24,6 +24,7 @@ from fedpfn.core.provenance import KEY, machines_sentence
 from fedpfn.study import gate
 from fedpfn.study.cells import main_cells
 from fedpfn.study.figures import reading_figure
+from fedpfn.study.limits import fields_problem
 from fedpfn.study.spec import Spec, template_text
 
 RESULT = "lmc.json"
@@ -109,11 +110,18 @@ def figure_line(spec: Spec, cells: Mapping[str, Any]) -> str:
                           linear_within=LINEAR_WITHIN)  # fmt: skip
 
 
+FIELDS = ("summary", "machines", "common", "regimes", "a_seeds", "b_seeds", "table_a", "table_b", "table_arms",
+          "table_step", "figure")  # what the gate's template may name in braces  # fmt: skip
+
+
 def write_page(spec: Spec, cells: Mapping[str, Any]) -> str:
     """The page's text: the study's template filled with the gate's readings of `cells`."""
+    text = template_text(spec)
+    if (problem := fields_problem(text, FIELDS)) is not None:  # a file: no attribute read, no memory filled
+        raise spec.refuse(f"page.template {problem}")
     table_a, found, said = gate.question_a(cells)
     table_b, said_b = gate.question_b(cells, found)
-    return template_text(spec).format(
+    return text.format(
         summary="\n".join(f"- {line}" for line in [*said, *said_b]), machines=machines(cells),
         common=" ".join(spec.shared), regimes="\n".join(gate.regimes_table(cells, spec.arms, spec.not_run)),
         a_seeds=gate.A_SEEDS, b_seeds=gate.B_SEEDS, table_a="\n".join(table_a), table_b="\n".join(table_b),

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Collection
 from numbers import Real
+from string import Formatter
 from typing import Any, Protocol
 
 
@@ -44,6 +46,23 @@ def shown(value: Any) -> str:
     """`value` as a message quotes it: its repr, cut to MAX_SHOWN characters."""
     text = repr(value)
     return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 5] + " ...]"
+
+
+def fields_problem(pattern: str, known: Collection[str]) -> str | None:
+    """Why a format string from a file cannot be filled with `known` names alone, or None: a brace
+    that does not pair; a field that is more than a name (`{arm:>999999999}` would fill the memory,
+    `{x.__class__}` reads Python's insides, `{0}` names nothing); a name not among `known`."""
+    try:
+        fields = [(name, spec, conversion) for _, name, spec, conversion in Formatter().parse(pattern) if name is not None]
+    except ValueError as err:
+        return f"{shown(pattern)} cannot be filled ({err})"
+    for name, spec, conversion in fields:
+        if not name.isidentifier() or spec or conversion:
+            field = "{" + name + ("!" + conversion if conversion else "") + (":" + spec if spec else "") + "}"
+            return f"{shown(pattern)} holds {field}, more than a name in braces"
+        if name not in known:
+            return f"{shown(pattern)} names {{{name}}}, which is not filled (names: {', '.join(known)})"
+    return None
 
 
 def too_deep(data: Any, limit: int = MAX_DEPTH) -> str | None:
