@@ -94,7 +94,7 @@ def test_the_settings_a_choice_leaves_out_are_handed_back_and_refused_where_give
     assert cfg.problems(given=None) == cfg.problems(given={"partition", "alpha"})  # not its default: set
     engine = parse_config({"engine": "ray", "engine_workers": 2})
     assert engine.problems(given={"engine", "engine_workers"}) == [
-        "engine_workers: 2 is set, but only --engine batched uses it"
+        "engine_workers: 2 is set, but only --engine batched uses it (Ray actors for its vmap, threads and loop modes)"
     ]
     assert engine.problems(given=None) == []  # under flwr run Flower's federation decides where clients train
 
@@ -206,3 +206,21 @@ def test_the_flat_settings_keep_their_order_and_a_problem_reads_by_flat_name():
     assert parse_config({"dataset": "mypkg.data:load", "download": True}).problems(given={"dataset", "download"}) == [
         "download: True is set, but a dataset of your own (--dataset package.module:load) loads itself"
     ]
+
+
+def test_a_choice_on_the_command_line_takes_the_preset_settings_of_the_choice_it_replaced(tmp_path, capsys):
+    """The quickstart preset names engine-mode threads; `--engine ray` over it runs on Ray, and says
+    what of the preset it left out. A setting the command line gives itself is never dropped."""
+    from fedpfn.cli.simulate import checked_config
+    from fedpfn.core.settings import ConfigError
+
+    cfg = checked_config({"config": "configs/quickstart.toml", "engine": "ray", "out": str(tmp_path / "r")})
+    assert cfg.engine == Ray()
+    assert "engine_mode = 'threads' left out" in capsys.readouterr().err
+    preset = tmp_path / "p.toml"
+    preset.write_text('partition = "dirichlet"\nalpha = 0.1\nrounds = 3\n')
+    cfg = checked_config({"config": str(preset), "partition": "iid", "out": str(tmp_path / "p")})
+    assert cfg.partition.method == "iid" and cfg.federation.rounds == 3
+    assert "alpha = 0.1 left out" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="alpha"):  # named on the command line itself: refused as before
+        checked_config({"config": str(preset), "partition": "iid", "alpha": 0.2, "out": str(tmp_path / "q")})

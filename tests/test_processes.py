@@ -155,3 +155,16 @@ def test_no_worker_outlives_a_stopped_run(sig, tmp_path):
     while any(alive(w) for w in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(alive(w) for w in workers), f"left behind after {sig.name}: {workers}"
+
+
+def test_the_processes_mode_is_refused_where_it_cannot_train(monkeypatch, tmp_path):
+    """On a cluster each actor trains its share; with a visible GPU the clients would leave it."""
+    from fedpfn.core.settings import ConfigError
+    from fedpfn.runtime.engines import batched
+
+    on_cluster = tiny_config(engine_mode="processes", ray_address="127.0.0.1:1", out=str(tmp_path / "a"))
+    with pytest.raises(ConfigError, match="engine_mode: processes trains on this machine; with --ray-address"):
+        batched.prepare(on_cluster)
+    monkeypatch.setattr(batched, "device_of", lambda cfg: torch.device("cuda"))
+    with pytest.raises(ConfigError, match="a GPU is visible: add --client-gpus 0, or use vmap"):
+        batched.prepare(tiny_config(engine_mode="processes", out=str(tmp_path / "b")))

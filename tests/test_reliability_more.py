@@ -267,7 +267,7 @@ UNUSED = [
         ["--engine", "ray", "--engine-mode", "vmap"],
         "engine_mode: vmap is set, but only --engine batched uses it",
     ),
-    (["--engine", "ray", "--engine-workers", "2"], "engine_workers: 2 is set, but only --engine batched uses it"),
+    (["--engine", "ray", "--engine-workers", "2"], "engine_workers: 2 is set, but only --engine batched uses it (Ray actors for its vmap, threads and loop modes)"),
     (["--engine-mode", "loop", "--engine-chunk", "4"], "engine_chunk: 4 is set, but only the batched engine's vmap"),
     (["--partition", "shards", "--alpha", "-1"], "alpha: -1.0 must be > 0"),  # its own check first
     (

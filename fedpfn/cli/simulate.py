@@ -263,10 +263,28 @@ def settings_from_args(args: dict[str, Any]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     if "config" in args:
         path = args.pop("config")
-        values.update(read_toml(path))
+        values.update(yielded(read_toml(path), args, f"config '{path}'"))
         one_value_each(values, f"config '{path}'")
     values.update(args)
     return values
+
+
+def yielded(preset: dict[str, Any], flags: dict[str, Any], where: str) -> dict[str, Any]:
+    """The preset less what a choice on the command line leaves unused: `--engine ray` over a
+    preset's `engine-mode`, `--partition iid` over its `alpha`. The flags choose, and the preset's
+    settings of the choice they replaced go with it, each said in a note (never silently)."""
+    from fedpfn.core.config import GROUPS
+
+    named = {str(key).replace("-", "_") for key in flags}
+    merged = {str(key).replace("-", "_"): value for key, value in {**preset, **flags}.items()}
+    dropped: set[str] = set()
+    for group in GROUPS:
+        if named & set(group.choosers):
+            dropped |= {name for name in group.build(merged)[2] if name not in named}
+    kept = {key: value for key, value in preset.items() if str(key).replace("-", "_") not in dropped}
+    for key in preset.keys() - kept.keys():
+        print(f"note: {where}: {key} = {preset[key]!r} left out: the command line's choice does not use it", file=sys.stderr)
+    return kept
 
 
 def config_from_args(args: dict[str, Any]) -> RunConfig:

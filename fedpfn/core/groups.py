@@ -206,7 +206,7 @@ ENGINE = Group(
     (Vmap, Processes, Threads, Loop, Ray),
     {
         "engine_mode": "only --engine batched uses it",
-        "engine_workers": "only --engine batched uses it, in its vmap, threads and loop modes (processes has its own)",
+        "engine_workers": "only --engine batched uses it (Ray actors for its vmap, threads and loop modes)",
         "engine_chunk": "only the batched engine's vmap mode (--engine-mode vmap or auto) runs a round in chunks",
     },
     ("engine", "engine_mode", "engine_chunk", "engine_workers"),

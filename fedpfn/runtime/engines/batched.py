@@ -64,6 +64,8 @@ def prepare(cfg: RunConfig) -> RunConfig:
             "engine_mode: processes trains on this machine; with --ray-address each actor trains its share: "
             "use --engine-mode threads, loop or vmap (or auto)"
         )
+    if isinstance(cfg.engine, Processes) and device_of(cfg).type == "cuda":
+        raise ConfigError("engine_mode: processes trains on the CPU, and a GPU is visible: add --client-gpus 0, or use vmap")
     check_placement(cfg, uses_ray(cfg), batched_slots if uses_ray(cfg) else None)
     return cfg
 
