@@ -401,23 +401,3 @@ def test_the_bytes_figure_puts_each_arm_at_the_megabytes_it_sent(uploads: Path) 
     )
     assert "upload + download" in both.get_xlabel()
     plt.close(fig)
-
-
-def test_a_report_of_one_run_is_written_into_it_and_the_run_can_still_be_continued(tmp_path: Path, capsys) -> None:
-    """`fedpfn report RUN`, as a run's closing line suggests it, wrote into RUN's parent (issue 56)."""
-    from fedpfn.runtime.runfolder import RunFolder
-
-    run = write_run(tmp_path / "runs" / "pfn", [0.5, 0.6])
-    code, out, _ = run_report(capsys, run)
-    assert code == 0 and f"written: {run / 'report.md'}" in out
-    assert {"report.md", "report.csv", "report.json", "report.png"} <= {p.name for p in run.iterdir()}
-    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["pfn"]
-    folder = RunFolder(run)
-    assert folder.foreign_files() == []  # `fedpfn resume RUN --rounds N` accepts the folder
-    folder.remove_own_files()  # what --overwrite removes: the report too, as it was of the run replaced
-    assert not any(run.iterdir())
-
-
-def test_a_report_of_several_runs_is_written_in_the_folder_above_them(study: Path, capsys) -> None:
-    code, out, _ = run_report(capsys, study / "fedavg-s0", study / "fedpfn-s0")
-    assert code == 0 and f"written: {study / 'report.md'}" in out
