@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from fedpfn.analysis.inference import paired
+from fedpfn.study import headline
 from fedpfn.study.findings import bottom_line, pilot, reading
+from fedpfn.study.headline import MOST_WORDS
 from scripts import findings_page
 
 
@@ -90,3 +92,61 @@ def test_a_plain_setting_measured_again_by_a_regime_of_other_anchors_is_named_as
     assert ("+0.000 nats (ResNet-20, the same data, one random start, lr 0.1; the same in every seed, 5 seeds; "
             "void: its positive control did not move under this matching)") in said  # fmt: skip
     assert said.count("void") == 1  # the CNN regimes' controls moved
+
+
+def test_the_readme_opens_with_the_committed_finding_in_one_short_sentence_and_six_rows() -> None:
+    readme = findings_page.README.read_text()
+    assert findings_page.readme_written(readme) == readme
+    block = readme.split(findings_page.FINDING[0])[1].split(findings_page.FINDING[1])[0]
+    assert block in findings_page.PAGE.read_text()  # the same finding opens docs/analysis/findings.md
+    sentence, _, table = block.strip().partition("\n\n")
+    assert sentence.startswith("**") and len(sentence.split()) <= MOST_WORDS
+    rows = table.splitlines()[2:]
+    assert 1 <= len(rows) <= 6 and all(row.count("|") == 6 for row in rows)
+    assert readme.index(findings_page.FINDING[0]) < readme.index("## Two commands")  # near the top
+
+
+def planted(tmp_path: Path, shift: float, sharing: float) -> Path:
+    """A copy of the stored results the finding reads, FedPFN's accuracy moved by `shift` in every test
+    against FedAvg (and its differences in the drift study's reports), and by `sharing` more against the control."""
+    import json
+    import shutil
+
+    root = findings_page.ROOT
+    for path in ("studies/drift.toml", "studies/alignment_confirm.toml", "studies/alignment_confirm_a01.toml"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(root / path, tmp_path / path)
+    moved = {"docs/alignment/confirm.json": ("fedpfn", "fedpfn-client"),
+             "docs/alignment/confirm-a01.json": ("fedpfn-lr003", "fedpfn-client-lr003")}  # fmt: skip
+    for path, (arm, control) in moved.items():
+        stored = json.loads((root / path).read_text())
+        for cell in stored["cells"]:
+            cell["endpoints"]["acc"] += shift + sharing if cell["arm"] == arm else shift if cell["arm"] == control else 0
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(json.dumps(stored))
+    for report in root.glob("docs/study/drift-mlp-*/report.json"):
+        result = json.loads(report.read_text())
+        for p in result["paired"]:
+            p["diffs"] = [d + shift for d in p["diffs"]]
+        (tmp_path / report.relative_to(root)).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / report.relative_to(root)).write_text(json.dumps(result))
+    return tmp_path
+
+
+def test_the_finding_is_the_stored_results_reading_and_turns_with_them(tmp_path: Path) -> None:
+    """The committed results read 'Seldom' (1 of 4 higher); planted results turn the answer and its why."""
+    now = headline.rows(findings_page.ROOT)
+    assert now is not None and headline.sentence(now).startswith("Seldom: against FedAvg at its better step, FedPFN was "
+                                                                  "higher in 1 (+0.16 points [+0.08, +0.24]) and not resolved in 3 of 4")  # fmt: skip
+    better = headline.rows(planted(tmp_path / "up", 0.05, 0.05))
+    assert better is not None
+    said = headline.sentence(better)
+    assert said.startswith("Yes: against FedAvg at its better step, FedPFN was higher in 4 of 4 pre-registered tests;")
+    assert "it keeps its gain over FedAvg at lr 0.1" in said and "sharing anchors changes +5." in said
+    assert len(said.split()) <= MOST_WORDS
+    worse = headline.rows(planted(tmp_path / "down", -0.2, 0.0))
+    assert worse is not None
+    said = headline.sentence(worse)
+    assert said.startswith("No, it did worse: against FedAvg at its better step, FedPFN was lower in 4 of 4 pre-registered")
+    assert "it does not beat FedAvg even at the same step" in said
+    assert headline.rows(tmp_path / "empty") is None and headline.finding(tmp_path / "empty")[0].startswith("Not yet")

@@ -157,12 +157,17 @@ def family_table(spec: Spec, stored: dict[str, Any], name: str) -> list[str]:
     return lines
 
 
+def inside_margin(c: Paired, margin: float, scale: float) -> bool:
+    """Whether the 95 % interval lies inside ±margin (in the page's unit): a difference smaller than it."""
+    return c.low is not None and c.high is not None and -margin < scale * c.low and scale * c.high < margin
+
+
 def margin_text(c: Paired, margin: float, scale: float, unit: str) -> str:
     """Whether the 95 % interval lies inside ±margin (declared before the runs, in the page's unit):
     then the difference is smaller than the margin; else a difference that large is not ruled out."""
     if c.low is None or c.high is None:
         return f"no interval, so the margin of ±{margin:g} {unit} is not read"
-    if -margin < scale * c.low and scale * c.high < margin:
+    if inside_margin(c, margin, scale):
         return f"smaller than the margin of ±{margin:g} {unit} declared before the runs: the 95 % CI lies inside it"
     return (f"a difference of ±{margin:g} {unit} or more, the margin declared before the runs, is not ruled out: "
             "the 95 % CI reaches it")  # fmt: skip
