@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedpfn.analysis.lmc_render import DIVERGED
+from fedpfn.analysis.markup import code
 from fedpfn.core.files import atomic_write_bytes, read_json
 from fedpfn.core.provenance import KEY, machines_sentence
 from fedpfn.study import gate
@@ -123,7 +124,7 @@ def write_page(spec: Spec, cells: Mapping[str, Any]) -> str:
     table_b, said_b = gate.question_b(cells, found)
     return text.format(
         summary="\n".join(f"- {line}" for line in [*said, *said_b]), machines=machines(cells),
-        common=" ".join(spec.shared), regimes="\n".join(gate.regimes_table(cells, spec.arms, spec.not_run)),
+        common=code(" ".join(spec.shared)), regimes="\n".join(gate.regimes_table(cells, spec.arms, spec.not_run)),
         a_seeds=gate.A_SEEDS, b_seeds=gate.B_SEEDS, table_a="\n".join(table_a), table_b="\n".join(table_b),
         table_arms="\n".join(gate.arms_table(cells)), table_step="\n".join(gate.step_control(cells)),
         figure=figure_line(spec, cells),
