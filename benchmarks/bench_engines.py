@@ -15,19 +15,27 @@ is written; an evaluation of the test set cost 30 s of a CNN run on the busy 2 c
 plain loop evaluates none. So the timed rounds are training and aggregation.
 
 Built for a shared machine, where another process may take a core at any moment:
-- the baseline is the best of two plain loops (benchmarks/plain.py: a textbook torch.optim
-  loop, one client after another, FedAvg by examples, in this process), one with 1 torch
-  thread and one with all of them: a 2-thread loop collapses when another process takes a core;
+- the baseline is the best of three plain loops (benchmarks/plain.py: a textbook torch.optim
+  loop, one client after another, FedAvg by examples): one in this process with 1 torch thread,
+  one with all of them (a 2-thread loop collapses when another process takes a core), and, on
+  several cores, two processes side by side each training half of every round's clients on one
+  thread (`plain/2x1`: the most two cores give a loop that holds a model per process);
 - every figure is of steady rounds only, 2..n-1 (round 1, with start-up, is left out);
 - the contenders' repeats are interleaved (plain/1, plain/all, ray, batched, plain/1, ...), so
   a burst of load hits them alike, and each figure is the median of `--repeats` runs with
   its spread (min..max);
-- the load average is printed with every case, at its start and its end.
+- the load average is printed with every case, at its start and its end; `--beside busy` runs
+  the same plan with one busy process beside it (a Python loop at normal priority).
+
+`x best plain` is each contender's rate over the best baseline's. `engine ms/client` is what a
+client costs the engine beyond the 1-thread loop: the cores it keeps busy over its rate, less the
+1-thread loop's seconds per client (meaningful on idle cores).
 
 Each engine runs as `run_sim.py` in a process of its own, from launch: `launch -> round 1`
 is the wall time until round 1's metrics row is written, `start-up` the part of it before
 round 1 began; `updates/s` is clients a round over the median round time of rounds 2..n-1.
-Memory: the peak resident set of the engine's process tree; on a GPU also nvidia-smi's peak.
+Memory: the peak PSS of each contender's process tree (shared pages counted once: the workers
+of the processes mode share the driver's dataset); on a GPU also nvidia-smi's peak.
 """
 
 from __future__ import annotations
@@ -41,6 +49,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,9 +66,10 @@ from fedpfn.runtime.algorithms import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINES = ("plain", "ray", "batched")
-MODES = ("loop", "threads", "vmap")  # batched:MODE runs the batched engine in that --engine-mode
+MODES = ("processes", "loop", "threads", "vmap")  # batched:MODE runs the batched engine in that --engine-mode
 FMNIST_TRAIN = 60_000
 NAN = float("nan")
+PAIR = "plain/2x1"  # two plain loops side by side, one thread each
 
 
 @dataclass(frozen=True)
@@ -92,7 +103,7 @@ class Measured:
     updates_per_second: float  # of the steady rounds
     to_round_1: float = NAN  # launch -> round 1's row written (NaN for the in-process plain loop)
     start_up: float = NAN  # of which before round 1 began: process, imports, data, model, Ray
-    rss_mib: float = NAN
+    pss_mib: float = NAN
     gpu_mib: float = NAN
 
 
@@ -108,7 +119,7 @@ def engine_run(case: Case, engine: str, rounds: int, out: Path) -> Measured:
     cmd = [sys.executable, str(ROOT / "run_sim.py"), *flags, "--out", str(out)]
     env = {**os.environ, "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
     metrics = out / METRICS
-    with TreeMemory() as tree, NvidiaSmi(0) as smi:
+    with TreeMemory(include_self=False) as tree, NvidiaSmi(0) as smi:
         start = time.monotonic()
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         first = NAN
@@ -124,10 +135,8 @@ def engine_run(case: Case, engine: str, rounds: int, out: Path) -> Measured:
             raise RuntimeError(f"{engine} failed: {proc.stderr.read()[-2000:]}")
     rows = [json.loads(line) for line in metrics.read_text().splitlines()][: rounds - 1]
     seconds = median(row["seconds"] for row in rows[1:])
-    peak = tree.peak()
     gpu = max(smi.total, default=NAN) - (smi.total[0] if smi.total else 0)
-    rss = mib(peak.rss) if peak else NAN
-    return Measured(engine, case.per_round / seconds, first, first - rows[0]["seconds"], rss, gpu)
+    return Measured(engine, case.per_round / seconds, first, first - rows[0]["seconds"], mib(tree.peak_pss()), gpu)
 
 
 def plain_run(case: Case, rounds: int, device: torch.device, threads: int) -> Measured:
@@ -139,15 +148,31 @@ def plain_run(case: Case, rounds: int, device: torch.device, threads: int) -> Me
     with TreeMemory() as tree:
         timed = plain_fedavg(cfg, device, threads=threads, anchors=anchors, evaluate_rounds=False)
     seconds = median(r.seconds for r in timed[1:])
-    peak = tree.peak()
     gpu = mib(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else NAN
-    return Measured(f"plain/{threads}", case.per_round / seconds, rss_mib=mib(peak.rss) if peak else NAN, gpu_mib=gpu)
+    return Measured(f"plain/{threads}", case.per_round / seconds, pss_mib=mib(tree.peak_pss()), gpu_mib=gpu)
+
+
+def plain_pair(case: Case, rounds: int) -> Measured:
+    """Two plain loops side by side, each in a process of its own on one thread, each training half
+    of every round's clients (its own seed): the round takes as long as the slower half."""
+    half = Case(case.model, case.algorithm, -(-case.per_round // 2), case.samples)
+    anchors = "0.4" if case.algorithm == "fedpfn" else "0"
+    command = [sys.executable, str(ROOT / "benchmarks" / "plain.py"), "1", anchors, *half.flags(rounds - 1)]
+    with TreeMemory(include_self=False) as tree:
+        loops = [subprocess.Popen([*command, "--seed", str(seed)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+                 for seed in (0, 1)]  # fmt: skip
+        outputs = [loop.communicate()[0] for loop in loops]
+    if any(loop.returncode for loop in loops):
+        raise RuntimeError("a plain loop of the pair failed")
+    slower = max(median(json.loads(out)[1:]) for out in outputs)
+    return Measured(PAIR, case.per_round / slower, pss_mib=mib(tree.peak_pss()))
 
 
 def contenders(engines: list[str]) -> list[str]:
-    """The runs of one repeat, in order: the plain loop at 1 and all threads, then the engines."""
+    """The runs of one repeat, in order: the plain loops (1 thread, all threads, two processes of
+    one thread each), then the engines."""
     cores = os.cpu_count() or 1
-    plain = [f"plain/{n}" for n in sorted({1, cores})] if "plain" in engines else []
+    plain = [f"plain/{n}" for n in sorted({1, cores})] + ([PAIR] if cores > 1 else []) if "plain" in engines else []
     return plain + [e for e in engines if e != "plain"]
 
 
@@ -157,7 +182,9 @@ def measure_case(case: Case, args: argparse.Namespace, device: torch.device) -> 
     with tempfile.TemporaryDirectory(prefix="fedpfn-bench-") as scratch:
         for repeat in range(args.repeats):
             for name, runs in found.items():
-                if name.startswith("plain/"):
+                if name == PAIR:
+                    runs.append(plain_pair(case, args.rounds))
+                elif name.startswith("plain/"):
                     runs.append(plain_run(case, args.rounds, device, int(name.split("/")[1])))
                 else:
                     runs.append(engine_run(case, name, args.rounds, Path(scratch) / f"{name}{repeat}"))
@@ -182,7 +209,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--rounds", type=int, default=3, help="rounds set per run: 1 is start-up, 2..n-1 timed, n never run")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each contender, interleaved")
     ap.add_argument("--samples", type=int, default=600, help="images per client (fewer: fewer steps)")
+    ap.add_argument("--beside", default="idle", help="idle and/or busy (one busy process beside the measurements)")
     args = ap.parse_args(argv)
+    args.beside = args.beside.split(",")
+    if bad := [b for b in args.beside if b not in ("idle", "busy")]:
+        ap.error(f"--beside: unknown {', '.join(bad)}; use idle and/or busy")
     args.models, args.algorithms, args.engines = (v.split(",") for v in (args.models, args.algorithms, args.engines))
     args.per_round = [int(v) for v in args.per_round.split(",")]
     known = [*ENGINES, *(f"batched:{mode}" for mode in MODES)]
@@ -198,38 +229,71 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    print_header("bench_engines: plain loop vs Ray vs batched, the same FedAvg / FedPFN work", vars(args))
-    for model in args.models:
-        for per_round in args.per_round:
-            for algorithm in args.algorithms:
-                case = Case(model, algorithm, per_round, args.samples)
-                load_before = load_average()
-                found = measure_case(case, args, device)
-                print_case(case, found, load_before)
+    print_header("bench_engines: plain loops vs Ray vs batched, the same FedAvg / FedPFN work", vars(args))
+    for beside in args.beside:
+        with busy_process(beside == "busy"):
+            for model in args.models:
+                for per_round in args.per_round:
+                    for algorithm in args.algorithms:
+                        case = Case(model, algorithm, per_round, args.samples)
+                        load_before = load_average()
+                        found = measure_case(case, args, device)
+                        print_case(case, found, load_before, beside)
     print(f"\nload average at end: {load_average()}")
     return 0
 
 
-def print_case(case: Case, found: dict[str, list[Measured]], load_before: str) -> None:
+@contextmanager
+def busy_process(wanted: bool) -> Iterator[None]:
+    """One process spinning beside the measurements (a user's other work taking a core), or none."""
+    if not wanted:
+        yield
+        return
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        busy.kill()
+        busy.wait()
+
+
+def cores_used(name: str, case: Case) -> int:
+    """The cores a contender keeps busy: one for the 1-thread loop and `loop` mode, else as many
+    as the machine has and the round's clients fill."""
+    single = name in ("plain/1", "batched:loop")
+    return 1 if single else min(os.cpu_count() or 1, case.per_round)
+
+
+def engine_cost(name: str, case: Case, rate: dict[str, float]) -> str:
+    """ms a client costs the contender beyond the 1-thread loop (its cores' time per client, less
+    the loop's); blank for the plain loops."""
+    if name.startswith("plain/") or "plain/1" not in rate:
+        return ""
+    return f"{1000 * (cores_used(name, case) / rate[name] - 1 / rate['plain/1']):.1f}"
+
+
+def print_case(case: Case, found: dict[str, list[Measured]], load_before: str, beside: str) -> None:
     """Medians over the repeats, their spread, and ratios to the best plain loop and to Ray."""
     rate = {name: median(m.updates_per_second for m in runs) for name, runs in found.items()}
     plain = {name: value for name, value in rate.items() if name.startswith("plain/")}
     best = max(plain, key=plain.__getitem__) if plain else None
     rows = [
         [name, f"{rate[name]:.2f}", spread(m.updates_per_second for m in runs),
-         ratio(rate[name], rate[best] if best else NAN, 2), ratio(rate[name], rate.get("ray", NAN), 2),
+         ratio(rate[name], rate[best] if best else NAN, 2), ratio(rate[name], rate.get("plain/1", NAN), 2),
+         ratio(rate[name], rate.get("ray", NAN), 2), engine_cost(name, case, rate),
          f"{median(m.to_round_1 for m in runs):.1f}", f"{median(m.start_up for m in runs):.1f}",
-         f"{max(m.rss_mib for m in runs):.0f}", f"{max(m.gpu_mib for m in runs):.0f}"]
+         f"{max(m.pss_mib for m in runs):.0f}", f"{max(m.gpu_mib for m in runs):.0f}"]
         for name, runs in found.items()
     ]  # fmt: skip
     repeats = len(next(iter(found.values())))
     print(
         f"\n{case.model}, {case.algorithm}, {case.per_round} clients a round of {case.samples} images "
-        f"({case.num_clients} in all), medians of {repeats} interleaved runs; best plain loop: {best}; "
+        f"({case.num_clients} in all), {beside}{' (one busy process beside)' if beside == 'busy' else ''}, "
+        f"medians of {repeats} interleaved runs; best plain loop: {best}; "
         f"load average {load_before} at start, {load_average()} at end:"
     )
-    headers = ["contender", "updates/s", "min..max", "x best plain", "x ray", "launch -> round 1 s", "start-up s",
-               "peak RSS MiB", "GPU MiB"]  # fmt: skip
+    headers = ["contender", "updates/s", "min..max", "x best plain", "x plain/1", "x ray", "engine ms/client",
+               "launch -> round 1 s", "start-up s", "peak PSS MiB", "GPU MiB"]  # fmt: skip
     print(table(headers, rows), flush=True)
 
 

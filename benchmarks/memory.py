@@ -46,6 +46,17 @@ def resident(pid: int) -> tuple[int, int]:
     return pages * _PAGE, (pages - shared) * _PAGE
 
 
+def proportional(pid: int) -> int:
+    """PSS in bytes (/proc/PID/smaps_rollup): each shared page divided among the processes that map
+    it, so processes forked from one driver (its dataset's pages shared copy-on-write) sum to what
+    they hold together, which summed RSS counts once per process."""
+    with open(f"/proc/{pid}/smaps_rollup") as fh:
+        for line in fh:
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def role(pid: int) -> str:
     """driver, actor (ClientAppActor), idle-worker, ray-worker, ray-core or other."""
     if pid == os.getpid():
@@ -71,6 +82,7 @@ class MemorySample:
     t: float  # time.time()
     rss: int
     anon: int
+    pss: int
     by_role: dict[str, int]
     processes: int
 
@@ -112,17 +124,19 @@ class TreeMemory(BackgroundSampler):
 
     interval: float = 0.2
     samples: list[MemorySample] = field(default_factory=list)
+    include_self: bool = True  # False: only the processes this one started (a command measured from outside)
 
     def __post_init__(self) -> None:
         self._roles: dict[int, str] = {}
 
     def sample(self) -> MemorySample:
-        rss = anon = 0
+        rss = anon = pss = 0
         by_role: dict[str, int] = {}
-        pids = [os.getpid(), *descendants(os.getpid())]
+        pids = [os.getpid()] * self.include_self + descendants(os.getpid())
         for pid in pids:
             try:
                 r, a = resident(pid)
+                p = proportional(pid)
             except (OSError, ValueError, IndexError):
                 continue
             kind = self._roles.get(pid)
@@ -130,8 +144,9 @@ class TreeMemory(BackgroundSampler):
                 kind = self._roles[pid] = role(pid)
             rss += r
             anon += a
+            pss += p
             by_role[kind] = by_role.get(kind, 0) + r
-        s = MemorySample(time.time(), rss, anon, by_role, len(pids))
+        s = MemorySample(time.time(), rss, anon, pss, by_role, len(pids))
         self.samples.append(s)
         return s
 
@@ -139,6 +154,10 @@ class TreeMemory(BackgroundSampler):
         """The sample of highest summed RSS between two `time.time()` moments."""
         window = [s for s in self.samples if since <= s.t <= until]
         return max(window, key=lambda s: s.rss) if window else None
+
+    def peak_pss(self) -> int:
+        """The highest summed PSS sampled: the tree's memory with shared pages counted once."""
+        return max((s.pss for s in self.samples), default=0)
 
     def peak_anon(self, since: float = float("-inf"), until: float = float("inf")) -> int:
         return max((s.anon for s in self.samples if since <= s.t <= until), default=0)

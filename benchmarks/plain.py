@@ -126,3 +126,23 @@ def plain_fedavg(
             end = time.perf_counter()
             rows.append(PlainRound(server_round, end - start, end - began, seconds, accuracy))
         return rows
+
+
+def main(argv: list[str]) -> None:
+    """`python benchmarks/plain.py THREADS ANCHORS FLAG VALUE ...`: a plain loop of run_sim.py's
+    flags in a process of its own (bench_engines runs two side by side), no round evaluated; the
+    seconds of its rounds printed as one JSON list."""
+    import json
+
+    from fedpfn.runtime.algorithms import load_config
+
+    threads, anchors, flags = int(argv[0]), float(argv[1]), argv[2:]
+    cfg = load_config({key.removeprefix("--"): value for key, value in zip(flags[::2], flags[1::2])})
+    rows = plain_fedavg(cfg, torch.device("cpu"), threads=threads, anchors=anchors, evaluate_rounds=False)
+    print(json.dumps([row.seconds for row in rows]))
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])

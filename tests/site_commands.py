@@ -51,7 +51,7 @@ def as_a_newcomer(copy: Path, monkeypatch) -> None:
     monkeypatch.chdir(copy)
     monkeypatch.setenv("HOME", str(copy / "home"))
 
-    def engine_start(run, tracker) -> None:
+    def engine_start(run, tracker, app) -> None:
         raise EngineReached
 
     no_engine_starts(monkeypatch, engine_start)

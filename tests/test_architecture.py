@@ -291,3 +291,19 @@ def test_the_analysis_layer_starts_no_federation():
                 continue
             offenders += [f"{module_name(path)} -> {n}" for n in names if n.startswith((*STARTERS, "os."))]
     assert not offenders, offenders
+
+
+def test_the_engines_import_nothing_that_imports_them_back():
+    """The engines sit below the ClientApp and the simulation that choose them: nothing an engine
+    imports, however indirectly, imports an engine (the ClientApp is handed down to them)."""
+    edges = graph()
+    engines = {m for m in edges if m == "fedpfn.runtime.engines" or m.startswith("fedpfn.runtime.engines.")}
+    reached: set[str] = set()
+    todo = [t for m in engines for t in edges[m] if t not in engines]
+    while todo:
+        module = todo.pop()
+        if module not in reached:
+            reached.add(module)
+            todo += [t for t in edges.get(module, ()) if t not in engines]
+    assert not sorted(m for m in reached if edges.get(m, set()) & engines)
+    assert "fedpfn.runtime.client_app" not in reached

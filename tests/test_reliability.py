@@ -70,7 +70,7 @@ def resumable_run(path: Path, **changes) -> RunFolder:
 def passes_checks(monkeypatch, *args: str) -> bool:
     """Whether run_sim gets as far as starting an engine (which is then not started)."""
     started = []
-    no_engine_starts(monkeypatch, lambda run, tracker: started.append(run))
+    no_engine_starts(monkeypatch, lambda run, tracker, app: started.append(run))
     with suppress(RuntimeError):  # "ended without finishing": no engine ran
         run_sim.main(list(args))
     return bool(started)

@@ -348,7 +348,7 @@ def test_a_resume_keeps_the_mode_the_run_started_in_unless_asked(tmp_path, capsy
     started = []
     from conftest import no_engine_starts
 
-    no_engine_starts(monkeypatch, lambda run, tracker: started.append(run.cfg))
+    no_engine_starts(monkeypatch, lambda run, tracker, app: started.append(run.cfg))
     for extra, warned in (([], False), (["--engine", "ray"], False), (["--engine", "batched", "--engine-mode", "vmap"], True)):
         capsys.readouterr()
         with pytest.raises(RuntimeError, match="ended without finishing"):

@@ -20,6 +20,7 @@ from fedpfn.core import protocol
 from fedpfn.core.cache import initial_model
 from fedpfn.runtime.algorithms import build_strategy
 from fedpfn.runtime.engines.runner import CohortRunner
+from fedpfn.runtime.client_app import client_app
 from fedpfn.runtime.engines.grid import FIRST_NODE, BatchedGrid, act_as_server
 from fedpfn.runtime.server import train_config, with_accepted_round
 from fedpfn.runtime.simulation import simulate
@@ -53,10 +54,10 @@ def test_a_plain_grid_gives_the_totals_the_batched_grid_takes_where_its_clients_
     act_as_server()
     cfg = tiny_config(algorithm=algorithm, model=model, num_clients=1000, batch_size=30, engine="batched",
                       engine_mode="loop")  # fmt: skip
-    batched = BatchedGrid(cfg, CohortRunner(cfg))
+    batched = BatchedGrid(cfg, CohortRunner(cfg), client_app)
     messages, _ = round_messages(cfg, batched)
     own = batched.train_round(messages, None, need_models=False)
-    plain_grid = BatchedGrid(cfg, CohortRunner(cfg))  # answers pushed messages as a Flower Grid does
+    plain_grid = BatchedGrid(cfg, CohortRunner(cfg), client_app)  # answers pushed messages as a Flower Grid does
     messages, names = round_messages(cfg, plain_grid)
     plain = PlainGrid(plain_grid, names).train_round(messages, None, need_models=False)
 
@@ -76,7 +77,7 @@ def test_a_plain_grid_gives_the_totals_the_batched_grid_takes_where_its_clients_
 def test_the_batched_grid_sends_the_models_when_asked_and_the_totals_always():
     act_as_server()
     cfg = tiny_config(num_clients=1000, engine="batched", engine_mode="loop")
-    grid = BatchedGrid(cfg, CohortRunner(cfg))
+    grid = BatchedGrid(cfg, CohortRunner(cfg), client_app)
     messages, _ = round_messages(cfg, grid)
     got = grid.train_round(messages, None, need_models=True)
     assert all(protocol.ARRAYS in r.content.array_records for r in got.replies.values())
@@ -117,7 +118,7 @@ def test_a_mean_based_round_aggregates_every_reply_and_flower_does_not_say_recei
 
     act_as_server()
     cfg = tiny_config(num_clients=1000, engine="batched", engine_mode="loop")
-    grid = BatchedGrid(cfg, CohortRunner(cfg))
+    grid = BatchedGrid(cfg, CohortRunner(cfg), client_app)
     strategy = build_strategy(cfg, initial_model(cfg))
     view = SampledGrid(grid, [FIRST_NODE + p for p in PARTITIONS])
     messages = strategy.configure_train(1, ArrayRecord(initial_model(cfg).state_dict()), train_config(cfg, 1), view)

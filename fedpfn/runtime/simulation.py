@@ -39,6 +39,7 @@ from fedpfn.core.hyper import flat_view
 from fedpfn.core.user_code import CODE_SETTINGS, code_paths, keep_out_of_imports
 from fedpfn.runtime import env, lifecycle, reaper
 from fedpfn.runtime.algorithms import parse_config, validated
+from fedpfn.runtime.client_app import client_app
 from fedpfn.runtime.engines.registry import ENGINES
 from fedpfn.runtime.runfolder import RunFolder
 from fedpfn.runtime.tracking import check_available
@@ -204,7 +205,7 @@ def simulate(cfg: RunConfig, resume: bool = False, show_progress: bool = True) -
         claimed = lifecycle.claimed(run, cfg.engine.name)
         compute = engine.describe(run.cfg) + (f" ({why})" if why else "")
         with claimed, lifecycle.tracking(run, compute, show_progress) as tracker:
-            engine.run(run, tracker)
+            engine.run(run, tracker, client_app)
     if not run.folder.is_finished():
         raise RuntimeError(f"the simulation ended without finishing; see {run.folder.path}")
     return run.folder.read_summary()

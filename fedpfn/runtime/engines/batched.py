@@ -23,6 +23,7 @@ import os
 import torch
 from flwr.app import Context, RecordDict
 from flwr.app.user_config import UserConfig
+from flwr.clientapp import ClientApp
 
 from fedpfn.core.config import RunConfig
 from fedpfn.core.groups import ENGINE, Processes
@@ -114,11 +115,11 @@ def runner_of(cfg: RunConfig) -> CohortRunner | RayRunner | ProcessRunner:
     return CohortRunner(cfg)
 
 
-def run(run: RunPlan, tracker: Tracking) -> None:
+def run(run: RunPlan, tracker: Tracking, app: ClientApp) -> None:
     """The rounds over a BatchedGrid, through the same ServerApp as the Ray engine."""
     act_as_server()
     runner = runner_of(run.cfg)
-    grid = BatchedGrid(run.cfg, runner)
+    grid = BatchedGrid(run.cfg, runner, app)
     context = Context(run_id=RUN_ID, node_id=SERVER_NODE, node_config=UserConfig(), state=RecordDict(), run_config=UserConfig())
     try:
         make_server_app(run, tracker, train_grid=grid)(grid, context)

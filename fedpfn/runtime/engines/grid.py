@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from flwr.app import ConfigRecord, Context, Error, Message, MessageType, MetricRecord, RecordDict
 from flwr.app.user_config import UserConfig
+from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from flwr.supercore.run import Run
@@ -25,7 +26,6 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from fedpfn.core import protocol
 from fedpfn.core.config import RunConfig
-from fedpfn.runtime.client_app import client_app
 from fedpfn.runtime.engines.prepared import ClientJob
 from fedpfn.runtime.engines.result import CohortResult
 from fedpfn.runtime.transport import PlainGrid, TrainedRound, send_round
@@ -46,9 +46,11 @@ Runner = Callable[[RecordDict, list[ClientJob]], CohortResult]
 class BatchedGrid(Grid):
     """Flower's Grid in this process: one node per partition, a round's training as one cohort."""
 
-    def __init__(self, cfg: RunConfig, runner: Runner) -> None:
+    def __init__(self, cfg: RunConfig, runner: Runner, app: ClientApp) -> None:
+        """`app`: the ClientApp that answers what is not a round's training (queries, evaluation)."""
         self.cfg = cfg
         self.runner = runner
+        self.app = app
         self.models_wanted = True  # the replies carry their arrays (train_round says per round)
         self._run = Run.create_empty(RUN_ID)
         self.contexts = {
@@ -121,7 +123,7 @@ class BatchedGrid(Grid):
     def _answer(self, message: Message) -> None:
         """A message through the ClientApp, as a node would run it; an exception is its error reply."""
         try:
-            reply = client_app(message, self.contexts[message.metadata.dst_node_id])
+            reply = self.app(message, self.contexts[message.metadata.dst_node_id])
         except Exception as err:  # noqa: BLE001  (a node reports any failure as an error reply)
             reply = error_reply(message, err)
         self._replies[message.metadata.message_id] = reply

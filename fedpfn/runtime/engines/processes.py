@@ -21,6 +21,7 @@ the driver's to handle, and the driver closes them.
 from __future__ import annotations
 
 import ctypes
+import gc
 import multiprocessing
 import os
 import signal
@@ -72,13 +73,17 @@ class ProcessRunner:
         context = multiprocessing.get_context("fork")
         self.pipes: list[Connection] = []
         self.workers: list[Any] = []
-        for _ in range(workers):
-            mine, theirs = context.Pipe()
-            worker = context.Process(target=_serve, args=(cfg, theirs, os.getpid()), daemon=True, name="fedpfn-worker")
-            worker.start()
-            theirs.close()
-            self.pipes.append(mine)
-            self.workers.append(worker)
+        gc.freeze()  # the driver's objects out of the workers' collections: their pages stay shared
+        try:
+            for _ in range(workers):
+                mine, theirs = context.Pipe()
+                worker = context.Process(target=_serve, args=(cfg, theirs, os.getpid()), daemon=True, name="fedpfn-worker")
+                worker.start()
+                theirs.close()
+                self.pipes.append(mine)
+                self.workers.append(worker)
+        finally:
+            gc.unfreeze()
 
     def __call__(self, content: RecordDict, jobs: list[ClientJob]) -> CohortResult:
         indices = client_indices(self.cfg)

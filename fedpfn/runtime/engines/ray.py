@@ -14,10 +14,10 @@ import sys
 from typing import Any
 
 import torch
+from flwr.clientapp import ClientApp
 
 from fedpfn.core.config import RunConfig
 from fedpfn.core.settings import ConfigError
-from fedpfn.runtime.client_app import client_app
 from fedpfn.runtime.engines.placement import check_placement, client_fits
 from fedpfn.runtime.engines.ray_start import init_ray
 from fedpfn.runtime.flower import run_simulation
@@ -124,12 +124,12 @@ def describe(cfg: RunConfig) -> str:
     )
 
 
-def run(run: RunPlan, tracker: Tracking) -> None:
-    """The rounds on Flower's simulation engine: one ClientApp per client on Ray's workers."""
+def run(run: RunPlan, tracker: Tracking, app: ClientApp) -> None:
+    """The rounds on Flower's simulation engine: one call of `app` per client on Ray's workers."""
     init_ray(**backend_config(run.cfg)["init_args"])  # Flower's engine finds Ray started (or joined in prepare)
     run_simulation(
         server_app=make_server_app(run, tracker),
-        client_app=client_app,
+        client_app=app,
         num_supernodes=run.cfg.federation.num_clients,
         backend_config=backend_config(run.cfg),
     )

@@ -2,7 +2,9 @@
 
 An engine prepares a run's placement (resolving and checking what it needs: Ray's
 resources, a device), describes it in one header line, and runs the rounds of a claimed
-run with the same ServerApp, ServerLoop and strategies (fedpfn.runtime.lifecycle).
+run with the same ServerApp, ServerLoop and strategies (fedpfn.runtime.lifecycle). The
+ClientApp is handed to `run` by the simulation above (fedpfn.runtime.simulation): the engines
+sit below it (it trains through their program) and never import it.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
+
+from flwr.clientapp import ClientApp
 
 from fedpfn.core.config import RunConfig
 from fedpfn.runtime.engines import batched, ray
@@ -23,7 +27,7 @@ class Engine:
     prepare: Callable[[RunConfig], RunConfig]  # placement resolved and checked (ConfigError)
     describe: Callable[[RunConfig], str]  # the header's compute line
     settle: Callable[[RunPlan], tuple[RunPlan, str]]  # what it resolves once the folder is checked, and why
-    run: Callable[[RunPlan, Tracking], None]  # the rounds of a claimed run
+    run: Callable[[RunPlan, Tracking, ClientApp], None]  # the rounds of a claimed run, its clients' app
 
 
     @classmethod
