@@ -355,12 +355,13 @@ class After:
 def run_in_process(cfg, resume: bool = False, sink=None) -> None:
     """The run's rounds on the batched engine in this process, with an extra tracking sink."""
     from fedpfn.runtime import lifecycle
+    from fedpfn.runtime.client_app import client_app
     from fedpfn.runtime.engines import batched
 
     run = lifecycle.plan(cfg, resume)
     with lifecycle.claimed(run, "batched"), lifecycle.tracking(run, "test", show=False) as tracker:
         tracker.sinks += [sink] if sink else []
-        batched.run(run, tracker)
+        batched.run(run, tracker, client_app)
 
 
 def stable_rows(path: Path) -> list[dict]:
