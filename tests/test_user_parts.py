@@ -40,6 +40,10 @@ def float_labels(root):
 def flat(root):
     x, y, tx, ty = load(root)
     return x.reshape(len(x), -1), y, tx, ty
+def nan_images(root):
+    x, y, tx, ty = load(root)
+    tx[3, 0, 1, 1], tx[4, 0, 0, 0] = np.nan, np.inf
+    return x, y, tx, ty
 '''
 
 
@@ -98,6 +102,7 @@ def test_a_resume_is_given_the_paths_again(tmp_path, monkeypatch, capsys):
         (["--dataset", "bad_parts:three", "--model", "mlp"], "with K >= 2; it returned tuple"),
         (["--dataset", "bad_parts:float_labels", "--model", "mlp"], "its train split has y of torch.float32 (2000,)"),
         (["--dataset", "bad_parts:flat", "--model", "mlp"], "its train split has x of torch.float32 (2000, 256)"),
+        (["--dataset", "bad_parts:nan_images", "--model", "mlp"], "its test split has 2 values of x that are NaN or infinite"),
         (["--download"], "download: True is set, but a dataset of your own (--dataset package.module:load) loads"),
     ],
 )

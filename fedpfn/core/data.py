@@ -150,6 +150,8 @@ def _user_split_problem(x: torch.Tensor, y: torch.Tensor, shape: torch.Size) -> 
         return f"has x of {x.dtype} {tuple(x.shape)}"
     if y.shape != (len(x),) or y.is_floating_point() or y.dtype == torch.bool:
         return f"has y of {y.dtype} {tuple(y.shape)} for {len(x)} samples"
+    if bad := int((~torch.isfinite(x)).sum()):  # trained on, they make every loss NaN without a word
+        return f"has {bad} values of x that are NaN or infinite"
     return None
 
 
