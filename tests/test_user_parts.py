@@ -33,6 +33,9 @@ NOT_A_FUNCTION = 3
 def plain(shape, classes): return nn.Sequential(nn.Flatten(), nn.Linear(256, classes))
 def seven(shape, classes): return SmallCNN(shape, 7)
 def raises(shape, classes): raise RuntimeError("no GPU here")
+def meta(shape, classes):
+    with torch.device("meta"):
+        return SmallCNN(shape, classes)
 def three(root): return load(root)[:3]
 def float_labels(root):
     x, y, tx, ty = load(root)
@@ -98,6 +101,7 @@ def test_a_resume_is_given_the_paths_again(tmp_path, monkeypatch, capsys):
         (["--model", "bad_parts:plain"], "model: bad_parts:plain((1, 16, 16), 3) must return a fedpfn.core.models.ZooModel"),
         (["--model", "bad_parts:seven"], "with 3 outputs) mapping float32 (N, *(1, 16, 16)) to (N, 3); it returned SmallCNN"),
         (["--model", "bad_parts:raises"], "model: bad_parts:raises((1, 16, 16), 3) raised RuntimeError: no GPU here"),
+        (["--model", "bad_parts:meta"], "to (N, 3); it returned a model on the meta device, which holds no weights to train"),
         (["--model", "bad_parts:NOT_A_FUNCTION"], "model: 'bad_parts:NOT_A_FUNCTION' is not a function"),
         (["--dataset", "bad_parts:three", "--model", "mlp"], "with K >= 2; it returned tuple"),
         (["--dataset", "bad_parts:float_labels", "--model", "mlp"], "its train split has y of torch.float32 (2000,)"),

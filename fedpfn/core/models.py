@@ -118,6 +118,8 @@ def user_model(path: str, input_shape: tuple[int, int, int], num_classes: int) -
     if not isinstance(model, ZooModel) or not isinstance(classifier, nn.Linear) or classifier.out_features != num_classes:
         raise ConfigError(f"{contract}; it returned {type(model).__name__}")
     if next(model.parameters()).is_meta:  # a check of names and shapes (fedpfn.core.personal): nothing to run
+        if torch.get_default_device().type != "meta":  # asked for weights, it gave none
+            raise ConfigError(f"{contract}; it returned a model on the meta device, which holds no weights to train")
         return model
     try:
         with torch.no_grad():
