@@ -4,7 +4,8 @@ tests/reference_metrics.json, bit for bit. The comparison is made on the machine
 test says so and is skipped (the script records and checks on one machine). The suite runs four
 of the MLP's client rules (FedAvg, FedPFN over SCAFFOLD, FedDyn, FedPNU), two on the batched
 engine's processes mode (the default on the CPU, checked against the threads mode's stored rows)
-and two on its vmap mode (the two arithmetics: Ray's, loop's and threads' numbers are processes'); `python scripts/reference_metrics.py OUT --check` runs every reference on every mode.
+and two on its vmap mode (the two arithmetics: Ray's, loop's and threads' numbers are processes');
+`python scripts/reference_metrics.py OUT --check` runs every reference on every mode.
 The instrument is shown to move: a stored figure changed is found, and named.
 """
 

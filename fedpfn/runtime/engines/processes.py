@@ -24,6 +24,7 @@ import ctypes
 import gc
 import multiprocessing
 import os
+import pickle
 import signal
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
@@ -153,8 +154,6 @@ def _serve(cfg: RunConfig, pipe: Connection, driver: int) -> None:
 
 def _sendable(err: Exception) -> Exception:
     """`err` if it survives pickling, else a RuntimeError that says what it was."""
-    import pickle
-
     try:
         pickle.loads(pickle.dumps(err))
         return err
