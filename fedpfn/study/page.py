@@ -221,7 +221,7 @@ def render(spec: Spec, stored: dict[str, Any] | None) -> str:
     """The page, closed by the list of its verdicts that the decision rule of 2026-12-07 changed."""
     with verdicts_printed() as seen:
         text = body(spec, stored)
-    return text + changed_section(seen)
+    return text + changed_section(seen, str(spec.page.out) if spec.page else "")
 
 
 def body(spec: Spec, stored: dict[str, Any] | None) -> str:
