@@ -79,7 +79,8 @@ def test_a_users_rule_declaring_prox_mu_runs_beside_fedprox_and_the_flag_reaches
 
     monkeypatch.setattr(FedProxClient, "loss_term", recording)
     out = tmp_path / "cmp"
-    flags = ["--compare", f"fedprox,{user_rule}", "--seeds", "0", "--prox-mu", "0.1", "--rounds", "1"]
+    flags = ["--compare", f"fedprox,{user_rule}", "--seeds", "0", "--prox-mu", "0.1", "--rounds", "1",
+             "--engine-mode", "loop"]  # the clients in this process, where the recorders are  # fmt: skip
     code = run_sim.main([*flags, *TINY, "--out", str(out)])
     assert code == 0, capsys.readouterr().err
     configs = [json.loads(path.read_text()) for path in out.glob("*-s0/config.json")]
