@@ -96,19 +96,31 @@ class Trained:
 
 
 class ClientRule:
-    """A client rule or an anchor method: a name, its hyperparameters and hooks (all neutral here)."""
+    """A client rule or an anchor method: a name, its hyperparameters and hooks (all neutral here).
+
+    Attributes:
+        name: what runs call it (`--algorithm NAME`); every rule needs one of its own.
+        Params: a frozen dataclass of its hyperparameters, each field a `setting(...)`;
+            `self.hyper` is the instance a run set. NoParams: none.
+        optimizers: the local optimizers it is defined for (others are refused).
+        state_keys: records it keeps across rounds (ClientState): read in `inputs`, written in
+            `save_state`.
+        personal_layers: layers whose entries every client keeps for itself (FedBN: BatchNorm),
+            beside `--personal`.
+        personal_start: its hooks hold where a client starts from its own personal entries, not the
+            global model's (they never read `round.start` as the client's start); False: refused with them.
+        reply_records: `outputs` prefixes each reply carries as a record (SCAFFOLD's delta).
+        reply_metrics: `outputs` entries each reply carries as a metric (FedNova's normaliser).
+    """
 
     name: ClassVar[str]
     Params: ClassVar[type] = NoParams
-    optimizers: ClassVar[tuple[str, ...]] = OPTIMIZERS  # local optimizers it is defined for
-    state_keys: ClassVar[tuple[str, ...]] = ()  # records it keeps across rounds (ClientState)
-    # layers whose entries every client keeps for itself (FedBN: BatchNorm), beside `--personal`
+    optimizers: ClassVar[tuple[str, ...]] = OPTIMIZERS
+    state_keys: ClassVar[tuple[str, ...]] = ()
     personal_layers: ClassVar[tuple[type[nn.Module], ...]] = ()
-    # its hooks hold where a client starts from its own personal entries, not the global
-    # model's (they never read `round.start` as the client's start); False: refused with them
     personal_start: ClassVar[bool] = False
-    reply_records: ClassVar[tuple[str, ...]] = ()  # `outputs` prefixes each reply carries as a record
-    reply_metrics: ClassVar[tuple[str, ...]] = ()  # `outputs` entries each reply carries as a metric
+    reply_records: ClassVar[tuple[str, ...]] = ()
+    reply_metrics: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, this_round: Round) -> None:
         self.round = this_round
@@ -149,12 +161,16 @@ class ClientRule:
         return None
 
     def loss_term(self, view: StepView, per_client: Tensors) -> torch.Tensor | None:
+        """A scalar added to every step's loss and differentiated with it (FedProx's proximal
+        term); None: nothing."""
         return None
 
     def correct(self, grads: Tensors, view: StepView, per_client: Tensors) -> Tensors:
+        """Every step's gradients by name, changed before the optimizer step (SCAFFOLD adds c - c_i)."""
         return grads
 
     def after_step(self, params: Tensors, per_client: Tensors) -> Tensors:
+        """The parameters after every optimizer step, changed (the anchor freeze writes the anchors back)."""
         return params
 
     def frozen(self, per_client: Tensors) -> Tensors:

@@ -13,6 +13,9 @@ from fedpfn.core.training import StepView, Tensors
 
 @dataclass(frozen=True)
 class FedProxParams:
+    """FedProx's one setting: the flag `--prox-mu`, `prox-mu=` in a run config, `fedprox.prox_mu`
+    in config.json."""
+
     prox_mu: float = setting(0.01, "FedProx proximal coefficient mu", at_least(0))
 
 

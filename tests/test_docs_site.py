@@ -1,6 +1,7 @@
 """The documentation site (issue 34): `mkdocs build --strict` of docs/ with mkdocs.yml's
 navigation, so a broken link, a page missing from the navigation's files or a bad anchor hook
-fails the suite. mkdocs-material comes with the `test` extra (`make test` installs it).
+fails the suite. mkdocs-material and mkdocstrings-python (the API reference, docs/reference/)
+come with the `test` extra (`make test` installs them).
 
 Every command on every page of the navigation runs as written in a fresh copy of the checkout
 (tests/site_commands.py); each one that cannot run here is checked as far as it can be and
@@ -33,6 +34,7 @@ def mkdocs_missing() -> bool:
     try:
         import material  # noqa: F401  (mkdocs-material's package)
         import mkdocs  # noqa: F401
+        import mkdocstrings_handlers.python  # noqa: F401  (the API reference's renderer)
     except ImportError:
         return True
     return False
@@ -49,8 +51,24 @@ def build(config: Path, site: Path) -> subprocess.CompletedProcess:
 def test_the_site_builds_strictly_with_every_page(tmp_path):
     done = build(ROOT / "mkdocs.yml", tmp_path / "site")
     assert done.returncode == 0, done.stderr[-3000:]
-    for page in ("getting-started/install", "guide/engines", "alignment", "results", "development/extending"):
+    for page in ("getting-started/install", "guide/engines", "alignment", "results", "development/extending",
+                 "reference/client-rules"):  # fmt: skip
         assert (tmp_path / "site" / page / "index.html").is_file(), page
+    shown = (tmp_path / "site" / "reference" / "client-rules" / "index.html").read_text()
+    assert not [hook for hook in rule_hooks() if f'id="clients.base.ClientRule.{hook}"' not in shown], (
+        "a hook without a docstring is left out of the API reference"
+    )
+
+
+def rule_hooks() -> list[str]:
+    """ClientRule's public methods, from its source (mkdocstrings shows those with a docstring)."""
+    import ast
+
+    tree = ast.parse((ROOT / "clients" / "base.py").read_text())
+    rule = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "ClientRule")
+    hooks = [node.name for node in rule.body if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")]
+    assert {"loss_term", "correct", "after_step", "outputs"} <= set(hooks), hooks
+    return hooks
 
 
 @pytest.mark.skipif(mkdocs_missing(), reason="mkdocs-material is not installed: pip install -e '.[docs]'")

@@ -94,6 +94,7 @@ class Tune:
 
 @dataclass(frozen=True)
 class Page:
+    """[page]: out (the page written), stored (its results as JSON), template or text, reading, evaluate."""
     out: Path
     stored: Path
     template: Path | None
