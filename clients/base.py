@@ -202,20 +202,22 @@ Rule = TypeVar("Rule", bound=type[ClientRule])
 
 def client_rule(cls: Rule) -> Rule:
     """Register a client rule under its `name` (the decorator every rule's file uses)."""
-    return _register(CLIENT_RULES, cls)
+    return register(CLIENT_RULES, cls)
 
 
 def anchor_method(cls: Rule) -> Rule:
     """Register an anchor method under its `name`: it composes after any client rule."""
-    return _register(ANCHOR_METHODS, cls)
+    return register(ANCHOR_METHODS, cls)
 
 
-def _register(registry: dict[str, type[ClientRule]], cls: Rule) -> Rule:
-    if not (isinstance(cls, type) and issubclass(cls, ClientRule)) or not isinstance(cls.__dict__.get("name"), str):
-        raise TypeError(f"{cls!r} is not a ClientRule with a `name` of its own")
-    known = CLIENT_RULES.get(cls.name) or ANCHOR_METHODS.get(cls.name)
+def register(registry: dict[str, Any], cls: Rule, base: type[ClientRule] = ClientRule) -> Rule:
+    """Register `cls`, a `base` with a `name` of its own, in `registry` (a rule's, or clients.attacks'):
+    no two client parts share a name, so a run's settings and folders say which one ran."""
+    if not (isinstance(cls, type) and issubclass(cls, base)) or not isinstance(cls.__dict__.get("name"), str):
+        raise TypeError(f"{cls!r} is not a {base.__name__} with a `name` of its own")
+    known = registry.get(cls.name) or CLIENT_RULES.get(cls.name) or ANCHOR_METHODS.get(cls.name)
     if known is not None and known is not cls:
-        raise TypeError(f"client rule '{cls.name}' is registered twice: {known.__module__} and {cls.__module__}")
+        raise TypeError(f"client part '{cls.name}' is registered twice: {known.__module__} and {cls.__module__}")
     registry[cls.name] = cls
     return cls
 

@@ -1,4 +1,4 @@
-"""A user's class by dotted path (`package.module:Class`): a server strategy or a client rule.
+"""A user's class by dotted path (`package.module:Class`): a server strategy, a client rule, an attack.
 
 The one guard every name that becomes code passes. A file never chooses code: a dotted path is
 imported only when the command itself names it (its own line, `flwr run`'s run config, or the
@@ -80,7 +80,7 @@ def code_paths(value: object) -> list[str]:
     return [part for part in value.split("+") if is_code(part)] if isinstance(value, str) else []
 
 
-CODE_SETTINGS = ("algorithm", "server", "server_wrap", "client_mod", "model", "dataset")  # values that may be code
+CODE_SETTINGS = ("algorithm", "server", "server_wrap", "client_mod", "model", "dataset", "attack")  # may be code
 
 
 def code_settings(values: Mapping[str, object]) -> list[object]:

@@ -37,7 +37,7 @@ from flwr.serverapp.strategy import Strategy
 from torch import nn
 
 from clients import ANCHOR_METHODS, CLIENT_RULES, ClientRule, load_client_rule
-from clients.attacks import AttackClient, AttackParams, attack_of, attack_problems, attack_values
+from clients.attacks import Attack, AttackParams, attack_class, attack_of, attack_problems, attack_values
 from fedpfn.core.anchors import AnchorParams, anchor_values
 from fedpfn.core.config import RunConfig, core_fields
 from fedpfn.core.groups import Start
@@ -63,7 +63,7 @@ from strategies.registry import USER_RULE
 from strategies.wrapping import PLUGINS, PluginParams, WrappedStrategy, plugin_values, plugins_of
 
 Part = tuple[str, type]  # (namespace, hyperparameter class) of one part of a run
-PLUG_INS: list[Part] = [(PLUGINS, PluginParams), (AttackClient.namespace(), AttackParams)]  # any run may use
+PLUG_INS: list[Part] = [(PLUGINS, PluginParams), (Attack.namespace(), AttackParams)]  # any run may use
 
 
 @dataclass(frozen=True)
@@ -274,6 +274,7 @@ def _algorithm_problems(cfg: RunConfig, given: set[str] | None = None) -> list[s
     out = []
     try:
         used = hyper_parts(cfg.algorithm, cfg.server)
+        attack_class(attack_of(cfg).attack)  # a user's attack imported here, as a user's server is
     except ConfigError as err:
         return [str(err)]
     client = CLIENT_RULES[rule]
@@ -341,10 +342,10 @@ def from_run_config(run_config: dict[str, Any]) -> dict[str, Any]:
 
 
 def client_rules(cfg: RunConfig) -> list[type[ClientRule]]:
-    """The client side of `cfg.algorithm`: its rule, then its anchor method, then a model-poisoning
-    attack (clients.attacks), which replaces what a malicious client would send."""
-    attack = attack_of(cfg).attack
-    return [part.client for part in _parts(cfg.algorithm)] + ([AttackClient] if attack not in ("none", "label-flip") else [])
+    """The client side of `cfg.algorithm`: its rule, then its anchor method, then the run's attack
+    (clients.attacks), last so that it sees what the client would send and train on."""
+    attack = attack_class(attack_of(cfg).attack)
+    return [part.client for part in _parts(cfg.algorithm)] + ([attack] if attack is not None else [])
 
 
 def build_inner(cfg: RunConfig) -> Strategy:

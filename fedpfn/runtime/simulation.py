@@ -270,11 +270,12 @@ def resume_config(run_dir: str, overrides: dict[str, Any]) -> RunConfig:
 def check_folder_code(raw: dict[str, Any], overrides: dict[str, Any], folder: Path) -> None:
     """A run folder is data: whoever could write it (a shared or downloaded folder) must not choose
     code that runs, whatever its fingerprint says. Every setting that may be code (CODE_SETTINGS:
-    a client rule, server, wrapper, mod, model or dataset as module:Name) is imported only when
+    a client rule, server, wrapper, mod, model, dataset or attack as module:Name) is imported only when
     this command names the same (fedpfn.core.user_code), and never from a module inside the
     folder, even one that holds only its config.json."""
     keep_out_of_imports(folder)
-    nouns = ("client rule", "server", "server's wrapper", "client mod", "model builder", "dataset loader")
+    nouns = ("client rule", "server", "server's wrapper", "client mod", "model builder", "dataset loader",
+             "attack")  # fmt: skip
     for setting, noun in zip(CODE_SETTINGS, nouns, strict=True):
         stored = flat_view(raw).get(setting)  # a plug-in's by name or namespaced (plugins.server_wrap)
         if not code_paths(stored):

@@ -17,7 +17,7 @@ import torch
 from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
-from clients.attacks import attack_of, flip_labels, malicious_partitions
+from clients.attacks import Attack
 from clients.base import ClientRound, ClientRule, Round
 from clients.state import ClientState
 from fedpfn.core import protocol
@@ -128,20 +128,21 @@ class PreparedCohort:
 
     def load(self, k: int, rows: torch.Tensor, stacked: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(inputs, targets) of client k's examples `rows` (a batch, or a stack of batches of the
-        clients `stacked`, which share k's data) on the device; a label-flipping attacker's
-        labels flipped here, the one place a client's batches are read."""
+        clients `stacked`, which share k's data) on the device; the run's attack's `labels` hook
+        applied here, the one place a client's batches are read (label-flip poisons them)."""
         x, y = self.clients[k].data.x, self.clients[k].data.y
         rows = rows.to(x.device)
         targets = y[rows].to(self.device, non_blocking=True)
-        flipped = [self.clients[j].partition_id in self.label_flippers for j in (stacked or [k])]
         inputs = x[rows].to(self.device, self.dtype, non_blocking=True)
-        return inputs, flip_labels(targets, flipped, self.clients[k].data.num_classes)
+        if self.attack is None:
+            return inputs, targets
+        partitions = [self.clients[j].partition_id for j in (stacked or [k])]
+        return inputs, self.attack.labels(targets, partitions, self.clients[k].data.num_classes)
 
     @cached_property
-    def label_flippers(self) -> frozenset[int]:
-        """The partitions that train on flipped labels (--attack label-flip)."""
-        params = attack_of(self.cfg)
-        return malicious_partitions(params, self.cfg.seed, self.cfg.federation.num_clients) if params.attack == "label-flip" else frozenset()
+    def attack(self) -> Attack | None:
+        """The run's attack among the rules (clients.attacks), None where every client is honest."""
+        return next((rule for rule in self.rules.rules if isinstance(rule, Attack)), None)
 
     def local_accuracy(self, k: int, trained: tuple[Tensors, Tensors], model: nn.Module) -> tuple[float, float] | None:
         """Client k's local test split (`--local-test-fraction`): (the global model's, its own)."""
