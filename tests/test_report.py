@@ -312,7 +312,7 @@ def test_holm_adjusts_the_arms_of_one_metric_together(tmp_path: Path) -> None:
                 f"(±{100 * low * p.mde:.2f} to ±{100 * high * p.mde:.2f} over the std's 95 % interval) |")  # fmt: skip
 
     assert rows["fedpnu"].endswith(  # its interval holds no 0, yet Holm's p is above 0.05
-        f"| not resolved after Holm (the interval excludes 0; the family's correction does not); the 95 % CI "
+        f"| not resolved after Holm (the interval excludes 0, the family's correction does not); the 95 % CI "
         f"excludes differences below +{100 * pnu.low:.2f} and above "
         f"+{100 * pnu.high:.2f} points; {mde_text(pnu)}"
     )

@@ -74,7 +74,7 @@ def test_a_difference_not_resolved_says_what_its_interval_excludes() -> None:
     )
     below = not_resolved(-0.0051, -0.0006, 0.024, 0.094, 0.003)  # under 0.05 alone, not after Holm
     assert verdict(below).startswith(
-        "not resolved after Holm (the interval excludes 0; the family's correction does not); the 95 % CI excludes "
+        "not resolved after Holm (the interval excludes 0, the family's correction does not); the 95 % CI excludes "
         "differences below -0.51 and above -0.06 points;"
     )
     barrier = not_resolved(-0.012, 0.03, 0.4, 0.8, 0.02)  # a loss barrier, in nats

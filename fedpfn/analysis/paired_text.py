@@ -125,7 +125,7 @@ def verdict(p: Paired, scale: float = 100.0, unit: str = "points") -> str:
         return no_test(p, scale, unit)
     if decided(p):
         return "higher" if p.mean > 0 else "lower"
-    after = " after Holm (the interval excludes 0; the family's correction does not)" if p.p_value < ALPHA else ""
+    after = " after Holm (the interval excludes 0, the family's correction does not)" if p.p_value < ALPHA else ""
     return f"not resolved{after}; {excluded(p, scale, unit)}; {detectable_text(p, scale, unit)}"
 
 
