@@ -4,13 +4,14 @@ What a user relies on: which clients are malicious is the run seed's alone and c
 so; each attacker sends what its attack says (sign flip g - (w - g), scaled g + S (w - g),
 gaussian g + S N(0, 1), label flip: trained on y -> C-1-y) while the honest clients' replies
 are unchanged; the batched engine's program and the ClientApp send the same numbers; an
-attack setting the run cannot use is refused in one line; and a robust aggregator holds where
-FedAvg falls.
+attack setting the run cannot use is refused in one line; a robust aggregator holds where
+FedAvg falls; and a user's own attack runs by dotted path, under the guard of a user's rule.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,10 +20,11 @@ import torch
 from flwr.app import ArrayRecord, RecordDict
 
 import run_sim
-from clients.attacks import AttackParams, attack_of, malicious_partitions
+from clients.attacks import ATTACKS, AttackParams, attack_of, malicious_partitions
 from conftest import NodeGrid, tiny_config
 from fedpfn.core import protocol
 from fedpfn.core.cache import initial_model
+from fedpfn.core.groups import Vmap
 from fedpfn.runtime.algorithms import build_strategy, client_rules
 from fedpfn.runtime.engines.prepared import ClientJob
 from fedpfn.runtime.engines.program import CohortProgram, local_round
@@ -128,7 +130,7 @@ def test_the_batched_program_sends_what_the_clientapp_sends(attack, algorithm):
     # so which were malicious depended on the tests run before in the same worker
     messages = round_one(cfg, chosen=sorted(malicious)[:3] + honest[:3])[1]
     jobs = [ClientJob(m.metadata.dst_node_id, RecordDict(), 0) for m in messages]
-    result = CohortProgram(client_rules(cfg), cfg, messages[0].content, CPU, jobs).train("vmap")
+    result = CohortProgram(client_rules(cfg), cfg, messages[0].content, CPU, jobs).train(Vmap)
     assert len(jobs) == 6 and 0 < len(malicious & {job.partition_id for job in jobs}) < 6
     for k, message in enumerate(messages):
         batched = protocol.to_numpy(result.reply_content(k).array_records[protocol.ARRAYS])
@@ -219,3 +221,81 @@ def test_the_run_header_shows_the_attack_as_it_shows_a_wrapper(attack, shown):
     lines = header_lines(attacked(attack), 1, "cpu")
     assert f"  attack     {shown} clients (drawn from the seed; clients.jsonl marks them)" in lines
     assert not any(line.startswith("  attack ") for line in header_lines(tiny_config(), 1, "cpu"))
+
+
+OWN = """
+from clients.attacks import ModelAttack
+
+
+class Stalled(ModelAttack):
+    \"\"\"Sends the model received back: no update at all.\"\"\"
+
+    def sent(self, received, trained, name, per_client):
+        return received
+
+
+class NotAnAttack:
+    pass
+"""
+
+
+@pytest.fixture
+def own_attack(tmp_path, monkeypatch):
+    """myattack.py in the current folder, where a user's own attack may lie; the registry as it was after."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "myattack", raising=False)
+    (tmp_path / "myattack.py").write_text(OWN)
+    before = dict(ATTACKS)
+    yield tmp_path
+    ATTACKS.clear()
+    ATTACKS.update(before)
+
+
+def test_a_users_attack_runs_by_dotted_path_after_the_rule_and_the_anchors(own_attack, capsys, monkeypatch):
+    """Its malicious clients send what it says, the honest as trained; a resume must name it again."""
+    from test_cli import refused
+
+    cfg = attacked("myattack:Stalled", algorithm="fedpfn+fedprox")
+    assert [cls.__name__ for cls in client_rules(cfg)] == ["FedProxClient", "FedPFNClient", "Stalled"]
+    honest_cfg = tiny_config(num_clients=8, clients_per_round=8, batch_size=500, algorithm="fedpfn+fedprox")
+    sent, messages = round_one(cfg)
+    malicious = malicious_partitions(attack_of(cfg), cfg.seed, cfg.federation.num_clients)
+    for message in messages:
+        reply, trained = clientapp(cfg, message), clientapp(honest_cfg, message)
+        for name, w in trained.items():
+            want = sent[name] if message.metadata.dst_node_id in malicious else w
+            assert np.array_equal(reply[name], want), (message.metadata.dst_node_id, name)
+    args = ["--model", "mlp", "--num-clients", "4", "--clients-per-round", "4", "--rounds", "1", "--partition", "iid",
+            "--batch-size", "500", "--attack", "myattack:Stalled", "--attack-fraction", "0.5", "--out", "run"]  # fmt: skip
+    assert run_sim.main(args) == 0
+    assert json.loads((own_attack / "run" / "config.json").read_text())["attacks.attack"] == "myattack:Stalled"
+    monkeypatch.setattr("fedpfn.core.user_code._NAMED_BY_COMMAND", set())  # a later command has named nothing
+    assert refused(capsys, monkeypatch, "--resume", "run", "--rounds", "2") == [
+        "error: resume: the run's attack is the class 'myattack:Stalled', which only its config.json names; fedpfn "
+        "imports code a command names, never a file: pass --attack myattack:Stalled to resume it"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("given", "line"),
+    [
+        (["--attack", "myattack:NotAnAttack"],
+         "error: attack: 'myattack:NotAnAttack' is not an attack (a subclass of clients.attacks.Attack)"),
+        (["--config", "preset.toml"],
+         "error: attack: 'myattack:Stalled' is code that only a file names (a run folder's config.json or a preset); "
+         "fedpfn imports a user's code only when the command names it: give it again on the command line "
+         "(--attack or attack=)"),
+    ],
+)  # fmt: skip
+def test_a_users_attack_is_refused_in_one_line_where_it_is_no_attack_or_only_a_file_names_it(
+    own_attack, capsys, monkeypatch, given, line
+):
+    from test_cli import refused
+
+    (own_attack / "preset.toml").write_text('attack = "myattack:Stalled"\n')
+    monkeypatch.setattr("fedpfn.core.user_code._NAMED_BY_COMMAND", set())
+    lines = refused(capsys, monkeypatch, "--model", "mlp", "--num-clients", "4", "--clients-per-round", "2", *given,
+                    "--out", "out")  # fmt: skip
+    assert lines == [line]
+    assert not (own_attack / "out").exists()

@@ -88,6 +88,7 @@ NAMING = {  # where in a study file code is named -> the file's text
     "a server": "[arms]\na = '--server evilcode:Rule'\n",
     "a server wrapper": "[arms]\na = ['--server-wrap', 'evilcode:Rule']\n",
     "a client mod": "[arms]\na = '--client-mod evilcode:build'\n",
+    "an attack": "[arms]\na = '--attack evilcode:Rule'\n",
     "a model": "[arms]\na = '--model evilcode:build'\n",
     "a dataset": "[arms]\na = 'dataset=evilcode:build'\n",
     "an axis value": "[arms]\na = ''\n[axes]\nalgorithm = ['fedavg', 'evilcode:Rule']\n",
