@@ -8,21 +8,21 @@ import dataclasses
 import pytest
 
 from fedpfn.core.config import FLAT_DEFAULTS, EVAL_ONLY, START_ONLY, RunConfig
-from fedpfn.core.groups import ENGINE, PARTITION, Dirichlet, FlwrPartition, Iid, Loop, Ray, Shards, Threads, Vmap
+from fedpfn.core.groups import ENGINE, PARTITION, Auto, Dirichlet, FlwrPartition, Iid, Loop, Ray, Shards, Threads, Vmap
 from fedpfn.core.groups import Alignment, ClientEvaluation, NoAlignment, NoClientEvaluation, Seeded, Start
 from fedpfn.runtime.algorithms import parse_config
 
 CASES = {
-    "default": ({}, Dirichlet(), Vmap()),
-    "shards": ({"partition": "shards", "shards_per_client": 3}, Shards(shards_per_client=3), Vmap()),
-    "iid": ({"partition": "iid", "min_partition_size": 5}, Iid(min_partition_size=5), Vmap()),
+    "default": ({}, Dirichlet(), Auto()),
+    "shards": ({"partition": "shards", "shards_per_client": 3}, Shards(shards_per_client=3), Auto()),
+    "iid": ({"partition": "iid", "min_partition_size": 5}, Iid(min_partition_size=5), Auto()),
     "flwr": (
         {"partition": "flwr:IidPartitioner", "partition_args": "{}"},
         FlwrPartition("flwr:IidPartitioner", "{}"),
-        Vmap(),
+        Auto(),
     ),
     "loop": ({"engine_mode": "loop", "client_cpus": 2.0}, Dirichlet(), Loop()),
-    "vmap": ({"engine_mode": "vmap", "engine_chunk": 3, "engine_workers": 2}, Dirichlet(), Vmap("vmap", 3, 2)),
+    "vmap": ({"engine_mode": "vmap", "engine_chunk": 3, "engine_workers": 2}, Dirichlet(), Vmap(3, 2)),
     "ray": ({"engine": "ray", "client_gpus": 0.0}, Dirichlet(), Ray()),
 }
 # the measurements a run may make: off, or on with their own settings
@@ -101,16 +101,17 @@ def test_the_settings_a_choice_leaves_out_are_handed_back_and_refused_where_give
 
 def test_an_unknown_choice_is_one_line_naming_it():
     variant, lines, _ = ENGINE.build({"engine_mode": "warp"})
-    assert variant == Vmap() and lines == ["engine_mode: unknown 'warp'; use one of auto, vmap, processes, threads, loop"]
+    assert variant == Auto() and lines == ["engine_mode: unknown 'warp'; use one of auto, vmap, processes, threads, loop"]
     _, lines, _ = PARTITION.build({"partition": "zipf"})
     assert lines == ["partition: unknown 'zipf'; use one of dirichlet, iid, shards, tasks, or flwr:NAME (a flwr-datasets "
                      "partitioner)"]  # fmt: skip
 
 
 def test_auto_resolved_is_the_variant_of_the_mode_it_resolved_to():
-    """The batched engine's auto becomes threads on the CPU: its chunk (vmap's alone) goes with it."""
-    assert ENGINE.changed(Vmap(engine_chunk=4, engine_workers=2), engine_mode="threads") == Threads(engine_workers=2)
-    assert ENGINE.changed(Vmap(engine_chunk=4), engine_mode="vmap") == Vmap("vmap", 4)
+    """The batched engine's auto becomes the mode the machine picks: vmap's chunk goes with it
+    where the mode has none."""
+    assert ENGINE.changed(Auto(engine_chunk=4, engine_workers=2), engine_mode="threads") == Threads(engine_workers=2)
+    assert ENGINE.changed(Auto(engine_chunk=4), engine_mode="vmap") == Vmap(4)
     assert RunConfig().engine.mode == "auto" and Ray().mode is None and Loop().name == "batched"
 
 

@@ -3,7 +3,7 @@
 Each case runs three rounds of a real strategy over clients of unequal sizes with ragged last
 batches. Every round, each sampled client trains twice from the same message: through the
 sequential ClientApp path (`local_round`, one client at a time) and as one vmapped
-cohort (`CohortProgram(...).train("vmap")`, the batched engine's program). Each keeps its
+cohort (`CohortProgram(...).train(Vmap)`, the batched engine's program). Each keeps its
 own client state across rounds (SCAFFOLD's c_i, FedDyn's gradient, MOON's previous model),
 so state that drifted would show. Compared: every reply array (parameters, BatchNorm
 buffers and counters, FedPNU's packed entries), every record a rule adds, every metric but
@@ -37,6 +37,7 @@ from conftest import NodeGrid, first_fast, tiny_config
 from fedpfn.core import protocol
 from fedpfn.core.cache import initial_model
 from fedpfn.core.files import CLIENT_STATE, CLIENTS, CONFIG, METRICS, read_jsonl
+from fedpfn.core.groups import Vmap
 from fedpfn.runtime.algorithms import ANCHOR_METHODS, CLIENT_RULES, build_strategy, client_rules
 from fedpfn.runtime.engines import stacked
 from fedpfn.runtime.engines.prepared import ClientJob
@@ -145,7 +146,7 @@ def three_rounds(rule: str, anchor: str, model: str, optimizer: str, dtype: torc
             local_round(rules, sequential_cfg, p, s, cpu, m.content) for p, s, m in zip(chosen, seq_states, messages)
         ]
         jobs = [ClientJob(p, s, server_round - 1) for p, s in zip(chosen, bat_states)]
-        result = CohortProgram(rules, batched_cfg, messages[0].content, cpu, jobs).train("vmap")
+        result = CohortProgram(rules, batched_cfg, messages[0].content, cpu, jobs).train(Vmap)
         for k, pid in enumerate(chosen):
             where = f"round {server_round} client {pid}"
             model, derived = compare_contents(result.reply_content(k), replies[k], where)

@@ -12,6 +12,7 @@ from clients.state import ClientStateStore
 from conftest import client_replies, tiny_config
 from fedpfn.core.cache import initial_model
 from fedpfn.core.config import ConfigError
+from fedpfn.core.groups import Vmap
 from fedpfn.core.personal import PERSONAL
 from fedpfn.core.protocol import ARRAYS, NUM_EXAMPLES, to_numpy
 from fedpfn.runtime.algorithms import build_strategy, personal_of
@@ -155,7 +156,7 @@ def test_the_batched_cohort_keeps_the_heads_the_clientapp_keeps(partition, tmp_p
             head = kept[pid] if pid in kept else to_numpy(arrays)
             assert all(np.array_equal(cohort.starts[k][0][n].numpy(), head[n]) for n in HEAD)
         assert len(kept) == (0 if server_round == 1 else 2)
-        result = cohort.train("vmap")
+        result = cohort.train(Vmap)
         for k, pid in enumerate(chosen):
             mine, theirs = to_numpy(result.reply_content(k)[ARRAYS]), to_numpy(replies[k][ARRAYS])
             assert all(np.allclose(mine[n], theirs[n], rtol=0, atol=1e-12) and mine[n].shape == theirs[n].shape for n in theirs)

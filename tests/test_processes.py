@@ -23,6 +23,7 @@ from flwr.app import ArrayRecord, Message, RecordDict
 from conftest import NodeGrid, tiny_config
 from fedpfn.core import protocol
 from fedpfn.core.cache import initial_model
+from fedpfn.core.groups import Loop
 from fedpfn.runtime.algorithms import CLIENT_RULES, build_strategy, client_rules
 from fedpfn.runtime.engines.prepared import ClientJob
 from fedpfn.runtime.engines.processes import ProcessRunner, deal
@@ -82,7 +83,7 @@ def two_rounds(rule: str, anchor: str, model: str, tmp: Path, worker_lr: float |
             jobs = {way: [ClientJob(p, states[way].setdefault(p, RecordDict()), server_round - 1) for p in chosen]
                     for way in states}  # fmt: skip
             by_workers = runner(content, jobs["processes"])
-            by_loop = CohortProgram(rules, cfg, messages[0].content, cpu, jobs["loop"]).train("loop")
+            by_loop = CohortProgram(rules, cfg, messages[0].content, cpu, jobs["loop"]).train(Loop)
             for k, pid in enumerate(chosen):
                 where = f"{rule}/{anchor or '-'}/{model} round {server_round} client {pid}"
                 same_bits(by_workers.reply_content(k), by_loop.reply_content(k), where)

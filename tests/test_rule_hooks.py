@@ -21,6 +21,7 @@ from clients.fedlc import SHIFT, FedLCClient
 from conftest import tiny_config
 from test_cli import refused
 from fedpfn.core.cache import initial_model
+from fedpfn.core.groups import Loop
 from fedpfn.core.protocol import ACCEPTED_ROUND, to_array_record
 from fedpfn.core.settings import ConfigError
 from fedpfn.runtime.algorithms import client_rules
@@ -42,7 +43,7 @@ def round_message(cfg) -> RecordDict:
 def trained(cfg, rules=None) -> dict[str, np.ndarray]:
     """Client 0's uploaded model after one round of `cfg`'s rules (or `rules`)."""
     cohort = CohortProgram(rules or client_rules(cfg), cfg, round_message(cfg), CPU, [ClientJob(0, RecordDict(), 0)])
-    return cohort.train("loop").client_arrays(0)
+    return cohort.train(Loop).client_arrays(0)
 
 
 def fedlc_criterion(counts: list[int], tau: float = 1.0):

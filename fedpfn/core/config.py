@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from fedpfn.core.groups import ALIGNMENT, ENGINE, FEDERATED_EVAL, PARTITION, Aligned, Alignment, ClientEval  # noqa: I001
 from fedpfn.core.groups import ClientEvaluation, Dirichlet, Engine, FlwrPartition, Loop, NoAlignment
-from fedpfn.core.groups import START, NoClientEvaluation, Partition, Ray, Seeded, Start, Started, Tasks, Vmap
+from fedpfn.core.groups import START, Auto, NoClientEvaluation, Partition, Ray, Seeded, Start, Started, Tasks
 from fedpfn.core.concerns import EVALUATION, FEDERATION, LOCAL, OUTPUT, PLACEMENT_GROUP, TASK, TRACKING, Evaluation
 from fedpfn.core.concerns import Federation, LocalTraining, Output, Placement, Task, Tracking
 from fedpfn.core.hyper import flat_view, hyper_of
@@ -69,7 +69,7 @@ class RunConfig:
     # where a run's numbers are also logged (fedpfn.core.groups)
     tracking: Tracking = dataclasses.field(default_factory=Tracking, metadata={"group": TRACKING})
     # where the clients train: a variant holding only its own settings (fedpfn.core.groups)
-    engine: Engine = dataclasses.field(default_factory=Vmap, metadata={"group": ENGINE})
+    engine: Engine = dataclasses.field(default_factory=Auto, metadata={"group": ENGINE})
     # where the clients compute: CPUs and GPU share per client, a Ray cluster to join (fedpfn.core.concerns)
     placement: Placement = dataclasses.field(default_factory=Placement, metadata={"group": PLACEMENT_GROUP})
     # the run folder and what goes into it (fedpfn.core.concerns)

@@ -1,8 +1,8 @@
 """Settings grouped by concern: each choice holds only the settings it uses (fedpfn.core.variants).
 
 `cfg.partition` is one of `Dirichlet`, `Shards`, `Iid`, `Tasks` or `FlwrPartition`; `cfg.engine`
-one of `Vmap` (the batched engine's vmap mode, or auto: vmap on a GPU, processes on a CPU of
-several cores), `Processes`, `Threads`, `Loop` or `Ray`. A run of `--partition shards` has no
+one of `Auto` (the batched engine's default: vmap on a GPU, processes on a CPU of several
+cores), `Vmap`, `Processes`, `Threads`, `Loop` or `Ray`. A run of `--partition shards` has no
 `alpha` to read, and a run on Ray no `engine_chunk`. Where the clients compute (`client_cpus`,
 `client_gpus`, `ray_address`) is a group beside the engine, `cfg.placement` (fedpfn.core.concerns): both engines read it, and under
 `flwr run` the ClientApp reads `client_cpus` whatever the engine. A concern with no choice is a
@@ -121,7 +121,7 @@ class _Engine:
 
     @property
     def mode(self) -> str | None:
-        return self.chosen_by.get("engine_mode") or getattr(self, "engine_mode", None)
+        return self.chosen_by.get("engine_mode")
 
 
 def _workers() -> Any:
@@ -135,19 +135,32 @@ def _workers() -> Any:
     )
 
 
-@dataclass(frozen=True)
-class Vmap(_Engine):
-    """The batched engine as one stacked program, or auto (vmap on a GPU; on the CPU, processes
-    where it has several cores, else loop: fedpfn.runtime.engines.runner.mode_of)."""
-
-    chosen_by: ClassVar[dict[str, str]] = {"engine": "batched"}
-    engine_mode: str = setting("auto", "auto or vmap", one_of(("auto", "vmap")), kind="placement")
-    engine_chunk: int = setting(
+def _chunk() -> Any:
+    return setting(
         0,
         "clients per vmapped program of the batched engine (0: as many as the device's free memory holds)",
         at_least(0),
         kind="placement",
     )
+
+
+@dataclass(frozen=True)
+class Auto(_Engine):
+    """The batched engine's default: its mode chosen by the machine that runs it (vmap on a GPU; on
+    the CPU, processes where it has several cores, else loop: fedpfn.runtime.engines.runner.mode_of),
+    recorded once chosen. It keeps vmap's settings, which a GPU's choice uses."""
+
+    chosen_by: ClassVar[dict[str, str]] = {"engine": "batched", "engine_mode": "auto"}
+    engine_chunk: int = _chunk()
+    engine_workers: int | None = _workers()
+
+
+@dataclass(frozen=True)
+class Vmap(_Engine):
+    """The batched engine as one stacked program over a round's clients."""
+
+    chosen_by: ClassVar[dict[str, str]] = {"engine": "batched", "engine_mode": "vmap"}
+    engine_chunk: int = _chunk()
     engine_workers: int | None = _workers()
 
 
@@ -181,7 +194,8 @@ class Ray(_Engine):
     chosen_by: ClassVar[dict[str, str]] = {"engine": "ray"}
 
 
-Engine = Vmap | Processes | Threads | Loop | Ray
+Engine = Auto | Vmap | Processes | Threads | Loop | Ray
+BatchedMode = type[Vmap] | type[Processes] | type[Threads] | type[Loop]  # what auto resolves to
 
 ENGINE = Group(
     "engine",
@@ -203,7 +217,7 @@ ENGINE = Group(
             kind="placement",
         )),
     },
-    (Vmap, Processes, Threads, Loop, Ray),
+    (Auto, Vmap, Processes, Threads, Loop, Ray),
     {
         "engine_mode": "only --engine batched uses it",
         "engine_workers": "only --engine batched uses it (Ray actors for its vmap, threads and loop modes)",

@@ -32,7 +32,7 @@ from fedpfn.core.config import (
     ConfigError,
     RunConfig,
 )
-from fedpfn.core.groups import Vmap
+from fedpfn.core.groups import Auto, Vmap
 from fedpfn.core.data import DataError, find_data_problem
 from fedpfn.core.files import LOCK, LOG, append_text, stop_writing
 from fedpfn.core.hyper import flat_view
@@ -213,9 +213,9 @@ def simulate(cfg: RunConfig, resume: bool = False, show_progress: bool = True) -
 
 def arithmetic(cfg: RunConfig) -> str | None:
     """'vmap', 'per client' (loop, processes, threads and Ray agree bit for bit), or None (auto: not known)."""
-    if isinstance(cfg.engine, Vmap):
-        return None if cfg.engine.mode == "auto" else "vmap"
-    return "per client"
+    if isinstance(cfg.engine, Auto):
+        return None
+    return "vmap" if isinstance(cfg.engine, Vmap) else "per client"
 
 
 def placement(cfg: RunConfig) -> str:

@@ -26,7 +26,7 @@ from flwr.app.user_config import UserConfig
 from flwr.clientapp import ClientApp
 
 from fedpfn.core.config import RunConfig
-from fedpfn.core.groups import ENGINE, Processes
+from fedpfn.core.groups import ENGINE, Auto, Loop, Processes, Threads, Vmap
 from fedpfn.core.settings import ConfigError
 from fedpfn.core.training import pick_device
 from fedpfn.runtime.engines.actors import RayRunner, start_ray
@@ -72,16 +72,16 @@ def prepare(cfg: RunConfig) -> RunConfig:
 
 
 def settle(run: RunPlan) -> tuple[RunPlan, str]:
-    """`auto` resolved on this machine once the folder is checked, by the hardware alone
+    """`auto` resolved on this machine once the folder is checked, by the machine alone
     (runner.mode_of), with why, so that config.json says what computed the numbers and a resume
-    continues in it (a GPU machine picks vmap, a CPU one threads: they agree within rounding,
-    not bit for bit). Ray actors resolve their own by the same rule."""
+    continues in it (a GPU machine picks vmap, a CPU one processes or loop: they agree within
+    rounding, not bit for bit). Ray actors resolve their own by the same rule."""
     cfg = run.cfg
-    if cfg.engine.mode != "auto" or uses_ray(cfg):
+    if not isinstance(cfg.engine, Auto) or uses_ray(cfg):
         return run, ""
     device = device_of(cfg)
     mode = mode_of(cfg, device)
-    engine = ENGINE.changed(cfg.engine, engine_mode=mode)
+    engine = ENGINE.changed(cfg.engine, engine_mode=mode.chosen_by["engine_mode"])
     return dataclasses.replace(run, cfg=dataclasses.replace(cfg, engine=engine)), auto_reason(device, mode)
 
 
@@ -97,11 +97,11 @@ def describe(cfg: RunConfig) -> str:
     mode = mode_of(cfg, device)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"the CPU, {os.cpu_count()} cores"
     how = {
-        "vmap": "all of a round's clients as one vmapped program"
+        Vmap: "all of a round's clients as one vmapped program"
         + (f", {chunk} per chunk" if (chunk := getattr(cfg.engine, "engine_chunk", 0)) else ", chunks as large as free memory holds"),
-        "processes": f"clients dealt to {worker_count(cfg)} worker processes, one thread each",
-        "threads": f"clients side by side on {os.cpu_count()} threads, one each",
-        "loop": "one client after another",
+        Processes: f"clients dealt to {worker_count(cfg)} worker processes, one thread each",
+        Threads: f"clients side by side on {os.cpu_count()} threads, one each",
+        Loop: "one client after another",
     }[mode]
     return f"batched engine in this process on {where} ({device.type}): {how}; server evaluates on {pick_device()}"
 
@@ -110,7 +110,7 @@ def runner_of(cfg: RunConfig) -> CohortRunner | RayRunner | ProcessRunner:
     """What trains a round's cohort: Ray's actors, worker processes, or this process."""
     if uses_ray(cfg):
         return RayRunner(cfg, start_ray(cfg))
-    if mode_of(cfg, device_of(cfg)) == "processes":
+    if mode_of(cfg, device_of(cfg)) is Processes:
         return ProcessRunner(cfg, worker_count(cfg))
     return CohortRunner(cfg)
 

@@ -3,7 +3,7 @@ on one torch thread.
 
 Why: on the CPU a small client's step is mostly Python (the rules' hooks, torch's dispatch), and
 the threads of one interpreter take turns at it; processes do not. Each client is the same
-single-threaded computation as in `loop` and `threads` (`CohortProgram.train("loop")`), and the
+single-threaded computation as in `loop` and `threads` (`CohortProgram.train(Loop)`), and the
 parts come back in client order, so a round's numbers are theirs bit for bit.
 
 The workers are forked once per run from the driver, after it has loaded the dataset, so they
@@ -36,6 +36,7 @@ from flwr.app import RecordDict
 
 from fedpfn.core.cache import client_indices, dataset_on
 from fedpfn.core.config import RunConfig
+from fedpfn.core.groups import Loop
 from fedpfn.runtime.algorithms import client_rules
 from fedpfn.runtime.engines.prepared import ClientJob
 from fedpfn.runtime.engines.program import CohortProgram
@@ -146,7 +147,7 @@ def _serve(cfg: RunConfig, pipe: Connection, driver: int) -> None:
             return
         content, jobs = asked
         try:
-            result = CohortProgram(rules, cfg, content, device, jobs).train("loop", threads=1)
+            result = CohortProgram(rules, cfg, content, device, jobs).train(Loop, threads=1)
             pipe.send(("done", (result, [job.context_state for job in jobs])))
         except Exception as err:  # noqa: BLE001  (the driver raises it, as if it had trained the clients)
             pipe.send(("error", _sendable(err)))

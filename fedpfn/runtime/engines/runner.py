@@ -9,7 +9,7 @@ import torch
 from flwr.app import RecordDict
 
 from fedpfn.core.config import RunConfig
-from fedpfn.core.groups import Vmap
+from fedpfn.core.groups import Auto, BatchedMode, Loop, Processes, Threads, Vmap
 from fedpfn.core.training import pick_device
 from fedpfn.runtime.algorithms import client_rules
 from fedpfn.runtime.engines.prepared import ClientJob
@@ -24,8 +24,8 @@ def device_of(cfg: RunConfig) -> torch.device:
     return pick_device(want_gpu=cfg.placement.client_gpus is None or cfg.placement.client_gpus > 0)
 
 
-def mode_of(cfg: RunConfig, device: torch.device, one_process: bool = False) -> str:
-    """`engine_mode`, with auto resolved by the machine alone, never by a timing: vmap on a GPU;
+def mode_of(cfg: RunConfig, device: torch.device, one_process: bool = False) -> BatchedMode:
+    """The batched engine's mode (its variant), auto resolved by the machine alone, never by a timing: vmap on a GPU;
     on the CPU, processes where this process may use several cores and a round has several
     clients, else loop. Processes, threads and loop (one thread a client) give the numbers of
     the Ray engine bit for bit, whatever the load or the cores, so the same command on the same
@@ -35,20 +35,20 @@ def mode_of(cfg: RunConfig, device: torch.device, one_process: bool = False) -> 
     Why processes: a client's step on the CPU is partly Python, which the threads of one
     interpreter take in turns; on 2 cores processes trained the MLP's small clients at about
     twice the rate of threads and the CNN's at least as fast (docs/guide/engines.md)."""
-    if cfg.engine.mode != "auto":
-        return cfg.engine.mode
+    if not isinstance(cfg.engine, Auto):
+        return type(cfg.engine)  # type: ignore[return-value]  (the batched engine's: Ray never asks)
     if device.type == "cuda":
-        return "vmap"
+        return Vmap
     if one_process:
-        return "threads"
-    return "processes" if len(usable_cores()) > 1 and cfg.federation.clients_per_round > 1 else "loop"
+        return Threads
+    return Processes if len(usable_cores()) > 1 and cfg.federation.clients_per_round > 1 else Loop
 
 
-def auto_reason(device: torch.device, mode: str) -> str:
+def auto_reason(device: torch.device, mode: BatchedMode) -> str:
     """Why auto chose `mode` (mode_of's): for the header, beside the compute line."""
     if device.type == "cuda":
         return "auto: vmap on the GPU"
-    if mode == "processes":
+    if mode is Processes:
         return f"auto: processes on {len(usable_cores())} cores, the numbers of loop and of the Ray engine bit for bit"
     return "auto: loop on one core (or one client a round), the numbers of the Ray engine bit for bit"
 
@@ -61,12 +61,13 @@ class CohortRunner:
         self.device = device_of(cfg)
         self.mode = mode_of(cfg, self.device, one_process=True)
         cores = threads or os.cpu_count() or 1  # `threads`: clients side by side; `loop`: the ClientApp's
-        self.threads = cores if self.mode == "threads" else max(1, int(cfg.placement.client_cpus))
-        self.chunk = (cfg.engine.engine_chunk if isinstance(cfg.engine, Vmap) else 0) or None  # None: measured on the first round (vmap on a GPU)
+        self.threads = cores if self.mode is Threads else max(1, int(cfg.placement.client_cpus))
+        chunk = cfg.engine.engine_chunk if isinstance(cfg.engine, Auto | Vmap) else 0
+        self.chunk = chunk or None  # None: measured on the first round (vmap on a GPU)
 
     def __call__(self, content: RecordDict, jobs: list[ClientJob]) -> CohortResult:
         cohort = CohortProgram(client_rules(self.cfg), self.cfg, content, self.device, jobs)
-        if self.chunk is None and self.mode == "vmap" and self.device.type == "cuda":
+        if self.chunk is None and self.mode is Vmap and self.device.type == "cuda":
             self.chunk = fitting_chunk(cohort, self.device)
         result = cohort.train(self.mode, threads=self.threads, chunk=self.chunk)
         self.chunk = cohort.chunk or self.chunk  # smaller after running out of memory
