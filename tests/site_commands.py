@@ -165,6 +165,8 @@ def why_it_takes_long(words: list[str]) -> NotRun | None:
             return NotRun(HOURS, "help")
         case ["fedpfn", "report", *args] if "--help" not in args:
             return NotRun("reads the run folders an earlier comparison wrote (hours of training)", "help")
+        case ["fedpfn", "seeds-needed", folder, *_] if folder.startswith("runs/tutorial/"):
+            return NotRun("reads the tutorial's comparison, which tests/test_tutorial.py runs before it", "help")
         case ["fedpfn", "study", "run", *_]:
             return NotRun(HOURS + " (tests/test_study.py runs a tiny study end to end)", "help")
         case ["fedpfn", "study", "page", "--stored", *_]:
