@@ -58,26 +58,45 @@ class NoParams:
 
 @dataclass
 class Round:
-    """What every client of one round shares, decoded once from the round's message."""
+    """What every client of one round shares, decoded once from the round's message; a rule
+    reads it as `self.round`.
+
+    Attributes:
+        cfg: the run's settings.
+        server_round: the round's number, from 1.
+        lr: this round's local learning rate as the server sent it (`--lr` times `--lr-decay` a round).
+        model: the architecture on the device (its own weights are never used).
+        start: the parameters as received, by name (FedProx's proximal term pulls towards them).
+        start_buffers: the buffers as received.
+        content: the message: server parts' records and config entries.
+        personal: entries each client keeps for itself (fedpfn.core.personal).
+    """
 
     cfg: RunConfig
     server_round: int
     lr: float
-    model: nn.Module  # the architecture on the device (its own weights are never used)
-    start: Tensors  # the parameters as received
-    start_buffers: Tensors  # the buffers as received
-    content: RecordDict  # the message: server parts' records and config entries
-    personal: frozenset[str] = frozenset()  # entries each client keeps (fedpfn.core.personal)
+    model: nn.Module
+    start: Tensors
+    start_buffers: Tensors
+    content: RecordDict
+    personal: frozenset[str] = frozenset()
 
 
 @dataclass
 class ClientRound:
-    """One client in one round, on the host."""
+    """One client in one round, on the host (what `inputs`, `start` and `save_state` get).
+
+    Attributes:
+        partition_id: the client's partition.
+        data: its training data.
+        state: records kept across this client's rounds (the rule's `state_keys`).
+        batches: its minibatches, as indices into `data.x`.
+    """
 
     partition_id: int
     data: ClientData
-    state: ClientState  # records kept across this client's rounds
-    batches: list[torch.Tensor]  # its minibatches, as indices into data.x
+    state: ClientState
+    batches: list[torch.Tensor]
 
     @property
     def steps(self) -> int:
@@ -86,12 +105,17 @@ class ClientRound:
 
 @dataclass(frozen=True)
 class Trained:
-    """One client after its last step (its model as trained, before `upload`)."""
+    """One client after its last step (its model as trained, before `uploaded`), as `outputs` gets it.
+
+    Attributes:
+        params: the trained parameters, by name.
+        buffers: the trained buffers (BatchNorm statistics).
+        frozen: entries that did not train this round (the anchor method's `frozen`); a rule
+            that keeps per-entry statistics leaves them unchanged there.
+    """
 
     params: Tensors
     buffers: Tensors
-    # entries that did not train this round (the anchor method's `frozen`); a rule that
-    # keeps per-entry statistics leaves them unchanged there
     frozen: Tensors
 
 

@@ -53,12 +53,21 @@ class OptimizerSpec:
 
 @dataclass(frozen=True)
 class StepView:
-    """What a loss term or a gradient correction may read in one step of one client."""
+    """What a loss term or a gradient correction may read in one step of one client.
 
-    model: nn.Module  # the architecture, for extra functional forwards (MOON)
-    params: Tensors  # the parameters being differentiated
+    Attributes:
+        model: the architecture, for extra functional forwards (MOON).
+        params: the parameters being differentiated, by name.
+        logits: the batch's logits.
+        features: the classifier's input (the model's representation).
+        inputs: the batch.
+        targets: its labels.
+    """
+
+    model: nn.Module
+    params: Tensors
     logits: torch.Tensor
-    features: torch.Tensor  # the classifier's input
+    features: torch.Tensor
     inputs: torch.Tensor
     targets: torch.Tensor
 
