@@ -54,11 +54,13 @@ def prefix(spec: Spec) -> str:
 
 
 def report_folder(spec: Spec, alpha: str, name: str) -> Path:
-    """A family's report beside the stored results; an alpha or family name that leads elsewhere is refused."""
-    folder = f"{prefix(spec)}-a{alpha}-{name}"
-    if (problem := place_problem(folder, f"the report of family {name!r} at alpha {alpha!r}")) is not None:
+    """A family's report beside the stored results (whose place was checked when the study was read);
+    an alpha or family name that leads elsewhere is refused."""
+    stored = Path(prefix(spec))
+    leaf = f"{stored.name}-a{alpha}-{name}"
+    if (problem := place_problem(leaf, f"the report of family {name!r} at alpha {alpha!r}")) is not None:
         raise spec.refuse(problem)
-    return Path(folder)
+    return stored.parent / leaf
 
 
 def folders(spec: Spec) -> dict[tuple[str, str, int], Path]:
