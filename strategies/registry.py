@@ -53,6 +53,8 @@ class ServerOptParams:
 
 @dataclass(frozen=True)
 class UserStrategyParams:
+    """A user's `--server module:Class`: its keyword arguments, `--server-args`."""
+
     server_args: str | None = setting(
         None, "keyword arguments of --server module:Class as a JSON object, e.g. '{\"beta\": 0.2}'"
     )
@@ -63,12 +65,24 @@ USER_STRATEGY = "strategy"  # the namespace of a user's strategy's hyperparamete
 
 @dataclass(frozen=True)
 class ServerRule:
+    """A server algorithm's registration (`--server NAME`); every user's `module:Class` shares one.
+
+    Attributes:
+        name: what runs call it (`module:Class` for a user's).
+        Params: a frozen dataclass of its hyperparameters, each field a `setting(...)`.
+        strategy: the Flower strategy class it builds (None: a user's `module:Class`).
+        arguments: its keyword arguments from an instance of `Params`.
+        state: attributes carrying state between rounds, saved with every checkpoint
+            (`current_arrays` is set each round).
+        mean_based: its aggregate is a function of the replies' example-weighted mean alone.
+    """
+
     name: str
     Params: type
-    strategy: type[Strategy] | None  # the class it builds (None: a user's module:Class)
-    arguments: Callable[[Any], dict[str, Any]] = lambda params: {}  # its keyword arguments from Params
-    state: tuple[str, ...] = ()  # attributes carrying state between rounds (`current_arrays` is set each round)
-    mean_based: bool = False  # its aggregate is a function of the replies' example-weighted mean
+    strategy: type[Strategy] | None
+    arguments: Callable[[Any], dict[str, Any]] = lambda params: {}
+    state: tuple[str, ...] = ()
+    mean_based: bool = False
 
     @property
     def namespace(self) -> str:
@@ -77,6 +91,7 @@ class ServerRule:
         return USER_STRATEGY if ":" in self.name else self.name
 
     def build(self, params: Any) -> Strategy:
+        """The strategy with `params`, taking every client it is shown (sampling happens before it)."""
         assert self.strategy is not None, "a user's strategy is built by build_user_strategy"
         with flower_note_dropped(NO_FEDERATED_EVALUATION):  # TAKE_ALL's choice, not the user's
             return self.strategy(**self.arguments(params), **TAKE_ALL)
