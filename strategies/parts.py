@@ -43,13 +43,21 @@ def server_part(*rules: str) -> Callable[[Part], Part]:
 
 @dataclass(frozen=True)
 class ServerContext:
-    """What a server part is built from."""
+    """What a server part is built from.
+
+    Attributes:
+        cfg: the run's settings.
+        model: the architecture: parameter names, shapes and layer kinds (masks).
+        hyper: the hyperparameters of the algorithm the part belongs to (never weights).
+        client: the algorithm's client side: what its replies hold.
+        personal: entries the clients keep for themselves (fedpfn.core.personal).
+    """
 
     cfg: RunConfig
-    model: nn.Module  # the architecture: parameter names, shapes and layer kinds (masks)
-    hyper: Any  # the hyperparameters of the algorithm the part belongs to (never weights)
-    client: type[ClientRule]  # the algorithm's client side: what its replies hold
-    personal: frozenset[str] = frozenset()  # entries the clients keep for themselves (fedpfn.core.personal)
+    model: nn.Module
+    hyper: Any
+    client: type[ClientRule]
+    personal: frozenset[str] = frozenset()
 
 
 class ServerPart:
