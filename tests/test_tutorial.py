@@ -62,7 +62,7 @@ def check_comparison(folder: Path, printed: str) -> None:
         assert paired["label"] == "fedpfn" and paired["verdict"] == "lower", paired
         assert paired["high"] < 0 and paired["p_holm"] < 0.05 and paired["p_floor"] == 0.25, paired
     assert re.search(r"^fedpfn .*lower", printed, re.MULTILINE), printed[-3000:]
-    assert (folder / "comparison.md").is_file()
+    assert (folder / "comparison.md").is_file() and (folder / "comparison.png").is_file()
 
 
 def check_privacy(run: Path, printed: str) -> None:
@@ -73,11 +73,13 @@ def check_privacy(run: Path, printed: str) -> None:
 
 
 def check_attack(fedavg: Path, median: Path, printed: dict[str, str]) -> None:
-    """FedAvg ends below chance (10 classes), the median far above it; the header names the attack."""
+    """FedAvg ends near chance (10 classes), the median far above it; the header names the attack
+    and how many clients it turned."""
     final = {run: read_rows(run / "metrics.jsonl")[-1]["test_accuracy"] for run in (fedavg, median)}
-    assert final[fedavg] < 0.10 < 0.5 < final[median], final
+    assert final[fedavg] < 0.2 and final[median] > 0.5, final
     for run in (fedavg, median):
-        assert re.search(r"^\s*attack\s+sign-flip", printed[f"runs/tutorial/{run.name}"], re.MULTILINE)
+        header = printed[f"runs/tutorial/{run.name}"]
+        assert re.search(r"^\s*attack\s+sign-flip\b.*\b3 of 10\b", header, re.MULTILINE), header[:2000]
         marked = [row["malicious"] for row in read_rows(run / "clients.jsonl")]
         assert len(marked) == 10 and marked.count(True) == 3, marked  # "three of ten clients"
 
@@ -93,7 +95,7 @@ def check_federated_evaluation(run: Path) -> None:
     assert len(trained) == 2 and all("local_accuracy_before" in r and "local_accuracy_after" in r for r in trained)
 
 
-@pytest.mark.slow  # 48 to 51 s at load 3 to 6 on 2 cores, 24 to 29 s of CPU: twelve tiny runs and a report
+@pytest.mark.slow  # 38 to 51 s at load 3 to 6 on 2 cores, 24 to 29 s of CPU: twelve tiny runs and a report
 def test_the_tutorial_runs_as_written_and_shows_what_it_says(tmp_path_factory, monkeypatch, capsys):
     copy = fresh_checkout(tmp_path_factory)
     monkeypatch.chdir(copy)
