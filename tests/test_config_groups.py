@@ -223,5 +223,8 @@ def test_a_choice_on_the_command_line_takes_the_preset_settings_of_the_choice_it
     cfg = checked_config({"config": str(preset), "partition": "iid", "out": str(tmp_path / "p")})
     assert cfg.partition.method == "iid" and cfg.federation.rounds == 3
     assert "alpha = 0.1 left out" in capsys.readouterr().err
+    cfg = checked_config({"config": "configs/quickstart.toml", "evaluate_clients": "0.5", "local_test_fraction": "0.2",
+                          "out": str(tmp_path / "e")})  # a choice typed as text, as a flag gives it  # fmt: skip
+    assert cfg.federated_eval.evaluate_clients == 0.5 and "left out" not in capsys.readouterr().err
     with pytest.raises(ConfigError, match="alpha"):  # named on the command line itself: refused as before
         checked_config({"config": str(preset), "partition": "iid", "alpha": 0.2, "out": str(tmp_path / "q")})

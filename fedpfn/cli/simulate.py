@@ -273,14 +273,16 @@ def yielded(preset: dict[str, Any], flags: dict[str, Any], where: str) -> dict[s
     """The preset less what a choice on the command line leaves unused: `--engine ray` over a
     preset's `engine-mode`, `--partition iid` over its `alpha`. The flags choose, and the preset's
     settings of the choice they replaced go with it, each said in a note (never silently)."""
-    from fedpfn.core.config import GROUPS
+    from fedpfn.core.config import GROUPS, core_fields
+    from fedpfn.core.settings import parse_leniently
 
     named = {str(key).replace("-", "_") for key in flags}
     merged = {str(key).replace("-", "_"): value for key, value in {**preset, **flags}.items()}
+    typed, _ = parse_leniently(core_fields(), merged)  # what does not parse, the run's own check refuses
     dropped: set[str] = set()
     for group in GROUPS:
         if named & set(group.choosers):
-            dropped |= {name for name in group.build(merged)[2] if name not in named}
+            dropped |= {name for name in group.build(typed)[2] if name not in named}
     kept = {key: value for key, value in preset.items() if str(key).replace("-", "_") not in dropped}
     for key in preset.keys() - kept.keys():
         print(f"note: {where}: {key} = {preset[key]!r} left out: the command line's choice does not use it", file=sys.stderr)
