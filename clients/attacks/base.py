@@ -67,10 +67,7 @@ class AttackParams:
     @property
     def scale(self) -> float:
         """S, its attack's default where none is given (0 for an attack that reads none)."""
-        if self.attack_scale is not None:
-            return self.attack_scale
-        cls = attack_class(self.attack)
-        return cls.default_scale if cls is not None and cls.default_scale is not None else 0.0
+        return self.attack_scale if self.attack_scale is not None else (default_scale(self.attack) or 0.0)
 
 
 class Attack(ClientRule):
@@ -125,10 +122,10 @@ def attack_class(name: str) -> type[Attack] | None:
     return ATTACKS[name]
 
 
-def reads_scale(params: AttackParams) -> bool:
-    """Whether the run's attack reads S (--attack-scale)."""
-    cls = attack_class(params.attack)
-    return cls is not None and cls.default_scale is not None
+def default_scale(name: str) -> float | None:
+    """S of the attack `name` where --attack-scale is not given; None: it reads no S."""
+    cls = attack_class(name)
+    return cls.default_scale if cls is not None else None
 
 
 def attack_of(cfg: RunConfig) -> AttackParams:
@@ -140,17 +137,17 @@ def attack_values(params: AttackParams) -> dict[str, Any]:
     """The settings a run records: none without an attack, so such a run reads as before them."""
     if params.attack == NONE:
         return {}
-    scale = {"attack_scale": params.scale} if reads_scale(params) else {}
+    scale = {"attack_scale": params.scale} if default_scale(params.attack) is not None else {}
     return {"attack": params.attack, "attack_fraction": params.attack_fraction, **scale}
 
 
 def attack_problems(params: AttackParams, num_clients: int, given: Collection[str] | None) -> list[str]:
     """A setting the attack does not use, or a fraction that makes no client malicious, one line each."""
     defaults = AttackParams()
-    scaled = [name for name, cls in ATTACKS.items() if cls.default_scale is not None]  # the project's three at least
+    scaled = [name for name, cls in ATTACKS.items() if cls.default_scale is not None]  # three at least
     readers = f"{', '.join(scaled[:-1])} or {scaled[-1]}"
     unused = [("attack_fraction", "only --attack uses it", params.attack == NONE),
-              ("attack_scale", f"only --attack {readers} uses it", not reads_scale(params))]  # fmt: skip
+              ("attack_scale", f"only --attack {readers} uses it", default_scale(params.attack) is None)]  # fmt: skip
     out = [
         f"{name}: {getattr(params, name)} is set, but {why}"
         for name, why, idle in unused
@@ -166,7 +163,7 @@ def attack_line(params: AttackParams, num_clients: int) -> list[str]:
     """The run header's line on the attack (none without one), as it shows a DP wrapper."""
     if params.attack == NONE:
         return []
-    scale = f", S {params.scale:g}" if reads_scale(params) else ""
+    scale = f", S {params.scale:g}" if default_scale(params.attack) is not None else ""
     return [f"  attack     {params.attack}{scale} by {malicious_count(params, num_clients)} of {num_clients} clients "
             "(drawn from the seed; clients.jsonl marks them)"]  # fmt: skip
 
