@@ -1,6 +1,7 @@
 """The client side of every algorithm: FedAvg's rule, its small subclasses and the anchor
-methods, one file each. Each registers itself (`@client_rule`, `@anchor_method`); every
-module here is imported below, so adding a rule is adding its file.
+methods, one file each, and the simulated attacks, one file each in clients/attacks/. Each
+registers itself (`@client_rule`, `@anchor_method`, `@attack`); every module here is imported
+below, so adding a rule is adding its file.
 
 `fedpfn.runtime.engines` composes the rules' hooks and trains a round's clients;
 `fedpfn.runtime.algorithms` joins each rule to its server part.
