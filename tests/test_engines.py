@@ -223,7 +223,7 @@ def cohort_round(cfg, dtype: torch.dtype, chunk: int | None) -> list[RecordDict]
     states = [RecordDict() for _ in chosen]
     jobs = [ClientJob(p, s, 0) for p, s in zip(chosen, states)]
     result = CohortProgram(client_rules(cfg), cfg, with_accepted_round(message, 0).content, torch.device("cpu"), jobs).train(
-        "vmap", chunk=chunk
+        Vmap, chunk=chunk
     )
     return [result.reply_content(k) for k in range(len(chosen))] + states
 

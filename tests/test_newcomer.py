@@ -55,7 +55,7 @@ def stop_at_engine(monkeypatch, tmp_path) -> list:
     monkeypatch.chdir(tmp_path)
     claimed: list[Path] = []
 
-    def engine_start(run, tracker) -> None:
+    def engine_start(run, tracker, app) -> None:
         claimed.append(run.folder.path.relative_to(tmp_path))
         raise EngineReached
 

@@ -1,7 +1,8 @@
 """The figures the README and the getting-started pages print come from scripts/page_figures.py
 (issue 44): 84.43 % stayed on the pages after the code gave 84.55 %. The pages must say what
 docs/getting-started/figures.json stores, the quickstart must still give the stored accuracy
-(exactly on the machine that measured it, within the stored spread over seeds elsewhere), and
+(exactly on the machine that measured it, the same CPU kind; within the stored spread over seeds
+elsewhere: an AVX-512 EPYC gave 82.45 % at round 1 where the AVX2 one that stored them gave 82.81 %), and
 run-folder.md's table must list the files a run writes."""
 
 from __future__ import annotations
@@ -46,13 +47,12 @@ def test_the_quickstart_still_gives_the_pages_figure_and_files(tmp_path):
     stored = FIGURES["quickstart"]
     run = page_figures.run_once(page_figures.COMMANDS["quickstart"], tmp_path / "qs")
     assert run["files"] == stored["files"]
-    here = page_figures.machine()
-    if (here["cpu"], here["cores"]) == (stored["machine"]["cpu"], stored["machine"]["cores"]):
+    here, made = page_figures.machine(), stored["machine"]
+    if all(here[key] == made.get(key) for key in ("cpu", "cpu_id", "cores")):
         assert run["accuracy"] == stored["accuracy"]  # deterministic: the same numbers on the same machine
-    else:  # another CPU: round 1 to rounding, then within the spread the pages state
+    else:  # another CPU kind (two 'AMD EPYC' may round differently): every round within the spread the pages state
         spread = max(stored["seeds"].values()) - min(stored["seeds"].values())
-        assert abs(run["accuracy"][0] - stored["accuracy"][0]) <= 0.1, (run, stored)
-        assert abs(run["accuracy"][-1] - stored["accuracy"][-1]) <= spread, (run, stored)
+        assert all(abs(a - b) <= spread for a, b in zip(run["accuracy"], stored["accuracy"])), (run, stored)
 
 
 def test_a_wrong_action_is_one_line_and_exit_2(capsys) -> None:

@@ -35,7 +35,7 @@ def test_the_report_shows_the_budget_spent_by_the_last_round(tmp_path, capsys):
 def test_a_report_of_runs_without_noise_has_no_budget_table(tmp_path):
     write_run(tmp_path / "r-s0", [0.5, 0.6])
     assert report_main([str(tmp_path / "r-s0")]) == 0
-    assert "Privacy budget" not in (tmp_path / "report.md").read_text()
+    assert "Privacy budget" not in (tmp_path / "r-s0" / "report.md").read_text()  # one run's report: in its folder
 
 
 def test_a_budget_that_is_no_number_is_refused_in_one_line(tmp_path, capsys):

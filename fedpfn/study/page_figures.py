@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from pathlib import Path
 
 from fedpfn.core.files import CLIENT_STATE, MODEL_ROUND, TENSORBOARD, WANDB, atomic_write_bytes, model_file
 from fedpfn.core.flags import OneLineParser
+from fedpfn.core.provenance import cpu_id, cpu_model
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: the pages and configs/ the commands read
 
@@ -42,20 +42,12 @@ COMMANDS = {
 SPREAD_SEEDS = (0, 1, 2, 3, 4)  # the quickstart's spread: the same command on these seeds
 
 
-def cpu_model() -> str:
-    """The CPU as /proc/cpuinfo names it (what decides the rounding of every kernel)."""
-    try:
-        found = re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M)
-    except OSError:
-        found = None
-    return found[1].strip() if found else platform.processor() or platform.machine()
-
-
 def machine() -> dict:
-    """The CPU, its cores and torch's version: what a stored figure holds only on the same machine."""
+    """The CPU (its name and its kind: two 'AMD EPYC' may round differently), its cores and torch's
+    version: what a stored figure holds only on the same machine."""
     import torch
 
-    return {"cpu": cpu_model(), "cores": os.cpu_count(), "torch": torch.__version__}
+    return {"cpu": cpu_model(), "cpu_id": cpu_id(), "cores": os.cpu_count(), "torch": torch.__version__}
 
 
 def run_once(command: list[str], out: Path, *extra: str) -> dict:
