@@ -4,10 +4,10 @@ The unchanged ServerApp, ServerLoop and strategies run over `BatchedGrid`: one n
 partition. A round's train messages arrive in one push (the server loop pushes the whole
 round at once); they are decoded once and trained as one cohort by the runner (this
 process's CohortRunner, or the RayRunner's actors), and each client is answered with the
-reply the ClientApp would send. A round sent through `train_round` always gets its totals
-taken where the clients trained (strategies.totals.RoundTotals); unless the server needs the
-clients' models that round, the replies carry metrics and their upload size only: no
-client's model is serialised. Query messages, and any message that is not training, go
+reply the ClientApp would send. A round sent through `train_round` is answered at once, its
+replies returned with the totals taken where the clients trained (transport.TrainedRound,
+strategies.totals.RoundTotals); unless the server needs the clients' models that round, the
+replies carry metrics and their upload size only: no client's model is serialised. Query messages, and any message that is not training, go
 through the same ClientApp in-process.
 """
 
@@ -28,7 +28,7 @@ from fedpfn.core import protocol
 from fedpfn.core.config import RunConfig
 from fedpfn.runtime.engines.prepared import ClientJob
 from fedpfn.runtime.engines.result import CohortResult
-from fedpfn.runtime.transport import PlainGrid, TrainedRound, send_round
+from fedpfn.runtime.transport import PlainGrid, TrainedRound
 from strategies import RoundTotals
 
 RUN_ID = 1
@@ -51,7 +51,6 @@ class BatchedGrid(Grid):
         self.cfg = cfg
         self.runner = runner
         self.app = app
-        self.models_wanted = True  # the replies carry their arrays (train_round says per round)
         self._run = Run.create_empty(RUN_ID)
         self.contexts = {
             FIRST_NODE + pid: Context(
@@ -64,7 +63,6 @@ class BatchedGrid(Grid):
             for pid in range(cfg.federation.num_clients)
         }
         self._replies: dict[str, Message] = {}
-        self._totals: dict[frozenset[str], RoundTotals] = {}  # the last round's, by its message ids
         self._param_names: list[str] = []  # the model's parameters, once a cohort trained
 
     # --- Grid -------------------------------------------------------------------------------
@@ -86,9 +84,7 @@ class BatchedGrid(Grid):
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         """Answer every message at once: training as one cohort, the rest through the ClientApp."""
-        messages = list(messages)
-        for message in messages:
-            message.metadata.__dict__["_message_id"] = str(uuid.uuid4())
+        messages = stamped(list(messages))
         train = [m for m in messages if m.metadata.message_type == MessageType.TRAIN]
         for message in messages:
             if message.metadata.message_type != MessageType.TRAIN:
@@ -106,17 +102,15 @@ class BatchedGrid(Grid):
     # --- TrainGrid ----------------------------------------------------------------------------
 
     def train_round(self, messages: Mapping[int, Message], timeout: float | None, need_models: bool) -> TrainedRound:
-        """The round as one cohort (transport.TrainGrid): replies with arrays only if `need_models`,
-        and the totals the program took."""
-        self.models_wanted = need_models
-        try:
-            got = send_round(self, messages, timeout)
-        finally:
-            self.models_wanted = True
-        totals = self._totals.pop(frozenset(m.metadata.message_id for m in messages.values()), None)
-        if totals is None:  # no message, or trained one by one (models of their own): as PlainGrid
-            return PlainGrid(self, self._param_names).totals_of(messages, got)
-        return TrainedRound(replies=got.replies, failed=got.failed, totals=totals)
+        """The round as one cohort (transport.TrainGrid), answered at once (in this process there is
+        no deadline to wait for): replies with arrays only if `need_models`, with the totals the
+        program took. Messages that are not one round's (models of their own) go as a Flower
+        grid's would, each with its arrays."""
+        keys = sorted(messages, key=lambda key: self._partition(messages[key]))
+        if not keys or len({id(messages[key].content[protocol.ARRAYS]) for key in keys}) > 1:
+            return PlainGrid(self, self._param_names).train_round(messages, timeout, need_models)
+        replies, totals = self._train_cohort(stamped([messages[key] for key in keys]), arrays=need_models)
+        return TrainedRound(replies=dict(zip(keys, replies)), failed={}, totals=totals)
 
     # --- answering ---------------------------------------------------------------------------
 
@@ -129,20 +123,18 @@ class BatchedGrid(Grid):
         self._replies[message.metadata.message_id] = reply
 
     def _train(self, messages: list[Message]) -> None:
-        """The round's train messages as one cohort, in partition order (the order the server
-        loop reads replies in, so totals sum alike)."""
+        """Train messages pushed as a Flower grid's (a strategy's own exchange): one round's as one
+        cohort in partition order, others each as a cohort of its own; every reply with its arrays,
+        kept for pull_messages."""
         trained = sorted(messages, key=self._partition)
         shared = {id(m.content[protocol.ARRAYS]) for m in trained}
-        if len(shared) > 1:  # not one round's messages: each as a cohort of its own, with arrays
-            for message in trained:
-                self._train_cohort([message], arrays=True)
-            return
-        totals = self._train_cohort(trained, arrays=self.models_wanted)
-        self._totals = {frozenset(m.metadata.message_id for m in messages): totals}  # for train_round
+        for cohort in [trained] if len(shared) == 1 else [[m] for m in trained]:
+            replies, _ = self._train_cohort(cohort, arrays=True)
+            self._replies.update({reply.metadata.reply_to_message_id: reply for reply in replies})
 
-    def _train_cohort(self, messages: list[Message], arrays: bool) -> RoundTotals:
-        """Train `messages`' clients as one cohort and answer them (with their arrays if `arrays`,
-        else with their upload size); their totals."""
+    def _train_cohort(self, messages: list[Message], arrays: bool) -> tuple[list[Message], RoundTotals]:
+        """Train `messages`' clients as one cohort: their replies (with their arrays if `arrays`, else
+        with their upload size), in order, and their totals."""
         jobs = [
             ClientJob(self._partition(m), self.contexts[m.metadata.dst_node_id].state, accepted_round(m))
             for m in messages
@@ -150,18 +142,26 @@ class BatchedGrid(Grid):
         result = self.runner(messages[0].content, jobs)
         self._param_names = list(result.params)
         upload = None if arrays else protocol.arrays_bytes(result.reply_content(0))  # all of one shape
+        replies = []
         for k, message in enumerate(messages):
             content = result.reply_content(k) if arrays else RecordDict({
                 protocol.METRICS: MetricRecord(result.metrics[k]),
                 protocol.UPLOAD: ConfigRecord({protocol.UPLOAD_BYTES: upload}),
             })  # fmt: skip
-            self._replies[message.metadata.message_id] = Message(content, reply_to=message)
+            replies.append(Message(content, reply_to=message))
         sent = protocol.to_numpy(messages[0].content[protocol.ARRAYS])
         already_stacked = (result.params, result.buffers, result.records)
-        return RoundTotals(lambda: already_stacked, result.metrics, sent, list(result.params))
+        return replies, RoundTotals(lambda: already_stacked, result.metrics, sent, list(result.params))
 
     def _partition(self, message: Message) -> int:
         return int(self.contexts[message.metadata.dst_node_id].node_config[protocol.PARTITION_ID])
+
+
+def stamped(messages: list[Message]) -> list[Message]:
+    """`messages`, each given a message id as a SuperLink gives one (replies are matched by it)."""
+    for message in messages:
+        message.metadata.__dict__["_message_id"] = str(uuid.uuid4())
+    return messages
 
 
 def accepted_round(message: Message) -> int | None:
