@@ -39,7 +39,6 @@ from strategies.composed import ComposedStrategy, conform
 from strategies.privacy import PrivacyBudget
 from strategies.registry import accepted_keywords
 from strategies.state import load_strategy_state, strategy_state
-from strategies.totals import RoundTotals
 
 if TYPE_CHECKING:
     from fedpfn.core.config import RunConfig
@@ -185,7 +184,9 @@ class ComposedView(FedAvg):
 class WrappedStrategy:
     """What the server loop runs when a wrapper is set: the wrapper around the composed strategy's view.
 
-    The same hooks as ComposedStrategy. The wrapper's noise comes from NumPy's global generator
+    The same hooks as ComposedStrategy but `aggregate_totals`: a wrapper reads every reply, so the
+    server aggregates its replies (fedpfn.runtime.algorithms.mean_based is False with a wrapper,
+    the one decision). The wrapper's noise comes from NumPy's global generator
     (Flower draws it there); it is seeded per round from the run's seed, so a run's noise is its
     seed's and a resumed run continues as it would have."""
 
@@ -217,11 +218,6 @@ class WrappedStrategy:
         sent = to_numpy(self.view.whole)
         params = conform(to_numpy(aggregated), {n: sent[n] for n in self.composed.param_names})
         return to_array_record({**to_numpy(self.view.last), **params}), metrics
-
-    def aggregate_totals(
-        self, server_round: int, totals: RoundTotals, replies: list[Message]
-    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        raise AssertionError("a wrapped strategy reads every reply: the server aggregates its replies")
 
     def client_models(self, server_round: int, replies: list[Message]) -> list[Any]:
         return self.composed.client_models(server_round, replies)
