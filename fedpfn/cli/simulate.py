@@ -276,14 +276,14 @@ def yielded(preset: dict[str, Any], flags: dict[str, Any], where: str) -> dict[s
     from fedpfn.core.config import GROUPS, core_fields
     from fedpfn.core.settings import parse_leniently
 
-    named = {str(key).replace("-", "_") for key in flags}
-    merged = {str(key).replace("-", "_"): value for key, value in {**preset, **flags}.items()}
+    named = given_names(flags)
+    merged = {setting_name(key): value for key, value in {**preset, **flags}.items()}
     typed, _ = parse_leniently(core_fields(), merged)  # what does not parse, the run's own check refuses
     dropped: set[str] = set()
     for group in GROUPS:
         if named & set(group.choosers):
             dropped |= {name for name in group.build(typed)[2] if name not in named}
-    kept = {key: value for key, value in preset.items() if str(key).replace("-", "_") not in dropped}
+    kept = {key: value for key, value in preset.items() if setting_name(key) not in dropped}
     for key in preset.keys() - kept.keys():
         print(f"note: {where}: {key} = {preset[key]!r} left out: the command line's choice does not use it", file=sys.stderr)
     return kept
@@ -306,7 +306,12 @@ def checked_config(args: dict[str, Any]) -> RunConfig:
 def given_names(values: dict[str, Any]) -> set[str]:
     """The settings named in `values`, a preset's tables by their keys (`[fedprox] prox_mu` is
     fedprox.prox_mu): one given that the run would not use is refused, at its default too."""
-    return {str(key).replace("-", "_") for key in dotted(values)}
+    return {setting_name(key) for key in dotted(values)}
+
+
+def setting_name(key: object) -> str:
+    """A key as the settings spell it (`engine-mode` and `engine_mode` alike)."""
+    return str(key).replace("-", "_")
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:

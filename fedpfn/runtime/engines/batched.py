@@ -32,6 +32,7 @@ from fedpfn.core.training import pick_device
 from fedpfn.runtime.engines.actors import RayRunner, start_ray
 from fedpfn.runtime.engines.processes import ProcessRunner, worker_count
 from fedpfn.runtime.engines.runner import CohortRunner, auto_reason, device_of, mode_of
+from fedpfn.runtime.resources import usable_cores
 from fedpfn.runtime.engines.grid import RUN_ID, SERVER_NODE, BatchedGrid, act_as_server
 from fedpfn.runtime.engines.placement import batched_slots, check_placement
 from fedpfn.runtime.lifecycle import RunPlan
@@ -100,7 +101,7 @@ def describe(cfg: RunConfig) -> str:
         Vmap: "all of a round's clients as one vmapped program"
         + (f", {chunk} per chunk" if (chunk := getattr(cfg.engine, "engine_chunk", 0)) else ", chunks as large as free memory holds"),
         Processes: f"clients dealt to {worker_count(cfg)} worker processes, one thread each",
-        Threads: f"clients side by side on {os.cpu_count()} threads, one each",
+        Threads: f"clients side by side on {len(usable_cores())} threads, one each",
         Loop: "one client after another",
     }[mode]
     return f"batched engine in this process on {where} ({device.type}): {how}; server evaluates on {pick_device()}"

@@ -69,8 +69,7 @@ class ProcessRunner:
 
     def __init__(self, cfg: RunConfig, workers: int) -> None:
         self.cfg = cfg
-        self.device = torch.device("cpu")
-        dataset_on(cfg, self.device)  # loaded (and the split made) before the fork: the workers share them
+        dataset_on(cfg, torch.device("cpu"))  # loaded (and the split made) before the fork: the workers share them
         client_indices(cfg)
         context = multiprocessing.get_context("fork")
         self.pipes: list[Connection] = []
@@ -79,7 +78,7 @@ class ProcessRunner:
         try:
             for _ in range(workers):
                 mine, theirs = context.Pipe()
-                worker = context.Process(target=_serve, args=(cfg, theirs, os.getpid()), daemon=True, name="fedpfn-worker")
+                worker = context.Process(target=_serve, args=(cfg, theirs, os.getpid()), daemon=True)
                 worker.start()
                 theirs.close()
                 self.pipes.append(mine)

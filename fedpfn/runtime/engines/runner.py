@@ -3,8 +3,6 @@ process, or each Ray actor of fedpfn.runtime.engines.actors), its device, mode a
 
 from __future__ import annotations
 
-import os
-
 import torch
 from flwr.app import RecordDict
 
@@ -60,7 +58,7 @@ class CohortRunner:
         self.cfg = cfg
         self.device = device_of(cfg)
         self.mode = mode_of(cfg, self.device, one_process=True)
-        cores = threads or os.cpu_count() or 1  # `threads`: clients side by side; `loop`: the ClientApp's
+        cores = threads or len(usable_cores())  # `threads`: clients side by side; `loop`: the ClientApp's
         self.threads = cores if self.mode is Threads else max(1, int(cfg.placement.client_cpus))
         chunk = cfg.engine.engine_chunk if isinstance(cfg.engine, Auto | Vmap) else 0
         self.chunk = chunk or None  # None: measured on the first round (vmap on a GPU)
