@@ -31,9 +31,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from fedpfn.core.files import METRICS, SUMMARY, atomic_write_bytes, read_json, read_jsonl  # noqa: E402
+from fedpfn.core.files import METRICS, atomic_write_bytes, read_json, read_jsonl  # noqa: E402
 from fedpfn.core.flags import OneLineParser  # noqa: E402
 from fedpfn.core.provenance import cpu_id, cpu_model, package_versions  # noqa: E402
+from fedpfn.core.settings import ConfigError  # noqa: E402
 
 STORED = ROOT / "tests" / "reference_metrics.json"
 COMMON = [
@@ -83,17 +84,20 @@ def rows_of(folder: Path) -> list[dict[str, Any]]:
     return [{k: v for k, v in row.items() if k not in CLOCK} for row in read_jsonl(folder / METRICS)]
 
 
-def ensure(out: Path, mode: str, name: str) -> Path:
-    """OUT/MODE/NAME, run here through `fedpfn run` unless it finished earlier; its lines kept in run.log."""
-    from fedpfn.cli.main import main
+def reference_run(out: Path, mode: str, name: str) -> Path:
+    """OUT/MODE/NAME, finished: through fedpfn.runtime.ensure, the one primitive (reused when it
+    finished with the same settings, resumed when stopped, refused when it holds other settings);
+    its lines kept to show where it stopped."""
+    from fedpfn.cli.simulate import checked_config, parse_args
+    from fedpfn.runtime.ensure import ensure_run
 
     folder = out / mode / name
-    if not (folder / SUMMARY).exists():
-        log = io.StringIO()
+    log = io.StringIO()
+    try:
         with contextlib.redirect_stdout(log):
-            done = main(["run", *COMMON, *REFERENCES[name], *MODES[mode], "--out", str(folder), "--overwrite"])
-        if done != 0:
-            raise SystemExit(f"reference_metrics: {name} on {mode} stopped (exit {done}):\n{log.getvalue()[-2000:]}")
+            ensure_run(checked_config(parse_args([*COMMON, *REFERENCES[name], *MODES[mode], "--out", str(folder)])))
+    except ConfigError as err:
+        raise SystemExit(f"reference_metrics: {name} on {mode} stopped: {err}\n{log.getvalue()[-2000:]}") from None
     return folder
 
 
@@ -146,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         if given is not None and given.exists() and (made := read_json(given)["machine"]) != here:
             parser.error(f"{given} was made on {made}, this is {here}: another machine's sums round differently; "
                          "record before the change and check after it on one machine")  # fmt: skip
-    found = {mode: {name: rows_of(ensure(args.out, mode, name)) for name in names} for mode in modes}
+    found = {mode: {name: rows_of(reference_run(args.out, mode, name)) for name in names} for mode in modes}
     for mode, runs in found.items():
         for name, rows in runs.items():
             print(f"{mode:>7} {name:>22}: " + "  ".join(f"{100 * r['test_accuracy']:.2f} %/{r['test_loss']:.17g}" for r in rows))

@@ -35,7 +35,6 @@ from fedpfn.analysis import pretrain
 from fedpfn.analysis.cold_eval import (
     ARMS,
     COMPARISONS,
-    FUSED,
     METRICS,
     START,
     Images,
@@ -48,10 +47,11 @@ from fedpfn.analysis.command import build_parser, fail, read_command_line, recor
 from fedpfn.analysis.soup import _distinct_seeds
 from fedpfn.core import provenance
 from fedpfn.core.anchors import BodyScope, MaskDraw
+from fedpfn.core.arms import ANCHORED, FUSED, PLAIN, arm_of_masks, masks_word
 from fedpfn.core.cache import validation_indices
 from fedpfn.core.config import RunConfig
 from fedpfn.core.data import DataError, load_dataset
-from fedpfn.core.files import CONFIG, SUMMARY, DamagedFile, model_file, read_json
+from fedpfn.core.files import CONFIG, SUMMARY, DamagedFile, is_finished, model_file, read_json
 from fedpfn.core.hyper import flat_view
 from fedpfn.core.init_file import read_state_file, storage_budget
 from fedpfn.core.models import build_model
@@ -63,9 +63,8 @@ from partitions.tasks import TASK_NAMES
 OUTPUT_FILES = ("cold.json", "cold.md", "cold.png", "cold.pdf")
 CLASSES = 10  # Fashion-MNIST's, whose tasks ColD's are
 RUN_FLAGS = {  # the federated arms; `independent` is the control
-    "plain": ("--algorithm", "fedavg"),
-    "shared": ("--algorithm", "fedpfn", "--anchor-masks", "shared"),
-    "independent": ("--algorithm", "fedpfn", "--anchor-masks", "client"),
+    PLAIN: ("--algorithm", "fedavg"),
+    **{arm: ("--algorithm", "fedpfn", "--anchor-masks", masks_word(arm)) for arm in ANCHORED},
 }
 CELL = "{arm}/s{seed}"  # a run's folder under the study's runs
 
@@ -118,7 +117,7 @@ def run_flags(cfg: ColdConfig, arm: str, seed: int) -> list[str]:
         "--batch-size", str(cfg.batch_size), "--lr", str(cfg.lr), "--validation-fraction", str(cfg.unseen_fraction),
         "--init", str(cfg.start), "--seed", str(seed), *RUN_FLAGS[arm],
     ]  # fmt: skip
-    if arm != "plain":
+    if arm != PLAIN:
         flags += ["--anchor-ratio", str(cfg.anchor_ratio), "--anchor-granularity", cfg.granularity, *cfg.run_flags()]
     return flags + (["--data-root", cfg.data_root] if cfg.data_root else [])
 
@@ -127,9 +126,9 @@ def arm_of(config: dict[str, Any]) -> str | None:
     """Which ColD arm a run's config.json is, by its algorithm and anchor masks (None: none)."""
     config = flat_view(config)
     if config.get("algorithm") == "fedavg":
-        return "plain"
+        return PLAIN
     if config.get("algorithm") == "fedpfn":
-        return {"shared": "shared", "client": "independent"}.get(config.get("anchor_masks"))
+        return arm_of_masks(config.get("anchor_masks"))
     return None
 
 
@@ -141,7 +140,7 @@ def settings_of_run(config: dict[str, Any]) -> dict[str, Any]:
              "rounds": config.get("rounds"), "local_epochs": config.get("local_epochs"), "lr": config.get("lr"),
              "batch_size": config.get("batch_size"), "unseen_fraction": config.get("validation_fraction"),
              "data_root": config.get("data_root")}  # fmt: skip
-    if arm_of(config) in ("shared", "independent"):
+    if arm_of(config) in ANCHORED:
         found |= {"anchor_ratio": config.get("anchor_ratio"), "granularity": config.get("anchor_granularity"),
                   "anchor_bias": config.get("anchor_bias", True), "anchor_norm": config.get("anchor_norm", True)}  # fmt: skip
     return found
@@ -153,7 +152,7 @@ def run_problem(folder: Path, arm: str, seed: int) -> str | dict[str, Any]:
         config = flat_view(read_json(folder / CONFIG))
     except (OSError, DamagedFile) as err:
         return f"runs: {folder} holds no readable {CONFIG} ({err}); run the study first (fedpfn study run)"
-    if not (folder / SUMMARY).is_file():
+    if not is_finished(folder):
         return f"runs: {folder} did not finish (no {SUMMARY}); run the study again to resume it (fedpfn study run)"
     if (config.get("partition"), config.get("personal")) != ("tasks", "classifier.*") or config.get("seed") != seed:
         return f"runs: {folder} is not ColD's {arm} run of seed {seed} (--partition tasks --personal 'classifier.*')"

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpfn.core.config import RunFlags
-from fedpfn.core.files import CONFIG, METRICS, PROVENANCE, SUMMARY, DamagedFile, read_json, read_jsonl
+from fedpfn.core.files import CONFIG, METRICS, PROVENANCE, SUMMARY, DamagedFile, is_finished, read_json, read_jsonl
 from fedpfn.core.hyper import flat_view
 from fedpfn.core.seeding import MAX_SEED
 from fedpfn.core.settings import ConfigError, of_kind
@@ -78,7 +78,7 @@ def find_run_folders(paths: Iterable[str | Path]) -> list[Path]:
             subfolders.sort()
     if not found:
         raise ConfigError(f"runs: no run folder (with {CONFIG}) below {', '.join(map(str, paths))}")
-    unfinished = [str(p) for p in found if not (p / SUMMARY).exists()]
+    unfinished = [str(p) for p in found if not is_finished(p)]
     if unfinished:
         raise ConfigError(
             f"runs: unfinished (no {SUMMARY}): {', '.join(unfinished)}; resume them "

@@ -303,6 +303,11 @@ def holds_run(folder: Path) -> bool:
         return False
 
 
+def is_finished(folder: Path) -> bool:
+    """Whether the run in `folder` finished: summary.json is written last, atomically, and only then."""
+    return (folder / SUMMARY).is_file()
+
+
 def enclosing_run_folder(path: Path) -> Path | None:
     """The run (or comparison) folder that `path` lies in, if any (`path` itself included)."""
     path = Path(os.path.realpath(path))

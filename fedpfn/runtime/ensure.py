@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpfn.core.config import PLACEMENT, TRACKERS, ConfigError, RunConfig
-from fedpfn.core.files import CONFIG, LOCK, PROVENANCE, SUMMARY, DamagedFile, read_json
+from fedpfn.core.files import CONFIG, LOCK, PROVENANCE, DamagedFile, is_finished, read_json
 from fedpfn.core.hyper import flat_view
 from fedpfn.runtime.progress import as_part_of_a_comparison
 from fedpfn.runtime.simulation import simulate
@@ -61,7 +61,7 @@ def run_action(cfg: RunConfig) -> str:
     found = differences(stored, cfg.to_dict())
     if found:
         raise ConfigError(f"{folder} holds a run with other settings: {', '.join(found)}; use another --out")
-    return "reuse" if (folder / SUMMARY).exists() else "resume"
+    return "reuse" if is_finished(folder) else "resume"
 
 
 def in_use(folder: Path) -> bool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedpfn.core.files import METRICS, SUMMARY, read_jsonl
+from fedpfn.core.files import METRICS, is_finished, read_jsonl
 from fedpfn.core.settings import ConfigError
 from fedpfn.core.user_code import code_paths, code_settings
 from fedpfn.study.commands import Command, Configure, RunCells
@@ -181,7 +181,7 @@ def score(spec: Spec, cell: Cell) -> float | None:
 def scores(spec: Spec) -> dict[tuple, float | None] | None:
     """(arm, point, value) -> its tuning run's score; None until every tuning run is finished."""
     cells = tuning_cells(spec)
-    if not all((c.folder / SUMMARY).exists() for c in cells):
+    if not all(is_finished(c.folder) for c in cells):
         return None
     return {(c.arm, c.point, c.value): score(spec, c) for c in cells}
 

@@ -11,9 +11,9 @@ from fedpfn.core.files import (
     CONFIG,
     LOCK,
     OWN_DIRS,
-    SUMMARY,
     WANDB,
     DamagedFile,
+    is_finished,
     is_own,
     is_own_folder_inside,
     is_own_inside,
@@ -46,7 +46,7 @@ class FolderBase:
         return (self.path / CONFIG).exists()
 
     def is_finished(self) -> bool:
-        return (self.path / SUMMARY).exists()
+        return is_finished(self.path)
 
     def _walk(self) -> Iterator[tuple[PurePosixPath, os.DirEntry]]:
         """Every entry below the folder (relative path, entry), links reported, never followed."""
