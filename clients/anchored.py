@@ -21,6 +21,7 @@ from typing import ClassVar
 
 from clients.base import Arrays, ClientRound, ClientRule, Round, anchor_method, prefixed, unprefixed
 from fedpfn.core.anchors import ANCHOR_SEED, AnchorParams, as_numpy, round_mask
+from fedpfn.core.arms import INDEPENDENT, SHARED, masks_word
 from fedpfn.core.protocol import CONFIG
 from fedpfn.core.seeding import Stream, seed_for
 from fedpfn.core.training import Tensors, freeze
@@ -39,7 +40,7 @@ class FedPFNClient(ClientRule):
     def __init__(self, this_round: Round) -> None:
         super().__init__(this_round)
         self.seed = int(this_round.content.config_records[CONFIG][ANCHOR_SEED])
-        self.shared = self.hyper.anchor_masks == "shared"
+        self.shared = self.hyper.anchor_masks == masks_word(SHARED)
         if self.shared:
             self.mask = round_mask(this_round.model, self.hyper, self.seed, this_round.personal)
             self.on_device = {name: m.to(this_round.start[name].device) for name, m in self.mask.items()}
@@ -71,6 +72,6 @@ class FedPNUClient(FedPFNClient):
 
     @classmethod
     def problems(cls, hyper: AnchorParams) -> list[str]:
-        if hyper.anchor_masks == "client":
+        if hyper.anchor_masks == masks_word(INDEPENDENT):
             return ["anchor_masks: 'client' is for fedpfn: FedPNU's replies leave out entries the server must know"]
         return []

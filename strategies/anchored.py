@@ -24,6 +24,7 @@ import numpy as np
 from flwr.app import RecordDict
 
 from fedpfn.core.anchors import ANCHOR_SEED, anchored_fraction, as_numpy, round_mask
+from fedpfn.core.arms import INDEPENDENT, masks_word
 from fedpfn.core.protocol import ARRAYS, Arrays, to_array_record, to_numpy, unpack
 from fedpfn.core.seeding import Stream, seed_for
 from strategies.parts import Scalar, ServerContext, ServerPart, server_part
@@ -64,7 +65,7 @@ class AnchorServer(ServerPart):
 
     def adjust(self, server_round: int, params: Arrays, sent: Arrays, totals: RoundTotals) -> Arrays:
         mask = self.mask_for(server_round)  # also the round's anchored fraction, for every mask kind
-        if self.hyper.anchor_masks == "client":
+        if self.hyper.anchor_masks == masks_word(INDEPENDENT):
             return params
         reset = self.hyper.anchor_schedule == "fixed" or self.hyper.anchor_server_step == "reset"
         plain = {} if reset else totals.param_mean

@@ -31,6 +31,8 @@ import torch
 from torch import nn
 
 from fedpfn.analysis.fusion import StateDict
+from fedpfn.core.arms import COMPARISONS as PAIRS
+from fedpfn.core.arms import FUSED, PLAIN
 from fedpfn.core.files import CLIENT_STATE, CONFIG, STATE_ROUND, model_file, read_json
 from fedpfn.core.init_file import read_state_file
 from fedpfn.core.personal import PERSONAL
@@ -39,9 +41,8 @@ from fedpfn.core.training import OptimizerSpec, evaluate, minibatches, train_loc
 from partitions.tasks import HELD_OUT_TASKS, label_map, task_of
 
 START = "start"  # the reference: the pretrained start, no fusion
-FUSED = ("plain", "shared", "independent")
 ARMS = (START, *FUSED)
-COMPARISONS = (("shared", "plain"), ("independent", "plain"), ("shared", "independent"), ("plain", START))
+COMPARISONS = (*PAIRS, (PLAIN, START))
 METRICS = ("own_task_acc", "linear_acc", "full_acc")
 PROBES = ("linear", "full")
 HEAD_PREFIX = "classifier."  # the zoo's head (fedpfn.core.models.ZooModel), personal in ColD runs

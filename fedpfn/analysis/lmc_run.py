@@ -41,13 +41,14 @@ from fedpfn.analysis.inference import mean_std
 from fedpfn.analysis.lmc_render import DIVERGED, measured  # noqa: F401  (measured: lmc.json's reading, re-exported)
 from fedpfn.analysis.matchers import FIGURES as MATCHER_FIGURES
 from fedpfn.core.anchors import AnchorMask, AnchorScope, anchored_fraction, draw_mask
+from fedpfn.core.arms import ANCHORED, DIFF_INIT, GATE, INDEPENDENT, PLAIN, SHARED
 from fedpfn.core.models import build_model
 from fedpfn.core.seeding import Draw, Stream, seed_for, torch_generator
 from fedpfn.core.training import OptimizerSpec, minibatches, train_local
 from partitions import partition_labels
 
 SPLITS = ("dirichlet", "same-data")
-ARM_KINDS = ("plain", "shared", "independent", "diff-init")
+ARM_KINDS = GATE
 FIGURES = (
     "loss_barrier", "loss_midpoint", "acc_barrier", "acc_midpoint",
     "matched_loss_barrier", "matched_acc_barrier", "permutation_loss", "moved_fraction",
@@ -68,14 +69,14 @@ class Arm:
 
     @property
     def name(self) -> str:
-        return f"{self.kind}-{self.ratio:g}" if self.kind in ("shared", "independent") else self.kind
+        return f"{self.kind}-{self.ratio:g}" if self.kind in ANCHORED else self.kind
 
 
 def arms_for(kinds: Sequence[str], ratios: Sequence[float]) -> list[Arm]:
     """Plain first, the anchored kinds at each ratio, the positive control last."""
-    arms = [Arm("plain")] if "plain" in kinds else []
-    arms += [Arm(kind, r) for r in ratios for kind in ("shared", "independent") if kind in kinds]
-    return arms + ([Arm("diff-init")] if "diff-init" in kinds else [])
+    arms = [Arm(PLAIN)] if PLAIN in kinds else []
+    arms += [Arm(kind, r) for r in ratios for kind in ANCHORED if kind in kinds]
+    return arms + ([Arm(DIFF_INIT)] if DIFF_INIT in kinds else [])
 
 
 @dataclass(frozen=True)
@@ -154,9 +155,9 @@ def masks_for(
     """The K models' masks in `arm`: none, one shared, or each its own (CLIENT_MASK (0, k)); `scope`
     says whether they hold the classifier, the biases and the norm layers."""
     within = scope.mask_options()
-    if arm.kind == "shared":
+    if arm.kind == SHARED:
         return [draw_mask(model, arm.ratio, seed_for(seed, Stream.MASK, 0), granularity, **within)] * k
-    if arm.kind == "independent":
+    if arm.kind == INDEPENDENT:
         seeds = [seed_for(seed, Stream.CLIENT_MASK, 0, i) for i in range(k)]
         return [draw_mask(model, arm.ratio, s, granularity, **within) for s in seeds]
     return [None] * k

@@ -51,11 +51,11 @@ from fedpfn.analysis.fusion import (
     parameter_distance,
 )
 from fedpfn.core.anchors import AnchorMask, AnchorScope, draw_mask
+from fedpfn.core.arms import COMPARISONS, FUSED, PLAIN, SHARED
 from fedpfn.core.seeding import Draw, Stream, numpy_rng, seed_for, torch_generator
 from fedpfn.core.training import LossTerm, OptimizerSpec, StepView, minibatches, train_local
 
-ARMS = ("plain", "shared", "independent")
-COMPARISONS = (("shared", "plain"), ("independent", "plain"), ("shared", "independent"))
+ARMS = FUSED
 METRICS = (  # per seed and arm: what the paired comparisons read (accuracies on the test set)
     "uniform_acc", "greedy_acc", "best_acc", "mean_ingredient_acc", "uniform_gain", "greedy_gain",
     "loss_barrier", "acc_barrier", "ensemble_acc",
@@ -121,10 +121,10 @@ def masks_for(
 ) -> list[AnchorMask | None]:
     """Each ingredient's anchor mask: none, one shared, or K independent at the same ratio, within
     `scope` (by default the classifier too: a fresh head is anchored at its random values)."""
-    if arm == "plain" or ratio == 0:
+    if arm == PLAIN or ratio == 0:
         return [None] * k
     within = scope.mask_options()
-    if arm == "shared":
+    if arm == SHARED:
         return [draw_mask(model, ratio, seed_for(seed, Stream.MASK, 0), granularity, **within)] * k
     return [draw_mask(model, ratio, seed_for(seed, Stream.MASK, 1, i), granularity, **within) for i in range(k)]
 

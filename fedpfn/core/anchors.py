@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedpfn.core.arms import MASKS_WORDS, SHARED, masks_word
 from fedpfn.core.settings import between, one_of, setting
 
 AnchorMask = dict[str, torch.Tensor]  # parameter name -> bool tensor of its shape
@@ -126,7 +127,7 @@ def as_numpy(mask: AnchorMask) -> dict[str, np.ndarray]:
 ANCHOR_SEED = "anchor-seed"  # CONFIG entry, server -> client: the seed of the round's mask
 SCHEDULES = ("round", "fixed")
 SERVER_STEPS = ("keep", "reset")
-MASKS = ("shared", "client")
+MASKS = tuple(MASKS_WORDS.values())  # shared, and client: independent (fedpfn.core.arms)
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,7 @@ class AnchorParams:
         one_of(SERVER_STEPS),
     )
     anchor_masks: str = setting(
-        "shared",
+        masks_word(SHARED),
         "shared: every client of a round anchors the same entries (TNA-PFN); client: each its own "
         "(the control: as much freezing, nothing shared; fedpfn only)",
         one_of(MASKS),
