@@ -42,11 +42,7 @@ def plugin_problems(cfg: RunConfig, given: Collection[str] | None, rules: list[t
     """Why the run's wrapper or mod cannot run with its other settings (`rules`: its client side)."""
     params = plugins_of(cfg)
     defaults = PluginParams()
-    out = [  # '' reads as not given: an empty shell variable would switch privacy off without a word
-        f"{name}: '' names no {what}; give package.module:Name (docs/guide/privacy.md), or leave --{flag} out"
-        for name, flag, what in (("server_wrap", "server-wrap", "wrapper"), ("client_mod", "client-mod", "mod"))
-        if given is not None and getattr(params, name) is None and {name, f"{PLUGINS}.{name}"} & set(given)
-    ]
+    out = empty_plugins(cfg, given or ())
     out += [
         f"{name}: {getattr(params, name)} is set, but only {needs} uses it"
         for name, needs, used in (
@@ -67,6 +63,18 @@ def plugin_problems(cfg: RunConfig, given: Collection[str] | None, rules: list[t
     except ConfigError as err:
         out.append(str(err))
     return out
+
+
+def empty_plugins(cfg: RunConfig, given: Collection[str]) -> list[str]:
+    """A wrapper or mod named as '': refused, where '' reads as not given (an empty shell variable
+    would switch privacy off without a word). `given`: the settings the command names (under `flwr
+    run`, its run config's overrides: pyproject's own '' is not given)."""
+    params = plugins_of(cfg)
+    return [
+        f"{name}: '' names no {what}; give package.module:Name (docs/guide/privacy.md), or leave --{flag} out"
+        for name, flag, what in (("server_wrap", "server-wrap", "wrapper"), ("client_mod", "client-mod", "mod"))
+        if getattr(params, name) is None and {name, f"{PLUGINS}.{name}"} & set(given)
+    ]
 
 
 def wrapped_budget(cfg: RunConfig, params: PluginParams) -> None:

@@ -9,12 +9,13 @@ import time
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from fedpfn.core.config import PLACEMENT, TRACKERS, RunConfig
+from fedpfn.core.config import PLACEMENT, TRACKERS, ConfigError, RunConfig
 from fedpfn.core.user_code import code_settings, name_code
 from fedpfn.runtime import env
 from fedpfn.core.hyper import one_value_each
 from fedpfn.runtime.algorithms import flower_run_config, from_run_config, load_config, parse_config
 from fedpfn.runtime.lifecycle import RunPlan, claimed, plan, serve, tracking
+from fedpfn.runtime.plugins import empty_plugins
 from fedpfn.runtime.runfolder import RunFolder
 from fedpfn.runtime.server import FederationError
 from fedpfn.runtime.tracking import Tracking, check_available
@@ -57,6 +58,8 @@ def deployed_main(grid: Grid, context: Context) -> None:
     one_value_each(values, "flwr run's run config", declared=flower_run_config())  # as a preset's
     name_code(*code_settings(values))  # flwr run's command
     cfg = load_config(values)
+    if empty := empty_plugins(cfg, {str(key).replace("-", "_") for key in grid.run.override_config}):
+        raise ConfigError("\n".join(empty))  # pyproject's own '' is not given; the user's is refused
     check_simulated_nodes(grid, cfg.federation.num_clients)
     cfg = cfg.in_folder(str(cfg.run_dir.resolve()))  # relative: to the SuperLink's folder
     run = plan(cfg, resume=resumes_in_place(cfg))
