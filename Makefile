@@ -9,7 +9,7 @@ export FLWR_TELEMETRY_ENABLED ?= 0
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION ?= 1
 export FLWR_DISABLE_UPDATE_CHECK ?= 1
 
-.PHONY: setup data run test test-fast bench docs
+.PHONY: setup data run test test-fast bench docs browser
 
 # The README's commands run in the activated venv: say how, after every set-up.
 setup: $(VENV)/.installed $(VENV)/.flower-env
@@ -58,9 +58,20 @@ test: setup data
 	$(PYTEST) -m "not alone"
 	$(BIN)/python -m pytest -q -m alone
 
-# The documentation site from docs/ (mkdocs.yml), served at http://127.0.0.1:8000 while it runs.
-docs: setup
+# The documentation site from docs/ (mkdocs.yml), served at http://127.0.0.1:8000 while it runs;
+# with Debian's Chromium, which scripts/check_site.py (and the suite's test of it) opens every page in.
+docs: setup browser
 	$(BIN)/mkdocs serve
+
+browser:
+	@if command -v chromium >/dev/null; then exit 0; fi; \
+	if command -v apt-get >/dev/null; then \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium \
+		|| echo "warning: could not install chromium; scripts/check_site.py and its test need it"; \
+	else \
+		echo "warning: no apt-get here; install Chromium for scripts/check_site.py and its test"; \
+	fi
 
 test-fast: setup data
 	$(PYTEST) -m "not deploy and not slow"

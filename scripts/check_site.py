@@ -1,16 +1,16 @@
 """The site as a reader's browser shows it: every table whole inside the content column.
 
-    python scripts/check_site.py                     # build the site, check the table pages, screenshot
-    python scripts/check_site.py --width 1280 --shot /tmp/results-1280.png --pages results,fusion
+    python scripts/check_site.py                     # build the site, check every page, screenshot
+    python scripts/check_site.py --width 1280 --shot /tmp/results-1280.png --pages results,guide/privacy-results
 
-Builds the site (`mkdocs build --strict`, as tests/test_docs_site.py does), opens each page in
-headless Chromium at the given window width (1280 px: a laptop) and measures every table: a
+Builds the site (`mkdocs build --strict`, as tests/test_docs_site.py does), opens every page of
+it (or those `--pages` names, by their path in docs/ without `.md`) in headless Chromium at the given window width (1280 px: a laptop) and measures every table: a
 table wider than its frame, or reaching past the content column's right edge, hides columns
 (the results tables' last ones are the verdicts), so it is reported, one line each, and the
-script exits 1. It then screenshots the first page at that width, cropped to its first table with
-a `verdict` column, and checks that column is inside the window. Needs `chromium` (Debian:
+script exits 1. It then screenshots the first page that has a table with a `verdict` column
+(results.md comes first), cropped to that table, and checks that column is inside the window. Needs `chromium` (Debian:
 `apt-get install chromium`); exit 2 without it. Documented in docs/development/testing.md;
-tests/test_docs_site.py runs it on results.md where Chromium is installed.
+tests/integration/test_site_browser.py runs it on every page where Chromium is installed.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = ("results", "alignment", "alignment_federated", "fusion", "results_earlier", "architecture")
+FIRST = "results"  # the page screenshotted: the drift study's verdicts
 # Run in the page once it has loaded: every table's geometry, and the page's height, as JSON in the DOM.
 PROBE = """<script>
 window.addEventListener("load", () => {
@@ -71,9 +72,20 @@ def browser(page: Path, width: int, height: int, *extra: str) -> str:
     return done.stdout
 
 
+def site_pages(site: Path) -> list[str]:
+    """Every page of a built site by its name in docs/ without `.md` ('index' for the home page),
+    FIRST first: the directories mkdocs wrote an index.html into, less its own 404 page."""
+    names = sorted(str(p.parent.relative_to(site)) for p in site.rglob("index.html") if p.parent != site)
+    return sorted(["index", *names], key=lambda name: name != FIRST)
+
+
+def html(site: Path, name: str) -> Path:
+    return site / "index.html" if name == "index" else site / name / "index.html"
+
+
 def measure(site: Path, name: str, width: int) -> dict:
     """Every table's geometry on one page, read by the probe from a copy of the page."""
-    page = site / name / "index.html"
+    page = html(site, name)
     probed = page.with_name("probed.html")
     probed.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
     dom = browser(probed, width, 900, "--dump-dom")
@@ -95,12 +107,16 @@ def problems(name: str, measured: dict) -> list[str]:
     return found
 
 
+def verdict_table(measured: dict) -> dict | None:
+    return next((t for t in measured["tables"] if t["head"] and "verdict" in t["head"][-1].lower()), None)
+
+
 def screenshot(site: Path, name: str, measured: dict, width: int, shot: Path) -> str | None:
     """The page at `width`, cropped to its first table with a verdict column; a problem, or None."""
-    table = next((t for t in measured["tables"] if t["head"] and "verdict" in t["head"][-1].lower()), None)
+    table = verdict_table(measured)
     if table is None:
         return f"{name}.md has no table whose last column is a verdict"
-    page = site / name / "index.html"
+    page = html(site, name)
     scrolled = page.with_name("shot.html")  # the page moved up to the table: a window-sized shot of it
     top = max(0, int(table["top"]) - 120)
     lift = f"<style>.md-container {{ margin-top: -{top}px; }}</style>"
@@ -112,26 +128,29 @@ def screenshot(site: Path, name: str, measured: dict, width: int, shot: Path) ->
     return None
 
 
-def check(pages: list[str], width: int, shot: Path, site: Path | None = None) -> list[str]:
-    """Builds the site (unless `site` holds one), measures `pages`, screenshots the first; the problems."""
+def check(pages: list[str] | None, width: int, shot: Path, site: Path | None = None) -> list[str]:
+    """Builds the site (unless `site` holds one), measures `pages` (None: every page), screenshots
+    the first with a verdict table; the problems."""
     with tempfile.TemporaryDirectory(prefix="fedpfn-site-") as temporary:
         site = site or Path(temporary) / "site"
         if not (site / "index.html").exists():
             build(site)
-        found, first = [], None
-        for name in pages:
-            measured = measure(site, name, width)
-            first = first or measured
-            found += problems(name, measured)
+        pages = pages or site_pages(site)
+        if missing := [name for name in pages if not html(site, name).exists()]:
+            return [f"no page {name}.md in the site" for name in missing]
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # a Chromium each: its start-up dominates
+            measured = dict(zip(pages, pool.map(lambda name: measure(site, name, width), pages)))
+        found = [line for name in pages for line in problems(name, measured[name])]
         shot.parent.mkdir(parents=True, exist_ok=True)
-        seen = screenshot(site, pages[0], first, width, shot)
+        first = next((name for name in pages if verdict_table(measured[name])), pages[0])
+        seen = screenshot(site, first, measured[first], width, shot)
         return found + ([seen] if seen else [])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python scripts/check_site.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--width", type=int, default=1280, help="the browser window's width in px (1280)")
-    parser.add_argument("--pages", default=",".join(PAGES), help="pages to measure, the first screenshotted")
+    parser.add_argument("--pages", default="", help="pages to measure (comma-separated; every page of the site by default)")
     parser.add_argument("--shot", type=Path, default=Path(tempfile.gettempdir()) / "fedpfn-site" / "results-1280.png",
                         help="where the screenshot goes")  # fmt: skip
     parser.add_argument("--site", type=Path, help="a site already built (mkdocs build -d DIR); built afresh otherwise")
@@ -139,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     if chromium() is None:
         print("error: no chromium on PATH (Debian: apt-get install chromium)", file=sys.stderr)
         return 2
-    found = check([p.strip() for p in args.pages.split(",") if p.strip()], args.width, args.shot, args.site)
+    found = check([p.strip() for p in args.pages.split(",") if p.strip()] or None, args.width, args.shot, args.site)
     for line in found:
         print(f"error: {line}", file=sys.stderr)
     print(f"screenshot: {args.shot}")
