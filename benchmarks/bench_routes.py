@@ -4,7 +4,7 @@ run_sim.py starts its simulation through `flwr.simulation.run_simulation`, which
 marks deprecated in favour of `flwr run`; this measures what the supported route costs here.
 Both run configs/quickstart.toml (4 clients, 2 a round, 2 rounds, MLP) into fresh folders,
 alternating, `--reps` times each. `flwr run` goes to a simulation SuperLink started once
-beforehand (tests/flower_link.py, as the suite's flower-route tests use it), so its own
+beforehand (tests/support/flower_link.py, as the suite's flower-route tests use it), so its own
 start-up is not counted; the federation is `num-supernodes=4 client-resources-num-cpus=1`.
 
 Two times per run, from launching the command: to the first line of the run's metrics.jsonl

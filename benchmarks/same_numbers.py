@@ -6,7 +6,7 @@ and N times pinned to one core, each run's metrics.jsonl hashed without its cloc
     python benchmarks/same_numbers.py --times 2 -- --rounds 1
 
 Prints one line per run (its sha256 prefix and final test accuracy) and exits 1 unless every
-hash is the same. tests/test_same_numbers.py checks the same property on a smaller run.
+hash is the same. tests/integration/test_same_numbers.py checks the same property on a smaller run.
 """
 
 from __future__ import annotations

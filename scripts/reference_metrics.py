@@ -3,7 +3,7 @@
 
     python scripts/reference_metrics.py OUT                    # every reference on every engine mode
     python scripts/reference_metrics.py OUT --check            # ... and compare with the stored references
-    python scripts/reference_metrics.py OUT --record           # store them (tests/reference_metrics.json)
+    python scripts/reference_metrics.py OUT --record           # store them (tests/integration/reference_metrics.json)
     python scripts/reference_metrics.py OUT --modes vmap --only fedavg,moon --check
 
 Each reference (the MLP under every client rule, one run each of the CNN and ResNet-20) runs
@@ -17,7 +17,7 @@ rounding grows over rounds (here the vmap mode's accuracies differ from the thre
 to 2.3 points at round 3), so no tolerance would tell a change from it: there, `--check` is
 refused; record before the change and check after it on one machine
 (`--record before.json` at the old commit, `--check before.json` at the new).
-tests/test_reference_metrics.py holds a part of it in the suite.
+tests/integration/test_reference_metrics.py holds a part of it in the suite.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from fedpfn.core.flags import OneLineParser  # noqa: E402
 from fedpfn.core.provenance import cpu_id, cpu_model, package_versions  # noqa: E402
 from fedpfn.core.settings import ConfigError  # noqa: E402
 
-STORED = ROOT / "tests" / "reference_metrics.json"
+STORED = ROOT / "tests" / "integration" / "reference_metrics.json"
 COMMON = [
     "--dataset", "fmnist", "--model", "mlp", "--num-clients", "4", "--clients-per-round", "2",
     "--rounds", "3", "--partition", "dirichlet", "--alpha", "0.5", "--seed", "7",

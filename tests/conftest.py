@@ -1,24 +1,16 @@
-"""Shared test helpers: small configs and one federated round driven in-process.
-
-The in-process round uses the real strategies, clients and Flower messages; only the
-transport (Ray or gRPC) is left out. The Ray and deployment paths have their own tests.
+"""What every test runs under (one torch thread, Flower's telemetry and update checks off, a task
+identity for Flower's messages) and the fixtures every folder shares. Helpers that are not
+fixtures live in tests/support (docs/development/testing.md has the floor plan).
 """
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
-import tempfile
 
 import pytest
 import torch
-from flwr.app import ArrayRecord, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
-from fedpfn.core.config import RunConfig
-from fedpfn.core.user_code import code_settings, name_code
-from fedpfn.runtime.algorithms import load_config
 
 # One thread per process: tests start Ray workers and subprocesses beside this one on
 # small machines, and the same thread count everywhere keeps float sums identical.
@@ -28,94 +20,8 @@ os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
 os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 
-# Runs that tests start without an `out` write here, not into the checkout.
-_SCRATCH = tempfile.mkdtemp(prefix="fedpfn-tests-")
-atexit.register(shutil.rmtree, _SCRATCH, ignore_errors=True)
-
 # Flower stamps messages with the running task's identity.
 TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
-
-
-def no_engine_starts(monkeypatch, engine_run) -> None:
-    """Every engine's `run` replaced by `engine_run`: what a test sees when a run would start."""
-    import dataclasses
-
-    from fedpfn.runtime.engines.registry import ENGINES
-
-    for name, engine in ENGINES.items():
-        monkeypatch.setitem(ENGINES, name, dataclasses.replace(engine, run=engine_run))
-
-
-def tiny_config(**overrides) -> RunConfig:
-    """Fashion-MNIST, the MLP, 4 clients: small enough to train in a second."""
-    values = dict(
-        dataset="fmnist",
-        model="mlp",
-        num_clients=4,
-        clients_per_round=2,
-        rounds=2,
-        batch_size=64,
-        lr=0.05,
-        partition="iid",
-        seed=0,
-        out=tempfile.mkdtemp(dir=_SCRATCH),
-    )
-    values.update(overrides)
-    name_code(*code_settings(values))  # the settings a test gives, as if typed
-    return load_config(values)
-
-
-class NodeGrid:
-    """Stands in for a grid only as far as a strategy asks it for node ids."""
-
-    def __init__(self, node_ids: list[int]) -> None:
-        self.node_ids = node_ids
-
-    def get_node_ids(self) -> list[int]:
-        return list(self.node_ids)
-
-
-def client_replies(cfg: RunConfig, strategy, arrays: ArrayRecord, server_round: int, states=None) -> list[Message]:
-    """configure_train, then each sampled client's fit, with real messages (node id == partition id).
-
-    `states` keeps each client's context.state across calls. Replies come sorted by partition.
-    """
-    from fedpfn.runtime.algorithms import client_rules
-    from fedpfn.runtime.engines.program import local_round
-    from fedpfn.runtime.server import train_config, with_accepted_round
-    from strategies import sample_clients
-
-    states = {} if states is None else states
-    chosen = sample_clients(cfg.seed, server_round, cfg.federation.num_clients, cfg.federation.clients_per_round)
-    messages = strategy.configure_train(server_round, arrays, train_config(cfg, server_round), NodeGrid(chosen))
-    replies = []
-    for message in messages:
-        pid = message.metadata.dst_node_id
-        content = with_accepted_round(message, server_round - 1).content  # every earlier reply was taken
-        state = states.setdefault(pid, RecordDict())
-        content = local_round(client_rules(cfg), cfg, pid, state, torch.device("cpu"), content)
-        replies.append(Message(content=content, reply_to=message))
-    return sorted(replies, key=lambda r: int(r.content.metric_records["metrics"]["partition-id"]))
-
-
-def first_fast(cases: list[tuple]) -> list:
-    """A costly model family's cases (ResNet-20's) as pytest params: the first stays in `make
-    test-fast`, so the quick suite still trains that family once; `make test` runs them all."""
-    return [pytest.param(*case, marks=() if i == 0 else pytest.mark.slow) for i, case in enumerate(cases)]
-
-
-def run_round(cfg: RunConfig, strategy, arrays: ArrayRecord, server_round: int, states=None):
-    """One whole round in-process: `client_replies`, then aggregate_train.
-
-    Returns (new arrays, train metrics, replies as the inner strategy saw them, bytes
-    uploaded as sent).
-    """
-    from fedpfn.core.protocol import arrays_bytes
-
-    replies = client_replies(cfg, strategy, arrays, server_round, states)
-    bytes_up = sum(arrays_bytes(r.content) for r in replies)
-    new_arrays, metrics = strategy.aggregate_train(server_round, replies)
-    return new_arrays, metrics, replies, bytes_up
 
 
 @pytest.fixture(scope="module")
@@ -165,11 +71,3 @@ def pytest_configure(config) -> None:
         )
 
 
-def run_main(main, argv: list[str], capsys) -> tuple[int, str]:
-    """An analysis command's `main` called in-process: its exit code (argparse's own refusals
-    included) and what it wrote to stderr."""
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse's own refusals
-        code = exc.code
-    return code, capsys.readouterr().err

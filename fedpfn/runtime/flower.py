@@ -9,7 +9,7 @@ SuperLink 81, 83, 75 s / 89, 94, 85 s (medians 63 / 73 s against 81 / 89 s). Thi
 keeps what `flwr run` cannot give run_sim.py: one process that checks everything (data,
 partition, strategy, folder) before Ray starts and exits 2 with one line per problem,
 SIGINT/SIGTERM that leave a resumable folder, and no SuperLink to start, find and stop.
-tests/test_flower_api.py fails the day Flower removes the call or rewords its warning.
+tests/integration/test_flower_api.py fails the day Flower removes the call or rewords its warning.
 
 Flower announces the deprecation on its `flwr` logger (not with `warnings`), so the notice
 is dropped there, and only that record (fedpfn.core.flower_notes).

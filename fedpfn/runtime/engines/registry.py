@@ -37,6 +37,6 @@ class Engine:
 
 
 # each name is a choice of the `engine` setting (fedpfn.core.config.ENGINES, checked before
-# anything imports an engine) and the module that implements it; tests/test_engines.py holds
+# anything imports an engine) and the module that implements it; tests/integration/test_engines.py holds
 # the two in step
 ENGINES = {engine.name: engine for engine in map(Engine.of, (batched, ray))}

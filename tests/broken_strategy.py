@@ -1,2 +1,0 @@
-"""A user module that raises on import: the refusal names the error (tests/test_cli.py)."""
-raise RuntimeError("this module fails on import")
