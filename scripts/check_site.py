@@ -3,7 +3,7 @@
     python scripts/check_site.py                     # build the site, check every page, screenshot
     python scripts/check_site.py --width 1280 --shot /tmp/results-1280.png --pages results,guide/privacy-results
 
-Builds the site (`mkdocs build --strict`, as tests/test_docs_site.py does), opens every page of
+Builds the site (`mkdocs build --strict`, as tests/integration/test_docs_site.py does), opens every page of
 it (or those `--pages` names, by their path in docs/ without `.md`) in headless Chromium at the given window width (1280 px: a laptop) and measures every table: a
 table wider than its frame, or reaching past the content column's right edge, hides columns
 (the results tables' last ones are the verdicts), so it is reported, one line each, and the

@@ -6,7 +6,7 @@
 
 There the device has torch but neither flwr nor ray, and `python -m fedpfn.analysis.lmc` needs
 neither, so this script reads the study file itself (fedpfn.study imports flwr) and runs each
-missing cell with the study's own command line (`cells`; tests/test_gpu_gate.py holds it equal to
+missing cell with the study's own command line (`cells`; tests/studies/test_gpu_gate.py holds it equal to
 fedpfn.study's), seed by seed across the regimes, each under what is left of the budget. A cell
 that finishes is copied under $OUT at once, so a run cut short brings back every finished cell;
 copied back under runs/, `fedpfn study status studies/alignment_gate_gpu.toml` reads them. It

@@ -9,7 +9,7 @@
 would, and stores what they printed and wrote in docs/getting-started/figures.json: the
 accuracy, the time from launch to exit with the load average beside it, the files of the run
 folder, the machine. `write` puts each figure into its sentence on the pages (README.md,
-first-run.md, run-folder.md's file table); `check` is what tests/test_page_figures.py runs, with
+first-run.md, run-folder.md's file table); `check` is what tests/studies/test_page_figures.py runs, with
 a fresh quickstart whose accuracy must be the stored one on this CPU (the runs are
 deterministic) and within the stored spread elsewhere. The test suite's own figures (tests,
 minutes) are stored from the testing page's measurement (`make test`), which this module does
