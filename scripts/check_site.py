@@ -80,7 +80,8 @@ def site_pages(site: Path) -> list[str]:
 
 
 def html(site: Path, name: str) -> Path:
-    return site / "index.html" if name == "index" else site / name / "index.html"
+    """A page's file in the site: docs/NAME.md is NAME/index.html, docs/DIR/index.md DIR/index.html."""
+    return site / name.removesuffix("index") / "index.html" if name.split("/")[-1] == "index" else site / name / "index.html"
 
 
 def measure(site: Path, name: str, width: int) -> dict:

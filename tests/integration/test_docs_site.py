@@ -167,19 +167,6 @@ def check_site():
     return module
 
 
-@pytest.mark.slow  # about 15 s: a strict build, then Chromium twice
-@pytest.mark.skipif(mkdocs_missing() or not shutil.which("chromium"), reason="needs mkdocs-material and chromium")
-def test_results_tables_are_whole_at_1280_px_in_chromium(tmp_path):
-    """scripts/check_site.py on results.md: no table hides a column, and the screenshot (cropped to
-    the first table with a verdict column) shows that column inside a 1280 px window."""
-    shot = tmp_path / "results-1280.png"
-    assert check_site().check(["results"], 1280, shot) == []
-    from PIL import Image
-
-    with Image.open(shot) as image:
-        assert image.width == 1280 and image.height > 300
-
-
 def test_the_browser_check_reports_a_clipped_table():
     """The check can fail: a table wider than its frame, or past the content column, is one line."""
     measured = {"tables": [
