@@ -132,6 +132,41 @@ def user_model(path: str, input_shape: tuple[int, int, int], num_classes: int) -
     return model
 
 
+EVAL_TRIAL = 256  # the examples of the evaluation batch a user's model is tried on (evaluate's batch)
+
+
+def try_on_data(model: nn.Module, path: str, train: tuple[torch.Tensor, torch.Tensor], test_x: torch.Tensor) -> None:
+    """A user's model (`path`) run on real data as the run will run it, before anything is written:
+    one training batch forward and backward in train mode, one evaluation batch in eval mode (the
+    check at construction saw 2 zeros only: a reshape fixed to that batch, or a dtype or range it
+    assumed, pass it). ConfigError, one line naming `path`, where it raises or gives logits of
+    another shape. `model` is the caller's to throw away; the caller's random draws are kept."""
+    x, y = train
+    classes = int(model.classifier.out_features)
+
+    def trained() -> torch.Tensor:
+        model.train()
+        logits = model(x, with_features=True)[0]
+        F.cross_entropy(logits, y).backward()
+        return logits
+
+    def evaluated() -> torch.Tensor:
+        model.eval()
+        with torch.no_grad():
+            return model(test_x)
+
+    with torch.random.fork_rng(devices=[]):  # dropout draws from the global stream
+        for batch, size, run in ((f"a training batch of {len(x)}", len(x), trained),
+                                 (f"an evaluation batch of {len(test_x)}", len(test_x), evaluated)):  # fmt: skip
+            try:
+                logits = run()
+            except USER_FAULTS as err:  # a user's forward may raise anything, SystemExit too
+                line = f"model: {path} fails on {batch} of the run's data: {type(err).__name__}: {err}"
+                raise user_fault(err, line) from None
+            if (shape := tuple(getattr(logits, "shape", ()))) != (size, classes):
+                raise ConfigError(f"model: {path} gives logits {shape} for {batch} of the run's data, not ({size}, {classes})")
+
+
 class ZooModel(nn.Module, ABC):
     """A representation (`represent`) and a linear `classifier` on top of it."""
 

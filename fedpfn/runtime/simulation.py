@@ -23,7 +23,8 @@ from types import FrameType
 from pathlib import Path
 from typing import Any
 
-from fedpfn.core.cache import client_indices, initial_model
+from fedpfn.core.cache import client_indices, dataset_for, initial_model
+from fedpfn.core.models import EVAL_TRIAL, try_on_data
 from fedpfn.core.config import (
     MOVABLE,
     NOT_IN_FINGERPRINT,
@@ -36,7 +37,7 @@ from fedpfn.core.groups import Auto, Vmap
 from fedpfn.core.data import DataError, find_data_problem
 from fedpfn.core.files import LOCK, LOG, append_text, stop_writing
 from fedpfn.core.hyper import flat_view
-from fedpfn.core.user_code import CODE_SETTINGS, code_paths, keep_out_of_imports
+from fedpfn.core.user_code import CODE_SETTINGS, code_paths, is_code, keep_out_of_imports
 from fedpfn.runtime import env, lifecycle, reaper
 from fedpfn.runtime.algorithms import parse_config, validated
 from fedpfn.runtime.client_app import client_app
@@ -67,8 +68,12 @@ def check_runnable(cfg: RunConfig) -> None:
     """Raise ConfigError for anything that would fail after start-up: trackers, data, partition."""
     check_present(cfg)
     try:
-        initial_model(cfg)  # refuses images too small, and a start file (--init) that does not fit
+        model = initial_model(cfg)  # refuses images too small, and a start file (--init) that does not fit
         client_indices(cfg)
+        if is_code(cfg.task.model):
+            data = dataset_for(cfg)
+            batch = slice(0, cfg.local.batch_size)
+            try_on_data(model, cfg.task.model, (data.train_x[batch], data.train_y[batch]), data.test_x[:EVAL_TRIAL])
     except (DataError, PartitionError, ValueError) as err:
         raise ConfigError(str(err)) from None
 
