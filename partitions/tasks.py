@@ -23,7 +23,7 @@ FMNIST_TASKS: dict[str, tuple[tuple[int, ...], ...]] = {
     "last-five": ((5,), (6,), (7,), (8,), (9,)),
 }
 TASK_NAMES = tuple(FMNIST_TASKS)
-# Tasks no contributor trains on: ColD fusion's held-out evaluation (fedpfn.analysis.cold) fits a
+# Tasks no contributor trains on: ColD fusion's held-out evaluation (fedpfn.experiments.cold) fits a
 # fresh head on each, on samples drawn by its seed. No contributor's head separates these groups.
 HELD_OUT_TASKS: dict[str, tuple[tuple[int, ...], ...]] = {
     "ten-classes": tuple((c,) for c in range(10)),  # every class apart: the head no contributor has

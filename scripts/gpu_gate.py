@@ -4,7 +4,7 @@
     python scripts/gpu_gate.py --prepare        # here: the real Fashion-MNIST files into runs/gpu-data
     python scripts/gpu_gate.py --budget 540     # there, in one device run that carries runs/gpu-data
 
-There the device has torch but neither flwr nor ray, and `python -m fedpfn.analysis.lmc` needs
+There the device has torch but neither flwr nor ray, and `python -m fedpfn.experiments.lmc` needs
 neither, so this script reads the study file itself (fedpfn.study imports flwr) and runs each
 missing cell with the study's own command line (`cells`; tests/studies/test_gpu_gate.py holds it equal to
 fedpfn.study's), seed by seed across the regimes, each under what is left of the budget. A cell
@@ -57,12 +57,12 @@ def prepare() -> int:
 
 def run_cell(arm: str, seed: int, folder: Path, argv: list[str], left: float) -> str:
     """One cell, killed at `left` seconds; what a killed cell left is replaced (--overwrite), as the study runner does."""
-    from fedpfn.analysis.lmc_render import OUTPUT_FILES
+    from fedpfn.experiments.lmc_render import OUTPUT_FILES
 
     again = ["--overwrite"] if any((ROOT / folder / name).is_file() for name in OUTPUT_FILES) else []
     start = time.monotonic()
     try:
-        code: object = subprocess.run([sys.executable, "-m", "fedpfn.analysis.lmc", *argv, *again], cwd=ROOT,
+        code: object = subprocess.run([sys.executable, "-m", "fedpfn.experiments.lmc", *argv, *again], cwd=ROOT,
                                       timeout=left, check=False).returncode  # fmt: skip
     except subprocess.TimeoutExpired:
         code = "none, stopped at the budget"

@@ -116,11 +116,11 @@ VERBS: dict[str, Verb] = {
     "seeds-needed": Verb("seeds a difference needs (80 % power), from an earlier comparison's or study's spread",
                          _module("fedpfn.study.seeds_needed")),  # fmt: skip
     "align": Verb("how well trained models align: loss barriers, weight matching, P (docs/glossary.md)",
-                  _module("fedpfn.analysis.lmc")),  # fmt: skip
+                  _module("fedpfn.experiments.lmc")),  # fmt: skip
     "partition": Verb("write SuperNodes' own partitions (deployment)", _module("fedpfn.cli.partition")),
-    "pretrain": Verb("an offline pretrained start (model.safetensors)", _module("fedpfn.analysis.pretrain")),
-    "soup": Verb("model soups of fine-tunes, with shared or independent anchors", _module("fedpfn.analysis.soup")),
-    "cold": Verb("ColD fusion: evaluates a study's finished runs (studies/cold.toml)", _module("fedpfn.analysis.cold")),
+    "pretrain": Verb("an offline pretrained start (model.safetensors)", _module("fedpfn.experiments.pretrain")),
+    "soup": Verb("model soups of fine-tunes, with shared or independent anchors", _module("fedpfn.experiments.soup")),
+    "cold": Verb("ColD fusion: evaluates a study's finished runs (studies/cold.toml)", _module("fedpfn.experiments.cold")),
     "study": Verb("a study declared in one TOML file: fedpfn study status|run|page FILE",
                   _module("fedpfn.cli.study")),  # fmt: skip
     "deploy-local": Verb("a real SuperLink and SuperNodes on this machine (the checkout's script)",

@@ -68,23 +68,23 @@ class Draw(IntEnum):
     the first integer mixed into its seeds, so a changed value changes every number drawn with it, and
     a value taken twice would make two draws one. Values are grouped by command, in tens."""
 
-    # lmc (fedpfn.analysis.lmc_run)
+    # lmc (fedpfn.experiments.lmc_run)
     LMC_TRAIN_POOL = 0  # (seed) the training samples the K models split
     LMC_BN_BATCHES = 1  # (seed) the batches BatchNorm statistics are recomputed on
     LMC_TEST_POOL = 2  # seed 0: the fixed test subset, the same for every seed
     LMC_HELD_OUT = 3  # (seed, k) model k's held-out samples
     LMC_START_ORDER = 4  # (seed) the shared start's batch order
     LMC_TRAIN_EVAL = 5  # (seed, k) the training samples a barrier on training data reads
-    # pretrain (fedpfn.analysis.pretrain)
+    # pretrain (fedpfn.experiments.pretrain)
     PRETRAIN_UPSTREAM_SHARE = 10  # which samples of the upstream classes pretraining takes
     PRETRAIN_UPSTREAM_HELD_OUT = 11  # the upstream samples held out to measure pretraining
-    # soup (fedpfn.analysis.soup_run)
+    # soup (fedpfn.experiments.soup_run)
     SOUP_POOL = 20  # the downstream samples: training subset and held-out split
     SOUP_GRID = 21  # which hyperparameters of the grid each ingredient takes
     SOUP_AUGMENT = 22  # (k) ingredient k's augmentation (flips and shifts)
     SOUP_TEST = 23  # seed 0: the fixed test subset, the same for every seed
     SOUP_BN = 24  # the batches BatchNorm statistics are recomputed on
-    # cold (fedpfn.analysis.cold_eval)
+    # cold (fedpfn.experiments.cold_eval)
     COLD_HEAD = 30  # (t) the fresh head of held-out task t
     COLD_SAMPLES = 31  # (t) which validation samples task t's probe fits on
     COLD_ORDER = 32  # (t) the probe's batch order

@@ -14,7 +14,7 @@ loses less. Every `alignment_every` rounds the server measures, with the instrum
 - between every pair of the round's first `alignment_clients` clients (partition order): the
   signed loss barrier and the midpoint's excess, and after weight matching the
   permutation-attributable loss P and the fraction of units matching moves (the matched curve
-  is left to `python -m fedpfn.analysis.lmc`: here every point costs a measured round time). Measured on
+  is left to `fedpfn align`: here every point costs a measured round time). Measured on
   the union of the pair's held-out local data when clients hold one, else on a seeded subset of
   the server's evaluation set; `align_measured_on` says which.
 - every client k of the round against the round's aggregate w_bar

@@ -1,7 +1,7 @@
 """What a study's cells run: the seam between the study (plan, status, run) and one command.
 
 A study declares `command = "run"` (the default: `fedpfn run`, a cell is a run folder),
-`command = "lmc"` or `command = "soup"` (`python -m fedpfn.analysis.lmc` or `.soup`, a cell is a
+`command = "lmc"` or `command = "soup"` (`python -m fedpfn.experiments.lmc` or `.soup`, a cell is a
 folder holding lmc.json or soup.json). Each command says, for a cell's flags, seed and folder:
 its checked config (`configure`, refused in one line; a run's start file, where it has one,
 loaded into its model, so a start no cell could use is refused before any cell runs), its state

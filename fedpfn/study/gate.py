@@ -19,11 +19,11 @@ from typing import Any
 
 from fedpfn.analysis.decompose import PARTS, Split, split
 from fedpfn.analysis.inference import adjust_together
-from fedpfn.analysis.lmc_render import DIVERGED
 from fedpfn.analysis.paired_text import no_test, p_number, p_text, verdict
 from fedpfn.analysis.plots import PairedSeries
 from fedpfn.analysis.render import series_of
 from fedpfn.analysis.stats import Paired, mean_std, paired, sign_test
+from fedpfn.experiments.lmc_render import DIVERGED
 
 A_SEEDS, B_SEEDS = 5, 10  # seeds (a) and (b) need, set before the runs
 MATCHERS = ("full", "masked", "changes", "activation")
@@ -57,7 +57,7 @@ def series(regime: Cells, arm: str, key: str, matcher: str = "full") -> dict[int
 
 
 def diverged(regime: Cells, arm: str) -> list[int]:
-    """The seeds whose `arm` diverged (`python -m fedpfn.analysis.lmc` records which model, at which lr)."""
+    """The seeds whose `arm` diverged (`python -m fedpfn.experiments.lmc` records which model, at which lr)."""
     return sorted(int(seed) for seed, arms in regime["seeds"].items() if DIVERGED in arms.get(arm, {}))
 
 

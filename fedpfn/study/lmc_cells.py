@@ -1,4 +1,4 @@
-"""A study's cells run by `python -m fedpfn.analysis.lmc`: a cell is a folder holding lmc.json.
+"""A study's cells run by `python -m fedpfn.experiments.lmc`: a cell is a folder holding lmc.json.
 
 A cell is finished when its lmc.json holds the settings its flags give, read off the command's
 own parser and checks (a cell written before the anchors' scope settings counts as their
@@ -14,19 +14,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedpfn.analysis import lmc
-from fedpfn.analysis.lmc_render import OUTPUT_FILES
 from fedpfn.core.anchors import scope_filled
 from fedpfn.core.settings import ConfigError
+from fedpfn.experiments import lmc
+from fedpfn.experiments.lmc_render import OUTPUT_FILES
 from fedpfn.study.result_cells import ResultCell, ResultCells, parsed
 
 RESULT = "lmc.json"
-PROG = "python -m fedpfn.analysis.lmc"
+PROG = "python -m fedpfn.experiments.lmc"
 LmcCell = ResultCell  # a cell's checked settings (an LmcConfig) and the command line that gives them
 
 
 class LmcCells(ResultCells):
-    """`python -m fedpfn.analysis.lmc`, one seed a cell (or, in a joint study, the arm's seeds
+    """`python -m fedpfn.experiments.lmc`, one seed a cell (or, in a joint study, the arm's seeds
     together), run in this process."""
 
     name, log = "lmc", "lmc.log"

@@ -160,9 +160,9 @@ def written_by_verbs() -> dict[str, set[str]]:
     """The files each verb that declares them writes, from the code that writes them."""
     from types import SimpleNamespace
 
-    from fedpfn.analysis import cold, lmc_render, pretrain, soup
     from fedpfn.analysis.render import report_names
     from fedpfn.core.files import COMPARISON_CONFIG
+    from fedpfn.experiments import cold, lmc_render, pretrain, soup
     from fedpfn.runtime.nodedata import META, X, Y
 
     paired = SimpleNamespace(paired=True)  # a report with an arm to compare: every figure

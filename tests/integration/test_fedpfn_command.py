@@ -152,9 +152,9 @@ def test_client_gpus_help_says_what_it_does_on_each_engine() -> None:
 
 
 def test_cli_module_exit_code() -> None:
-    """`python -m fedpfn.analysis.lmc` refuses in one line with exit 2, as a shell sees it."""
+    """`python -m fedpfn.experiments.lmc` refuses in one line with exit 2, as a shell sees it."""
     proc = subprocess.run(
-        [sys.executable, "-m", "fedpfn.analysis.lmc", "--models", "1", "--out", "/nonexistent/x"],
+        [sys.executable, "-m", "fedpfn.experiments.lmc", "--models", "1", "--out", "/nonexistent/x"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -16,13 +16,13 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from fedpfn.analysis import pretrain, soup
 from fedpfn.cli.main import main
 from fedpfn.core.cache import dataset_for, initial_model
 from fedpfn.core.init_file import read_state_file, storage_budget
 from fedpfn.core.models import build_model
 from fedpfn.core.settings import ConfigError
 from fedpfn.core.training import evaluate
+from fedpfn.experiments import pretrain, soup
 from fedpfn.runtime.algorithms import parse_config, validated
 from fedpfn.runtime.runfolder import RunFolder
 from tests.support.config import tiny_config

@@ -22,10 +22,10 @@ from tests.support.folders import write_run
 ROOT = Path(__file__).resolve().parents[2]
 NAME = f"fedpfn-test-out-{os.getpid()}"
 WORK = {  # what each command would start once its checks passed
-    "align": "fedpfn.analysis.lmc.prepare",
-    "pretrain": "fedpfn.analysis.pretrain.pretrain",
-    "soup": "fedpfn.analysis.soup.prepare",
-    "cold": "fedpfn.analysis.cold.read_settings",  # the runs are read only once --out passed
+    "align": "fedpfn.experiments.lmc.prepare",
+    "pretrain": "fedpfn.experiments.pretrain.pretrain",
+    "soup": "fedpfn.experiments.soup.prepare",
+    "cold": "fedpfn.experiments.cold.read_settings",  # the runs are read only once --out passed
     "report": "fedpfn.analysis.report.analyse",
     "compare": "fedpfn.runtime.compare.run_one",
     "run": "fedpfn.runtime.simulation.check_runnable",  # after the folder is planned, before data or engines

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from safetensors.torch import save_file
 
-from fedpfn.analysis import cold
-from fedpfn.analysis.soup_run import compare_arms
 from fedpfn.cli.main import main as fedpfn
 from fedpfn.cli.study import configure
 from fedpfn.core.models import build_model
+from fedpfn.experiments import cold
+from fedpfn.experiments.soup_run import compare_arms
 from fedpfn.study.cells import config_of, main_cells
 from fedpfn.study.commands import settings_of
 from fedpfn.study.fusion_page import joined_soups

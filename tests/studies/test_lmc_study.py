@@ -1,4 +1,4 @@
-"""A study whose cells are `python -m fedpfn.analysis.lmc` runs (`command = "lmc"`): status says
+"""A study whose cells are `python -m fedpfn.experiments.lmc` runs (`command = "lmc"`): status says
 missing then done, run runs a missing cell and reuses a finished one, a cell whose lmc.json holds
 other settings is refused in one line (exit 2), a cell written before the anchors' scope settings
 counts as their defaults, and a flag the command refuses is one line before anything runs."""

@@ -23,7 +23,7 @@ from typing import NamedTuple
 import pytest
 
 import run_sim
-from fedpfn.analysis import lmc
+from fedpfn.experiments import lmc
 from fedpfn.runtime import env
 from fedpfn.runtime.algorithms import from_run_config, load_config, validated
 from tests.support.commands import no_engine_starts
@@ -159,7 +159,7 @@ def why_it_takes_long(words: list[str]) -> NotRun | None:
         case ["fedpfn", "pretrain" | "soup" | "cold", *args] | [
             "python",
             "-m",
-            "fedpfn.analysis.pretrain" | "fedpfn.analysis.soup" | "fedpfn.analysis.cold",
+            "fedpfn.experiments.pretrain" | "fedpfn.experiments.soup" | "fedpfn.experiments.cold",
             *args,
         ] if "--help" not in args:
             return NotRun(HOURS, "help")
@@ -326,7 +326,7 @@ def run_part(copy: Path, part: str, words: list[str], monkeypatch) -> None:
             check_run_sim(copy, ["--compare", algorithms, *args])
         case ["fedpfn", "resume", *args]:
             check_run_sim(copy, ["--resume", *args])
-        case ["fedpfn", "align", *args] | ["python", "-m", "fedpfn.analysis.lmc", *args]:
+        case ["fedpfn", "align", *args] | ["python", "-m", "fedpfn.experiments.lmc", *args]:
             check_lmc(copy, args, monkeypatch)
         case ["python3", "-m", "venv", *_]:
             assert shell(copy, "python3 -m venv --help").returncode == 0

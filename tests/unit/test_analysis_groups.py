@@ -1,9 +1,9 @@
 """The analysis commands take their shared settings from groups (issue 41, item 2): the dataset
 (fedpfn.core.data.DataChoice), the model (fedpfn.core.models.ModelChoice), the mask's draw
 (fedpfn.core.anchors.MaskGranularity, MaskDraw) and the data folder and device
-(fedpfn.analysis.command.MachineChoice) are each declared once, in one class the commands
+(fedpfn.experiments.command.MachineChoice) are each declared once, in one class the commands
 inherit, so they help, check and refuse the same way; each command still lists and records them
-where it always did (fedpfn.analysis.command.listed).
+where it always did (fedpfn.experiments.command.listed).
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from fedpfn.analysis import cold, command, lmc, pretrain, soup
 from fedpfn.core.anchors import MaskDraw, MaskGranularity
 from fedpfn.core.data import DATASETS, DataChoice
 from fedpfn.core.models import ModelChoice
+from fedpfn.experiments import cold, command, lmc, pretrain, soup
 from tests.support.commands import run_main
 
 GROUPS = {"dataset": DataChoice, "model": ModelChoice, "granularity": MaskGranularity, "anchor_ratio": MaskDraw,

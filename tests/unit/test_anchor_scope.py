@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedpfn.analysis import cold, lmc, lmc_run, soup, soup_run
-from fedpfn.analysis.command import build_parser, read_command_line
 from fedpfn.core.anchors import AnchorParams, AnchorScope, anchored_fraction, draw_mask, round_mask, scope_filled
 from fedpfn.core.models import build_model
+from fedpfn.experiments import cold, lmc, lmc_run, soup, soup_run
+from fedpfn.experiments.command import build_parser, read_command_line
 from tests.support.commands import run_main
 from tests.support.idx import write_idx_set
 

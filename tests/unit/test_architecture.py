@@ -22,9 +22,12 @@ LAYERS = {
     "clients": ("fedpfn.core", "partitions"),
     "strategies": ("fedpfn.core", "partitions", "clients"),  # clients: see the next test
     "fedpfn.runtime": ("fedpfn.core", "fedpfn.analysis", "clients", "strategies", "partitions"),
-    "fedpfn.study": ("fedpfn.runtime", "fedpfn.core", "fedpfn.analysis", "clients", "strategies", "partitions"),
-    "fedpfn.cli": ("fedpfn.study", "fedpfn.runtime", "fedpfn.core", "fedpfn.analysis", "clients", "strategies",
-                   "partitions"),  # fmt: skip
+    # the commands that train models to measure them: above the runtime, which never imports them
+    "fedpfn.experiments": ("fedpfn.runtime", "fedpfn.core", "fedpfn.analysis", "clients", "strategies", "partitions"),
+    "fedpfn.study": ("fedpfn.experiments", "fedpfn.runtime", "fedpfn.core", "fedpfn.analysis", "clients", "strategies",
+                     "partitions"),  # fmt: skip
+    "fedpfn.cli": ("fedpfn.study", "fedpfn.experiments", "fedpfn.runtime", "fedpfn.core", "fedpfn.analysis", "clients",
+                   "strategies", "partitions"),  # fmt: skip
 }
 
 
@@ -82,6 +85,21 @@ def test_every_module_imports_only_its_own_layer_and_those_below():
         allowed = (layer, *LAYERS[layer])
         offenders += [f"{module} -> {t}" for t in sorted(targets) if layer_of(t) not in allowed]
     assert not offenders, offenders
+
+
+def test_the_layer_check_refuses_the_runtime_an_experiment(monkeypatch):
+    """The runtime measures with fedpfn.analysis and never imports an experiment command (they train
+    models above it): the check above names such an import."""
+    edges = {"fedpfn.runtime.alignment": {"fedpfn.analysis.fusion", "fedpfn.experiments.lmc"},
+             "fedpfn.experiments.lmc": {"fedpfn.runtime.alignment", "fedpfn.analysis.fusion"}}  # fmt: skip
+    monkeypatch.setattr(__import__(__name__), "graph", lambda: edges)
+    try:
+        test_every_module_imports_only_its_own_layer_and_those_below()
+    except AssertionError as err:
+        assert "fedpfn.runtime.alignment -> fedpfn.experiments.lmc" in str(err)
+        assert "fedpfn.experiments.lmc ->" not in str(err)  # an experiment may import the runtime
+    else:
+        raise AssertionError("the runtime importing an experiment went unnoticed")
 
 
 def test_a_server_part_reads_only_its_own_algorithms_declarations():
@@ -158,7 +176,7 @@ def test_message_keys_are_written_once_where_they_belong():
     offenders = []
     for path in python_files("clients", "strategies", "fedpfn"):
         relative = str(path.relative_to(ROOT))
-        outside = ("fedpfn/analysis", "fedpfn/core", "fedpfn/cli", "fedpfn/study")  # they build no message
+        outside = ("fedpfn/analysis", "fedpfn/experiments", "fedpfn/core", "fedpfn/cli", "fedpfn/study")  # no message
         handles_messages = not relative.startswith(outside) and (
             not relative.startswith("fedpfn/runtime") or path.name in MESSAGE_MODULES
         )

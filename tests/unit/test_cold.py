@@ -1,4 +1,4 @@
-"""ColD fusion's evaluation (fedpfn.analysis.cold_eval, cold) on tiny synthetic tensors, and the
+"""ColD fusion's evaluation (fedpfn.experiments.cold_eval, cold) on tiny synthetic tensors, and the
 held-out tasks (partitions.tasks); the study and its refusals are tests/studies/test_fusion_studies.py.
 
 A ColD round with two tasks trained client by client against the batched cohort is
@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedpfn.analysis import cold, cold_eval
-from fedpfn.analysis.cold_eval import Images, ProbeSpec
 from fedpfn.core.init_file import storage_budget
 from fedpfn.core.models import build_model
 from fedpfn.core.training import OptimizerSpec, evaluate
+from fedpfn.experiments import cold, cold_eval
+from fedpfn.experiments.cold_eval import Images, ProbeSpec
 from partitions.tasks import FMNIST_TASKS, HELD_OUT_TASKS, SOURCE_CLASSES, label_map
 from tests.support.checks import assert_provenance
 from tests.support.folders import finished_runs

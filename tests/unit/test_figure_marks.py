@@ -16,7 +16,6 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.lines import Line2D
 
-from fedpfn.analysis import cold, cold_report, lmc_render, soup_report
 from fedpfn.analysis.fusion import chord_excess
 from fedpfn.analysis.plots import (
     SEED_LINES_MAX,
@@ -32,6 +31,7 @@ from fedpfn.analysis.plots import (
     save,
     styled,
 )
+from fedpfn.experiments import cold, cold_report, lmc_render, soup_report
 from tests.support.checks import assert_png_and_pdf
 from tests.support.figure_data import lmc_result, rows
 

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from matplotlib.colors import to_rgb
 
-from fedpfn.analysis import lmc_render
 from fedpfn.analysis.plots import (
     OKABE_ITO,
     PairedSeries,
@@ -23,6 +22,7 @@ from fedpfn.analysis.plots import (
     plot_paired,
     plot_run,
 )
+from fedpfn.experiments import lmc_render
 from partitions.report import partition_figure, plot_partition
 from tests.support.checks import assert_png_and_pdf
 from tests.support.figure_data import lmc_result, rows

@@ -1,4 +1,4 @@
-"""The LMC analysis (fedpfn.analysis.fusion) on small synthetic tensors, and its command (fedpfn.analysis.lmc)."""
+"""The LMC analysis (fedpfn.analysis.fusion) on small synthetic tensors, and its command (fedpfn.experiments.lmc)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import pytest
 import torch
 from PIL import Image
 
-from fedpfn.analysis import fusion, lmc, lmc_render, lmc_run, matchers
+from fedpfn.analysis import fusion, matchers
 from fedpfn.core.anchors import draw_mask
 from fedpfn.core.data import find_data_problem
 from fedpfn.core.models import build_model
+from fedpfn.experiments import lmc, lmc_render, lmc_run
 from tests.support.checks import assert_provenance
 from tests.support.idx import write_idx_set
 
@@ -419,7 +420,7 @@ def test_help_shows_one_default_each_and_marks_out_required(capsys) -> None:
         assert option.count("(default") <= 1, option
     out_help = next(o for o in options if o.startswith("out DIR "))
     assert "(required)" in out_help and "default" not in out_help
-    assert usage.startswith("usage: python -m fedpfn.analysis.lmc [-h] --out DIR ")  # not in brackets: required
+    assert usage.startswith("usage: python -m fedpfn.experiments.lmc [-h] --out DIR ")  # not in brackets: required
 
 
 def test_seed_line_uses_the_table_units() -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from fedpfn.analysis import fusion, lmc
+from fedpfn.analysis import fusion
+from fedpfn.experiments import lmc
 
 SHAPE, CLASSES = (1, 4, 4), 3
 

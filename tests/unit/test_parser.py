@@ -5,9 +5,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from fedpfn.analysis import command
 from fedpfn.core.flags import ANALYSIS_REFUSAL, OneLineParser
 from fedpfn.core.settings import at_least, setting
+from fedpfn.experiments import command
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from fedpfn.analysis import bounds
-from fedpfn.analysis.lmc import LmcConfig
+from fedpfn.experiments import bounds
+from fedpfn.experiments.lmc import LmcConfig
 from tests.support.commands import call
 
 MAXIMA = [  # every bound of fedpfn align at its maximum
@@ -28,7 +28,7 @@ def started(*_: object, **__: object) -> None:
 
 @pytest.fixture
 def guarded(monkeypatch):
-    for target in ("fedpfn.analysis.lmc.prepare", "fedpfn.analysis.soup.prepare"):
+    for target in ("fedpfn.experiments.lmc.prepare", "fedpfn.experiments.soup.prepare"):
         monkeypatch.setattr(target, started)
 
 

@@ -8,8 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from fedpfn.analysis import fusion, lmc_run, repair
+from fedpfn.analysis import fusion, repair
 from fedpfn.core.training import OptimizerSpec, minibatches, train_local
+from fedpfn.experiments import lmc_run
 
 CLASSES = 3
 SHAPES = {"mlp": (1, 4, 4), "cnn": (1, 18, 18), "resnet20": (1, 8, 8)}
@@ -179,7 +180,7 @@ def test_repair_refuses_batchnorm_and_layernorm_in_one_line() -> None:
 def test_a_soup_reports_the_ensemble_and_the_distance_beside_its_soups() -> None:
     from tests.support.soups import soup_seed_data, soup_tuned
 
-    from fedpfn.analysis import soup_run
+    from fedpfn.experiments import soup_run
 
     setup = soup_seed_data()
     copies = soup_run.soup_arm(setup, [setup.start] * 3, points=3)
@@ -207,7 +208,7 @@ def test_stored_results_without_these_figures_stay_readable() -> None:
     import json
     from pathlib import Path
 
-    from fedpfn.analysis import lmc_render
+    from fedpfn.experiments import lmc_render
 
     kept_then = ("loss_barrier", "loss_midpoint", "matched_loss_barrier", "permutation_loss", "moved_fraction",
                  "fused_acc", "mean_individual_acc", "fusion_gap")  # fmt: skip
@@ -229,7 +230,7 @@ def test_stored_results_without_these_figures_stay_readable() -> None:
 
 
 def test_the_seed_line_and_the_figure_show_them_where_measured(two_inits: dict, tmp_path) -> None:
-    from fedpfn.analysis import lmc, lmc_render
+    from fedpfn.experiments import lmc, lmc_render
 
     result = fusion.analyse(two_inits["probe"], [two_inits["a"], two_inits["b"]], two_inits["scope"], 3, "midpoint")
     seed = {**result, "seed": 0, "seconds": 1.0, "matched_loss_barrier": 0.0}

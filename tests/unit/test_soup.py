@@ -1,4 +1,4 @@
-"""Model soups (fedpfn.analysis.soup_run) on tiny synthetic tensors, and the pretrain and soup commands."""
+"""Model soups (fedpfn.experiments.soup_run) on tiny synthetic tensors, and the pretrain and soup commands."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedpfn.analysis import pretrain, soup, soup_run
 from fedpfn.analysis.fusion import  average_states
 from fedpfn.core.data import find_data_problem
 from fedpfn.core.training import  StepView
+from fedpfn.experiments import pretrain, soup, soup_run
 from tests.support.checks import assert_provenance
 from tests.support.commands import run_main
 from tests.support.soups import soup_seed_data, soup_tuned
@@ -165,5 +165,5 @@ def test_the_fusion_pages_commands_are_read_from_the_stored_results() -> None:
     assert before[1:] == ["fedpfn study run studies/soup.toml", "fedpfn study page studies/soup.toml"]
     record = asdict(pretrain.PretrainConfig(model="cnn", epochs=2))
     recorded = fusion_page.study_commands("soup", {**cnn, "study": "mine/soup-cnn.toml", "start_record": record})
-    assert recorded == ["python -m fedpfn.analysis.pretrain --model cnn --epochs 2 --out runs/p",
+    assert recorded == ["python -m fedpfn.experiments.pretrain --model cnn --epochs 2 --out runs/p",
                         "fedpfn study run mine/soup-cnn.toml", "fedpfn study page mine/soup-cnn.toml"]  # fmt: skip

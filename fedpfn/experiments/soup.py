@@ -1,7 +1,7 @@
 """Model soups of fine-tunes from one pretrained start, plain against shared anchors (TNA-PFN).
 
-    python -m fedpfn.analysis.pretrain --out runs/pretrain
-    python -m fedpfn.analysis.soup --start runs/pretrain/model.safetensors --seeds 0,1,2 --out runs/soup
+    python -m fedpfn.experiments.pretrain --out runs/pretrain
+    python -m fedpfn.experiments.soup --start runs/pretrain/model.safetensors --seeds 0,1,2 --out runs/soup
 
 For each seed, K ingredients fine-tune from the start on the downstream task (every class of
 the training samples the pretraining left out, read from pretrain.json beside the start; the
@@ -26,19 +26,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from fedpfn.analysis import pretrain
-from fedpfn.analysis.bounds import MAX_POINTS, meta_model, odd_points
-from fedpfn.analysis.command import (
-    MachineChoice,
-    build_parser,
-    fail,
-    machine_problems,
-    read_command_line,
-    recorded,
-    write_files,
-)
 from fedpfn.analysis.fusion import EvalData, Probe, has_batchnorm, snapshot
-from fedpfn.analysis.soup_run import ARMS, SeedData, compare_arms, recipes, run_arm
 from fedpfn.core import provenance
 from fedpfn.core.anchors import AnchorScope, MaskDraw, scope_unused
 from fedpfn.core.data import DATASETS, DataChoice, DataError, DatasetSplits, load_dataset
@@ -47,6 +35,18 @@ from fedpfn.core.models import MODELS, ModelChoice, build_model
 from fedpfn.core.seeding import MAX_SEED, Draw, Stream, seed_for, torch_generator
 from fedpfn.core.settings import above, at_least, between, each, one_of, setting
 from fedpfn.core.training import OPTIMIZERS, OptimizerSpec, pick_device
+from fedpfn.experiments import pretrain
+from fedpfn.experiments.bounds import MAX_POINTS, meta_model, odd_points
+from fedpfn.experiments.command import (
+    MachineChoice,
+    build_parser,
+    fail,
+    machine_problems,
+    read_command_line,
+    recorded,
+    write_files,
+)
+from fedpfn.experiments.soup_run import ARMS, SeedData, compare_arms, recipes, run_arm
 
 OUTPUT_FILES = ("soup.json", "soup.md", "soup.png", "soup.pdf")
 
@@ -111,7 +111,7 @@ def relation_problems(cfg: SoupConfig, given: set[str]) -> list[str]:
     """What no single setting shows: the start file and its record, unused settings, GPU, data."""
     found = []
     if cfg.start is None:
-        found.append("start: give the start file (python -m fedpfn.analysis.pretrain writes one)")
+        found.append("start: give the start file (python -m fedpfn.experiments.pretrain writes one)")
     elif problem := init_file_problem(cfg.start):
         found.append(f"start: {problem}")
     else:
@@ -213,7 +213,7 @@ def run_soups(cfg: SoupConfig, setups: list[Any], train: tuple[torch.Tensor, tor
     return {"arms": per_arm, "comparisons": compare_arms(per_arm)}
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.soup") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.experiments.soup") -> int:
     parser = build_parser(prog, __doc__, SoupConfig, ", ".join(OUTPUT_FILES))
     cfg, out, given, found = read_command_line(parser, SoupConfig, OUTPUT_FILES, argv)
     found += relation_problems(cfg, given)
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.s
     result["start_record"] = recorded(record) if record is not None else None
     result["argv"], result["out"] = list(sys.argv[1:] if argv is None else argv), str(out)
     result[provenance.KEY] = provenance.collect()  # which code, libraries and machine made these figures
-    from fedpfn.analysis.soup_report import draw_figure, markdown
+    from fedpfn.experiments.soup_report import draw_figure, markdown
 
     table = markdown(result)
     write_files(out, {"soup.json": (json.dumps(result, indent=1) + "\n").encode(), "soup.md": table.encode()},

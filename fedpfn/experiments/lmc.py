@@ -1,12 +1,12 @@
 """The alignment gate: where does permutation misalignment exist from a shared start, and do shared
 anchors remove it? Linear mode connectivity, weight matching and one-shot fusion, arm by arm.
 
-    python -m fedpfn.analysis.lmc --dataset fmnist --model cnn --split same-data --start init \
+    python -m fedpfn.experiments.lmc --dataset fmnist --model cnn --split same-data --start init \
         --arms plain,shared,independent,diff-init --anchor-ratio 0.4 --seeds 0,1,2 --out DIR
 
 For each seed, K models train from one start (the random initialisation, or it trained N epochs
 first) on their own Dirichlet shards or on the same data in their own batch orders, in each arm
-(`fedpfn.analysis.lmc_run`: plain, one shared anchor mask, independent masks, different
+(`fedpfn.experiments.lmc_run`: plain, one shared anchor mask, independent masks, different
 initialisations). Between every pair: the signed loss and accuracy barriers, the barrier after
 weight matching, the permutation-attributable loss P and the fraction of units matching moves,
 measured on the data `--where` names (`fedpfn.analysis.fusion`). Writes `DIR/lmc.json` and
@@ -30,13 +30,21 @@ from typing import Any, ClassVar
 
 import torch
 
-from fedpfn.analysis import command, repair
-from fedpfn.analysis.bounds import MAX_POINTS, lmc_problems, meta_model, odd_points
-from fedpfn.analysis.command import MachineChoice, machine_problems, output_problems, read_settings
+from fedpfn.analysis import repair
 from fedpfn.analysis.fusion import WHERE, EvalData, Scope, has_batchnorm
-from fedpfn.analysis.lmc_render import DIVERGED, OUTPUT_FILES, markdown_table, write_outputs
 from fedpfn.analysis.matchers import MATCHERS
-from fedpfn.analysis.lmc_run import (
+from fedpfn.core import provenance
+from fedpfn.core.anchors import AnchorScope, MaskGranularity, scope_unused
+from fedpfn.core.data import DATASETS, DataChoice, DataError, load_dataset
+from fedpfn.core.models import MODELS
+from fedpfn.core.seeding import MAX_SEED, Draw
+from fedpfn.core.settings import above, at_least, between, each, field_map, one_of, setting, shown_default
+from fedpfn.core.training import pick_device
+from fedpfn.experiments import command
+from fedpfn.experiments.bounds import MAX_POINTS, lmc_problems, meta_model, odd_points
+from fedpfn.experiments.command import MachineChoice, machine_problems, output_problems, read_settings
+from fedpfn.experiments.lmc_render import DIVERGED, OUTPUT_FILES, markdown_table, write_outputs
+from fedpfn.experiments.lmc_run import (
     ARM_KINDS,
     SPLITS,
     Arm,
@@ -57,13 +65,6 @@ from fedpfn.analysis.lmc_run import (
     train_start,
     train_subsets,
 )
-from fedpfn.core import provenance
-from fedpfn.core.anchors import AnchorScope, MaskGranularity, scope_unused
-from fedpfn.core.data import DATASETS, DataChoice, DataError, load_dataset
-from fedpfn.core.models import MODELS
-from fedpfn.core.seeding import MAX_SEED, Draw
-from fedpfn.core.settings import above, at_least, between, each, field_map, one_of, setting, shown_default
-from fedpfn.core.training import pick_device
 
 
 
@@ -321,11 +322,11 @@ def run_lmc(cfg: LmcConfig, prepared: Prepared, log: Callable[[str], None] = pri
 # --------------------------------------------------------------------------- command line
 
 
-def build_parser(prog: str = "python -m fedpfn.analysis.lmc") -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m fedpfn.experiments.lmc") -> argparse.ArgumentParser:
     return command.build_parser(prog, __doc__, LmcConfig, ", ".join(OUTPUT_FILES))
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.lmc") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.experiments.lmc") -> int:
     args = vars(build_parser(prog).parse_args(argv))
     out = Path(args.pop("out")).expanduser()
     overwrite = bool(args.pop("overwrite", False))

@@ -38,13 +38,13 @@ from torch import nn
 
 from fedpfn.analysis.fusion import EvalData, Probe, Scope, StateDict, analyse, snapshot
 from fedpfn.analysis.inference import mean_std
-from fedpfn.analysis.lmc_render import DIVERGED, measured  # noqa: F401  (measured: lmc.json's reading, re-exported)
 from fedpfn.analysis.matchers import FIGURES as MATCHER_FIGURES
 from fedpfn.core.anchors import AnchorMask, AnchorScope, anchored_fraction, draw_mask
 from fedpfn.core.arms import ANCHORED, DIFF_INIT, GATE, INDEPENDENT, PLAIN, SHARED
 from fedpfn.core.models import build_model
 from fedpfn.core.seeding import Draw, Stream, seed_for, torch_generator
 from fedpfn.core.training import OptimizerSpec, minibatches, train_local
+from fedpfn.experiments.lmc_render import DIVERGED, measured  # noqa: F401  (measured: lmc.json's reading, re-exported)
 from partitions import partition_labels
 
 SPLITS = ("dirichlet", "same-data")

@@ -1,4 +1,4 @@
-"""What `python -m fedpfn.analysis.lmc` writes: the summary table, the figure, lmc.json.
+"""What `python -m fedpfn.experiments.lmc` writes: the summary table, the figure, lmc.json.
 
 Losses in nats, accuracies in percent, differences in points; every table says where its
 figures were measured (test set, each model's own held-out data, or a pair's union).
@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedpfn.analysis.command import write_files
+from fedpfn.experiments.command import write_files
 
 OUTPUT_FILES = ("lmc.json", "lmc.png", "lmc.pdf")  # all the tool writes into --out; nothing else is touched
 DIVERGED = "diverged"  # a seed's key, in place of its figures, saying which model diverged at which lr

@@ -17,11 +17,11 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from fedpfn.analysis.cold_eval import ARMS, METRICS
+from fedpfn.analysis.inference import Paired, mean_std, retested
 from fedpfn.analysis.plots import OKABE_ITO, finish, line_key, mean_over_seeds, new_figure, save, seed_key, styled
 from fedpfn.analysis.render import verdict
-from fedpfn.analysis.soup_report import comparison_rows
-from fedpfn.analysis.inference import Paired, mean_std, retested
+from fedpfn.experiments.cold_eval import ARMS, METRICS
+from fedpfn.experiments.soup_report import comparison_rows
 from partitions.tasks import HELD_OUT_TASKS, TASK_NAMES
 
 SCALES = {metric: (100.0, 2) for metric in METRICS}

@@ -1,11 +1,11 @@
 """An offline pretrained start: train a model on an upstream part of a dataset, save its weights.
 
-    python -m fedpfn.analysis.pretrain --model vit_tiny28 --dataset fmnist --out DIR
+    python -m fedpfn.experiments.pretrain --model vit_tiny28 --dataset fmnist --out DIR
 
 The upstream part is a seeded share of the training set (`--upstream-fraction`, half by
 default) restricted to `--upstream-classes` (Fashion-MNIST's T-shirt, Trouser, Pullover,
 Dress and Coat by default); the rest of the training set, every class, is left to downstream
-tasks (`python -m fedpfn.analysis.soup` reads which from pretrain.json). A seeded part of the
+tasks (`python -m fedpfn.experiments.soup` reads which from pretrain.json). A seeded part of the
 upstream samples is held out and the model's accuracy on it is saved. Writes
 DIR/model.safetensors (a state dict that `--init` and `--start` read) and DIR/pretrain.json
 (the settings, the split's sizes, held-out accuracy). Nothing is downloaded.
@@ -24,7 +24,13 @@ from typing import Any, ClassVar
 
 import torch
 
-from fedpfn.analysis.command import (
+from fedpfn.core.data import CLASS_NAMES, DataChoice, DataError, load_dataset
+from fedpfn.core.files import DamagedFile, read_json
+from fedpfn.core.models import ModelChoice, build_model
+from fedpfn.core.seeding import MAX_SEED, Draw, Stream, seed_for, torch_generator
+from fedpfn.core.settings import above, at_least, between, each, one_of, setting
+from fedpfn.core.training import OPTIMIZERS, OptimizerSpec, evaluate, minibatches, pick_device, train_local
+from fedpfn.experiments.command import (
     MachineChoice,
     build_parser,
     fail,
@@ -34,12 +40,6 @@ from fedpfn.analysis.command import (
     recorded,
     write_files,
 )
-from fedpfn.core.data import CLASS_NAMES, DataChoice, DataError, load_dataset
-from fedpfn.core.files import DamagedFile, read_json
-from fedpfn.core.models import ModelChoice, build_model
-from fedpfn.core.seeding import MAX_SEED, Draw, Stream, seed_for, torch_generator
-from fedpfn.core.settings import above, at_least, between, each, one_of, setting
-from fedpfn.core.training import OPTIMIZERS, OptimizerSpec, evaluate, minibatches, pick_device, train_local
 
 MODEL_FILE, RECORD_FILE = "model.safetensors", "pretrain.json"
 MAX_RECORD_BYTES = 1 << 20  # pretrain.json is a page of settings and figures
@@ -200,7 +200,7 @@ def read_record(start: Path) -> tuple[PretrainConfig | None, list[str]]:
     return cfg, [f"start: {path}: {line}" for line in found]
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.pretrain") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.experiments.pretrain") -> int:
     parser = build_parser(prog, __doc__, PretrainConfig, " and ".join(OUTPUT_FILES))
     cfg, out, given, found = read_command_line(parser, PretrainConfig, OUTPUT_FILES, argv)
     found += relation_problems(cfg, given)

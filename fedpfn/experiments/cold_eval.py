@@ -1,5 +1,5 @@
 """ColD fusion's evaluation (Don-Yehiya et al. 2023) of one fused body: the computation behind
-`python -m fedpfn.analysis.cold`.
+`python -m fedpfn.experiments.cold`.
 
 - own tasks: the run's final global body with contributor k's own head (its client state,
   record `personal`), on the test images of k's task, relabelled in it; the figure is the mean

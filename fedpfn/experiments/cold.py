@@ -1,7 +1,7 @@
 """ColD fusion's evaluation (Don-Yehiya et al. 2023): the fused bodies of a ColD study's finished
 runs, plain against shared anchors (each contributor's head is its own and never anchored).
 
-    python -m fedpfn.analysis.pretrain --model cnn --out runs/pretrain-cnn-fmnist
+    python -m fedpfn.experiments.pretrain --model cnn --out runs/pretrain-cnn-fmnist
     fedpfn study run studies/cold.toml     # the nine federated runs, one cell each (reused, resumed)
     fedpfn study page studies/cold.toml    # this evaluation of them, and docs/fusion.md
     fedpfn cold --runs runs/cold-cnn-fmnist/runs --out runs/cold-cnn-fmnist   # the evaluation alone
@@ -11,7 +11,7 @@ own task, `--partition tasks`, and its own head, `--personal 'classifier.*'`; th
 averaged), one folder each under RUNS/ARM/sSEED: plain (fedavg), shared anchors (fedpfn) and
 independent masks at the same ratio (fedpfn with anchor masks per client, the control); the start
 itself is the reference. This command starts no run: it reads the finished ones and evaluates
-them (fedpfn.analysis.cold_eval): each contributor's task with its own head, and held-out tasks
+them (fedpfn.experiments.cold_eval): each contributor's task with its own head, and held-out tasks
 with a fresh head (linear probe and full fine-tune), the arms paired by seed (95 % intervals,
 Holm within each metric). The study's settings are read off the runs' config.json. Writes
 DIR/cold.json, DIR/cold.md and DIR/cold.png (PDF beside it). A run that is missing, unfinished
@@ -31,20 +31,6 @@ from typing import Any, ClassVar
 
 import torch
 
-from fedpfn.analysis import pretrain
-from fedpfn.analysis.cold_eval import (
-    ARMS,
-    COMPARISONS,
-    METRICS,
-    START,
-    Images,
-    ProbeSpec,
-    held_out_figures,
-    own_task_figures,
-    read_cold_run,
-)
-from fedpfn.analysis.command import build_parser, fail, read_command_line, recorded, write_files
-from fedpfn.analysis.soup import _distinct_seeds
 from fedpfn.core import provenance
 from fedpfn.core.anchors import BodyScope, MaskDraw
 from fedpfn.core.arms import ANCHORED, FUSED, PLAIN, arm_of_masks, masks_word
@@ -58,6 +44,20 @@ from fedpfn.core.models import build_model
 from fedpfn.core.seeding import Draw, Stream, torch_generator
 from fedpfn.core.settings import above, at_least, between, setting
 from fedpfn.core.training import OptimizerSpec, pick_device
+from fedpfn.experiments import pretrain
+from fedpfn.experiments.cold_eval import (
+    ARMS,
+    COMPARISONS,
+    METRICS,
+    START,
+    Images,
+    ProbeSpec,
+    held_out_figures,
+    own_task_figures,
+    read_cold_run,
+)
+from fedpfn.experiments.command import build_parser, fail, read_command_line, recorded, write_files
+from fedpfn.experiments.soup import _distinct_seeds
 from partitions.tasks import TASK_NAMES
 
 OUTPUT_FILES = ("cold.json", "cold.md", "cold.png", "cold.pdf")
@@ -294,7 +294,7 @@ def evaluation(runs: Path, cfg: ColdConfig, log: Callable[[str], None] = print) 
     return result
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.cold") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.experiments.cold") -> int:
     parser = build_parser(prog, __doc__, ColdEval, " and ".join(OUTPUT_FILES))
     settings, out, _given, found = read_command_line(parser, ColdEval, OUTPUT_FILES, argv)
     if settings.runs is None:
@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.analysis.c
     except (DataError, ValueError) as err:
         return fail(str(err).splitlines()[:3])
     result["argv"], result["out"] = list(sys.argv[1:] if argv is None else argv), str(out)
-    from fedpfn.analysis.cold_report import draw_figure, markdown
+    from fedpfn.experiments.cold_report import draw_figure, markdown
 
     table = markdown(result)
     write_files(out, {"cold.json": (json.dumps(result, indent=1) + "\n").encode(), "cold.md": table.encode()},

@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedpfn.analysis.plots import OKABE_ITO, SEED_LINES_MAX, finish, new_figure, save, styled
 from fedpfn.analysis.inference import Paired, mean_std, retested
 from fedpfn.analysis.paired_text import mde_notes, p_number, p_text, test_note
-from fedpfn.analysis.soup_run import ARMS, SPANS
+from fedpfn.analysis.plots import OKABE_ITO, SEED_LINES_MAX, finish, new_figure, save, styled
+from fedpfn.experiments.soup_run import ARMS, SPANS
 
 COLUMNS = (  # (header, metric, scale, decimals)
     ("mean ingredient (%)", "mean_ingredient_acc", 100, 2),

@@ -1,4 +1,4 @@
-"""Model soups with and without shared anchors: the computation behind `python -m fedpfn.analysis.soup`.
+"""Model soups with and without shared anchors: the computation behind `python -m fedpfn.experiments.soup`.
 
 For each seed, K ingredients fine-tune from ONE start (the pretrained file, with the seed's
 classifier where the task is new) on the downstream training samples, each with its own
