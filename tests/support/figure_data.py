@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 import random
 
-from fedpfn.analysis import fusion, lmc_run
+from fedpfn.analysis import fusion
+from fedpfn.experiments import lmc_run
 
 def rows(seed: int, rounds: int = 5) -> list[dict]:
     rng = random.Random(seed)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from fedpfn.analysis import soup_run
 from fedpfn.analysis.fusion import EvalData, Probe, snapshot
 from fedpfn.core.models import build_model
 from fedpfn.core.training import OptimizerSpec
+from fedpfn.experiments import soup_run
 
 SHAPE = (1, 8, 8)
 
