@@ -1,6 +1,7 @@
 """A study page's figures: `<!-- study: figure NAME [NAME ...] -->` draws those families' paired
 comparisons, a panel each; `<!-- study: arms-figure ENDPOINT -->` each arm's endpoint, a panel per
-axes point; a page reading with sections of its own draws its figure with `reading_figure`.
+axes point; `<!-- study: against Y X -->` endpoint Y against endpoint X (accuracy against ε); a
+page reading with sections of its own draws its figure with `reading_figure`.
 
 Each comparison is drawn as the reports draw theirs (fedpfn.analysis.plots.paired_figure): every
 seed's difference as a dot, the mean, and its 95 % t interval, in the endpoint's unit, an interval
@@ -13,13 +14,14 @@ carries its creation date, and the page should not change when nothing did.
 from __future__ import annotations
 
 import os
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from matplotlib.figure import Figure
 
 from fedpfn.analysis.inference import Paired, paired
-from fedpfn.analysis.plots import PairedSeries, paired_figure
+from fedpfn.analysis.plots import ArmPoint, PairedSeries, against_figure, paired_figure
 from fedpfn.analysis.plots.style import figure_files
 from fedpfn.analysis.render import series_of
 from fedpfn.core.files import atomic_write_bytes
@@ -58,6 +60,30 @@ def arms_figure(spec: Spec, endpoint: str, points: Mapping[str, Sequence[Mapping
         panels[point or endpoint] = rows
     title = f"{spec.title}: {endpoint} of each arm"
     return [reading_figure(spec, f"arms-{endpoint}", panels, title, end.unit or "as measured", endpoint, mean_name="mean")]
+
+
+def against(spec: Spec, y: str, x: str, points: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
+    """Endpoint `y` against endpoint `x` (accuracy against ε), a line per axes point through its
+    arms, every seed a dot, written as STEM-Y-against-X.png; the page's line that shows it."""
+    ends = spec.endpoints[y], spec.endpoints[x]
+    lines = {}
+    for point, cells in points.items():
+        arms = []
+        for arm in spec.arms:
+            pairs = [(c["endpoints"][x], c["endpoints"][y]) for c in cells if c["arm"] == arm and c["endpoints"][y] is not None]
+            arms.append(ArmPoint(spec.labels[arm], [(None if vx is None else vx * ends[1].scale, vy * ends[0].scale)
+                                                    for vx, vy in pairs]))  # fmt: skip
+        lines[point or y] = [a for a in arms if a.seeds]
+    title = f"{spec.title}: {y} against {x}"
+    axis = [f"{n}" + (f", {e.unit}" if e.unit else "") for n, e in ((y, ends[0]), (x, ends[1]))]
+    fig = against_figure(lines, title, (axis[0], axis[1]), x)
+    link = written(spec, f"{file_part(y)}-against-{file_part(x)}", fig)
+    return [f"![{title}: each seed, and a line through each axes point's arms]({link})"]
+
+
+def file_part(name: str) -> str:
+    """An endpoint's name as a plain file name's part: a Greek letter by its name ('ε' -> 'epsilon')."""
+    return "".join(c if c.isascii() else unicodedata.name(c, f"u{ord(c):x}").split()[-1].lower() for c in name)
 
 
 def reading_figure(spec: Spec, name: str, panels: Mapping[str, Sequence[PairedSeries]], title: str, unit: str,

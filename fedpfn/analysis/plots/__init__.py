@@ -25,7 +25,9 @@ importable from `fedpfn.analysis.plots` as before.
 from __future__ import annotations
 
 from fedpfn.analysis.plots.arms import (
+    ArmPoint,
     PairedSeries,
+    against_figure,
     bytes_figure,
     comparison_figure,
     cumulative_bytes,
@@ -70,8 +72,10 @@ __all__ = [
     "OKABE_ITO",
     "SEED_LINES_MAX",
     "STYLE",
+    "ArmPoint",
     "PairedSeries",
     "accuracy_points",
+    "against_figure",
     "bytes_figure",
     "comparison_figure",
     "cumulative_bytes",

@@ -253,3 +253,48 @@ def plot_bytes(
     curves: Mapping[str, Sequence[Rows]], traffic: Mapping[str, Sequence[str]], path: Path, title: str = ""
 ) -> list[Path]:
     return save(bytes_figure(curves, traffic, title), path)
+
+
+# --- one endpoint against another -------------------------------------------------------------------
+
+
+class ArmPoint(NamedTuple):
+    """One arm's seeds as (x, y) pairs of two endpoints; x None where the arm has none (no noise, no ε)."""
+
+    label: str
+    seeds: Sequence[tuple[float | None, float]]
+
+
+@styled
+def against_figure(lines: Mapping[str, Sequence[ArmPoint]], title: str, axis: tuple[str, str], xname: str) -> Figure:
+    """Y against X (`axis`: their labels): each seed a dot, a line per axes point through its arms'
+    means, each arm named once; an arm without an x (`None`: no privacy budget spent, ε infinite)
+    is a dashed level across the panel, said in the key (`xname`: what it lacks), since it has no
+    place on the x axis."""
+    fig, axes = new_figure(1, 3.0)
+    ax = axes[0]
+    handles, named = [], set()
+    for (name, arms), color in zip(lines.items(), OKABE_ITO[1:] + OKABE_ITO[:1]):
+        means = []
+        for arm in arms:
+            ys = [y for _, y in arm.seeds]
+            if any(x is None for x, _ in arm.seeds):
+                handles.append(Line2D([], [], color=color, ls="--", label=f"{name}: {arm.label} (no {xname})"))
+                ax.axhline(float(np.mean(ys)), color=color, ls="--", lw=1.0)
+                continue
+            xs = [float(x) for x, _ in arm.seeds if x is not None]
+            ax.scatter(xs, ys, color=color, s=8, alpha=0.6, zorder=2)
+            means.append((float(np.mean(xs)), float(np.mean(ys)), arm.label))
+        means.sort()
+        ax.plot([m[0] for m in means], [m[1] for m in means], color=color, marker="D", markersize=3.5, zorder=3)
+        for x, y, label in (m for m in means if m[2] not in named):  # arms at one x in every line: named once
+            ax.annotate(label, (x, y), xytext=(5, -10), textcoords="offset points", fontsize=7, color="0.3")
+            named.add(label)
+        handles.append(Line2D([], [], color=color, marker="D", markersize=3.5, label=f"{name}: mean over seeds"))
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel(axis[0])
+    ax.set_xlabel(axis[1])
+    legend_below(fig, [*handles, Line2D([], [], color="0.4", marker="o", ls="", alpha=0.6, label="one seed")])
+    fig.suptitle(wrapped(title))
+    return fig
