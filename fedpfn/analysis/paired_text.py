@@ -83,20 +83,25 @@ def excluded(p: Paired, scale: float = 100.0, unit: str = "points") -> str:
     return f"the 95 % CI excludes differences below {low} and above {high} {unit}"
 
 
-def detectable_text(p: Paired, scale: float, unit: str) -> str:
-    """The MDE with its range over the std's 95 % interval (capped at the metric's span), or why none."""
-    if p.mde is None:
-        return p.mde_why or "no detectable difference computed"
+def mde_range(p: Paired, scale: float) -> tuple[str, str, str]:
+    """The MDE, and its range over the std's 95 % interval, the top capped at the metric's span
+    (then said so), as printed; for a comparison with an MDE."""
+    assert p.mde is not None
     factors = std_factors(len(p.seeds))
     assert factors is not None  # an mde has 2 seeds or more
     low, high = (p.mde * f for f in factors)
     top = f"±{size_text(scale * high)}"
     if p.span is not None and high > p.span:
         top = f"±{size_text(scale * p.span)}, the metric's range,"
-    return (
-        f"detectable at {100 * POWER:g} % power: ±{size_text(scale * p.mde)} {unit} "
-        f"(±{size_text(scale * low)} to {top} over the std's 95 % interval)"
-    )
+    return f"±{size_text(scale * p.mde)}", f"±{size_text(scale * low)}", top
+
+
+def detectable_text(p: Paired, scale: float, unit: str) -> str:
+    """The MDE with its range over the std's 95 % interval (capped at the metric's span), or why none."""
+    if p.mde is None:
+        return p.mde_why or "no detectable difference computed"
+    mde, low, top = mde_range(p, scale)
+    return f"detectable at {100 * POWER:g} % power: {mde} {unit} ({low} to {top} over the std's 95 % interval)"
 
 
 def no_test(p: Paired, scale: float, unit: str) -> str:
@@ -127,6 +132,28 @@ def verdict(p: Paired, scale: float = 100.0, unit: str = "points") -> str:
         return "higher" if p.mean > 0 else "lower"
     after = " after Holm (the interval excludes 0, the family's correction does not)" if p.p_value < ALPHA else ""
     return f"not resolved{after}; {excluded(p, scale, unit)}; {detectable_text(p, scale, unit)}"
+
+
+def verdict_cell(p: Paired, scale: float = 100.0, unit: str = "points") -> str:
+    """`verdict` in a table's cell: higher, lower, not resolved (after Holm) with its MDE and range,
+    or why there is no test; what its words mean is said once beside the table (`VERDICT_KEY`), and
+    what the interval rules out is the 95 % CI beside it."""
+    if p.p_value is None or p.p_holm is None or p.low is None or p.high is None or decided(p):
+        return verdict(p, scale, unit)
+    printed(p, scale, unit)
+    after = " after Holm" if p.p_value < ALPHA else ""
+    if p.mde is None:
+        return f"not resolved{after}; {p.mde_why or 'no MDE computed'}"
+    mde, low, top = mde_range(p, scale)
+    return f"not resolved{after}; MDE {mde} ({low} to {top.removesuffix(',')})"
+
+
+VERDICT_KEY = (
+    f"Verdict: *higher* or *lower* where p (Holm) < {ALPHA:g}; *not resolved* where not, its 95 % CI being what "
+    "it rules out; *after Holm* where that interval excludes 0 and the family's correction does not. MDE: the "
+    f"difference these seeds would detect at {100 * POWER:g} % power before Holm, in the table's unit, and in "
+    "brackets its range over the 95 % interval of the differences' std."
+)
 
 
 def floors_text(comparisons: list[Paired]) -> str:
