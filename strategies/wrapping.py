@@ -22,9 +22,9 @@ and aggregates the replies, never the round's totals (fedpfn.runtime.algorithms.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
@@ -34,7 +34,7 @@ from fedpfn.core.kwargs import check_kinds, parse_kwargs
 from fedpfn.core.protocol import ARRAYS, to_array_record, to_numpy
 from fedpfn.core.seeding import Stream, numpy_global
 from fedpfn.core.settings import ConfigError, between, setting
-from fedpfn.core.user_code import USER_FAULTS, import_user_class, user_fault
+from fedpfn.core.user_code import USER_FAULTS, NoReturn, import_user_class, user_fault, within
 from strategies.composed import ComposedStrategy, conform
 from strategies.privacy import PrivacyBudget
 from strategies.registry import accepted_keywords
@@ -42,6 +42,8 @@ from strategies.state import load_strategy_state, strategy_state
 
 if TYPE_CHECKING:
     from fedpfn.core.config import RunConfig
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -188,19 +190,40 @@ class WrappedStrategy:
     server aggregates its replies (fedpfn.runtime.algorithms.mean_based is False with a wrapper,
     the one decision). The wrapper's noise comes from NumPy's global generator
     (Flower draws it there); it is seeded per round from the run's seed, so a run's noise is its
-    seed's and a resumed run continues as it would have."""
+    seed's and a resumed run continues as it would have.
 
-    def __init__(self, view: ComposedView, wrapper: Strategy, seed: int, budget: PrivacyBudget | None) -> None:
+    The wrapper's hooks are a user's code (or Flower's) called mid-run: each is bounded by the
+    round's timeout, and what it raises, or a call that never returns, stops the run in one line
+    naming it (`_call`)."""
+
+    def __init__(
+        self, view: ComposedView, wrapper: Strategy, seed: int, budget: PrivacyBudget | None,
+        path: str = "", timeout: float | None = None,
+    ) -> None:  # fmt: skip
+        """`path`: the wrapper's dotted path (what a line names); `timeout`: each hook's bound (None: none)."""
         self.view, self.composed, self.wrapper = view, view.composed, wrapper
         self.seed = seed
         self.budget = budget
+        self.path, self.timeout = path or type(wrapper).__name__, timeout
+
+    def _call(self, hook: str, server_round: int, call: Callable[[], T]) -> T:
+        """`call()`, the wrapper's `hook`, within the round's timeout; what it raises, and a call that
+        never returns, one line naming the wrapper (ConfigError, or UserInterrupt)."""
+        what = f"server_wrap: {self.path}'s {hook} in round {server_round}"
+        try:
+            return within(self.timeout, what, call)
+        except NoReturn:
+            raise
+        except USER_FAULTS as err:  # a user's wrapper may raise anything, SystemExit too
+            raise user_fault(err, f"{what} raised {type(err).__name__}: {err}") from None
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         self.view.whole = arrays
         params = ArrayRecord({name: arrays[name] for name in self.composed.param_names})
-        return list(self.wrapper.configure_train(server_round, params, config, grid))
+        sent = lambda: list(self.wrapper.configure_train(server_round, params, config, grid))  # noqa: E731
+        return self._call("configure_train", server_round, sent)
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -210,7 +233,9 @@ class WrappedStrategy:
         self.composed.restore(server_round, contents)
         self.view.hold(contents)
         with numpy_global(self.seed, Stream.DP_NOISE, server_round):
-            aggregated, metrics = self.wrapper.aggregate_train(server_round, replies)
+            aggregated, metrics = self._call(
+                "aggregate_train", server_round, lambda: self.wrapper.aggregate_train(server_round, replies)
+            )
         if aggregated is None:
             return None, metrics
         if self.budget is not None:

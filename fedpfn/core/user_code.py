@@ -21,10 +21,11 @@ import importlib
 import inspect
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fedpfn.core.files import enclosing_run_folder, module_locations
 from fedpfn.core.hyper import flat_view
@@ -37,6 +38,7 @@ OWN_PACKAGES = ("fedpfn", "clients", "strategies", "flwr")  # installed with fed
 TRUST_FLAG = "--trust-code"  # what a user types to let a study file's own code run (fedpfn study run)
 
 
+T = TypeVar("T")
 USER_FAULTS = (Exception, SystemExit, KeyboardInterrupt)  # what a user's code may raise when fedpfn calls it
 
 
@@ -53,6 +55,34 @@ def user_fault(err: BaseException, line: str) -> Exception:
     naming the code and what it raised: ConfigError (exit 2: SystemExit too, never exit 0 unsaid),
     or UserInterrupt for KeyboardInterrupt (exit 130)."""
     return UserInterrupt(line) if isinstance(err, KeyboardInterrupt) else ConfigError(line)
+
+
+class NoReturn(ConfigError):
+    """A user's code that fedpfn called while a run goes on did not return within its bound."""
+
+
+def within(seconds: float | None, what: str, function: Callable[..., T], *args: Any) -> T:
+    """`function(*args)`, a user's code called while a run goes on (a wrapper's hook, a ClientApp
+    call around a mod), bounded by `seconds` (None: unbounded): its result, or what it raised,
+    re-raised as is; NoReturn naming `what` where it has not returned in time. It runs in a daemon
+    thread so that a call that never returns does not hold the process: it ends with the run."""
+    outcome: list[tuple[bool, Any]] = []
+
+    def call() -> None:
+        try:
+            outcome.append((True, function(*args)))
+        except BaseException as err:  # noqa: BLE001  (SystemExit too: re-raised in the caller's thread)
+            outcome.append((False, err))
+
+    thread = threading.Thread(target=call, name="fedpfn-user-code", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if not outcome:
+        raise NoReturn(f"{what} did not return within {seconds:g} s (round_timeout)")
+    done, value = outcome[0]
+    if not done:
+        raise value
+    return value
 
 
 def keep_out_of_imports(folder: Path) -> None:

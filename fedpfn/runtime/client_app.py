@@ -18,6 +18,7 @@ from fedpfn.core import protocol
 from fedpfn.core.cache import ClientData
 from fedpfn.core.config import RunConfig
 from fedpfn.core.training import pick_device, torch_threads
+from fedpfn.core.user_code import within
 from fedpfn.runtime import nodedata
 from fedpfn.runtime.algorithms import client_rules, config_from_json
 from fedpfn.runtime.client_mods import run_with_mod
@@ -25,6 +26,7 @@ from fedpfn.runtime.engines.program import local_round
 from fedpfn.runtime.engines.ray_start import enter_driver_folder
 from fedpfn.runtime.federated_eval import evaluate_client
 from fedpfn.runtime.plugins import client_mod_of
+from strategies.wrapping import plugins_of
 from fedpfn.runtime.resources import client_wants_gpu
 
 
@@ -70,6 +72,9 @@ def node_setup(msg: Message, context: Context) -> tuple[RunConfig, int, torch.de
 
 @client_app.train()
 def train(msg: Message, context: Context) -> Message:
+    """One client's round (inside the run's mod, if any), bounded by the round's timeout: a call
+    that never returns (a mod or rule that hangs) frees its worker by then, so the simulation ends
+    with the run instead of waiting for it (the server stopped waiting at its deadline)."""
     cfg, partition_id, device, data, state_root = node_setup(msg, context)
     server_round = int(msg.content.config_records[protocol.CONFIG][protocol.SERVER_ROUND])
     time.sleep(test_delay(context.node_config, server_round))
@@ -82,8 +87,11 @@ def train(msg: Message, context: Context) -> Message:
         )  # fmt: skip
         return Message(content=content, reply_to=message)
 
-    mod = client_mod_of(cfg)
-    return round_of(msg) if mod is None else run_with_mod(mod, cfg.seed, partition_id, msg, context, round_of)
+    mod, bound = client_mod_of(cfg), cfg.federation.round_timeout or None
+    if mod is None:
+        return within(bound, f"partition {partition_id}'s round {server_round}", round_of, msg)
+    what = f"client_mod: {plugins_of(cfg).client_mod} in partition {partition_id}'s round {server_round}"
+    return within(bound, what, run_with_mod, mod, cfg.seed, partition_id, msg, context, round_of)
 
 
 @client_app.evaluate()

@@ -35,7 +35,7 @@ def wrapped(cfg: RunConfig, composed: ComposedStrategy) -> ComposedStrategy | Wr
     wrapper = build_wrapper(params, view, cfg.federation.clients_per_round)
     kwargs = wrapper_kwargs(params, cfg.federation.clients_per_round)
     budget = budget_for(kwargs, cfg.federation.clients_per_round / cfg.federation.num_clients, params.dp_delta)
-    return WrappedStrategy(view, wrapper, cfg.seed, budget)
+    return WrappedStrategy(view, wrapper, cfg.seed, budget, params.server_wrap, cfg.federation.round_timeout or None)
 
 
 def plugin_problems(cfg: RunConfig, given: Collection[str] | None, rules: list[type[ClientRule]]) -> list[str]:
