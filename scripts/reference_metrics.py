@@ -95,9 +95,11 @@ def reference_run(out: Path, mode: str, name: str) -> Path:
     log = io.StringIO()
     try:
         with contextlib.redirect_stdout(log):
-            ensure_run(checked_config(parse_args([*COMMON, *REFERENCES[name], *MODES[mode], "--out", str(folder)])))
+            flags = [*COMMON, *REFERENCES[name], *MODES[mode], "--out", str(folder)]
+            ensure_run(checked_config(parse_args(flags)))
     except ConfigError as err:
-        raise SystemExit(f"reference_metrics: {name} on {mode} stopped: {err}\n{log.getvalue()[-2000:]}") from None
+        said = log.getvalue()[-2000:]
+        raise SystemExit(f"reference_metrics: {name} on {mode} stopped: {err}\n{said}") from None
     return folder
 
 
