@@ -4,8 +4,8 @@ README.md, computed from the studies' stored results.
 
     python scripts/findings_page.py    # rewrites the parts between each page's markers
 
-The finding is fedpfn/study/headline.py's (one sentence and its table), the bottom line
-fedpfn/study/findings.py's; the rest of each page is prose that types in no number.
+The finding is studies/findings/headline.py's (one sentence and its table), the bottom line
+studies/findings/findings.py's; the rest of each page is prose that types in no number.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from fedpfn.analysis.paired_text import changed_section, verdicts_printed  # noqa: E402
 from fedpfn.core.files import atomic_write_bytes  # noqa: E402
-from fedpfn.study.findings import bottom_line  # noqa: E402
-from fedpfn.study.headline import finding  # noqa: E402
+from studies.findings.findings import bottom_line  # noqa: E402
+from studies.findings.headline import finding  # noqa: E402
 
 PAGE = ROOT / "docs" / "analysis" / "findings.md"
 README = ROOT / "README.md"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The gate's GPU regimes (studies/alignment_gate_gpu.toml) in one command on the GPU machine.
+"""The gate's GPU regimes (studies/alignment_gate/alignment_gate_gpu.toml) in one command on the GPU machine.
 
     python scripts/gpu_gate.py --prepare        # here: the real Fashion-MNIST files into runs/gpu-data
     python scripts/gpu_gate.py --budget 540     # there, in one device run that carries runs/gpu-data
@@ -9,7 +9,7 @@ neither, so this script reads the study file itself (fedpfn.study imports flwr) 
 missing cell with the study's own command line (`cells`; tests/studies/test_gpu_gate.py holds it equal to
 fedpfn.study's), seed by seed across the regimes, each under what is left of the budget. A cell
 that finishes is copied under $OUT at once, so a run cut short brings back every finished cell;
-copied back under runs/, `fedpfn study status studies/alignment_gate_gpu.toml` reads them. It
+copied back under runs/, `fedpfn study status studies/alignment_gate/alignment_gate_gpu.toml` reads them. It
 refuses to start without a CUDA device: on the CPU these cells take hours.
 """
 

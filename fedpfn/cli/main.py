@@ -120,7 +120,7 @@ VERBS: dict[str, Verb] = {
     "partition": Verb("write SuperNodes' own partitions (deployment)", _module("fedpfn.cli.partition")),
     "pretrain": Verb("an offline pretrained start (model.safetensors)", _module("fedpfn.experiments.pretrain")),
     "soup": Verb("model soups of fine-tunes, with shared or independent anchors", _module("fedpfn.experiments.soup")),
-    "cold": Verb("ColD fusion: evaluates a study's finished runs (studies/cold.toml)", _module("fedpfn.experiments.cold")),
+    "cold": Verb("ColD fusion: evaluates a study's finished runs (studies/fusion/cold.toml)", _module("fedpfn.experiments.cold")),
     "study": Verb("a study declared in one TOML file: fedpfn study status|run|page FILE",
                   _module("fedpfn.cli.study")),  # fmt: skip
     "deploy-local": Verb("a real SuperLink and SuperNodes on this machine (the checkout's script)",

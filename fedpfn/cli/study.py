@@ -1,18 +1,20 @@
 """`fedpfn study VERB FILE`: a study declared in one TOML file, run, resumed and written up.
 
-    fedpfn study status studies/drift.toml            # every cell: done, running, stopped, missing; time left
-    fedpfn study run studies/drift.toml --jobs 2      # every cell to its end (reused, resumed, started)
-    fedpfn study page studies/drift.toml              # the page from the finished cells, and its stored JSON
-    fedpfn study page --stored studies/drift.toml     # the page again from the stored JSON alone
+    fedpfn study status study.toml            # every cell: done, running, stopped, missing; time left
+    fedpfn study run study.toml --jobs 2      # every cell to its end (reused, resumed, started)
+    fedpfn study page study.toml              # the page from the finished cells, and its stored JSON
+    fedpfn study page --stored study.toml     # the page again from the stored JSON alone
 
 The study is fedpfn.study's; this module gives it `fedpfn run`'s own path from flags to a
 checked config (parse_args, checked_config), so an arm's flag is refused as `fedpfn run`
 refuses it, before any cell starts. docs/guide/studies.md has a worked example.
 
-A study file is a file: the code it names (a rule, a server, a model by dotted path) is not the
-command's. `status` and `page` never import a user's code a study file names, and `run` imports
-it only where the user typed `--trust-code` (fedpfn.core.user_code.name_file_code); fedpfn's and
-Flower's own classes (`flwr.serverapp.strategy:Krum`) need no flag.
+A study file is a file: the code it names (a rule, a server, a model by dotted path, its page's
+own readings) is not the command's. `status` never imports a user's code a study file names;
+`run` imports its cells' code, and `page` its cells' and its readings module
+(fedpfn.study.readings), only where the user typed `--trust-code`
+(fedpfn.core.user_code.name_file_code); fedpfn's and Flower's own classes
+(`flwr.serverapp.strategy:Krum`) need no flag.
 """
 
 from __future__ import annotations
@@ -44,17 +46,25 @@ def configure(flags: list[str]) -> RunConfig:
         return checked_config(parse_args(flags, "fedpfn run"))
 
 
-def trust_code(spec: Spec, verb: str, trusted: bool) -> None:
-    """Name the code the study file names that this verb may import, or refuse in one line saying
-    which flag lets it (only `run`, and only where the user typed TRUST_FLAG)."""
+TRUSTING = ("run", "page")  # the verbs that import a study file's own code where the user typed TRUST_FLAG
+
+
+def trust_code(spec: Spec, verb: str, trusted: bool, stored: bool = False) -> None:
+    """Name the code the study file names that this verb may import (its cells' unless `stored`,
+    and a page's readings), or refuse in one line saying which flag lets it (only the TRUSTING
+    verbs, and only where the user typed TRUST_FLAG)."""
     from fedpfn.study.cells import named_code
 
-    if verb == "run":
-        refusal = f"give {TRUST_FLAG} (fedpfn study run {spec.path} {TRUST_FLAG}) if you trust the file's code"
+    found = {} if stored else named_code(spec)
+    if verb == "page" and spec.page is not None and spec.page.readings is not None:
+        found.setdefault(spec.page.readings, f"study: {spec.path}: page.readings")
+    if verb in TRUSTING:
+        again = " --stored" * stored
+        refusal = f"give {TRUST_FLAG} (fedpfn study {verb}{again} {spec.path} {TRUST_FLAG}) if you trust the file's code"
     else:
         refusal = (f"fedpfn study {verb} never imports a study file's own code; only fedpfn study run {spec.path} "
                    f"{TRUST_FLAG} runs it")  # fmt: skip
-    name_file_code(named_code(spec), trusted and verb == "run", refusal)
+    name_file_code(found, trusted and verb in TRUSTING, refusal)
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -71,10 +81,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
             one.add_argument("--arm", action="append", default=[], metavar="ARM", help="only this arm's cells "
                              "(repeatable; default every arm): runs over other arms may go on beside it")  # fmt: skip
             one.add_argument("--cell", help=argparse.SUPPRESS)  # one cell by its folder: what --jobs starts
-            one.add_argument(TRUST_FLAG, action="store_true", help="import the code (a rule, server, model or "
-                             "dataset by dotted path) that the study file names; without it such a study is refused")  # fmt: skip
         if name == "page":
             one.add_argument("--stored", action="store_true", help="from the stored results JSON alone, not the runs")
+        if name in TRUSTING:
+            one.add_argument(TRUST_FLAG, action="store_true", help="import the code (a rule, server, model or "
+                             "dataset by dotted path, a page's readings) that the study file names; without it such "
+                             "a study is refused")  # fmt: skip
     return parser
 
 
@@ -86,8 +98,7 @@ def main(argv: list[str] | None = None, prog: str = "fedpfn study") -> int:
         spec = load(args.file)  # a file that is no study is refused before what a run needs is imported
         from fedpfn.study import runner
 
-        if not getattr(args, "stored", False):  # a page from its stored results alone configures no cell
-            trust_code(spec, args.verb, getattr(args, "trust_code", False))
+        trust_code(spec, args.verb, getattr(args, "trust_code", False), getattr(args, "stored", False))
         if args.verb == "status":
             print("\n".join(runner.status(spec, configure)))
             return 0

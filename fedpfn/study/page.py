@@ -11,11 +11,10 @@ or the markdown file `template` names) with each marker line replaced by a table
     <!-- study: arms-figure END --> each arm's endpoint END drawn, seed by seed, at each axes point
     <!-- study: commands -->        the commands that ran it and wrote the page
 
-A study with `page.reading` has sections of its own (fedpfn.study.drift: `<!-- study: drift -->`;
-fedpfn.study.pilot: `<!-- study: pilot -->`, from its runs and its part's controls), or writes
-the whole page itself (the alignment gate's, fedpfn.study.gate_page, reading its finished cells
-while others are still to run; the fusion page's, fedpfn.study.fusion_page, which the soup and
-the ColD study each write whole from both their stored results).
+A study whose `page.readings` names readings of its own (fedpfn.study.readings: a module beside
+the study file, imported only under `--trust-code`) keeps its own stored results and has sections
+of its own (`<!-- study: KIND -->`), or writes the whole page itself (docs/guide/studies.md
+shows one).
 The statistics are fedpfn.analysis.stats's; the verdicts fedpfn.analysis.render's.
 """
 
@@ -23,7 +22,6 @@ from __future__ import annotations
 
 import shlex
 import statistics
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,27 +30,13 @@ from fedpfn.analysis.paired_text import changed_section, p_number, p_text, verdi
 from fedpfn.analysis.stats import Paired, adjust, mean_std, paired
 from fedpfn.core.files import CONFIG, METRICS, PROVENANCE, atomic_write_bytes, json_text, read_json, read_jsonl
 from fedpfn.core.provenance import machines_sentence
-from fedpfn.study import alignment_federated, drift, earlier, fusion_page, gate_page, limits, pilot
+from fedpfn.study import limits
 from fedpfn.study.cells import Configure, choices
 from fedpfn.study.figures import arms_figure, families_figure
 from fedpfn.study.places import file_out_problem
+from fedpfn.study.readings import Readings, readings_of
 from fedpfn.study.runner import Planned, plan, refused
 from fedpfn.study.spec import MARK, Endpoint, Spec, template_text
-
-READINGS: dict[str, tuple[Callable[[Spec], None], dict[str, Callable[[Spec], list[str]]]]] = {
-    "drift": (drift.write_stored, {"drift": drift.section}),  # what it stores; its sections by marker
-    "alignment_federated": (alignment_federated.write_stored, {"alignment_federated": alignment_federated.section}),
-    "earlier": (earlier.write_stored, {"earlier": earlier.section}),
-    "gate": (gate_page.write_stored, {}),
-    "pilot": (pilot.write_stored, {"pilot": pilot.section}),  # docs/alignment_pilot.md: runs and their controls
-    "soup": (fusion_page.write_soup, {}),  # docs/fusion.md: the soup study's cells joined
-    "cold": (fusion_page.write_cold, {}),  # docs/fusion.md: the ColD study's runs evaluated
-}
-WHOLE: dict[str, Callable[[Spec], str]] = {  # readings that write the whole page
-    "gate": gate_page.page_text, "soup": fusion_page.page_text, "cold": fusion_page.page_text,
-}
-PARTIAL = ("gate", "pilot")  # readings that read the finished cells while others are still to run
-
 
 def endpoint_value(spec: Spec, folder: Path, name: str) -> float | None:
     """The endpoint in a finished run: the mean (or median) of its metric over the last rows that
@@ -194,10 +178,10 @@ def machines_lines(provenances: list[Any]) -> list[str]:
     return ["", inline(said)] if said else []
 
 
-def section(spec: Spec, stored: dict[str, Any] | None, marker: str) -> list[str]:
-    """The lines a marker stands for; an unknown marker is refused."""
+def section(spec: Spec, stored: dict[str, Any] | None, marker: str, readings: Readings | None = None) -> list[str]:
+    """The lines a marker stands for (a study's own readings' sections first); an unknown marker is refused."""
     kind, _, name = marker.partition(" ")
-    reading = READINGS.get(spec.page.reading or "", (None, {}))[1] if spec.page else {}
+    reading = readings.sections if readings is not None else {}
     if kind in reading:
         return reading[kind](spec)
     if stored is None:
@@ -217,22 +201,22 @@ def section(spec: Spec, stored: dict[str, Any] | None, marker: str) -> list[str]
     raise spec.refuse(f"unknown marker '{MARK}{marker} -->' in the page's template (known: {', '.join(known)})")
 
 
-def render(spec: Spec, stored: dict[str, Any] | None) -> str:
+def render(spec: Spec, stored: dict[str, Any] | None, readings: Readings | None = None) -> str:
     """The page, closed by the list of its verdicts that the decision rule of 2026-12-07 changed."""
     with verdicts_printed() as seen:
-        text = body(spec, stored)
+        text = body(spec, stored, readings)
     return text + changed_section(seen, str(spec.page.out) if spec.page else "")
 
 
-def body(spec: Spec, stored: dict[str, Any] | None) -> str:
-    """The template with each marker line replaced by its section (or the reading's whole page)."""
-    if spec.page is not None and spec.page.reading in WHOLE:
-        return WHOLE[spec.page.reading](spec)
+def body(spec: Spec, stored: dict[str, Any] | None, readings: Readings | None = None) -> str:
+    """The template with each marker line replaced by its section (or the readings' whole page)."""
+    if readings is not None and readings.whole is not None:
+        return readings.whole(spec)
     out = []
     for line in template_text(spec).splitlines(keepends=True):
         text = line.strip()
         if text.startswith(MARK) and text.endswith("-->"):
-            out += [f"{row}\n" for row in section(spec, stored, text.removeprefix(MARK).removesuffix("-->").strip())]
+            out += [f"{row}\n" for row in section(spec, stored, text.removeprefix(MARK).removesuffix("-->").strip(), readings)]
         else:
             out.append(line)
     return "".join(out)
@@ -242,31 +226,18 @@ def write(spec: Spec, configure: Configure, from_stored: bool = False) -> Path:
     """The page (and, from the cells, the stored results first); nothing written on a refusal."""
     if spec.page is None:
         raise spec.refuse("has no [page]; declare page.out, page.stored and page.template or page.text")
-    keeps, _ = READINGS.get(spec.page.reading or "", (None, {}))
-    if spec.page.reading is not None and keeps is None:
-        raise spec.refuse(f"page.reading '{spec.page.reading}' is not known (known: {', '.join(READINGS)})")
-    if keeps is None and spec.command != "run":
+    readings = readings_of(spec)
+    if readings is None and spec.command != "run":
         raise spec.refuse(f"the page's tables read `fedpfn run` folders; a study of command = {spec.command!r} "
-                          f"needs a page.reading (known: {', '.join(READINGS)})")  # fmt: skip
+                          "needs readings of its own (page.readings, fedpfn.study.readings)")  # fmt: skip
     for path, key in ((spec.page.out, "page.out"), (spec.page.stored, "page.stored")):  # before anything is read
         if (problem := file_out_problem(path, key, "a study's page")) is not None:
             raise spec.refuse(problem)
     if not from_stored:
-        if spec.page.reading in PARTIAL:
-            for study in spec.every():  # a part's cells too (the pilot's controls)
-                if (problem := refused(plan(study, configure))) is not None:
-                    raise problem
-            keeps(spec)  # type: ignore[misc]
-        elif keeps is not None:
-            plan_done(spec, configure)
-            keeps(spec)
-        else:
-            data = collect(spec, configure)
-            spec.page.stored.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(spec.page.stored, (json_text(data, indent=1) + "\n").encode())
-    stored = None if keeps is not None else stored_results(spec)
+        keep(spec, configure, readings)
+    stored = None if readings is not None else stored_results(spec)
     try:
-        text = render(spec, stored)
+        text = render(spec, stored, readings)
     except (KeyError, TypeError, AttributeError, IndexError) as err:  # a reading's own stored file, edited
         if not from_stored:
             raise
@@ -275,6 +246,24 @@ def write(spec: Spec, configure: Configure, from_stored: bool = False) -> Path:
     spec.page.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(spec.page.out, text.encode())
     return spec.page.out
+
+
+def keep(spec: Spec, configure: Configure, readings: Readings | None) -> None:
+    """The stored results from the finished cells: the readings' own (those that read a part's cells
+    while others are still to run: once no cell is refused), or the generic tables'."""
+    assert spec.page is not None
+    if readings is not None and readings.partial:
+        for study in spec.every():  # a part's cells too
+            if (problem := refused(plan(study, configure))) is not None:
+                raise problem
+        readings.keep(spec)
+    elif readings is not None:
+        plan_done(spec, configure)
+        readings.keep(spec)
+    else:
+        data = collect(spec, configure)
+        spec.page.stored.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(spec.page.stored, (json_text(data, indent=1) + "\n").encode())
 
 
 def stored_results(spec: Spec) -> dict[str, Any]:

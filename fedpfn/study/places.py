@@ -1,6 +1,7 @@
 """Where a study's files may lie: inside the folder `fedpfn study` runs in, reached without a link.
 
-A study file names its runs folder, its page, its stored results and its template. Each is a
+A study file names its runs folder, its page, its stored results and its template, and may name
+its page's own readings: a dotted path found from that folder (`code_problem`). Each path is a
 relative path without '..' (`place_problem`, as the file is read), so it lies in the folder the
 command runs in (the project's own studies: runs/, docs/, studies/); a page and its template end
 in `.md` and stored results in `.json`, so a study file cannot have its page overwrite code. Before anything is read or written
@@ -35,6 +36,15 @@ def place_problem(value: str, key: str, suffix: str = "") -> str | None:
     if suffix and path.suffix != suffix:
         return f"{key} = {value!r} is not a {suffix} file; give a path ending in {suffix}"
     return None
+
+
+def code_problem(value: str | None, key: str) -> str | None:
+    """Why `value`, the study's own code (its page's readings), is no dotted path found from the
+    folder fedpfn study runs in (`package.module:NAME`, as a user's rule is named), or None."""
+    module, colon, name = (value or "").partition(":")
+    if value is None or colon and name.isidentifier() and all(part.isidentifier() for part in module.split(".")):
+        return None
+    return f"{key} = {value!r} is not a dotted path; give package.module:NAME, a module of the study's own"
 
 
 def linked(path: Path, key: str) -> str | None:

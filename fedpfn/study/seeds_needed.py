@@ -3,7 +3,7 @@ comparison's or study's spread (the arithmetic is fedpfn.analysis.plan's).
 
     fedpfn seeds-needed runs/cmp --difference 1           # an earlier `fedpfn compare` (comparison.json)
     fedpfn seeds-needed runs/cmp/report.json --difference 1 --metric final
-    fedpfn seeds-needed studies/attacks.toml --difference 5   # a study's declared families, from its stored results
+    fedpfn seeds-needed studies/attacks/attacks.toml --difference 5   # a study's declared families, from its stored results
 """
 
 from __future__ import annotations

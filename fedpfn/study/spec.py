@@ -2,19 +2,18 @@
 
 Every key is checked here, before any run starts: an unknown key, a value of the wrong kind, a
 family naming an endpoint or arm that is not declared is one line (StudyError, a ConfigError).
-Flags are kept as users type them (`fedpfn run`'s); whether `fedpfn run` accepts them is
-checked by fedpfn.study.cells, which builds every cell's config. Paths are relative to the
-folder `fedpfn study` runs in, as every `--out` is.
+Flags are kept as users type them (`fedpfn run`'s); whether `fedpfn run` accepts them is checked
+by fedpfn.study.cells, which builds every cell's config. Paths (and a page's own readings, by
+dotted path) are found from the folder `fedpfn study` runs in, as every `--out` is.
 
-An axis is a flag and its values (`lr = ["0.1", "0.03"]`: `--lr 0.1`), or named sets of flags
-where one point sets several (`[axes.regime]` with `r24 = "--num-clients 100 --local-epochs 3"`;
-the cell pattern's `{regime}` is the name). A study whose cells are of two kinds declares the
-second as a part (`[parts.NAME]`): a small study of its own (its command, shared flags, arms,
-axes and cell pattern; the study's runs folder and seeds unless it gives its own) whose cells
-`status` and `run` take with the study's, and whose results the study's page reading may read
-(the alignment pilot: federated runs, and one lmc control a block). A command in JOINT runs
-several seeds in one cell: a cell pattern without `{seed}` gives one cell per arm and axes
-point that runs all the arm's seeds (`--seeds 0,1,2`); every other command runs a seed a cell.
+An axis is a flag and its values (`lr = ["0.1", "0.03"]`: `--lr 0.1`), or named sets of flags where
+one point sets several (`[axes.regime]` with `r24 = "--num-clients 100 --local-epochs 3"`; the cell
+pattern's `{regime}` is the name). A study whose cells are of two kinds declares the second as a
+part (`[parts.NAME]`): a small study of its own (command, shared flags, arms, axes, cell pattern;
+the study's runs folder and seeds unless it gives its own) whose cells `status` and `run` take with
+the study's, and its page's own readings may read (federated runs, and one lmc control a block). A
+command in JOINT runs several seeds in one cell: a pattern without `{seed}` gives one cell per arm
+and axes point that runs all the arm's seeds (`--seeds 0,1,2`); other commands run a seed a cell.
 """
 
 from __future__ import annotations
@@ -29,18 +28,18 @@ from fedpfn.core.files import DamagedFile, parse_json
 from fedpfn.core.seeding import MAX_SEED
 from fedpfn.core.settings import ConfigError, _preset_text
 from fedpfn.study.limits import FORMAT_SPEC, MAX_DEPTH, MAX_SEEDS, shown, size_problem, too_deep
-from fedpfn.study.places import MAX_STORED_BYTES, MAX_TEMPLATE_BYTES, place_problem, read_place
+from fedpfn.study.places import MAX_STORED_BYTES, MAX_TEMPLATE_BYTES, code_problem, place_problem, read_place
 
 TOP = ("title", "runs", "cell", "seeds", "shared", "baseline", "arms", "labels", "axes", "endpoints", "families",
        "tune", "page", "command", "arm_seeds", "not_run", "parts")  # fmt: skip
 PART_KEYS = ("command", "runs", "cell", "seeds", "shared", "arms", "labels", "axes", "arm_seeds", "not_run")
-COMMANDS = ("run", "lmc", "soup")  # what a cell runs: `fedpfn run`, `python -m fedpfn.experiments.lmc` or `.soup` (fedpfn.study.commands)
+COMMANDS = ("run", "lmc", "soup")  # what a cell runs: `fedpfn run`, `python -m fedpfn.analysis.lmc` or `.soup` (fedpfn.study.commands)
 JOINT = ("lmc",)  # commands whose one cell may run several seeds (a cell pattern without {seed})
 ENDPOINT_KEYS = ("metric", "last", "statistic", "scale", "unit", "format", "absent")
 STATISTICS = ("mean", "median")  # of an endpoint's window of rows
 FAMILY_KEYS = ("endpoint", "arms", "baseline", "heading", "margin")
 TUNE_KEYS = ("flag", "values", "seed", "flags", "metric", "last", "floor", "cell")
-PAGE_KEYS = ("out", "stored", "template", "text", "reading", "evaluate")
+PAGE_KEYS = ("out", "stored", "template", "text", "readings", "evaluate")
 METRICS = ("test_accuracy", "test_loss", "val_accuracy", "val_loss", "train_loss")
 METRIC_PREFIXES = ("align_", "fed_eval_", "dp_")  # the alignment, clients' own evaluation and privacy keys
 STUDY_OWNS = ("--seed", "--seeds", "--out", "--resume", "--overwrite", "--compare", "--algorithms")
@@ -94,13 +93,13 @@ class Tune:
 
 @dataclass(frozen=True)
 class Page:
-    """[page]: out (the page written), stored (its results as JSON), template or text, reading, evaluate."""
+    """[page]: out (the page written), stored (its results as JSON), template or text, readings, evaluate."""
     out: Path
     stored: Path
     template: Path | None
     text: str | None
-    reading: str | None
-    evaluate: tuple[str, ...] = ()  # the reading's evaluation of the finished cells, as its flags (ColD's: `fedpfn cold`'s)
+    readings: str | None  # the study's own readings (fedpfn.study.readings), as `package.module:NAME`
+    evaluate: tuple[str, ...] = ()  # the readings' evaluation of the finished cells, as its flags (ColD's: `fedpfn cold`'s)
 
 
 @dataclass(frozen=True)
@@ -294,12 +293,13 @@ def _page(value: Any, path: Path) -> Page:
     text = lambda key: _of(table.get(key), str, f"page.{key}", path, "a string") if key in table else None  # noqa: E731
     if ("template" in table) == ("text" in table):
         raise StudyError(f"study: {path}: page needs one of template (a markdown file) or text (the page itself)")
-    for key in ("out", "stored"):
-        if key not in table:
-            raise StudyError(f"study: {path}: page.{key} is missing (where the {key} file is written)")
+    if (key := next((k for k in ("out", "stored") if k not in table), None)) is not None:
+        raise StudyError(f"study: {path}: page.{key} is missing (where the {key} file is written)")
     template = _place(table["template"], "page.template", path, ".md") if "template" in table else None
+    if (problem := code_problem(text("readings"), "page.readings")) is not None:
+        raise StudyError(f"study: {path}: {problem}")
     return Page(_place(table["out"], "page.out", path, ".md"), _place(table["stored"], "page.stored", path, ".json"), template,
-                text("text"), text("reading"), flags_of(table.get("evaluate", []), "page.evaluate", path))  # fmt: skip
+                text("text"), text("readings"), flags_of(table.get("evaluate", []), "page.evaluate", path))  # fmt: skip
 
 
 def _axes(value: Any, path: Path) -> tuple[dict[str, tuple[str, ...]], dict[str, dict[str, tuple[str, ...]]]]:
