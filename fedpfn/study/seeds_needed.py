@@ -23,7 +23,7 @@ from fedpfn.study.spec import load
 def from_study(path: Path) -> list[tuple[list[Paired], float, str]]:
     """A study's declared families from its stored results (the generic page's; a reading's own file is not read)."""
     spec = load(path)
-    if spec.page is None or spec.page.reading is not None or not spec.page.stored.is_file():
+    if spec.page is None or spec.page.readings is not None or not spec.page.stored.is_file():
         raise ConfigError(f"{path}: only a study with stored results in its page's own format can be planned from")
     stored = read_json(spec.page.stored)
     found = []

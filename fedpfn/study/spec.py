@@ -33,7 +33,7 @@ from fedpfn.study.places import MAX_STORED_BYTES, MAX_TEMPLATE_BYTES, code_probl
 TOP = ("title", "runs", "cell", "seeds", "shared", "baseline", "arms", "labels", "axes", "endpoints", "families",
        "tune", "page", "command", "arm_seeds", "not_run", "parts")  # fmt: skip
 PART_KEYS = ("command", "runs", "cell", "seeds", "shared", "arms", "labels", "axes", "arm_seeds", "not_run")
-COMMANDS = ("run", "lmc", "soup")  # what a cell runs: `fedpfn run`, `python -m fedpfn.analysis.lmc` or `.soup` (fedpfn.study.commands)
+COMMANDS = ("run", "lmc", "soup")  # what a cell runs: `fedpfn run`, `python -m fedpfn.experiments.lmc` or `.soup` (fedpfn.study.commands)
 JOINT = ("lmc",)  # commands whose one cell may run several seeds (a cell pattern without {seed})
 ENDPOINT_KEYS = ("metric", "last", "statistic", "scale", "unit", "format", "absent")
 STATISTICS = ("mean", "median")  # of an endpoint's window of rows

@@ -19,7 +19,7 @@ from typing import Any
 
 from fedpfn.analysis.decompose import PARTS, Split, split
 from fedpfn.analysis.inference import adjust_together
-from fedpfn.analysis.lmc_render import DIVERGED
+from fedpfn.experiments.lmc_render import DIVERGED
 from fedpfn.analysis.paired_text import no_test, p_number, p_text, verdict
 from fedpfn.analysis.plots import PairedSeries
 from fedpfn.analysis.render import series_of
@@ -57,7 +57,7 @@ def series(regime: Cells, arm: str, key: str, matcher: str = "full") -> dict[int
 
 
 def diverged(regime: Cells, arm: str) -> list[int]:
-    """The seeds whose `arm` diverged (`python -m fedpfn.analysis.lmc` records which model, at which lr)."""
+    """The seeds whose `arm` diverged (`python -m fedpfn.experiments.lmc` records which model, at which lr)."""
     return sorted(int(seed) for seed, arms in regime["seeds"].items() if DIVERGED in arms.get(arm, {}))
 
 

@@ -3,7 +3,7 @@
     fedpfn study page studies/alignment_gate/alignment_gate.toml --trust-code            # the finished cells, merged with the kept ones
     fedpfn study page --stored studies/alignment_gate/alignment_gate.toml --trust-code   # from docs/alignment/cells.json alone
 
-The cells (`python -m fedpfn.analysis.lmc`, one regime and seed each: the study's arms are the
+The cells (`python -m fedpfn.experiments.lmc`, one regime and seed each: the study's arms are the
 regimes) are kept, per seed and arm, as their figures in the study's stored file, so the page can
 be written again without the runs. A regime's cells all come from one sweep: the runs found here
 replace the kept ones of their regime once they cover as many seeds, never a mix of the two; the
@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from fedpfn.analysis.lmc_render import DIVERGED
+from fedpfn.experiments.lmc_render import DIVERGED
 from fedpfn.analysis.markup import code
 from fedpfn.core.files import atomic_write_bytes, read_json
 from fedpfn.core.provenance import KEY, machines_sentence

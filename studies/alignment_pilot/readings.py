@@ -3,7 +3,7 @@ read from the runs, the rule applied, the results written below the template's m
 
 The grid is the study's: its axes `lr` and `regime` (named flag sets: the clients and the local
 epochs), its arms `plain` and `anchored`, its seeds; its part `controls` holds each block's
-diff-init control (`python -m fedpfn.analysis.lmc`, the block's seeds in one lmc.json). `write_stored`
+diff-init control (`python -m fedpfn.experiments.lmc`, the block's seeds in one lmc.json). `write_stored`
 reads the runs into one JSON-able dict, kept as the page's stored file (docs/alignment/pilot.json);
 `section` renders the results and the rule's figure (docs/alignment/pilot-P.png) from that file
 alone, so `page --stored` writes the same bytes. The rule is docs/alignment_pilot.md's: a

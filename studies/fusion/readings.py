@@ -1,7 +1,7 @@
 """docs/fusion.md from the soup study and the ColD fusion study (their `page.readings`, SOUP and
 COLD below): for each, the question, the setting, the arms with the control, the results with
-intervals and the commands, all from the studies' stored results (fedpfn.analysis.soup_report,
-fedpfn.analysis.cold_report).
+intervals and the commands, all from the studies' stored results (fedpfn.experiments.soup_report,
+fedpfn.experiments.cold_report).
 
     fedpfn study page studies/fusion/soup.toml --trust-code           # the soup cells' seeds into docs/fusion/soup.json
     fedpfn study page studies/fusion/cold.toml --trust-code           # the ColD runs evaluated into docs/fusion/cold.json
@@ -21,10 +21,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from fedpfn.analysis import cold, cold_report, soup_report
-from fedpfn.analysis.command import build_parser, read_settings
-from fedpfn.analysis.pretrain import PretrainConfig
-from fedpfn.analysis.soup_run import compare_arms
+from fedpfn.experiments import cold, cold_report, soup_report
+from fedpfn.experiments.command import build_parser, read_settings
+from fedpfn.experiments.pretrain import PretrainConfig
+from fedpfn.experiments.soup_run import compare_arms
 from fedpfn.core.files import atomic_write_bytes, read_json
 from fedpfn.core.settings import ConfigError
 from fedpfn.core.provenance import KEY, machine_of, machines_sentence
@@ -51,7 +51,7 @@ def start_command(result: Mapping[str, Any]) -> str:
     start = Path(result["config"]["start"])
     if not result.get("start_record"):
         return f"# {start}: its pretraining settings were not recorded beside these results"
-    return f"python -m fedpfn.analysis.pretrain {_flags(result['start_record'], asdict(PretrainConfig()))} --out {start.parent}"
+    return f"python -m fedpfn.experiments.pretrain {_flags(result['start_record'], asdict(PretrainConfig()))} --out {start.parent}"
 
 
 def study_commands(kind: str, result: Mapping[str, Any]) -> list[str]:
@@ -138,7 +138,7 @@ def write_soup(spec: Spec) -> None:
 
 
 def write_cold(spec: Spec) -> None:
-    """ColD's evaluation of the study's finished runs (fedpfn.analysis.cold) into its stored result;
+    """ColD's evaluation of the study's finished runs (fedpfn.experiments.cold) into its stored result;
     the evaluation's settings are `page.evaluate` (`fedpfn cold`'s flags)."""
     assert spec.page is not None
     if spec.cell != cold.CELL or set(spec.arms) != set(cold.FUSED):
