@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """The finding and the bottom line of docs/analysis/findings.md, and the finding at the top of
-README.md, computed from the studies' stored results.
+README.md and of the site's home page (docs/index.md), computed from the studies' stored results.
 
     python scripts/findings_page.py    # rewrites the parts between each page's markers
 
@@ -22,6 +22,7 @@ from studies.findings.headline import finding  # noqa: E402
 
 PAGE = ROOT / "docs" / "analysis" / "findings.md"
 README = ROOT / "README.md"
+INDEX = ROOT / "docs" / "index.md"  # the site's home page mirrors the README
 BEGIN = "<!-- bottom line: written by python scripts/findings_page.py from stored results -->"
 END = "<!-- end of the bottom line -->"
 FINDING = ("<!-- the finding: written by python scripts/findings_page.py from stored results -->",
@@ -48,12 +49,13 @@ def written(page: str) -> str:
 
 
 def readme_written(page: str) -> str:
-    """README.md with its finding computed again."""
+    """README.md (or docs/index.md) with its finding computed again."""
     return between(page, FINDING, finding_text())
 
 
 def main() -> int:
-    for path, markers, write in ((PAGE, (*FINDING, BEGIN, END), written), (README, FINDING, readme_written)):
+    for path, markers, write in ((PAGE, (*FINDING, BEGIN, END), written), (README, FINDING, readme_written),
+                                 (INDEX, FINDING, readme_written)):
         page = path.read_text()
         if not all(marker in page for marker in markers):
             print(f"error: {path.relative_to(ROOT)} lacks one of its markers {markers!r}", file=sys.stderr)
