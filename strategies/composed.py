@@ -30,8 +30,8 @@ trained for the batched engine); of the replies here, with any other.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
@@ -41,9 +41,12 @@ from flwr.serverapp.strategy import Strategy
 
 from fedpfn.core.flower_notes import ONE_MERGED_REPLY, flower_note_dropped
 from fedpfn.core.protocol import ARRAYS, METRICS, NUM_EXAMPLES, Arrays, to_array_record, to_numpy
+from fedpfn.core.user_code import call_user
 from strategies.parts import ServerPart
 from strategies.state import load_strategy_state, strategy_state
 from strategies.totals import RoundTotals
+
+T = TypeVar("T")
 
 
 class ComposedStrategy(Strategy):
@@ -55,10 +58,13 @@ class ComposedStrategy(Strategy):
         parts: Sequence[ServerPart],
         param_names: Sequence[str],
         state_attributes: Sequence[str] | None = None,
+        timeout: float | None = None,
     ) -> None:
         """`state_attributes`: the inner strategy's state as its registration declares it
-        (None: a user's class, whose state is found as guarantee 5 says)."""
+        (None: a user's class, whose state is found as guarantee 5 says, and whose hooks are
+        bounded by `timeout`, the round's: `_inner`)."""
         self.inner = inner
+        self.timeout = timeout
         self.parts = list(parts)
         self.param_names = list(param_names)
         self.state_attributes = state_attributes
@@ -76,7 +82,8 @@ class ComposedStrategy(Strategy):
         give_current_model(self.inner, params)
         entries = {k: v for part in self.parts for k, v in part.config_entries(server_round).items()}
         config = ConfigRecord({**config, **entries})
-        messages = list(self.inner.configure_train(server_round, params, config, grid))
+        configure = lambda: list(self.inner.configure_train(server_round, params, config, grid))  # noqa: E731
+        messages = self._inner("configure_train", server_round, configure)
         records = {k: r for part in self.parts for k, r in part.records(server_round, self.sent).items()}
         for message in messages:
             message.content[ARRAYS] = arrays  # the whole model: clients need the buffers too
@@ -112,7 +119,8 @@ class ComposedStrategy(Strategy):
             for key in list(content.array_records):
                 del content[key]
             content[ARRAYS] = ArrayRecord({name: record[name] for name in self.param_names})
-        aggregated, metrics = self.inner.aggregate_train(server_round, replies)
+        aggregate = lambda: self.inner.aggregate_train(server_round, replies)  # noqa: E731
+        aggregated, metrics = self._inner("aggregate_train", server_round, aggregate)
         return self._complete(server_round, aggregated, metrics, totals)
 
     def aggregate_totals(
@@ -128,8 +136,17 @@ class ComposedStrategy(Strategy):
         params = to_array_record(totals.param_mean)
         merged = Message(RecordDict({ARRAYS: params, METRICS: metrics}), reply_to=replies[0])
         with flower_note_dropped(ONE_MERGED_REPLY):  # Flower would count the merged reply: no reply is lost
-            aggregated, metrics = self.inner.aggregate_train(server_round, [merged])
+            aggregate = lambda: self.inner.aggregate_train(server_round, [merged])  # noqa: E731
+            aggregated, metrics = self._inner("aggregate_train", server_round, aggregate)
         return self._complete(server_round, aggregated, metrics, totals)
+
+    def _inner(self, hook: str, server_round: int, call: Callable[[], T]) -> T:
+        """`call()`, the inner strategy's `hook`: a user's class's within the round's timeout, what
+        it raises one line naming it (fedpfn.core.user_code.call_user); Flower's own as they are."""
+        if self.state_attributes is not None:  # registered: Flower's own
+            return call()
+        path = f"{type(self.inner).__module__}:{type(self.inner).__qualname__}"
+        return call_user(f"server: {path}'s {hook} in round {server_round}", self.timeout, call)
 
     def _complete(
         self, server_round: int, aggregated: ArrayRecord | None, metrics: MetricRecord | None, totals: RoundTotals

@@ -34,7 +34,7 @@ from fedpfn.core.kwargs import check_kinds, parse_kwargs
 from fedpfn.core.protocol import ARRAYS, to_array_record, to_numpy
 from fedpfn.core.seeding import Stream, numpy_global
 from fedpfn.core.settings import ConfigError, between, setting
-from fedpfn.core.user_code import USER_FAULTS, NoReturn, import_user_class, user_fault, within
+from fedpfn.core.user_code import USER_FAULTS, call_user, import_user_class, user_fault
 from strategies.composed import ComposedStrategy, conform
 from strategies.privacy import PrivacyBudget
 from strategies.registry import accepted_keywords
@@ -209,13 +209,7 @@ class WrappedStrategy:
     def _call(self, hook: str, server_round: int, call: Callable[[], T]) -> T:
         """`call()`, the wrapper's `hook`, within the round's timeout; what it raises, and a call that
         never returns, one line naming the wrapper (ConfigError, or UserInterrupt)."""
-        what = f"server_wrap: {self.path}'s {hook} in round {server_round}"
-        try:
-            return within(self.timeout, what, call)
-        except NoReturn:
-            raise
-        except USER_FAULTS as err:  # a user's wrapper may raise anything, SystemExit too
-            raise user_fault(err, f"{what} raised {type(err).__name__}: {err}") from None
+        return call_user(f"server_wrap: {self.path}'s {hook} in round {server_round}", self.timeout, call)
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid

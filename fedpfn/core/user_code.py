@@ -85,6 +85,18 @@ def within(seconds: float | None, what: str, function: Callable[..., T], *args: 
     return value
 
 
+def call_user(what: str, seconds: float | None, call: Callable[[], T]) -> T:
+    """`call()`, a user's code called mid-run (`what` names it: its setting, path, hook and round),
+    `within` `seconds`: what it raises, or a call that has not returned by then, one line naming it
+    (ConfigError: exit 2, SystemExit too; UserInterrupt for KeyboardInterrupt: 130)."""
+    try:
+        return within(seconds, what, call)
+    except (ConfigError, UserInterrupt):  # already one line: this bound's, or user code's inside it
+        raise
+    except USER_FAULTS as err:  # a user's code may raise anything, SystemExit too
+        raise user_fault(err, f"{what} raised {type(err).__name__}: {err}") from None
+
+
 def keep_out_of_imports(folder: Path) -> None:
     """Never import code from `folder` (a folder being resumed, whatever files it holds)."""
     _DATA_FOLDERS.add(Path(os.path.realpath(folder)))

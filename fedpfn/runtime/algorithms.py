@@ -373,7 +373,7 @@ def build_strategy(cfg: RunConfig, model: nn.Module) -> ComposedStrategy | Wrapp
     inner = build_inner(cfg)
     registration = registration_of(inner)
     state = registration.state if registration is not None else None
-    return wrapped(cfg, ComposedStrategy(inner, parts, names, state_attributes=state))
+    return wrapped(cfg, ComposedStrategy(inner, parts, names, state, cfg.federation.round_timeout or None))
 
 
 def mean_based(cfg: RunConfig) -> bool:

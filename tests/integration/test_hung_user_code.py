@@ -2,7 +2,8 @@
 bounded by the round's timeout on every engine it runs on, never a traceback, never a process
 that waits forever.
 
-A wrapper runs in the server's process whatever the engine (here the default, the batched
+A wrapper, and a server strategy of the user's (`--server package.module:Class`), run in the
+server's process whatever the engine (here the default, the batched
 engine): what it raises, or a hook that has not returned within `--round-timeout`, stops the run
 with one `error:` line naming it, exit 2, the folder as a stop leaves it (resumable from its last
 checkpoint, no round half-recorded). A mod runs inside the ClientApp (Ray, `flwr run`, a
@@ -25,8 +26,9 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--model", "mlp", "--num-clients", "2", "--clients-per-round", "2", "--rounds", "2", "--partition", "iid"]
 
 PARTS = '''
+import threading
 import time
-from flwr.serverapp.strategy import Strategy
+from flwr.serverapp.strategy import FedAvg, Strategy
 
 
 class Passing(Strategy):
@@ -63,6 +65,23 @@ class Hangs(Passing):
 def hangs(msg, context, call_next):
     while True:
         time.sleep(1)
+
+
+class Refuses(FedAvg):
+    """A user's server strategy that raises in its aggregation."""
+
+    def aggregate_train(self, server_round, replies):
+        raise ValueError("no replies I like")
+
+
+released = threading.Event()  # set by the test, so that the abandoned call ends with it
+
+
+class Waits(FedAvg):
+    """A user's server strategy whose aggregation waits for what never comes."""
+
+    def aggregate_train(self, server_round, replies):
+        released.wait()
 '''
 
 
@@ -87,6 +106,31 @@ def test_a_wrapper_that_raises_mid_run_is_one_line_naming_it(parts: Path, capsys
     assert code == 2 and "Traceback" not in err, err
     assert err.strip().splitlines()[-1] == (
         "error: server_wrap: h58_hung:Raises's aggregate_train in round 1 raised ValueError: shapes do not match"
+    )
+    stopped_before_round_one(out)
+
+
+def test_a_server_strategy_that_raises_mid_run_is_one_line_naming_it(parts: Path, capsys) -> None:
+    out = parts / "run"
+    assert run_sim.main([*TINY, "--server", "h58_hung:Refuses", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        "error: server: h58_hung:Refuses's aggregate_train in round 1 raised ValueError: no replies I like"
+    )
+    stopped_before_round_one(out)
+
+
+def test_a_server_strategy_that_never_returns_stops_the_run_at_the_round_timeout(parts: Path, capsys) -> None:
+    out = parts / "run"
+    try:
+        code = run_sim.main([*TINY, "--server", "h58_hung:Waits", "--round-timeout", "2", "--out", str(out)])
+    finally:
+        sys.modules["h58_hung"].released.set()
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        "error: server: h58_hung:Waits's aggregate_train in round 1 did not return within 2 s (round_timeout)"
     )
     stopped_before_round_one(out)
 
