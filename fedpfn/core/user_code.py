@@ -66,6 +66,8 @@ def within(seconds: float | None, what: str, function: Callable[..., T], *args: 
     call around a mod), bounded by `seconds` (None: unbounded): its result, or what it raised,
     re-raised as is; NoReturn naming `what` where it has not returned in time. It runs in a daemon
     thread so that a call that never returns does not hold the process: it ends with the run."""
+    if seconds is None:
+        return function(*args)
     outcome: list[tuple[bool, Any]] = []
 
     def call() -> None:

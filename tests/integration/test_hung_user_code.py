@@ -1,15 +1,17 @@
-"""A user's server wrapper or client mod that raises or never returns mid-run (issue 58, item 5):
-bounded by the round's timeout on every engine it runs on, never a traceback, never a process
-that waits forever.
+"""A user's server wrapper, server strategy, client mod or client rule that raises or never returns
+mid-run (issue 58, item 5): one line naming it, never a traceback, and, for what runs around a
+round (a wrapper, a server strategy, a mod), never a process that waits forever: the round's
+timeout bounds it on every engine it runs on.
 
 A wrapper, and a server strategy of the user's (`--server package.module:Class`), run in the
-server's process whatever the engine (here the default, the batched
-engine): what it raises, or a hook that has not returned within `--round-timeout`, stops the run
-with one `error:` line naming it, exit 2, the folder as a stop leaves it (resumable from its last
-checkpoint, no round half-recorded). A mod runs inside the ClientApp (Ray, `flwr run`, a
-deployment; the batched engine refuses one): the server closes the round at its deadline as for
-any silent client, and the ClientApp call itself ends at the bound, so Ray's worker is free and
-the simulation ends with its last round instead of waiting for the call."""
+server's process whatever the engine (here the default, the batched engine): what it raises, or
+a hook that has not returned within `--round-timeout`, stops the run with one `error:` line naming
+it, exit 2, the folder as a stop leaves it (resumable from its last checkpoint, no round
+half-recorded). A client rule's error on the batched engine stops the run the same way. A mod
+runs inside the ClientApp (Ray, `flwr run`, a deployment; the batched engine refuses one): the
+server closes the round at its deadline as for any silent client, and the ClientApp call itself
+ends at the bound, so Ray's worker is free and the simulation ends with its last round instead of
+waiting for the call."""
 
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ PARTS = '''
 import threading
 import time
 from flwr.serverapp.strategy import FedAvg, Strategy
+
+from clients.base import ClientRule
 
 
 class Passing(Strategy):
@@ -72,6 +76,15 @@ class Refuses(FedAvg):
 
     def aggregate_train(self, server_round, replies):
         raise ValueError("no replies I like")
+
+
+class Breaks(ClientRule):
+    """A user's client rule whose loss raises, as a bug in it would."""
+
+    name = "breaks"
+
+    def criterion(self, logits, targets, per_client):
+        raise ValueError("my loss is broken")
 
 
 released = threading.Event()  # set by the test, so that the abandoned call ends with it
@@ -131,6 +144,20 @@ def test_a_server_strategy_that_never_returns_stops_the_run_at_the_round_timeout
     assert code == 2 and "Traceback" not in err, err
     assert err.strip().splitlines()[-1] == (
         "error: server: h58_hung:Waits's aggregate_train in round 1 did not return within 2 s (round_timeout)"
+    )
+    stopped_before_round_one(out)
+
+
+@pytest.mark.parametrize("mode", ["processes", "loop"])
+def test_a_client_rule_that_raises_mid_run_is_one_line_naming_it(mode: str, parts: Path, capsys) -> None:
+    """On the batched engine (the default) the rule runs in its worker processes or in this one;
+    a rule's error reached the command as a traceback, exit 1."""
+    out = parts / "run"
+    assert run_sim.main([*TINY, "--algorithm", "h58_hung:Breaks", "--engine-mode", mode, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        "error: round 1: the clients' training, which runs h58_hung:Breaks, raised ValueError: my loss is broken"
     )
     stopped_before_round_one(out)
 

@@ -25,15 +25,20 @@ from flwr.app import Context, RecordDict
 from flwr.app.user_config import UserConfig
 from flwr.clientapp import ClientApp
 
+from clients.attacks import attack_of
+from fedpfn.core import protocol
 from fedpfn.core.config import RunConfig
 from fedpfn.core.groups import ENGINE, Auto, Loop, Processes, Threads, Vmap
 from fedpfn.core.settings import ConfigError
 from fedpfn.core.training import pick_device
+from fedpfn.core.user_code import call_user, code_paths, is_code
 from fedpfn.runtime.engines.actors import RayRunner, start_ray
 from fedpfn.runtime.engines.processes import ProcessRunner, worker_count
 from fedpfn.runtime.engines.runner import CohortRunner, auto_reason, device_of, mode_of
 from fedpfn.runtime.resources import usable_cores
-from fedpfn.runtime.engines.grid import RUN_ID, SERVER_NODE, BatchedGrid, act_as_server
+from fedpfn.runtime.engines.grid import RUN_ID, SERVER_NODE, BatchedGrid, Runner, act_as_server
+from fedpfn.runtime.engines.prepared import ClientJob
+from fedpfn.runtime.engines.result import CohortResult
 from fedpfn.runtime.engines.placement import batched_slots, check_placement
 from fedpfn.runtime.lifecycle import RunPlan
 from fedpfn.runtime.server_app import make_server_app
@@ -116,11 +121,28 @@ def runner_of(cfg: RunConfig) -> CohortRunner | RayRunner | ProcessRunner:
     return CohortRunner(cfg)
 
 
+def naming_user_code(cfg: RunConfig, runner: Runner) -> Runner:
+    """`runner`, where the clients run a user's code (a rule, a model, an attack by dotted path):
+    what a round's training raises is one line naming that code, the round and the error (exit 2;
+    130 for KeyboardInterrupt), not a traceback; which of them raised, a traceback would say (the
+    processes mode's workers send the error alone). Without such code, fedpfn's own errors as they are."""
+    paths = [*code_paths(cfg.algorithm), *(v for v in (cfg.task.model, attack_of(cfg).attack) if is_code(v))]
+    if not paths:
+        return runner
+
+    def run_cohort(content: RecordDict, jobs: list[ClientJob]) -> CohortResult:
+        server_round = content.config_records[protocol.CONFIG][protocol.SERVER_ROUND]
+        what = f"round {server_round}: the clients' training, which runs {', '.join(paths)},"
+        return call_user(what, None, lambda: runner(content, jobs))
+
+    return run_cohort
+
+
 def run(run: RunPlan, tracker: Tracking, app: ClientApp) -> None:
     """The rounds over a BatchedGrid, through the same ServerApp as the Ray engine."""
     act_as_server()
     runner = runner_of(run.cfg)
-    grid = BatchedGrid(run.cfg, runner, app)
+    grid = BatchedGrid(run.cfg, naming_user_code(run.cfg, runner), app)
     context = Context(run_id=RUN_ID, node_id=SERVER_NODE, node_config=UserConfig(), state=RecordDict(), run_config=UserConfig())
     try:
         make_server_app(run, tracker, train_grid=grid)(grid, context)
