@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedpfn.analysis.report import main as report_main
 from fedpfn.core.data import DataError, load_dataset
 from fedpfn.core.files import CHECKPOINT, append_text, atomic_write_bytes
 from fedpfn.core.settings import ConfigError
