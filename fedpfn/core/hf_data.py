@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
+from contextlib import nullcontext
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -62,15 +64,22 @@ def hf_arrays(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
     disable_progress_bars()  # the run's own lines say what happens
 
     source = name[len(PREFIX) :]
-    source = str(Path(source).expanduser()) if Path(source).expanduser().is_dir() else source
-    try:
-        federated = FederatedDataset(dataset=source, partitioners={"train": IidPartitioner(num_partitions=1)}, shuffle=False)
-        train, test = federated.load_split("train"), federated.load_split("test")
-    except Exception as err:  # noqa: BLE001  (datasets raises many kinds: ConnectionError, FileNotFoundError, ValueError)
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise DataError(f"dataset: {name} could not be loaded ({type(err).__name__}: {first})") from None
-    train_x, train_y = _columns(name, train)
-    test_x, test_y = _columns(name, test)
+    folder = Path(source).expanduser().is_dir()
+    source = str(Path(source).expanduser()) if folder else source
+    # a folder is the user's data already: datasets' copy of it goes to a folder of this call's, not
+    # into the user's Hugging Face cache (where it stayed, even for a dataset then refused)
+    with tempfile.TemporaryDirectory(prefix="fedpfn-hf-") if folder else nullcontext() as cache:
+        try:
+            federated = FederatedDataset(
+                dataset=source, partitioners={"train": IidPartitioner(num_partitions=1)}, shuffle=False,
+                **({"cache_dir": cache} if folder else {}),
+            )  # fmt: skip
+            train, test = federated.load_split("train"), federated.load_split("test")
+        except Exception as err:  # noqa: BLE001  (datasets raises many kinds: ConnectionError, FileNotFoundError, ValueError)
+            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            raise DataError(f"dataset: {name} could not be loaded ({type(err).__name__}: {first})") from None
+        train_x, train_y = _columns(name, train)  # read whole before the copy goes
+        test_x, test_y = _columns(name, test)
     mean = train_x.mean(axis=(0, 2, 3), keepdims=True)
     std = train_x.std(axis=(0, 2, 3), keepdims=True) + 1e-8
     return (train_x - mean) / std, train_y, (test_x - mean) / std, test_y
