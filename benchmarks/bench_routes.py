@@ -25,10 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import report
+import report  # noqa: F401  (puts the repository root on sys.path)
 
-sys.path.insert(1, str(report.ROOT / "tests"))
-from flower_link import BIN, Link, simulation_superlink  # noqa: E402
+from fedpfn.core.files import is_finished
+from tests.support.flower_link import BIN, Link, simulation_superlink
 
 QUICKSTART = report.ROOT / "configs" / "quickstart.toml"
 FEDERATION = "num-supernodes=4 client-resources-num-cpus=1"
@@ -49,7 +49,7 @@ def timed(command: list[str], out: Path, env: dict[str, str] | None = None) -> t
             raise SystemExit(f"bench_routes: {command[0]} ran past {RUN_TIMEOUT:.0f} s")
         time.sleep(0.1)
     total = time.monotonic() - start
-    if process.returncode != 0 or not (out / "summary.json").exists():
+    if process.returncode != 0 or not is_finished(out):
         raise SystemExit(f"bench_routes: {' '.join(command[:3])} … failed (exit {process.returncode}, no summary)")
     return first_round, total
 

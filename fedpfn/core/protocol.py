@@ -69,8 +69,8 @@ def to_numpy(record: ArrayRecord) -> Arrays:
 
 def arrays_bytes(content: RecordDict) -> int:
     """Serialized size of every array in a message: what communication accounting counts."""
-    if UPLOAD in content.config_records:
-        return int(content.config_records[UPLOAD][UPLOAD_BYTES])
+    if UPLOAD in content:  # indexed, not through config_records: a view built anew on every call
+        return int(content[UPLOAD][UPLOAD_BYTES])
     return sum(record.count_bytes() for record in content.array_records.values())
 
 

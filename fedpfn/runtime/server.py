@@ -60,7 +60,7 @@ def with_accepted_round(message: Message, accepted_round: int) -> Message:
     the config is copied rather than written into the record the messages share.
     """
     content = message.content
-    config = ConfigRecord(dict(content.config_records[protocol.CONFIG]))
+    config = ConfigRecord(dict(content[protocol.CONFIG]))
     config[protocol.ACCEPTED_ROUND] = accepted_round
     message.content = RecordDict({**content, protocol.CONFIG: config})
     return message
@@ -257,7 +257,7 @@ class ServerLoop:
 
     @staticmethod
     def _client_row(server_round: int, reply: Message) -> dict[str, Any]:
-        metrics = reply.content.metric_records[protocol.METRICS]
+        metrics = reply.content[protocol.METRICS]
         row: dict[str, Any] = {"round": server_round}
         for key, value in metrics.items():
             row[key.replace("-", "_")] = value

@@ -141,12 +141,12 @@ class BatchedGrid(Grid):
         ]
         result = self.runner(messages[0].content, jobs)
         self._param_names = list(result.params)
-        upload = None if arrays else protocol.arrays_bytes(result.reply_content(0))  # all of one shape
+        # all of one shape: one upload record, shared by the replies as a strategy's messages share their content
+        upload = None if arrays else ConfigRecord({protocol.UPLOAD_BYTES: protocol.arrays_bytes(result.reply_content(0))})
         replies = []
         for k, message in enumerate(messages):
             content = result.reply_content(k) if arrays else RecordDict({
-                protocol.METRICS: MetricRecord(result.metrics[k]),
-                protocol.UPLOAD: ConfigRecord({protocol.UPLOAD_BYTES: upload}),
+                protocol.METRICS: MetricRecord(result.metrics[k]), protocol.UPLOAD: upload,
             })  # fmt: skip
             replies.append(Message(content, reply_to=message))
         sent = protocol.to_numpy(messages[0].content[protocol.ARRAYS])
@@ -165,7 +165,7 @@ def stamped(messages: list[Message]) -> list[Message]:
 
 
 def accepted_round(message: Message) -> int | None:
-    named = message.content.config_records[protocol.CONFIG].get(protocol.ACCEPTED_ROUND)
+    named = message.content[protocol.CONFIG].get(protocol.ACCEPTED_ROUND)
     return None if named is None else int(named)
 
 

@@ -90,8 +90,8 @@ class PreparedCohort:
         )
 
     def _decode(self) -> Round:
-        config = self.content.config_records[protocol.CONFIG]
-        received = self.content.array_records[protocol.ARRAYS].to_torch_state_dict()
+        config = self.content[protocol.CONFIG]
+        received = self.content[protocol.ARRAYS].to_torch_state_dict()
         model = model_skeleton(self.cfg, self.device, self.jobs[0].data)
         layers = [kind for cls in self.rule_classes for kind in cls.personal_layers]
         param_names = [name for name, _ in model.named_parameters()]
@@ -110,7 +110,7 @@ class PreparedCohort:
     @property
     def entries(self) -> list[str]:
         """The model's state_dict names, in the order the message carries them."""
-        return list(self.content.array_records[protocol.ARRAYS])
+        return list(self.content[protocol.ARRAYS])
 
     def _client_round(self, job: ClientJob, data: ClientData) -> ClientRound:
         state = ClientState.of(self.cfg, job.partition_id, job.context_state, job.accepted_round, job.state_root)

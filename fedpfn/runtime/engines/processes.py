@@ -9,9 +9,12 @@ parts come back in client order, so a round's numbers are theirs bit for bit.
 The workers are forked once per run from the driver, after it has loaded the dataset, so they
 share its pages (copy-on-write) instead of loading their own. A round's clients are dealt to
 them by size (the largest first, to the least loaded), each worker trains its share in client
-order, and the driver puts the parts back in the round's order. A worker writes its clients'
-saved state into the run folder as the driver would (one machine), and sends back their
-`context.state`. Tensors come back through shared memory (torch.multiprocessing).
+order. A worker writes its clients' saved state into the run folder as the driver would (one
+machine), and sends back their `context.state`. The clients' tensors are written into rows of
+shared memory that every process holds, each at its place in the round (slots.py), so the
+driver reads the round where the workers wrote it; the first round's, and any round the slots
+do not fit, come back through shared memory made for them (torch.multiprocessing) and are put
+in the round's order by the driver.
 
 Workers end with the run: closed by the driver; on EOF of their pipe; and, where the driver is
 killed (kill -9 included), by the kernel's parent-death signal. They ignore SIGINT: Ctrl-C is
@@ -41,6 +44,7 @@ from fedpfn.runtime.algorithms import client_rules
 from fedpfn.runtime.engines.prepared import ClientJob
 from fedpfn.runtime.engines.program import CohortProgram
 from fedpfn.runtime.engines.result import CohortResult
+from fedpfn.runtime.engines.slots import Slots, with_tensors
 from fedpfn.runtime.resources import usable_cores
 
 CLOSE_SECONDS = 5.0  # a worker not gone by then after being told to stop is killed
@@ -74,6 +78,8 @@ class ProcessRunner:
         context = multiprocessing.get_context("fork")
         self.pipes: list[Connection] = []
         self.workers: list[Any] = []
+        self.slots: Slots | None = None  # made after the first round, like its result
+        self.held = [0] * workers  # the slots' generation each worker holds (0: none yet)
         gc.freeze()  # the driver's objects out of the workers' collections: their pages stay shared
         try:
             for _ in range(workers):
@@ -87,19 +93,35 @@ class ProcessRunner:
             gc.unfreeze()
 
     def __call__(self, content: RecordDict, jobs: list[ClientJob]) -> CohortResult:
+        """The round's clients trained by the workers; the result's tensors are views of the
+        slots where the workers could write them there (valid until the next call)."""
         indices = client_indices(self.cfg)
         sizes = [len(indices[job.partition_id]) for job in jobs]
         shares = deal(sizes, len(self.workers))
-        for pipe, share in zip(self.pipes, shares):
-            pipe.send((content, [jobs[k] for k in share]))
+        slots = self.slots if self.slots is not None and self.slots.capacity >= len(jobs) else None
+        for w, (pipe, share) in enumerate(zip(self.pipes, shares)):
+            offered = slots if slots is not None and self.held[w] != slots.generation else None
+            pipe.send((content, [jobs[k] for k in share], share, offered, slots is not None))
+            self.held[w] = slots.generation if slots is not None else self.held[w]
         received = [self._receive(pipe, worker) for pipe, worker, _ in zip(self.pipes, self.workers, shares)]
         if failed := [value for outcome, value in received if outcome == "error"]:
             raise failed[0]  # every part read first, so no reply is left for the next round
         parts = [value for _, value in received]
-        for share, (_, states) in zip(shares, parts):
+        for share, (_, states, _) in zip(shares, parts):
             for k, state in zip(share, states):
                 jobs[k].take_state(state)
-        return CohortResult.merge([part for part, _ in parts], shares)
+        return self._joined([(part, written) for part, _, written in parts], shares, len(jobs))
+
+    def _joined(self, parts: list[tuple[CohortResult, bool]], shares: list[list[int]], count: int) -> CohortResult:
+        """The round in its order: views of the slots where every part was written there; else
+        the parts joined, and slots made like the round for the next ones."""
+        if self.slots is not None and all(written for _, written in parts):
+            return with_tensors(CohortResult.merge([part for part, _ in parts], shares), self.slots.read(count))
+        own = [with_tensors(part, self.slots.gather(share)) if written else part for (part, written), share in zip(parts, shares)]
+        merged = CohortResult.merge(own, shares)
+        generation = self.slots.generation + 1 if self.slots is not None else 1
+        self.slots = Slots.like(merged, max(count, self.cfg.federation.clients_per_round), generation)
+        return merged
 
     def _receive(self, pipe: Connection, worker: Any) -> tuple[str, Any]:
         """("done", (part, context states)) or ("error", the exception it raised); a worker that
@@ -137,6 +159,7 @@ def _serve(cfg: RunConfig, pipe: Connection, driver: int) -> None:
     torch.set_num_threads(1)
     device = torch.device("cpu")
     rules = client_rules(cfg)
+    slots: Slots | None = None
     while True:
         try:
             asked = pipe.recv()
@@ -144,10 +167,15 @@ def _serve(cfg: RunConfig, pipe: Connection, driver: int) -> None:
             return
         if asked is None:
             return
-        content, jobs = asked
+        content, jobs, positions, offered, use_slots = asked
+        slots = offered or slots
         try:
             result = CohortProgram(rules, cfg, content, device, jobs).train(Loop, threads=1)
-            pipe.send(("done", (result, [job.context_state for job in jobs])))
+            written = use_slots and slots is not None and slots.fits(result, positions)
+            if written:
+                slots.write(result, positions)
+                result = with_tensors(result, {"params": {}, "buffers": {}, "records": {}})
+            pipe.send(("done", (result, [job.context_state for job in jobs], written)))
         except Exception as err:  # noqa: BLE001  (the driver raises it, as if it had trained the clients)
             pipe.send(("error", _sendable(err)))
 

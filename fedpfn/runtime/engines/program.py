@@ -72,7 +72,7 @@ def local_round(
     state_root: Path | None = None,
 ) -> RecordDict:
     """One client's round from its train message (the ClientApp): its reply's content."""
-    config = content.config_records[protocol.CONFIG]
+    config = content[protocol.CONFIG]
     named = config.get(protocol.ACCEPTED_ROUND)  # None in a hand-made message: stateful rules refuse it
     job = ClientJob(partition_id, context_state, None if named is None else int(named), data, state_root)
     return CohortProgram(rule_classes, cfg, content, device, [job]).train(Loop).reply_content(0)
