@@ -26,7 +26,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-STUDY = ROOT / "studies" / "alignment_gate_gpu.toml"
+STUDY = ROOT / "studies" / "alignment_gate" / "alignment_gate_gpu.toml"
 DEBIAN = Path("/usr/share/datasets/fashion-mnist")
 DEFAULTS = ("--threads", "1")  # fedpfn.study.result_cells.DEFAULTS: a cell's command line starts with them
 

@@ -2,11 +2,11 @@
 runs, plain against shared anchors (each contributor's head is its own and never anchored).
 
     python -m fedpfn.experiments.pretrain --model cnn --out runs/pretrain-cnn-fmnist
-    fedpfn study run studies/cold.toml     # the nine federated runs, one cell each (reused, resumed)
-    fedpfn study page studies/cold.toml    # this evaluation of them, and docs/fusion.md
+    fedpfn study run studies/fusion/cold.toml     # the nine federated runs, one cell each (reused, resumed)
+    fedpfn study page studies/fusion/cold.toml --trust-code    # this evaluation of them, and docs/fusion.md
     fedpfn cold --runs runs/cold-cnn-fmnist/runs --out runs/cold-cnn-fmnist   # the evaluation alone
 
-The runs are a declared study's cells (studies/cold.toml: contributors are clients, each with its
+The runs are a declared study's cells (studies/fusion/cold.toml: contributors are clients, each with its
 own task, `--partition tasks`, and its own head, `--personal 'classifier.*'`; the body is
 averaged), one folder each under RUNS/ARM/sSEED: plain (fedavg), shared anchors (fedpfn) and
 independent masks at the same ratio (fedpfn with anchor masks per client, the control); the start
@@ -109,7 +109,7 @@ class ColdConfig(BodyScope, MaskDraw):
 
 def run_flags(cfg: ColdConfig, arm: str, seed: int) -> list[str]:
     """`fedpfn run`'s flags for one arm and seed of ColD (configs/cold_fusion.toml's setting, from
-    the start): what studies/cold.toml declares, and what `settings_of_run` reads back."""
+    the start): what studies/fusion/cold.toml declares, and what `settings_of_run` reads back."""
     flags = [
         "--dataset", "fmnist", "--model", cfg.model, "--partition", "tasks", "--personal", "classifier.*",
         "--num-clients", str(cfg.contributors), "--clients-per-round", str(cfg.contributors),
@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m fedpfn.experiment
     parser = build_parser(prog, __doc__, ColdEval, " and ".join(OUTPUT_FILES))
     settings, out, _given, found = read_command_line(parser, ColdEval, OUTPUT_FILES, argv)
     if settings.runs is None:
-        found.append("runs: give the folder of the study's runs (fedpfn study run studies/cold.toml writes them)")
+        found.append("runs: give the folder of the study's runs (fedpfn study run studies/fusion/cold.toml writes them)")
     cfg, more = (None, []) if found else read_settings(Path(settings.runs).expanduser(), settings)
     if found or more or cfg is None:
         return fail(found + more)

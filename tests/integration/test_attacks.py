@@ -174,7 +174,7 @@ def test_fedmedian_holds_where_fedavg_falls_under_sign_flip_at_30_percent(tmp_pa
 
 
 def test_every_arm_of_the_results_page_reaches_its_run(tmp_path, monkeypatch):
-    """studies/attacks.toml's 24 arms (each aggregator at each attacker fraction, under each client
+    """studies/attacks/attacks.toml's 24 arms (each aggregator at each attacker fraction, under each client
     side) are accepted as they are (the robust aggregators' --server-args included), up to where
     training would start: the page's commands run as written."""
     from tests.support.commands import no_engine_starts
@@ -189,7 +189,7 @@ def test_every_arm_of_the_results_page_reaches_its_run(tmp_path, monkeypatch):
         raise Started
 
     no_engine_starts(monkeypatch, engine_run)
-    cells = [c for c in main_cells(load(Path(__file__).resolve().parents[2] / "studies" / "attacks.toml")) if c.seed == 0]
+    cells = [c for c in main_cells(load(Path(__file__).resolve().parents[2] / "studies" / "attacks" / "attacks.toml")) if c.seed == 0]
     for k, cell in enumerate(cells):
         with pytest.raises(Started):
             run_sim.main([*cell.flags, "--seed", "0", "--out", str(tmp_path / f"run{k}")])

@@ -1,7 +1,7 @@
-"""The federated alignment study as a declared study (studies/alignment_federated.toml, its page's
-reading fedpfn.study.alignment_federated): from synthetic finished cells the page is written and
+"""The federated alignment study as a declared study (studies/alignment_federated/alignment_federated.toml, its page's
+reading studies.alignment_federated.readings): from synthetic finished cells the page is written and
 comes out the same from its stored file alone; and the committed docs/alignment_federated.md is
-what `fedpfn study page --stored studies/alignment_federated.toml` writes, byte for byte.
+what `fedpfn study page --stored studies/alignment_federated/alignment_federated.toml --trust-code` writes, byte for byte.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 from fedpfn.cli.main import main as fedpfn
-from fedpfn.cli.study import configure
+from fedpfn.cli.study import configure, trust_code
 from fedpfn.study import page
 from fedpfn.study.cells import config_of, main_cells
 from fedpfn.study.spec import load
@@ -38,7 +38,8 @@ def write_cell(folder: Path, config: dict, arm: str, seed: int) -> None:
 
 
 def test_the_page_from_cells_is_the_page_from_its_stored_file(tmp_path: Path) -> None:
-    declared = load(ROOT / "studies" / "alignment_federated.toml")
+    declared = load(ROOT / "studies" / "alignment_federated" / "alignment_federated.toml")
+    trust_code(declared, "page", True, stored=True)  # its readings are the study's own code: --trust-code
     (tmp_path / "template.md").write_text("# Federated\n\n<!-- study: alignment_federated -->\n")
     (tmp_path / "kept").mkdir()
     shutil.copy(ROOT / "docs" / "alignment" / "cells.json", tmp_path / "kept" / "cells.json")  # the gate's steps
@@ -51,7 +52,7 @@ def test_the_page_from_cells_is_the_page_from_its_stored_file(tmp_path: Path) ->
     text = (tmp_path / "page.md").read_text()
     stored = json.loads((tmp_path / "kept" / "federated.json").read_text())
     assert list(stored["figures"]["median R"]) == list(spec.arms) and stored["steps_per_round"] == 3 * 10  # ceil(614/64) x 3
-    assert text.startswith(f"# Federated\n\n## Results\n\nWritten by `fedpfn study page {spec.path}` from 20 runs under ")
+    assert text.startswith(f"# Federated\n\n## Results\n\nWritten by `fedpfn study page {spec.path} --trust-code` from 20 runs under ")
     assert "| FedPFN − fedavg | +0.050 |" in text and "a client here took 30 steps a round" in text
     (tmp_path / "page.md").unlink()
     shutil.rmtree(tmp_path / "runs")  # where the runs are not: the same page from the stored file
@@ -61,12 +62,12 @@ def test_the_page_from_cells_is_the_page_from_its_stored_file(tmp_path: Path) ->
 
 def test_the_committed_page_is_what_the_declared_study_writes_from_its_stored_results(tmp_path: Path, monkeypatch, capsys) -> None:
     """docs/alignment_federated.md is `fedpfn study page --stored` on docs/alignment/federated.json, byte for byte."""
-    for path in ("studies/alignment_federated.toml", "studies/alignment_federated.md", "docs/alignment/federated.json",
+    for path in ("studies/alignment_federated/alignment_federated.toml", "studies/alignment_federated/alignment_federated.md", "docs/alignment/federated.json",
                  "docs/alignment/cells.json"):  # fmt: skip
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_bytes((ROOT / path).read_bytes())
     monkeypatch.chdir(tmp_path)
-    assert fedpfn(["study", "page", "--stored", "studies/alignment_federated.toml"]) == 0
+    assert fedpfn(["study", "page", "--stored", "studies/alignment_federated/alignment_federated.toml", "--trust-code"]) == 0
     assert capsys.readouterr().out == "wrote docs/alignment_federated.md\n"
     assert (tmp_path / "docs" / "alignment_federated.md").read_bytes() == (ROOT / "docs" / "alignment_federated.md").read_bytes()
 
@@ -74,9 +75,9 @@ def test_the_committed_page_is_what_the_declared_study_writes_from_its_stored_re
 def test_the_figure_draws_every_median_r_comparison_seed_by_seed_as_stored(tmp_path: Path) -> None:
     """The figure's dots are the stored runs' median R differences, seed by seed (the primary family,
     then median R's secondary comparisons), its means and intervals the tables'; they move with the file."""
-    from fedpfn.study import alignment_federated as reading
+    from studies.alignment_federated import readings as reading
 
-    declared = load(ROOT / "studies" / "alignment_federated.toml")
+    declared = load(ROOT / "studies" / "alignment_federated" / "alignment_federated.toml")
     spec = dataclasses.replace(declared, page=dataclasses.replace(declared.page, out=tmp_path / "page.md",
                                                                   stored=tmp_path / "kept" / "federated.json"))  # fmt: skip
     median = {arm: {int(s): v for s, v in seeds.items()}

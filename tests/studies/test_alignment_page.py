@@ -1,5 +1,5 @@
 """docs/alignment.md's readings, computed from planted cells: what (a) and (b) may and may not say;
-the page is what `fedpfn study page --stored studies/alignment_gate.toml` writes, byte for byte, and
+the page is what `fedpfn study page --stored studies/alignment_gate/alignment_gate.toml --trust-code` writes, byte for byte, and
 `fedpfn study page` merges the finished cells with the kept ones."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from pathlib import Path
 
 from fedpfn.cli.main import main as fedpfn
 from fedpfn.cli.study import configure
-from fedpfn.study import gate
-from fedpfn.study import gate_page as page
 from fedpfn.study.cells import config_of, main_cells
 from fedpfn.study.commands import settings_of
 from fedpfn.study.spec import load
+from studies.alignment_gate import gate
+from studies.alignment_gate import readings as page
 
 ROOT = Path(__file__).parents[2]
-GATE = ("studies/alignment_gate.toml", "studies/alignment.md", "docs/alignment/cells.json")  # what the page reads
+GATE = ("studies/alignment_gate/alignment_gate.toml", "studies/alignment_gate/alignment.md", "docs/alignment/cells.json")  # what the page reads
 
 ARMS = ("plain", "shared-0.4", "independent-0.4", "diff-init")
 
@@ -117,7 +117,7 @@ def test_the_committed_page_is_what_its_stored_cells_write(tmp_path: Path, monke
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_bytes((ROOT / path).read_bytes())
     monkeypatch.chdir(tmp_path)
-    assert fedpfn(["study", "page", "--stored", GATE[0]]) == 0
+    assert fedpfn(["study", "page", "--stored", GATE[0], "--trust-code"]) == 0
     assert capsys.readouterr().out == "wrote docs/alignment.md\n"
     assert (tmp_path / "docs/alignment.md").read_bytes() == (ROOT / "docs/alignment.md").read_bytes()
 
@@ -141,7 +141,7 @@ out = "page.md"
 stored = "cells.json"
 text = '''{regimes}
 '''
-reading = "gate"
+readings = "studies.alignment_gate.readings:READINGS"  # the study's own readings (fedpfn.study.readings): fedpfn study page --trust-code
 """
 
 
@@ -151,7 +151,7 @@ def test_the_page_from_the_runs_merges_finished_cells_with_the_kept_ones(tmp_pat
     monkeypatch.chdir(tmp_path)
     (tmp_path / "gate.toml").write_text(SMALL)
     spec = load("gate.toml")
-    assert fedpfn(["study", "page", "gate.toml"]) == 2
+    assert fedpfn(["study", "page", "gate.toml", "--trust-code"]) == 2
     assert "no finished cell under runs/alignment; fedpfn study run gate.toml first" in capsys.readouterr().err
     (tmp_path / "cells.json").write_text(json.dumps({"r": planted(MOVING, seeds=2)}))
     for cell in main_cells(spec):
@@ -161,7 +161,7 @@ def test_the_page_from_the_runs_merges_finished_cells_with_the_kept_ones(tmp_pat
             result = {"config": settings_of(config_of(spec, cell, configure).settings),
                       "settings": {arm: {"seeds": seeds} for arm in ARMS}}  # fmt: skip
             (cell.folder / "lmc.json").write_text(json.dumps(result))
-    assert fedpfn(["study", "page", "gate.toml"]) == 0
+    assert fedpfn(["study", "page", "gate.toml", "--trust-code"]) == 0
     out = capsys.readouterr().out
     assert out == "r: 1 cells run here wait to cover the 2 kept seeds\nwrote page.md\n"
     stored = json.loads((tmp_path / "cells.json").read_text())
@@ -170,7 +170,7 @@ def test_the_page_from_the_runs_merges_finished_cells_with_the_kept_ones(tmp_pat
     written = (tmp_path / "page.md").read_text()
     assert written.splitlines()[2:] == ["| r | 2 (0-1) | `--model mlp --lr 0.1` |", "| q | 1 (0-0) | `--model mlp --lr 0.05` |",
                                         "| w | not run: why w waits | `--model mlp --lr 0.01` |"]  # fmt: skip
-    assert fedpfn(["study", "page", "--stored", "gate.toml"]) == 0
+    assert fedpfn(["study", "page", "--stored", "gate.toml", "--trust-code"]) == 0
     assert (tmp_path / "page.md").read_text() == written
 
 

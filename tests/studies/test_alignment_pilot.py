@@ -1,4 +1,4 @@
-"""The alignment pilot as a declared study (studies/alignment_pilot.toml): the rule applied to planted
+"""The alignment pilot as a declared study (studies/alignment_pilot/alignment_pilot.toml): the rule applied to planted
 runs and controls, the page from the runs and again from its stored figures alone, status reading
 the pilot's finished folders as done, and a bad pilot study file refused in one line (exit 2)."""
 
@@ -13,15 +13,16 @@ import pytest
 from fedpfn.cli.main import main as fedpfn
 from fedpfn.cli.study import configure
 from fedpfn.core.data import find_data_problem
-from fedpfn.study import page, pilot
+from fedpfn.study import page
 from fedpfn.study.cells import config_of, main_cells
 from fedpfn.study.commands import settings_of
 from fedpfn.study.spec import Spec, load
+from studies.alignment_pilot import readings as pilot
 
 ROOT = Path(__file__).parents[2]
-STUDY = "studies/alignment_pilot.toml"
+STUDY = "studies/alignment_pilot/alignment_pilot.toml"
 RULE = ("# Pilot\n\nThe rule.\n\n<!-- results: everything below is written by fedpfn study page "
-        "studies/alignment_pilot.toml -->\n\n<!-- study: pilot -->\n")  # fmt: skip
+        "studies/alignment_pilot/alignment_pilot.toml -->\n\n<!-- study: pilot -->\n")  # fmt: skip
 needs_fmnist = pytest.mark.skipif(find_data_problem("fmnist", None, False) is not None,
                                   reason="Fashion-MNIST not installed")  # fmt: skip
 
@@ -30,9 +31,9 @@ needs_fmnist = pytest.mark.skipif(find_data_problem("fmnist", None, False) is no
 def spec(tmp_path: Path, monkeypatch) -> Spec:
     """The pilot's study file in a folder of its own, its template a short rule: runs go to tmp_path."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "studies").mkdir()
+    (tmp_path / STUDY).parent.mkdir(parents=True)
     shutil.copy(ROOT / STUDY, tmp_path / STUDY)
-    (tmp_path / "studies/alignment_pilot.md").write_text(RULE)
+    (tmp_path / "studies/alignment_pilot/alignment_pilot.md").write_text(RULE)
     return load(STUDY)
 
 
@@ -76,7 +77,7 @@ def plant_block(spec: Spec, regime: str, lr: str, p_plain: list[float], control:
 def page_text(spec: Spec) -> str:
     """The page as `fedpfn study page` writes it from the runs (without planning every cell's config)."""
     pilot.write_stored(spec)
-    return page.render(spec, None)
+    return page.render(spec, None, pilot.READINGS)
 
 
 def test_the_cheapest_block_that_misaligns_is_picked_and_stored_gives_the_same_page(spec: Spec, capsys) -> None:
@@ -104,7 +105,7 @@ def test_the_cheapest_block_that_misaligns_is_picked_and_stored_gives_the_same_p
     assert "45 CPU-seconds (0.01 CPU-hours) over 2 cells" in text and "by regime: r375 36." in text  # a control is no run
     assert "took 0.5 s of wall time a measured round" in text and text.startswith(RULE.split("<!-- study")[0] + "## Results")
     shutil.rmtree(spec.runs)  # the runs gone: the stored figures alone
-    assert fedpfn(["study", "page", "--stored", STUDY]) == 0
+    assert fedpfn(["study", "page", "--stored", STUDY, "--trust-code"]) == 0
     assert capsys.readouterr().out == "wrote docs/alignment_pilot.md\n"
     assert Path("docs/alignment_pilot.md").read_text() == text
 
@@ -121,7 +122,7 @@ def test_no_block_qualifies_when_plain_clients_do_not_misalign(spec: Spec) -> No
 def test_a_pilot_cut_short_says_the_rule_has_picked_nothing_yet(spec: Spec) -> None:
     plant_run(run_folder(spec, "r375", "0.1", "plain", 0), 0.05, 0.8)
     assert ("**No block finished**, so the rule has picked nothing yet and the main study waits for it: "
-            "`fedpfn study run studies/alignment_pilot.toml` goes on") in page_text(spec)  # fmt: skip
+            "`fedpfn study run studies/alignment_pilot/alignment_pilot.toml` goes on") in page_text(spec)  # fmt: skip
 
 
 def test_a_trained_round_that_never_misaligns_is_named_with_what_to_try_next(spec: Spec) -> None:
@@ -149,7 +150,7 @@ def test_one_block_failing_in_both_rounds_is_read_as_one_and_more_seeds_are_sugg
 def test_status_reads_a_planted_control_as_done_and_the_page_without_runs_is_refused(spec: Spec, capsys) -> None:
     """A control cell runs the block's seeds together (one lmc.json); with no run begun the page
     is refused in one line and nothing is written."""
-    assert fedpfn(["study", "page", STUDY]) == 2
+    assert fedpfn(["study", "page", STUDY, "--trust-code"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err == (f"error: study: {STUDY}: no run under runs/alignment-pilot has begun: fedpfn study run "
                                  f"{STUDY} first (page --stored writes the page from docs/alignment/pilot.json); "
@@ -215,9 +216,9 @@ def test_the_page_reading_refuses_a_pilot_without_its_controls(spec: Spec, capsy
     Path(STUDY).write_text(text[: text.index("[parts.controls]")] + text[text.index("[page]") :])
     Path("docs/alignment").mkdir(parents=True)
     shutil.copy(ROOT / "docs/alignment/pilot.json", "docs/alignment/pilot.json")
-    assert fedpfn(["study", "page", "--stored", STUDY]) == 2
+    assert fedpfn(["study", "page", "--stored", STUDY, "--trust-code"]) == 2
     err = capsys.readouterr().err
-    assert err == (f"error: study: {STUDY}: page.reading 'pilot' reads one control a block: [parts.controls] with "
+    assert err == (f"error: study: {STUDY}: page.readings: the pilot's readings read one control a block: [parts.controls] with "
                    "command = \"lmc\", one arm, the study's axes and a cell pattern without {seed}\n")  # fmt: skip
     assert not Path("docs/alignment_pilot.md").exists()
 

@@ -1,8 +1,8 @@
-"""The drift study as a declared study (studies/drift.toml, its page's reading fedpfn.study.drift)
+"""The drift study as a declared study (studies/drift/drift.toml, its page's reading studies.drift.readings)
 on synthetic runs with planted effects: the answers it writes under the pre-registration say what
 the numbers support, the page comes out the same from what it stored as from the runs, nothing
 is written while a run is unfinished; and the committed docs/results.md is what
-`fedpfn study page --stored studies/drift.toml` writes, byte for byte.
+`fedpfn study page --stored studies/drift/drift.toml --trust-code` writes, byte for byte.
 
 The cells are written as a run writes them (config.json with the study's own settings,
 metrics.jsonl, summary.json last), so the page is tested without training anything.
@@ -20,10 +20,12 @@ from typing import Any
 import pytest
 
 from fedpfn.cli.main import main as fedpfn
-from fedpfn.cli.study import configure
-from fedpfn.study import drift, drift_text, page
+from fedpfn.cli.study import configure, trust_code
+from fedpfn.study import page
 from fedpfn.study.cells import choices, config_of, main_cells, merged, tuning_cells
 from fedpfn.study.spec import Spec, StudyError, load
+from studies.drift import readings as drift
+from studies.drift import text as drift_text
 
 ROOT = Path(__file__).parents[2]
 ROUNDS = 20
@@ -62,9 +64,10 @@ def main_rows(arm: str, seed: int) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def spec(tmp_path: Path) -> Spec:
-    """studies/drift.toml with its runs and page in tmp_path: every grid run (lr 0.05 scores best,
+    """studies/drift/drift.toml with its runs and page in tmp_path: every grid run (lr 0.05 scores best,
     0.1 collapses) and every main run, each with the study's own settings."""
-    declared = load(ROOT / "studies" / "drift.toml")
+    declared = load(ROOT / "studies" / "drift" / "drift.toml")
+    trust_code(declared, "page", True, stored=True)  # its readings are the study's own code: --trust-code
     (tmp_path / "template.md").write_text(PREREG + "<!-- study: drift -->\n")
     where = dataclasses.replace(declared.page, out=tmp_path / "results.md", template=tmp_path / "template.md",
                                 stored=tmp_path / "figures" / "drift-mlp-page.json")  # fmt: skip
@@ -103,7 +106,7 @@ def test_the_page_answers_the_preregistered_questions_from_the_runs(spec: Spec, 
     assert "### Primary family: accuracy over the last 10 rounds (Holm across the 4)" in text
     assert "### Alignment: mean over the run's measurements (Holm across the 8)" in text
     assert "| α=0.1 | FedPFN | 60.00 | 70.00 | 80.00 | collapsed | 0.05 |" in text
-    assert f"made by `fedpfn study run {spec.path}` and written by `fedpfn study page {spec.path}`" in text
+    assert f"made by `fedpfn study run {spec.path}` and written by `fedpfn study page {spec.path} --trust-code`" in text
     for alpha in spec.axes["alpha"]:
         for name, family in spec.families.items():
             assert (tmp_path / "figures" / f"drift-mlp-a{alpha}-{name}" / "report.json").is_file()
@@ -166,14 +169,14 @@ def test_observations_name_a_figure_that_never_moved_and_arms_that_never_differe
 
 
 def test_the_committed_page_is_what_the_declared_study_writes_from_its_stored_results(tmp_path: Path, monkeypatch, capsys) -> None:
-    """docs/results.md is `fedpfn study page --stored studies/drift.toml`'s output on docs/study/drift-mlp-*,
+    """docs/results.md is `fedpfn study page --stored studies/drift/drift.toml --trust-code`'s output on docs/study/drift-mlp-*,
     byte for byte (never edited by hand), run where the study's files are and its runs are not."""
-    for path in ["studies/drift.toml", "studies/drift.md", "docs/study/drift-mlp-page.json",
+    for path in ["studies/drift/drift.toml", "studies/drift/drift.md", "docs/study/drift-mlp-page.json",
                  *(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "study").glob("drift-mlp-*/*"))]:  # fmt: skip
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_bytes((ROOT / path).read_bytes())
     monkeypatch.chdir(tmp_path)
-    assert fedpfn(["study", "page", "--stored", "studies/drift.toml"]) == 0
+    assert fedpfn(["study", "page", "--stored", "studies/drift/drift.toml", "--trust-code"]) == 0
     assert capsys.readouterr().out == "wrote docs/results.md\n"
     assert (tmp_path / "docs" / "results.md").read_bytes() == (ROOT / "docs" / "results.md").read_bytes()
 
@@ -182,12 +185,12 @@ def test_the_figure_draws_what_is_stored_and_no_seed_that_is_not(tmp_path: Path,
     """The figure's accuracy dots are the reports' stored per-seed differences (the primary family);
     the fusion gap, adopted without them, draws its stored mean and interval alone and says so;
     kept differences are drawn as dots. Written beside the stored file and linked from the page."""
-    for path in ["studies/drift.toml", "docs/study/drift-mlp-page.json",
+    for path in ["studies/drift/drift.toml", "docs/study/drift-mlp-page.json",
                  *(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "study").glob("drift-mlp-*/report.*"))]:  # fmt: skip
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_bytes((ROOT / path).read_bytes())
     monkeypatch.chdir(tmp_path)
-    spec = load("studies/drift.toml")
+    spec = load("studies/drift/drift.toml")
     d, data = drift.design(spec), spec.stored_results()
     reports = {a: {name: drift.stored_report(spec, drift.report_folder(spec, a, name)) for name in d.reports} for a in d.alphas}
     primary = drift_text.primary_family(d, reports)

@@ -1,5 +1,5 @@
-"""The earlier study as a declared study (studies/earlier.toml, its page's reading
-fedpfn.study.earlier) on synthetic runs: from the learning-rate grid, the server grid and the
+"""The earlier study as a declared study (studies/earlier/earlier.toml, its page's reading
+studies.earlier.readings) on synthetic runs: from the learning-rate grid, the server grid and the
 main comparison and one follow-up, the page reports the grid's choices and those comparisons,
 lists the other follow-ups as not yet run, and comes out the same from what it stored as from
 the runs; the follow-up studies declare exactly the folders the page compares. (The committed
@@ -14,11 +14,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from fedpfn.cli.study import configure
-from fedpfn.study import earlier, page
+from fedpfn.cli.study import configure, trust_code
+from fedpfn.study import page
 from fedpfn.study.cells import choices, config_of, main_cells, merged, tuning_cells
-from fedpfn.study.earlier_text import RATIOS, SERVER_GRID, comparisons
 from fedpfn.study.spec import load
+from studies.earlier import readings as earlier
+from studies.earlier.text import RATIOS, SERVER_GRID, comparisons
 
 ROOT = Path(__file__).parents[2]
 ROUNDS = 6
@@ -40,7 +41,8 @@ def main_rows(arm: str, seed: int) -> list[dict[str, Any]]:
 
 
 def test_the_page_from_runs_is_the_page_from_its_stored_file(tmp_path: Path) -> None:
-    declared = load(ROOT / "studies" / "earlier.toml")
+    declared = load(ROOT / "studies" / "earlier" / "earlier.toml")
+    trust_code(declared, "page", True, stored=True)  # its readings are the study's own code: --trust-code
     (tmp_path / "template.md").write_text("# Earlier\n\n<!-- study: earlier -->\n## After\n")
     where = dataclasses.replace(declared.page, out=tmp_path / "page.md", template=tmp_path / "template.md",
                                 stored=tmp_path / "kept" / "earlier-page.json")  # fmt: skip
@@ -54,7 +56,7 @@ def test_the_page_from_runs_is_the_page_from_its_stored_file(tmp_path: Path) -> 
             write_run(spec.runs / "grid" / "a0.1" / f"{server}-slr{rate}" / "fedavg-s0", {}, [{"val_accuracy": 0.5 + 0.1 * k}] * 5)
     for cell in main_cells(spec, choices(spec)):
         write_run(cell.folder, config_of(spec, cell, configure).to_dict(), main_rows(cell.arm, cell.seed))
-    follow_ups = load(ROOT / "studies" / "earlier-follow-ups.toml")
+    follow_ups = load(ROOT / "studies" / "earlier" / "earlier-follow-ups.toml")
     follow_ups = dataclasses.replace(follow_ups, shared=merged(follow_ups.shared, ["--rounds", str(ROUNDS)]))
     for cell in main_cells(follow_ups):  # of the follow-ups, only the anchor schedule has finished
         if "fedpfn-fixed" in str(cell.folder):
@@ -86,7 +88,7 @@ def test_the_page_from_runs_is_the_page_from_its_stored_file(tmp_path: Path) -> 
 def test_the_follow_up_studies_declare_every_folder_the_page_compares() -> None:
     """Each comparison's folders are the main study's arms or the follow-up studies' cell folders, and
     the server grid's are the ones the page scores: no follow-up is run where the page does not read it."""
-    spec = load(ROOT / "studies" / "earlier.toml")
+    spec = load(ROOT / "studies" / "earlier" / "earlier.toml")
     declared = {f"main-a{alpha}/{arm}" for alpha in spec.axes["alpha"] for arm in spec.arms}
     runs = earlier.follow_up_runs(spec)
     ratios = [f"main-a0.1/fedpnu-r{ratio}" for ratio in RATIOS]

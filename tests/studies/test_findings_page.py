@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from fedpfn.analysis.inference import paired
-from fedpfn.study import headline
-from fedpfn.study.findings import bottom_line, pilot, reading
-from fedpfn.study.headline import MOST_WORDS
 from scripts import findings_page
+from studies.findings import headline
+from studies.findings.findings import bottom_line, pilot, reading
+from studies.findings.headline import MOST_WORDS
 
 
 def test_the_committed_bottom_line_is_what_the_stored_results_write() -> None:
@@ -70,7 +70,7 @@ def test_a_plain_setting_measured_again_by_a_regime_of_other_anchors_is_named_as
     did not move as void."""
     import json
 
-    from fedpfn.study.findings import misalignment
+    from studies.findings.findings import misalignment
 
     config = {"model": "cnn", "split": "same-data", "start": "init", "lr": 0.1, "granularity": "weight"}
     def regime(p: list[float], control: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9), **changed: object) -> dict:
@@ -113,7 +113,7 @@ def planted(tmp_path: Path, shift: float, sharing: float) -> Path:
     import shutil
 
     root = findings_page.ROOT
-    for path in ("studies/drift.toml", "studies/alignment_confirm.toml", "studies/alignment_confirm_a01.toml"):
+    for path in ("studies/drift/drift.toml", "studies/alignment_confirm/alignment_confirm.toml", "studies/alignment_confirm/alignment_confirm_a01.toml"):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(root / path, tmp_path / path)
     moved = {"docs/alignment/confirm.json": ("fedpfn", "fedpfn-client"),

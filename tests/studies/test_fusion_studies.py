@@ -1,4 +1,4 @@
-"""The soup and ColD fusion studies (studies/soup.toml, studies/cold.toml): their cells give the
+"""The soup and ColD fusion studies (studies/fusion/soup.toml, studies/fusion/cold.toml): their cells give the
 settings their kept results hold, a bad start or a cell of other settings is refused in one line
 before anything runs, the soup cells' seeds join into the result one command over them writes,
 and `fedpfn cold` evaluates finished runs only (it starts none). Nothing here trains."""
@@ -19,8 +19,8 @@ from fedpfn.experiments import cold
 from fedpfn.experiments.soup_run import compare_arms
 from fedpfn.study.cells import config_of, main_cells
 from fedpfn.study.commands import settings_of
-from fedpfn.study.fusion_page import joined_soups
 from fedpfn.study.spec import load
+from studies.fusion.readings import joined_soups
 
 ROOT = Path(__file__).resolve().parents[2]
 STORED = {kind: json.loads((ROOT / "docs" / "fusion" / f"{kind}.json").read_text()) for kind in ("soup", "cold")}
@@ -29,8 +29,8 @@ STORED = {kind: json.loads((ROOT / "docs" / "fusion" / f"{kind}.json").read_text
 def study_here(tmp_path: Path, monkeypatch, kind: str) -> Path:
     """A folder holding the study file and a start of the study's model where the study names it."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "studies").mkdir()
-    shutil.copy(ROOT / "studies" / f"{kind}.toml", tmp_path / "studies")
+    (tmp_path / "studies" / "fusion").mkdir(parents=True)
+    shutil.copy(ROOT / "studies" / "fusion" / f"{kind}.toml", tmp_path / "studies" / "fusion")
     start = Path(STORED[kind]["config"]["start"])
     start.parent.mkdir(parents=True)
     model = build_model(STORED[kind]["config"]["model"], (1, 28, 28), 10)
@@ -42,7 +42,7 @@ def test_the_cold_studys_runs_are_run_flags_of_its_kept_settings_and_read_back_t
     """Each cell's `fedpfn run` config equals the one cold.run_flags gives for the kept cold.json's
     settings (so runs made before the study are its cells), and settings_of_run reads them back."""
     study_here(tmp_path, monkeypatch, "cold")
-    spec = load("studies/cold.toml")
+    spec = load("studies/fusion/cold.toml")
     kept = STORED["cold"]["config"]
     cfg = cold.ColdConfig(**{**kept, "seeds": tuple(kept["seeds"])})
     cells = main_cells(spec)
@@ -64,16 +64,16 @@ def asdict_of(cfg: cold.ColdConfig) -> dict:
 def test_the_cold_study_refuses_a_bad_start_in_one_line_before_any_run(tmp_path: Path, monkeypatch, capsys) -> None:
     start = study_here(tmp_path, monkeypatch, "cold")
     start.write_bytes(b"no weights here" * 10)
-    assert fedpfn(["study", "run", "studies/cold.toml"]) == 2
+    assert fedpfn(["study", "run", "studies/fusion/cold.toml"]) == 2
     out, err = capsys.readouterr()
     assert len(err.splitlines()) == 1 and out == "", (out, err)
-    assert err.startswith(f"error: study: studies/cold.toml: plain seed 0: init: '{start}' is not a readable safetensors file")
+    assert err.startswith(f"error: study: studies/fusion/cold.toml: plain seed 0: init: '{start}' is not a readable safetensors file")
     assert not Path("runs/cold-cnn-fmnist").exists()
 
 
 def test_the_soup_studys_cells_give_the_kept_settings_seed_by_seed(tmp_path: Path, monkeypatch) -> None:
     study_here(tmp_path, monkeypatch, "soup")
-    spec = load("studies/soup.toml")
+    spec = load("studies/fusion/soup.toml")
     kept = STORED["soup"]["config"]
     for cell in main_cells(spec):
         settings = settings_of(config_of(spec, cell, configure).settings)
@@ -84,19 +84,19 @@ def test_the_soup_studys_cells_give_the_kept_settings_seed_by_seed(tmp_path: Pat
 def test_a_finished_soup_cell_is_reused_and_one_of_other_settings_refused_in_one_line(tmp_path: Path, monkeypatch,
                                                                                      capsys) -> None:  # fmt: skip
     study_here(tmp_path, monkeypatch, "soup")
-    spec = load("studies/soup.toml")
+    spec = load("studies/fusion/soup.toml")
     cells = main_cells(spec)
     for cell in cells:
         wanted = settings_of(config_of(spec, cell, configure).settings)
         cell.folder.mkdir(parents=True)
         (cell.folder / "soup.json").write_text(json.dumps({"config": wanted, "seconds": 60.0}))
-    assert fedpfn(["study", "run", "studies/soup.toml"]) == 0  # every cell reused: nothing trains
+    assert fedpfn(["study", "run", "studies/fusion/soup.toml"]) == 0  # every cell reused: nothing trains
     assert capsys.readouterr().out.count("finished earlier with the same settings, reused") == len(cells)
     changed = {**json.loads((cells[1].folder / "soup.json").read_text()), "seconds": 1.0}
     changed["config"]["lr"] = [0.1]
     (cells[1].folder / "soup.json").write_text(json.dumps(changed))
     before = {c.folder: (c.folder / "soup.json").read_bytes() for c in cells}
-    assert fedpfn(["study", "run", "studies/soup.toml"]) == 2
+    assert fedpfn(["study", "run", "studies/fusion/soup.toml"]) == 2
     err = capsys.readouterr().err
     assert err == (f"error: study: {cells[1].folder / 'soup.json'} holds other settings (lr); move it away to run "
                    "the cell again\n")  # fmt: skip
@@ -179,8 +179,8 @@ mlp = "--model mlp --start start.safetensors --ingredients 2 --epochs 1 --train-
 [page]
 out = "docs/fusion.md"
 stored = "docs/fusion/soup.json"
-template = "studies/fusion.md"
-reading = "soup"
+template = "studies/fusion/fusion.md"
+readings = "studies.fusion.readings:SOUP"  # the study's own readings (fedpfn.study.readings): fedpfn study page --trust-code
 """  # fmt: skip
 
 
@@ -190,23 +190,23 @@ def test_a_tiny_soup_study_runs_its_cells_in_process_and_writes_the_page_twice_a
     """Two seeds of two 100-sample fine-tunes each: run, run again (reused), the page from the cells
     (the seeds joined), and --stored from the kept results alone, byte for byte."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "studies").mkdir()
-    (tmp_path / "studies" / "soup.toml").write_text(TINY_SOUPS)
-    shutil.copy(ROOT / "studies" / "fusion.md", tmp_path / "studies")
+    (tmp_path / "studies" / "fusion").mkdir(parents=True)
+    (tmp_path / "studies" / "fusion" / "soup.toml").write_text(TINY_SOUPS)
+    shutil.copy(ROOT / "studies" / "fusion" / "fusion.md", tmp_path / "studies" / "fusion")
     (tmp_path / "docs" / "fusion").mkdir(parents=True)
     shutil.copy(ROOT / "docs" / "fusion" / "cold.json", tmp_path / "docs" / "fusion")  # the page's other half
     save_file(build_model("mlp", (1, 28, 28), 10).state_dict(), tmp_path / "start.safetensors")
-    assert fedpfn(["study", "run", "studies/soup.toml"]) == 0
+    assert fedpfn(["study", "run", "studies/fusion/soup.toml"]) == 0
     assert all((tmp_path / "runs" / "soup" / f"s{seed}" / "soup.json").is_file() for seed in (0, 1))
     capsys.readouterr()
-    assert fedpfn(["study", "run", "studies/soup.toml"]) == 0
+    assert fedpfn(["study", "run", "studies/fusion/soup.toml"]) == 0
     assert capsys.readouterr().out.count("reused") == 2
-    assert fedpfn(["study", "page", "studies/soup.toml"]) == 0
+    assert fedpfn(["study", "page", "studies/fusion/soup.toml", "--trust-code"]) == 0
     kept = json.loads((tmp_path / "docs" / "fusion" / "soup.json").read_text())
     assert kept["config"]["seeds"] == [0, 1] and [r["seed"] for r in kept["arms"]["shared"]] == [0, 1]
-    assert kept["study"] == "studies/soup.toml" and len(kept["provenances"]) == 2
+    assert kept["study"] == "studies/fusion/soup.toml" and len(kept["provenances"]) == 2
     page = (tmp_path / "docs" / "fusion.md").read_bytes()
-    assert b"fedpfn study run studies/soup.toml" in page and b"2 seeds of K = 2 short fine-tunes of the mlp" in page
+    assert b"fedpfn study run studies/fusion/soup.toml" in page and b"2 seeds of K = 2 short fine-tunes of the mlp" in page
     (tmp_path / "docs" / "fusion.md").unlink()
-    assert fedpfn(["study", "page", "--stored", "studies/soup.toml"]) == 0
+    assert fedpfn(["study", "page", "--stored", "studies/fusion/soup.toml", "--trust-code"]) == 0
     assert (tmp_path / "docs" / "fusion.md").read_bytes() == page

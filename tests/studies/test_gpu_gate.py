@@ -1,5 +1,5 @@
 """scripts/gpu_gate.py, the one command for the gate's GPU regimes: it runs each cell of
-studies/alignment_gate_gpu.toml with the command line the study runner would give it (so the cells it
+studies/alignment_gate/alignment_gate_gpu.toml with the command line the study runner would give it (so the cells it
 brings back read as finished), every cell passes the command's own checks before a GPU is spent on it,
 and without a CUDA device nothing runs."""
 

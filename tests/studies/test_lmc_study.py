@@ -130,4 +130,4 @@ def test_an_lmc_study_without_a_reading_has_no_page_and_an_unknown_command_is_re
     assert capsys.readouterr().err == "error: study: gate.toml: command = 'nosuch' is not accepted (accepted: run, lmc, soup)\n"
     name = study(tmp_path, monkeypatch, TINY + "[page]\nout = 'p.md'\nstored = 'p.json'\ntext = 'x'\n")
     assert fedpfn(["study", "page", "--stored", name]) == 2
-    assert "needs a page.reading" in capsys.readouterr().err and not (tmp_path / "p.md").exists()
+    assert "needs readings of its own (page.readings" in capsys.readouterr().err and not (tmp_path / "p.md").exists()

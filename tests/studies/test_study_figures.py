@@ -11,7 +11,7 @@ from pathlib import Path
 from fedpfn.cli.main import main as fedpfn
 
 ROOT = Path(__file__).parents[2]
-FILES = ("studies/alignment_main.toml", "studies/alignment_main.md", "docs/alignment/main.json")
+FILES = ("studies/alignment_main/alignment_main.toml", "studies/alignment_main/alignment_main.md", "docs/alignment/main.json")
 
 
 def copy(tmp_path: Path) -> None:
@@ -23,7 +23,7 @@ def copy(tmp_path: Path) -> None:
 def test_the_figure_is_drawn_from_the_stored_results_and_linked_from_the_page(tmp_path, monkeypatch, capsys):
     copy(tmp_path)
     monkeypatch.chdir(tmp_path)
-    assert fedpfn(["study", "page", "--stored", "studies/alignment_main.toml"]) == 0
+    assert fedpfn(["study", "page", "--stored", "studies/alignment_main/alignment_main.toml"]) == 0
     page = (tmp_path / "docs/alignment_main.md").read_text()
     links = re.findall(r"!\[[^]]*\]\(([^)]+)\)", page)
     assert links == ["alignment/main-accuracy-sharing-step.png"]
@@ -34,14 +34,14 @@ def test_the_figure_is_drawn_from_the_stored_results_and_linked_from_the_page(tm
 def test_a_figure_over_two_endpoints_or_an_unknown_family_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
     copy(tmp_path)
     monkeypatch.chdir(tmp_path)
-    template = tmp_path / "studies/alignment_main.md"
+    template = tmp_path / "studies/alignment_main/alignment_main.md"
     text = template.read_text()
     for marker, said in (
         ("accuracy retained", "figure accuracy retained: its families read acc, r; one figure draws families of one endpoint"),
         ("accuracy nosuch", "unknown marker '<!-- study: figure accuracy nosuch -->'"),
     ):
         template.write_text(text.replace("<!-- study: figure accuracy sharing step -->", f"<!-- study: figure {marker} -->"))
-        assert fedpfn(["study", "page", "--stored", "studies/alignment_main.toml"]) == 2
+        assert fedpfn(["study", "page", "--stored", "studies/alignment_main/alignment_main.toml"]) == 2
         out, err = capsys.readouterr()
         assert err.count("\n") == 1 and said in err, err
     assert (tmp_path / "docs/alignment_main.md").exists() is False  # nothing written on a refusal
@@ -60,7 +60,7 @@ def test_each_arms_endpoint_is_drawn_at_each_axes_point(tmp_path, monkeypatch, c
 
 
 def test_the_fusion_page_draws_both_parts_alike_whichever_study_writes_it(tmp_path, monkeypatch, capsys):
-    files = ("studies/soup.toml", "studies/cold.toml", "studies/fusion.md", "docs/fusion/soup.json",
+    files = ("studies/fusion/soup.toml", "studies/fusion/cold.toml", "studies/fusion/fusion.md", "docs/fusion/soup.json",
              "docs/fusion/cold.json")  # fmt: skip
     for path in files:
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
@@ -68,7 +68,7 @@ def test_the_fusion_page_draws_both_parts_alike_whichever_study_writes_it(tmp_pa
     monkeypatch.chdir(tmp_path)
     drawn = {}
     for study in ("soup", "cold"):
-        assert fedpfn(["study", "page", "--stored", f"studies/{study}.toml"]) == 0
+        assert fedpfn(["study", "page", "--stored", f"studies/fusion/{study}.toml", "--trust-code"]) == 0
         page = (tmp_path / "docs/fusion.md").read_text()
         drawn[study] = (page, {name: (tmp_path / "docs/fusion" / name).read_bytes() for name in ("soup.png", "cold.png")})
     assert re.findall(r"!\[[^]]*\]\(([^)]+)\)", drawn["soup"][0]) == ["fusion/soup.png", "fusion/cold.png"]

@@ -1,6 +1,6 @@
 """The pages written by declared studies from their stored results alone: each committed page is
 what `fedpfn study page --stored STUDY` writes, byte for byte (studies/privacy.toml,
-studies/attacks.toml, studies/earlier.toml, studies/alignment_pilot.toml, ...), and the study
+studies/attacks/attacks.toml, studies/earlier/earlier.toml, studies/alignment_pilot/alignment_pilot.toml, ...), and the study
 format's keys these pages need (an endpoint's `format` and `absent`, the privacy metrics) are
 checked before any run."""
 
@@ -18,17 +18,17 @@ EARLIER = ("main-a0.1", "main-a0.5", "schedule", "server-fedavgm", "server-fedad
            "anchors-fedadam")  # the earlier study's reports, each kept in docs/study/<section>/  # fmt: skip
 PAGES = {  # study -> (the page it writes, what it reads: its template, its stored results, ...)
     "privacy": ("docs/guide/privacy-results.md", "studies/privacy.md", "docs/study/privacy.json"),
-    "attacks": ("docs/guide/attacks-results.md", "studies/attacks.md", "docs/study/attacks.json"),
-    "alignment_main": ("docs/alignment_main.md", "studies/alignment_main.md", "docs/alignment/main.json"),
-    "alignment_confirm": ("docs/alignment_confirm.md", "studies/alignment_confirm.md", "docs/alignment/confirm.json"),
-    "alignment_confirm_a01": ("docs/alignment_confirm_a01.md", "studies/alignment_confirm_a01.md",
+    "attacks": ("docs/guide/attacks-results.md", "studies/attacks/attacks.md", "docs/study/attacks.json"),
+    "alignment_main": ("docs/alignment_main.md", "studies/alignment_main/alignment_main.md", "docs/alignment/main.json"),
+    "alignment_confirm": ("docs/alignment_confirm.md", "studies/alignment_confirm/alignment_confirm.md", "docs/alignment/confirm.json"),
+    "alignment_confirm_a01": ("docs/alignment_confirm_a01.md", "studies/alignment_confirm/alignment_confirm_a01.md",
                               "docs/alignment/confirm-a01.json"),
-    "alignment_pilot": ("docs/alignment_pilot.md", "studies/alignment_pilot.md", "docs/alignment/pilot.json"),
-    "alignment_pilot_cnn": ("docs/alignment_pilot_cnn.md", "studies/alignment_pilot_cnn.md", "docs/alignment/pilot-cnn.json"),
-    "earlier": ("docs/results_earlier.md", "studies/earlier.md", "docs/study/earlier-page.json",
+    "alignment_pilot": ("docs/alignment_pilot.md", "studies/alignment_pilot/alignment_pilot.md", "docs/alignment/pilot.json"),
+    "alignment_pilot_cnn": ("docs/alignment_pilot_cnn.md", "studies/alignment_pilot/alignment_pilot_cnn.md", "docs/alignment/pilot-cnn.json"),
+    "earlier": ("docs/results_earlier.md", "studies/earlier/earlier.md", "docs/study/earlier-page.json",
                 *(f"docs/study/{name}/report.{kind}" for name in EARLIER for kind in ("json", "md"))),
-    "soup": ("docs/fusion.md", "studies/fusion.md", "docs/fusion/soup.json", "docs/fusion/cold.json"),  # either study
-    "cold": ("docs/fusion.md", "studies/fusion.md", "docs/fusion/soup.json", "docs/fusion/cold.json"),  # writes it all
+    "soup": ("docs/fusion.md", "studies/fusion/fusion.md", "docs/fusion/soup.json", "docs/fusion/cold.json"),  # either study
+    "cold": ("docs/fusion.md", "studies/fusion/fusion.md", "docs/fusion/soup.json", "docs/fusion/cold.json"),  # writes it all
 }
 
 
@@ -37,11 +37,12 @@ def test_the_committed_page_is_what_its_study_writes_from_its_stored_results(nam
                                                                             capsys) -> None:  # fmt: skip
     """A copy holding only the study, its template and its stored files writes the committed page."""
     page, *read = PAGES[name]
-    for path in (f"studies/{name}.toml", *read):
+    study = str(next(ROOT.glob(f"studies/**/{name}.toml")).relative_to(ROOT))  # its folder's, or studies/'s
+    for path in (study, *read):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_bytes((ROOT / path).read_bytes())
     monkeypatch.chdir(tmp_path)
-    assert fedpfn(["study", "page", "--stored", f"studies/{name}.toml"]) == 0
+    assert fedpfn(["study", "page", "--stored", study, "--trust-code"]) == 0
     assert capsys.readouterr().out == f"wrote {page}\n"
     assert (tmp_path / page).read_bytes() == (ROOT / page).read_bytes()
 

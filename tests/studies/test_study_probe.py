@@ -327,10 +327,10 @@ def test_malformed_stored_results_are_one_line_and_no_page(tmp_path: Path, monke
 
 def test_a_readings_stored_results_of_another_shape_are_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
-    page = "[page]\nout = 'p.md'\nstored = 'p.json'\nreading = 'earlier'\ntext = \"<!-- study: earlier -->\\n\"\n"
+    page = "[page]\nout = 'p.md'\nstored = 'p.json'\nreadings = 'studies.earlier.readings:READINGS'\ntext = \"<!-- study: earlier -->\\n\"\n"
     (tmp_path / "s.toml").write_text(f"runs = 'runs/s'\nshared = '{SHARED}'\n{ARMS}{page}")
     (tmp_path / "p.json").write_text('{"what": "else"}')
-    line = refused_in_one_line(capsys, "page", "--stored", "s.toml")
+    line = refused_in_one_line(capsys, "page", "--stored", "s.toml", "--trust-code")
     assert "page.stored: p.json does not hold what the page reads (KeyError" in line, line
     assert not (tmp_path / "p.md").exists()
 
@@ -377,14 +377,14 @@ def test_a_page_escapes_labels_points_units_and_commands(tmp_path: Path, monkeyp
 def test_a_stored_section_naming_a_folder_outside_reads_nothing_there(tmp_path: Path, monkeypatch, capsys) -> None:
     """The earlier study's stored results name the folders of its reports: never '..' or a link."""
     monkeypatch.chdir(tmp_path)
-    page = "[page]\nout = 'p.md'\nstored = 'kept/p.json'\nreading = 'earlier'\ntext = \"<!-- study: earlier -->\\n\"\n"
+    page = "[page]\nout = 'p.md'\nstored = 'kept/p.json'\nreadings = 'studies.earlier.readings:READINGS'\ntext = \"<!-- study: earlier -->\\n\"\n"
     (tmp_path / "s.toml").write_text(f"runs = 'runs/s'\nshared = '{SHARED}'\n{ARMS}{page}")
     (tmp_path / "kept").mkdir()
     for name, says in (("../..", "sections[].name = '../..' lies outside"), ("r", "page.stored: 'kept/r' is a symbolic")):
         (tmp_path / "kept/p.json").write_text('{"sections": [{"name": "%s"}]}' % name)
         (tmp_path / "kept/r").unlink(missing_ok=True)
         (tmp_path / "kept/r").symlink_to("/etc", target_is_directory=True)
-        line = refused_in_one_line(capsys, "page", "--stored", "s.toml")
+        line = refused_in_one_line(capsys, "page", "--stored", "s.toml", "--trust-code")
         assert says in line, line
 
 
@@ -405,10 +405,10 @@ def test_a_family_named_to_climb_out_writes_no_report_outside(victim: Path, monk
     (here / "s.toml").write_text(
         f"runs = 'runs/s'\nshared = '{SHARED}'\n{ARMS}[axes]\nalpha = ['0.1']\n[tune]\nflag = '--lr'\nvalues = ['0.1']\n"
         "[endpoints.acc]\nmetric = 'test_accuracy'\n[families.'x/../../../../y']\nendpoint = 'acc'\n"
-        "[page]\nout = 'p.md'\nstored = 'p-page.json'\nreading = 'drift'\ntext = \"<!-- study: drift -->\\n\"\n"
+        "[page]\nout = 'p.md'\nstored = 'p-page.json'\nreadings = 'studies.drift.readings:READINGS'\ntext = \"<!-- study: drift -->\\n\"\n"
     )  # fmt: skip
     (here / "p-page.json").write_text("{}")
-    line = refused_in_one_line(capsys, "page", "--stored", "s.toml")
+    line = refused_in_one_line(capsys, "page", "--stored", "s.toml", "--trust-code")
     assert "the report of family 'x/../../../../y' at alpha '0.1'" in line and "lies outside" in line, line
     assert unchanged(victim)
 
@@ -420,9 +420,9 @@ def test_a_gate_template_fills_names_alone(tmp_path: Path, monkeypatch, capsys, 
     """The gate's page fills its template with str.format: a file's template reads no attribute, fills no memory."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "s.toml").write_text("command = 'lmc'\nruns = 'runs/g'\n[arms]\na = '--model mlp'\n[page]\n"
-                                     "out = 'p.md'\nstored = 'cells.json'\nreading = 'gate'\ntemplate = 't.md'\n")  # fmt: skip
+                                     "out = 'p.md'\nstored = 'cells.json'\nreadings = 'studies.alignment_gate.readings:READINGS'\ntemplate = 't.md'\n")  # fmt: skip
     (tmp_path / "t.md").write_text(f"# Gate\n{field}\n")
     (tmp_path / "cells.json").write_text("{}")
-    line = refused_in_one_line(capsys, "page", "--stored", "s.toml")
+    line = refused_in_one_line(capsys, "page", "--stored", "s.toml", "--trust-code")
     assert says in line, line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cells.json", "s.toml", "t.md"]  # no page, no figure

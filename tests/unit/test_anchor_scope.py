@@ -167,7 +167,7 @@ def test_a_scope_switch_is_refused_only_where_the_model_lacks_its_parameters() -
         (lmc.main, ["--arms", "plain", "--anchor-classifier"], "anchor_classifier: no shared or independent arm"),
         (lmc.main, ["--model", "cnn", "--no-anchor-norm"], "anchor_norm: cnn has no norm layer, so it would change"),
         (soup.main, ["--model", "mlp", "--anchor-norm"], "anchor_norm: mlp has no norm layer"),
-        (cold.main, ["--no-anchor-norm"], "unknown flag --no-anchor-norm"),  # the runs' (studies/cold.toml), read off them
+        (cold.main, ["--no-anchor-norm"], "unknown flag --no-anchor-norm"),  # the runs' (studies/fusion/cold.toml), read off them
         (lmc.main, ["--anchor-norm=no"], "--anchor-norm"),
         (soup.main, ["--anchor-bias", "maybe"], "maybe"),
         (cold.main, ["--no-anchor-classifier"], "unknown flag --no-anchor-classifier"),

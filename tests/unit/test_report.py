@@ -201,12 +201,12 @@ def test_arms_are_listed_in_the_order_their_folders_were_given(tmp_path: Path, c
 
 
 def test_the_results_pages_in_short_claims_only_what_each_test_supports(study: Path, capsys) -> None:
-    """The earlier study's conclusion (fedpfn.study.earlier_text), read off fedpfn.analysis.report's
+    """The earlier study's conclusion (studies.earlier.text), read off fedpfn.analysis.report's
     JSON for the `study` fixture, whose fedpfn - fedavg differences (+2, -1, +3, +4 points at the end) hold 0.
     The t test whose interval is printed decides at any number of seeds: 5 seeds whose interval lies below 0
     read "lower", though the exact test beside it cannot go below 0.0625."""
     from fedpfn.analysis.inference import compare
-    from fedpfn.study import earlier_text as page
+    from studies.earlier import text as page
 
     lower = compare("a", "lastk", [0, 1, 2, 3, 4, 5], [-0.02, -0.03, -0.025, -0.02, -0.03, -0.028], 1.0)
     lower.p_holm = lower.p_value

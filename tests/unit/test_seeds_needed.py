@@ -53,12 +53,12 @@ def test_a_bad_request_is_one_line_and_exit_2(tmp_path: Path, capsys) -> None:
 
 
 def test_a_study_is_planned_family_by_family_from_its_stored_results(monkeypatch, capsys) -> None:
-    """studies/attacks.toml's two declared families of 10, from docs/study/attacks.json; a study whose page
+    """studies/attacks/attacks.toml's two declared families of 10, from docs/study/attacks.json; a study whose page
     keeps its own format (the drift study's) is refused in one line."""
     monkeypatch.chdir(Path(__file__).parents[2])
-    assert fedpfn(["seeds-needed", "studies/attacks.toml", "--difference", "5"]) == 0
+    assert fedpfn(["seeds-needed", "studies/attacks/attacks.toml", "--difference", "5"]) == 0
     out = capsys.readouterr().out
     assert "p < 0.005 (a family of 10)" in out and out.count("\n- ") == 20
     assert "- algorithm=fedavg: Krum (30 %) − FedAvg mean (30 %) (final): the std of its differences was 8.83 points" in out
-    assert fedpfn(["seeds-needed", "studies/drift.toml", "--difference", "1"]) == 2
+    assert fedpfn(["seeds-needed", "studies/drift/drift.toml", "--difference", "1"]) == 2
     assert "only a study with stored results in its page's own format" in capsys.readouterr().err

@@ -155,15 +155,15 @@ def test_pretrain_then_soup_write_their_files(tmp_path: Path, capsys) -> None:
 def test_the_fusion_pages_commands_are_read_from_the_stored_results() -> None:
     """The page names the study a result came from (a result kept before the studies: the declared
     one, whose cells give its settings: tests/studies/test_fusion_studies.py) and the start's own recipe."""
-    from fedpfn.study import fusion_page
+    from studies.fusion import readings as fusion_page
 
     root = Path(__file__).resolve().parents[2]
     kept = json.loads((root / "docs" / "fusion" / "soup.json").read_text())
     cnn = {**kept, "config": {**kept["config"], "model": "cnn", "start": "runs/p/model.safetensors"}}
     before = fusion_page.study_commands("soup", cnn)
     assert before[0].endswith("its pretraining settings were not recorded beside these results")
-    assert before[1:] == ["fedpfn study run studies/soup.toml", "fedpfn study page studies/soup.toml"]
+    assert before[1:] == ["fedpfn study run studies/fusion/soup.toml", "fedpfn study page studies/fusion/soup.toml --trust-code"]
     record = asdict(pretrain.PretrainConfig(model="cnn", epochs=2))
     recorded = fusion_page.study_commands("soup", {**cnn, "study": "mine/soup-cnn.toml", "start_record": record})
     assert recorded == ["python -m fedpfn.experiments.pretrain --model cnn --epochs 2 --out runs/p",
-                        "fedpfn study run mine/soup-cnn.toml", "fedpfn study page mine/soup-cnn.toml"]  # fmt: skip
+                        "fedpfn study run mine/soup-cnn.toml", "fedpfn study page mine/soup-cnn.toml --trust-code"]  # fmt: skip
