@@ -14,7 +14,7 @@ import numpy as np
 
 from fedpfn.analysis.inference import adjust, recompute
 from fedpfn.analysis.markup import code, inert
-from fedpfn.analysis.paired_text import excluded, p_number, p_text, verdict  # noqa: F401  (re-exported)
+from fedpfn.analysis.paired_text import excluded, p_number, p_text, verdict, verdict_cell  # noqa: F401  (re-exported)
 from fedpfn.analysis.plots import PairedSeries, plot_bytes, plot_comparison, plot_paired
 from fedpfn.analysis.row_tables import row_tables
 from fedpfn.analysis.runs import display_value
@@ -105,7 +105,7 @@ def comparison_cells(p: Paired) -> str:
         ci = f"[{_points(p.low)}, {_points(p.high)}]"
     ties = f" ({p.ties} tied)" if p.ties else ""
     wins = f"{p.wins} of {len(p.diffs)}{ties}"
-    return f"{_points(p.mean)} | {ci} | {p_text(p)} | {p_number(p.p_holm)} | {wins} | {verdict(p)}"
+    return f"{_points(p.mean)} | {ci} | {p_text(p)} | {p_number(p.p_holm)} | {wins} | {verdict_cell(p)}"
 
 
 def comparison_text(baseline: str) -> str:
@@ -115,12 +115,13 @@ def comparison_text(baseline: str) -> str:
         "which decides; in brackets the exact sign-flip test, a distribution-free check that cannot go below "
         "2/2^n (0.25 with 3 seeds, 0.0625 with 5); differences equal to within float noise have no test. "
         "p Holm is p adjusted with Holm's step-down method across the arms compared on the same accuracy in "
-        f"this report; a difference is resolved when p Holm < {ALPHA:.2f}. A 'not resolved' says what its "
-        "95 % interval excludes, then the minimum detectable effect: the true mean difference that these "
-        f"seeds, with the observed std of the differences, would detect with {100 * POWER:g} % power at "
-        f"p < {ALPHA:.2f} before Holm's adjustment (paired t test, noncentral t); the range beside it is the "
-        "MDE over the 95 % chi-square interval of that std (n-1 df), which from a few seeds is wide: the "
-        "interval is the statement."
+        f"this report; a difference is resolved (higher, lower) when p Holm < {ALPHA:.2f}, and 'not resolved "
+        "after Holm' where its interval excludes 0 but Holm's correction does not. A 'not resolved' rules out "
+        "what its 95 % interval excludes, and gives the minimum detectable effect (MDE): the true mean "
+        f"difference that these seeds, with the observed std of the differences, would detect with {100 * POWER:g} % "
+        f"power at p < {ALPHA:.2f} before Holm's adjustment (paired t test, noncentral t); in brackets the MDE over "
+        "the 95 % chi-square interval of that std (n-1 df), which from a few seeds is wide: the interval is the "
+        "statement."
     )
 
 

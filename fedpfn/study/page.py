@@ -9,6 +9,8 @@ or the markdown file `template` names) with each marker line replaced by a table
     <!-- study: family NAME -->     the family's paired comparisons, Holm-adjusted together
     <!-- study: figure NAME ... --> those families' comparisons drawn, seed by seed (fedpfn.study.figures)
     <!-- study: arms-figure END --> each arm's endpoint END drawn, seed by seed, at each axes point
+    <!-- study: against Y X -->      endpoint Y drawn against endpoint X, a line per axes point
+    <!-- study: summary [NAME ...]-->  those families' (or every family's) differences in short, for the top
     <!-- study: commands -->        the commands that ran it and wrote the page
 
 A study whose `page.readings` names readings of its own (fedpfn.study.readings: a module beside
@@ -26,13 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from fedpfn.analysis.markup import code, inline
-from fedpfn.analysis.paired_text import changed_section, p_number, p_text, verdict, verdicts_printed
+from fedpfn.analysis.paired_text import VERDICT_KEY, changed_section, p_number, p_text, verdict_cell, verdicts_printed
 from fedpfn.analysis.stats import Paired, adjust, mean_std, paired
 from fedpfn.core.files import CONFIG, METRICS, PROVENANCE, atomic_write_bytes, json_text, read_json, read_jsonl
 from fedpfn.core.provenance import machines_sentence
 from fedpfn.study import limits
 from fedpfn.study.cells import Configure, choices
-from fedpfn.study.figures import arms_figure, families_figure
+from fedpfn.study.figures import against, arms_figure, families_figure
 from fedpfn.study.places import file_out_problem
 from fedpfn.study.readings import Readings, readings_of
 from fedpfn.study.runner import Planned, plan, refused
@@ -134,10 +136,28 @@ def family_table(spec: Spec, stored: dict[str, Any], name: str) -> list[str]:
         ci = "n/a" if c.low is None or c.high is None else f"[{end.scale * c.low:+.3f}, {end.scale * c.high:+.3f}]"
         p, holm = p_text(c, ".4f"), p_number(c.p_holm, ".4f")
         lines.append(f"| {inline(c.label)} | {end.scale * c.mean:+.3f} | {ci} | {p} | {holm} | {c.wins} of {len(c.seeds)} "
-                     f"| {verdict(c, end.scale, unit)} |")  # fmt: skip
+                     f"| {verdict_cell(c, end.scale, unit)} |")  # fmt: skip
+    lines += ["", VERDICT_KEY]
     margin = spec.families[name].margin
     if margin is not None:
         lines += ["", *(f"- {inline(c.label)}: {margin_text(c, margin, end.scale, unit)}." for c in family_rows(spec, stored, name))]
+    return lines
+
+
+def summary(spec: Spec, stored: dict[str, Any], names: list[str]) -> list[str]:
+    """The page's answer in short, for its top: the named families' comparisons (every family's
+    where none is named), a line each, with the difference, its 95 % interval and the verdict; the
+    tables below give the detail."""
+    lines = []
+    for name in names or list(spec.families):
+        family = spec.families[name]
+        end = spec.endpoints[family.endpoint]
+        unit = inline(end.unit or "as measured")
+        lines.append(f"- {inline(family.heading)}")
+        for c in family_rows(spec, stored, name):
+            ci = "" if c.low is None or c.high is None else f" [{end.scale * c.low:+.2f}, {end.scale * c.high:+.2f}]"
+            said = verdict_cell(c, end.scale, unit).split(";")[0]
+            lines.append(f"    - {inline(c.label)}: {end.scale * c.mean:+.2f} {unit}{ci}: {said}")
     return lines
 
 
@@ -190,14 +210,18 @@ def section(spec: Spec, stored: dict[str, Any] | None, marker: str, readings: Re
         return arms_table(spec, stored)
     if kind == "commands":
         return commands(spec, stored)
+    if kind == "summary" and set(name.split()) <= set(spec.families):
+        return summary(spec, stored, name.split())
     if kind == "family" and name in spec.families:
         return family_table(spec, stored, name)
     if kind == "figure" and name and set(name.split()) <= set(spec.families):
         return families_figure(spec, name.split(), {n: family_rows(spec, stored, n) for n in name.split()})
     if kind == "arms-figure" and name in spec.endpoints:
         return arms_figure(spec, name, by_point(stored))
-    known = ["arms", "commands", *(f"{kind} {f}" for kind in ("family", "figure") for f in spec.families),
-             *(f"arms-figure {e}" for e in spec.endpoints), *reading]  # fmt: skip
+    if kind == "against" and len(name.split()) == 2 and set(name.split()) <= set(spec.endpoints):
+        return against(spec, *name.split(), by_point(stored))
+    known = ["arms", "commands", "summary [FAMILY ...]", *(f"{kind} {f}" for kind in ("family", "figure") for f in spec.families),
+             *(f"arms-figure {e}" for e in spec.endpoints), "against Y X (two endpoints)", *reading]  # fmt: skip
     raise spec.refuse(f"unknown marker '{MARK}{marker} -->' in the page's template (known: {', '.join(known)})")
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from fedpfn.analysis.decompose import PARTS, Split, split
 from fedpfn.analysis.inference import adjust_together
+from fedpfn.analysis.markup import code, inline
 from fedpfn.experiments.lmc_render import DIVERGED
 from fedpfn.analysis.paired_text import no_test, p_number, p_text, verdict
 from fedpfn.analysis.plots import PairedSeries
@@ -212,7 +213,7 @@ def arms_table(cells: Cells) -> list[str]:
     for name, regime in cells.items():
         for arm in arms_of(regime):
             texts = [spread_text([scale * v for v in series(regime, arm, key).values()]) for _, key, scale in SHOWN]
-            lines.append(f"| {name} | {arm} | {len(series(regime, arm, 'loss_barrier'))} | " + " | ".join(texts) + " |")
+            lines.append(f"| {name} | {inline(arm)} | {len(series(regime, arm, 'loss_barrier'))} | " + " | ".join(texts) + " |")
     return lines
 
 
@@ -222,9 +223,9 @@ def regimes_table(cells: Cells, regimes: Mapping[str, Sequence[str]], why_not: M
     for name, flags in regimes.items():
         seeds = sorted(int(s) for s in cells[name]["seeds"]) if name in cells else []
         ran = f"{len(seeds)} ({seeds[0]}-{seeds[-1]})" if seeds else f"not run: {why_not.get(name, 'not yet')}"
-        lost = [f"{arm} diverged in seed(s) {', '.join(map(str, diverged(cells[name], arm)))}"
+        lost = [f"{inline(arm)} diverged in seed(s) {', '.join(map(str, diverged(cells[name], arm)))}"
                 for arm in (arms_of(cells[name]) if seeds else []) if diverged(cells[name], arm)]  # fmt: skip
-        lines.append(f"| {name} | {'; '.join([ran, *lost])} | `{' '.join(flags)}` |")
+        lines.append(f"| {name} | {'; '.join([ran, *lost])} | {code(' '.join(flags))} |")
     return lines
 
 

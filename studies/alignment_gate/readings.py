@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedpfn.experiments.lmc_render import DIVERGED
-from fedpfn.analysis.markup import code
+from fedpfn.analysis.markup import code, inline
 from fedpfn.core.files import atomic_write_bytes, read_json
 from fedpfn.core.provenance import KEY, machines_sentence
 from fedpfn.study.cells import main_cells
@@ -121,11 +121,14 @@ def write_page(spec: Spec, cells: Mapping[str, Any]) -> str:
     text = template_text(spec)
     if (problem := fields_problem(text, FIELDS)) is not None:  # a file: no attribute read, no memory filled
         raise spec.refuse(f"page.template {problem}")
+    cells = {inline(name): regime for name, regime in cells.items()}  # a file's names, shown as typed (markup)
+    regimes = {inline(name): flags for name, flags in spec.arms.items()}
     table_a, found, said = gate.question_a(cells)
     table_b, said_b = gate.question_b(cells, found)
     return text.format(
         summary="\n".join(f"- {line}" for line in [*said, *said_b]), machines=machines(cells),
-        common=code(" ".join(spec.shared)), regimes="\n".join(gate.regimes_table(cells, spec.arms, spec.not_run)),
+        common=code(" ".join(spec.shared)),
+        regimes="\n".join(gate.regimes_table(cells, regimes, {inline(n): inline(why) for n, why in spec.not_run.items()})),
         a_seeds=gate.A_SEEDS, b_seeds=gate.B_SEEDS, table_a="\n".join(table_a), table_b="\n".join(table_b),
         table_arms="\n".join(gate.arms_table(cells)), table_step="\n".join(gate.step_control(cells)),
         figure=figure_line(spec, cells),

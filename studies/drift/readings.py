@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from fedpfn.analysis.markup import code, inline
 from fedpfn.analysis.plots import PairedSeries
 from fedpfn.analysis.render import rewrite_tables, series_of
 from fedpfn.analysis.report import main as report_main
@@ -41,11 +42,13 @@ def design(spec: Spec) -> Design:
     if spec.tune is None or "alpha" not in spec.axes:  # a study file naming this reading without its parts
         raise spec.refuse("page.readings: the drift readings read a tuned setting ([tune]) and an axis alpha; declare both")
     model = next((tokens[1] for name, tokens in groups(spec.shared) if name == "model" and len(tokens) > 1), "mlp")
-    reports = {name: ([f.baseline, *f.arms], f.heading) for name, f in spec.families.items()}
+    reports = {name: ([f.baseline, *f.arms], f.heading) for name, f in spec.families.items()}  # Markdown, as the template
     study = str(spec.path)
-    lead = (f"made by `fedpfn study run {study}` and written by `fedpfn study page {study} --trust-code`; `fedpfn study "
-            f"page --stored {study} --trust-code` writes it again from {prefix(spec)}-*, the reports' JSON and what the page read from")  # fmt: skip
-    return Design(tuple(spec.axes["alpha"]), tuple(spec.arms), spec.tune.values, reports, spec.labels, model, lead)
+    lead = (f"made by {code(f'fedpfn study run {study}')} and written by {code(f'fedpfn study page {study} --trust-code')}; "
+            f"{code(f'fedpfn study page --stored {study} --trust-code')} writes it again from {inline(prefix(spec))}-*, the "
+            "reports' JSON and what the page read from")  # fmt: skip
+    names = {arm: inline(label) for arm, label in spec.labels.items()}  # a file's labels, shown as typed
+    return Design(tuple(spec.axes["alpha"]), tuple(spec.arms), spec.tune.values, reports, names, model, lead)
 
 
 def prefix(spec: Spec) -> str:

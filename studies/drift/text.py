@@ -1,7 +1,9 @@
 """The drift study's results as docs/results.md reads them, from stored numbers only: the
 reports' JSON (fedpfn.analysis.report) and what studies.drift.readings kept of the runs
 (docs/study/drift-<model>-page.json). Every sentence is computed here, never typed in; the
-arms, skews, learning rates, reports and names are the study file's (`Design`).
+arms, skews, learning rates, reports and names are the study file's (`Design`), so each is shown
+as typed (fedpfn.analysis.markup): the names escaped in `Design`, a skew, a chosen rate and a
+comparison's label where they are written; a family's heading is the page's Markdown, as its template is.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedpfn.analysis.inference import decided, recompute
+from fedpfn.analysis.markup import inline
 from fedpfn.analysis.paired_text import floors_text, p_number, p_text, verdict
 from fedpfn.analysis.stats import ACCURACY_SPAN, ALPHA, Paired, adjust, sign_test, std_factors
 
@@ -121,7 +124,7 @@ def primary_answer(row: Row) -> str:
     tests = [] if test.p_value is None else [f"t test p {p_text(test, '.4f')}, Holm {p_number(test.p_holm, '.4f')}"]
     sign = sign_test(test.diffs)
     tests += [] if sign is None else [f"exact sign test, {test.wins} of {seeds} seeds higher: p {sign:.4f}"]
-    text = f"{row.name} {100 * test.mean:+.3f} points ({'; '.join(tests)}): {row.verdict}"
+    text = f"{inline(row.name)} {100 * test.mean:+.3f} points ({'; '.join(tests)}): {row.verdict}"
     if decided(test) and sign is not None and sign >= ALPHA:
         least = sign_test([1.0] * seeds)
         text += f", on the t test alone: the exact sign test cannot go below {least:.4f} with {seeds} seeds"
@@ -138,7 +141,7 @@ def as_much(d: Design, reports: dict[str, dict[str, dict]], primary: list[Row], 
     if not (decided(ours) and ours.mean > 0) or decided(control):
         return ""
     theirs = comparison(d, reports[alpha]["all"], "fedpfn-client", "all", "lastk")
-    return (f" At α={alpha} the control gains as much over FedAvg ({100 * theirs.mean:+.2f} points, "
+    return (f" At α={inline(alpha)} the control gains as much over FedAvg ({100 * theirs.mean:+.2f} points, "
             f"{theirs.wins} of {len(theirs.seeds)} seeds higher) as FedPFN ({100 * ours.mean:+.2f}): FedPFN − control "
             f"is {100 * control.mean:+.2f}, so the gain is not shown to come from sharing.")  # fmt: skip
 
@@ -151,10 +154,10 @@ def answers(d: Design, primary: list[Row], alignment: list[Row], reports: dict[s
         for row in (r for r in rows if needle in r.name):
             key = figure_of(row.name)
             if key in data["always_zero"] and clamps(data, key):
-                parts.append(f"{row.name}: no reading, clamped at 0 by construction in these runs (see Observations)")
+                parts.append(f"{inline(row.name)}: no reading, clamped at 0 by construction in these runs (see Observations)")
             else:
                 scale, unit = scale_of(row.name)
-                parts.append(f"{row.name} {scale * row.test.mean:+.3f} {unit}: {row.verdict}")
+                parts.append(f"{inline(row.name)} {scale * row.test.mean:+.3f} {unit}: {row.verdict}")
         return "; ".join(parts)
 
     pfn = [primary_answer(row) for row in primary if "FedAvg" in row.name]
@@ -187,7 +190,7 @@ def final_round(d: Design, result: dict[str, Any], alpha: str) -> str:
         lead = f"the arms that upload as much as FedAvg ({names}) differ in sign"
     each = "; ".join(f"{d.names[arm]} {100 * c.mean:+.2f} ({c.wins} of {len(c.seeds)} higher, {verdict(c)})"
                      for arm, c, _ in found)  # fmt: skip
-    return f"- α={alpha}: {lead}. Each arm − FedAvg: {each}."  # fmt: skip
+    return f"- α={inline(alpha)}: {lead}. Each arm − FedAvg: {each}."  # fmt: skip
 
 
 def observations(d: Design, data: dict[str, Any]) -> list[str]:
@@ -221,7 +224,7 @@ def family_table(rows: list[Row], primary: bool) -> list[str]:
         c, unit = row.test, scale_of(row.name)[0]
         ci = "n/a" if c.low is None else f"[{unit * c.low:+.3f}, {unit * c.high:+.3f}]"
         p, holm = p_text(c, ".4f"), p_number(c.p_holm, ".4f")
-        cells = [row.name, f"{unit * c.mean:+.3f}", ci, p]
+        cells = [inline(row.name), f"{unit * c.mean:+.3f}", ci, p]
         if row.final is not None:
             sign, f = sign_test(c.diffs), row.final
             cells.append("n/a" if sign is None else f"{sign:.4f}")
@@ -237,7 +240,7 @@ def grid_lines(d: Design, data: dict[str, Any]) -> list[str]:
     for alpha, arms in data["grid"].items():
         for arm, scores in arms.items():
             cells = " | ".join("collapsed" if s is None else f"{100 * s:.2f}" for s in scores.values())
-            lines.append(f"| α={alpha} | {d.names[arm]} | {cells} | {data['chosen'][alpha][arm]} |")
+            lines.append(f"| α={inline(alpha)} | {d.names[arm]} | {cells} | {inline(data['chosen'][alpha][arm])} |")
     return lines
 
 
@@ -276,7 +279,7 @@ def results(d: Design, data: dict[str, Any], reports: dict[str, dict[str, dict]]
     twins = [list(pair) for pair in data["same_curves"] if set(pair) == TWINS]
     for alpha in d.alphas:
         for name, result in reports[alpha].items():
-            body += [f"### α = {alpha}: {d.reports[name][1]}", ""]
+            body += [f"### α = {inline(alpha)}: {d.reports[name][1]}", ""]
             if twins and name == "all":
                 body += ["FedPNU weight's rows at equal rounds repeat FedPFN's (equal by construction under FedAvg: "
                          "see Observations), so they are not a second finding; at equal upload it differs from "
