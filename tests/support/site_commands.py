@@ -350,19 +350,20 @@ def run_script(copy: Path, part: str, words: list[str]) -> None:
         case ["fedpfn", "study", "status", _]:
             done = shell(copy, ".venv/bin/" + part.strip())
             assert done.returncode == 0 and " cells: " in done.stdout, done.stderr[-2000:]
-        case ["fedpfn", "study", "page", "studies/drift.toml" | "studies/alignment_federated.toml" | "studies/earlier.toml" as study]:
-            page = {"studies/drift.toml": "docs/results.md", "studies/earlier.toml": "docs/results_earlier.md"}.get(
+        case ["fedpfn", "study", "page", "studies/drift/drift.toml" | "studies/alignment_federated/alignment_federated.toml"
+              | "studies/earlier/earlier.toml" as study, "--trust-code"]:  # a study's own readings: --trust-code
+            page = {"studies/drift/drift.toml": "docs/results.md", "studies/earlier/earlier.toml": "docs/results_earlier.md"}.get(
                 study, "docs/alignment_federated.md"
             )
             unchanged(copy, part, page, 2, "cells are not finished")
-        case ["fedpfn", "study", "page", "studies/alignment_gate.toml"]:  # no runs here: the page from the kept cells
+        case ["fedpfn", "study", "page", "studies/alignment_gate/alignment_gate.toml", "--trust-code"]:  # the kept cells
             done = shell(copy, ".venv/bin/" + part.strip())
             assert done.returncode == 0 and "wrote docs/alignment.md" in done.stdout, done.stderr[-2000:]
             for kept in ("docs/alignment.md", "docs/alignment/cells.json"):
                 assert (copy / kept).read_bytes() == (ROOT / kept).read_bytes(), f"{part.strip()} changed {kept}"
-        case ["fedpfn", "study", "page", "studies/soup.toml" | "studies/cold.toml"]:  # no pretrained start here
-            unchanged(copy, part, "docs/fusion.md", 2, "does not exist")
-        case ["fedpfn", "study", "page", _]:
+        case ["fedpfn", "study", "page", "studies/fusion/soup.toml" | "studies/fusion/cold.toml", "--trust-code"]:
+            unchanged(copy, part, "docs/fusion.md", 2, "does not exist")  # no pretrained start here
+        case ["fedpfn", "study", "page", _] | ["fedpfn", "study", "page", _, "--trust-code"]:
             done = shell(copy, ".venv/bin/" + part.strip())
             assert done.returncode == 2 and "cells are not finished" in done.stderr, done.stderr[-2000:]
         case ["python", "scripts/export_partition.py", *args]:
