@@ -96,7 +96,8 @@ def call_user(what: str, seconds: float | None, call: Callable[[], T]) -> T:
     except (ConfigError, UserInterrupt):  # already one line: this bound's, or user code's inside it
         raise
     except USER_FAULTS as err:  # a user's code may raise anything, SystemExit too
-        raise user_fault(err, f"{what} raised {type(err).__name__}: {err}") from None
+        said = f": {err}" if str(err) else ""  # a bare KeyboardInterrupt says nothing more
+        raise user_fault(err, f"{what} raised {type(err).__name__}{said}") from None
 
 
 def keep_out_of_imports(folder: Path) -> None:

@@ -60,6 +60,11 @@ class Raises(Passing):
         raise ValueError("shapes do not match")
 
 
+class Interrupts(Passing):
+    def configure_train(self, server_round, arrays, config, grid):
+        raise KeyboardInterrupt
+
+
 class Hangs(Passing):
     def aggregate_train(self, server_round, replies):
         while True:
@@ -119,6 +124,17 @@ def test_a_wrapper_that_raises_mid_run_is_one_line_naming_it(parts: Path, capsys
     assert code == 2 and "Traceback" not in err, err
     assert err.strip().splitlines()[-1] == (
         "error: server_wrap: h58_hung:Raises's aggregate_train in round 1 raised ValueError: shapes do not match"
+    )
+    stopped_before_round_one(out)
+
+
+def test_a_wrapper_that_interrupts_mid_run_stops_as_a_ctrl_c_does(parts: Path, capsys) -> None:
+    out = parts / "run"
+    code = run_sim.main([*TINY, "--server-wrap", "h58_hung:Interrupts", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 130 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        "error: server_wrap: h58_hung:Interrupts's configure_train in round 1 raised KeyboardInterrupt"
     )
     stopped_before_round_one(out)
 
