@@ -50,13 +50,13 @@ def test_a_figure_over_two_endpoints_or_an_unknown_family_is_refused_in_one_line
 def test_each_arms_endpoint_is_drawn_at_each_axes_point(tmp_path, monkeypatch, capsys):
     """The privacy study's arms (one seed each: drawn, and flagged as having no interval), its page's
     figure of accuracy against ε (tests/studies/test_against_figure.py) drawn per arm instead."""
-    for path in ("studies/privacy.toml", "studies/privacy.md", "docs/study/privacy.json"):
+    for path in ("studies/privacy/privacy.toml", "studies/privacy/privacy.md", "docs/study/privacy.json"):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / path, tmp_path / path)
-    template = tmp_path / "studies/privacy.md"
+    template = tmp_path / "studies/privacy/privacy.md"
     template.write_text(template.read_text().replace("<!-- study: against last5 ε -->", "<!-- study: arms-figure last5 -->"))
     monkeypatch.chdir(tmp_path)
-    assert fedpfn(["study", "page", "--stored", "studies/privacy.toml"]) == 0
+    assert fedpfn(["study", "page", "--stored", "studies/privacy/privacy.toml"]) == 0
     links = re.findall(r"!\[[^]]*\]\(([^)]+)\)", (tmp_path / "docs/guide/privacy-results.md").read_text())
     assert links == ["../study/privacy-arms-last5.png"]
     assert (tmp_path / "docs/guide" / links[0]).resolve().read_bytes().startswith(b"\x89PNG")

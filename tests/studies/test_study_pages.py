@@ -1,5 +1,5 @@
 """The pages written by declared studies from their stored results alone: each committed page is
-what `fedpfn study page --stored STUDY` writes, byte for byte (studies/privacy.toml,
+what `fedpfn study page --stored STUDY` writes, byte for byte (studies/privacy/privacy.toml,
 studies/attacks/attacks.toml, studies/earlier/earlier.toml, studies/alignment_pilot/alignment_pilot.toml, ...), and the study
 format's keys these pages need (an endpoint's `format` and `absent`, the privacy metrics) are
 checked before any run."""
@@ -17,7 +17,7 @@ ROOT = Path(__file__).parents[2]
 EARLIER = ("main-a0.1", "main-a0.5", "schedule", "server-fedavgm", "server-fedadam", "fedpnu-ratios", "anchors-fedavgm",
            "anchors-fedadam")  # the earlier study's reports, each kept in docs/study/<section>/  # fmt: skip
 PAGES = {  # study -> (the page it writes, what it reads: its template, its stored results, ...)
-    "privacy": ("docs/guide/privacy-results.md", "studies/privacy.md", "docs/study/privacy.json"),
+    "privacy": ("docs/guide/privacy-results.md", "studies/privacy/privacy.md", "docs/study/privacy.json"),
     "attacks": ("docs/guide/attacks-results.md", "studies/attacks/attacks.md", "docs/study/attacks.json"),
     "alignment_main": ("docs/alignment_main.md", "studies/alignment_main/alignment_main.md", "docs/alignment/main.json"),
     "alignment_confirm": ("docs/alignment_confirm.md", "studies/alignment_confirm/alignment_confirm.md", "docs/alignment/confirm.json"),
