@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedpfn.core.settings import ConfigError, setting
+from fedpfn.core.training import free_memory
 from fedpfn.core.user_code import USER_FAULTS, import_user_function, is_code, user_fault
 
 MODELS = ("mlp", "cnn", "resnet20", "vgg11", "vit_tiny28")  # each has a class in _BUILDERS at the end
@@ -359,10 +360,14 @@ class TimmViT(ZooModel):
         import timm
 
         channels, height, width = input_shape
-        net = timm.create_model(
-            arch, pretrained=False, num_classes=num_classes, img_size=(height, width), in_chans=channels
-        )
-        return cls(net)
+        kwargs = {"pretrained": False, "num_classes": num_classes, "img_size": (height, width), "in_chans": channels}
+        with torch.device("meta"):  # sized first, allocating nothing: one past this machine's memory is refused
+            params = sum(p.numel() for p in timm.create_model(arch, **kwargs).parameters())
+        free, where = free_memory("cpu")
+        if params * 4 > free:  # its float32 weights alone, built on the CPU
+            raise ConfigError(f"model: {TIMM_PREFIX}{arch} has {params:,} parameters, {params * 4 / 1e9:.1f} GB "
+                              f"as float32, more than the {free / 1e9:.1f} GB {where}; choose a smaller model")  # fmt: skip
+        return cls(timm.create_model(arch, **kwargs))
 
     @classmethod
     def tiny28(cls, input_shape: tuple[int, int, int], num_classes: int) -> TimmViT:

@@ -20,6 +20,7 @@ separate ones (every operation is element-wise).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -337,6 +338,18 @@ def evaluate(
 def pick_device(want_gpu: bool = True) -> torch.device:
     """CUDA when present (and wanted), else the CPU."""
     return torch.device("cuda" if want_gpu and torch.cuda.is_available() else "cpu")
+
+
+def free_memory(device: str) -> tuple[int, str]:
+    """(bytes free, where) on the device a command computes on: the GPU's, else this machine's."""
+    if device != "cpu" and torch.cuda.is_available():
+        return int(torch.cuda.mem_get_info()[0]), "free on the GPU"
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            found = next(line for line in fh if line.startswith("MemAvailable:"))
+        return int(found.split()[1]) * 1024, "available on this machine"
+    except (OSError, StopIteration, ValueError):
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "available on this machine"
 
 
 @contextmanager

@@ -13,7 +13,6 @@ says "about".
 from __future__ import annotations
 
 import math
-import os
 from typing import Any, NamedTuple
 
 import torch
@@ -21,6 +20,7 @@ from torch import nn
 
 from fedpfn.core.models import build_model
 from fedpfn.core.settings import between
+from fedpfn.core.training import free_memory
 
 MAX_POINTS = 101  # a curve's points (lmc, soup); each is a full evaluation, so the count is bounded
 MAX_FLOPS = 1e18  # about 28 hours at 10 TFLOP/s, a GPU's sustained rate; years on a CPU
@@ -54,18 +54,6 @@ def model_shape(model: str, dataset: str, width: int = 0) -> Shape:
     widest = max((p.shape[0] for p in built.parameters() if p.dim() > 1), default=1)
     batchnorm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in built.modules())
     return Shape(sum(p.numel() for p in built.parameters()), int(widest), batchnorm)
-
-
-def free_memory(device: str) -> tuple[int, str]:
-    """(bytes free, where) on the device a command computes on: the GPU's, else this machine's."""
-    if device != "cpu" and torch.cuda.is_available():
-        return int(torch.cuda.mem_get_info()[0]), "free on the GPU"
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            found = next(line for line in fh if line.startswith("MemAvailable:"))
-        return int(found.split()[1]) * 1024, "available on this machine"
-    except (OSError, StopIteration, ValueError):
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "available on this machine"
 
 
 def odd_points(points: int) -> str | None:
