@@ -75,7 +75,7 @@ def hf_arrays(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
                 **({"cache_dir": cache} if folder else {}),
             )  # fmt: skip
             train, test = federated.load_split("train"), federated.load_split("test")
-        except Exception as err:  # noqa: BLE001  (datasets raises many kinds: ConnectionError, FileNotFoundError, ValueError)
+        except Exception as err:  # noqa: BLE001  (datasets raises many kinds: ConnectionError, ValueError, ...)
             first = str(err).strip().splitlines()[0] if str(err).strip() else ""
             raise DataError(f"dataset: {name} could not be loaded ({type(err).__name__}: {first})") from None
         train_x, train_y = _columns(name, train)  # read whole before the copy goes

@@ -165,7 +165,8 @@ def try_on_data(model: nn.Module, path: str, train: tuple[torch.Tensor, torch.Te
                 line = f"model: {path} fails on {batch} of the run's data: {type(err).__name__}: {err}"
                 raise user_fault(err, line) from None
             if (shape := tuple(getattr(logits, "shape", ()))) != (size, classes):
-                raise ConfigError(f"model: {path} gives logits {shape} for {batch} of the run's data, not ({size}, {classes})")
+                line = f"model: {path} gives logits {shape} for {batch} of the run's data, not ({size}, {classes})"
+                raise ConfigError(line)
 
 
 class ZooModel(nn.Module, ABC):
@@ -365,8 +366,9 @@ class TimmViT(ZooModel):
             params = sum(p.numel() for p in timm.create_model(arch, **kwargs).parameters())
         free, where = free_memory("cpu")
         if params * 4 > free:  # its float32 weights alone, built on the CPU
-            raise ConfigError(f"model: {TIMM_PREFIX}{arch} has {params:,} parameters, {params * 4 / 1e9:.1f} GB "
-                              f"as float32, more than the {free / 1e9:.1f} GB {where}; choose a smaller model")  # fmt: skip
+            size = f"{params:,} parameters, {params * 4 / 1e9:.1f} GB as float32"
+            more = f"more than the {free / 1e9:.1f} GB {where}"
+            raise ConfigError(f"model: {TIMM_PREFIX}{arch} has {size}, {more}; choose a smaller model")
         return cls(timm.create_model(arch, **kwargs))
 
     @classmethod
