@@ -23,7 +23,10 @@ def check_site():
 
 def site_missing() -> str | None:
     """Why the check cannot run here, or None."""
-    if importlib.util.find_spec("material") is None or importlib.util.find_spec("mkdocstrings_handlers") is None:
+    if (
+        importlib.util.find_spec("material") is None
+        or importlib.util.find_spec("mkdocstrings_handlers") is None
+    ):
         return "needs mkdocs-material and mkdocstrings-python (pip install -e '.[docs]')"
     return None if shutil.which("chromium") else "needs chromium (make browser, or apt-get install chromium)"
 
@@ -36,8 +39,9 @@ def test_every_table_of_every_page_is_whole_at_1280_px(tmp_path: Path) -> None:
     module.build(site)
     pages = module.site_pages(site)
     written = {str(p.relative_to(ROOT / "docs").with_suffix("")) for p in (ROOT / "docs").rglob("*.md")}
-    written = {name if name == "index" else name.removesuffix("/index") for name in written}  # DIR/index.md is DIR
-    assert set(pages) == written and pages[0] == "results"  # every page of docs/ opened, the drift study first
+    # DIR/index.md is the site's DIR; every page of docs/ is opened, the drift study first
+    written = {name if name == "index" else name.removesuffix("/index") for name in written}
+    assert set(pages) == written and pages[0] == "results"
     shot = tmp_path / "results-1280.png"
     assert module.check(None, 1280, shot, site) == []
     from PIL import Image
@@ -49,4 +53,6 @@ def test_every_table_of_every_page_is_whole_at_1280_px(tmp_path: Path) -> None:
 def test_a_page_the_site_lacks_is_named_not_measured(tmp_path: Path) -> None:
     """A misspelt --pages name is one line, before Chromium is started."""
     (tmp_path / "index.html").write_text("<html></html>")
-    assert check_site().check(["resluts"], 1280, tmp_path / "shot.png", tmp_path) == ["no page resluts.md in the site"]
+    assert check_site().check(["resluts"], 1280, tmp_path / "shot.png", tmp_path) == [
+        "no page resluts.md in the site"
+    ]

@@ -33,7 +33,7 @@ def test_the_privacy_page_draws_accuracy_against_epsilon(tmp_path: Path, monkeyp
     links = re.findall(r"!\[[^]]*\]\(([^)]+)\)", (tmp_path / "docs/guide/privacy-results.md").read_text())
     assert links == ["../study/privacy-last5-against-epsilon.png"]
     drawn = (tmp_path / "docs/guide" / links[0]).resolve().read_bytes()
-    assert drawn == (ROOT / "docs/study/privacy-last5-against-epsilon.png").read_bytes()  # the committed figure
+    assert drawn == (ROOT / "docs/study/privacy-last5-against-epsilon.png").read_bytes()  # as committed
 
 
 def test_the_x_axis_is_the_second_endpoint_and_an_arm_without_one_is_a_level() -> None:
@@ -51,12 +51,20 @@ def test_the_x_axis_is_the_second_endpoint_and_an_arm_without_one_is_a_level() -
     assert sorted(t.get_text() for t in ax.texts) == ["z = 0.5", "z = 2.0"]
 
 
-def test_an_unknown_endpoint_in_the_marker_is_refused_in_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+def test_an_unknown_endpoint_in_the_marker_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
     study = privacy_copy(tmp_path)
     template = tmp_path / tomllib.loads((tmp_path / study).read_text())["page"]["template"]
-    template.write_text(template.read_text().replace("<!-- study: against last5 ε -->", "<!-- study: against last5 κ -->"))
+    template.write_text(
+        template.read_text().replace("<!-- study: against last5 ε -->", "<!-- study: against last5 κ -->")
+    )
     monkeypatch.chdir(tmp_path)
     assert fedpfn(["study", "page", "--stored", study]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "unknown marker '<!-- study: against last5 κ -->'" in err and "against Y X" in err
+    assert (
+        err.count("\n") == 1
+        and "unknown marker '<!-- study: against last5 κ -->'" in err
+        and "against Y X" in err
+    )
     assert not (tmp_path / "docs/guide/privacy-results.md").exists()

@@ -35,7 +35,9 @@ def rows(page: str) -> list[tuple[str, str, str, str, str]]:
         cells = [c.strip() for c in line.strip("|").split("|")]
         if len(cells) == 7 and cells[2].startswith("["):
             low, high = map(float, cells[2].strip("[]").split(", "))
-            found.append((cells[0], f"{float(cells[1]):+.2f}", f"{low:+.2f}", f"{high:+.2f}", cells[6].split(";")[0]))
+            found.append(
+                (cells[0], f"{float(cells[1]):+.2f}", f"{low:+.2f}", f"{high:+.2f}", cells[6].split(";")[0])
+            )
             assert len(cells[6].split()) <= 12, cells[6]  # a few words, not 35
     return found
 

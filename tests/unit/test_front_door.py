@@ -10,9 +10,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 INDEX = (ROOT / "docs" / "index.md").read_text()
-FINDING = re.compile(r"<!-- the finding: .*?<!-- end of the finding -->", re.S)
+FINDING = re.compile(r"<!-- the finding: .*?<!-- end of the finding -->", re.DOTALL)
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#([^)\s]+))?\)")
-NEW_FEATURES = ("guide/privacy.md", "guide/attacks.md", "guide/tracking.md", "guide/data.md", "guide/studies.md")
+NEW_FEATURES = (
+    "guide/privacy.md",
+    "guide/attacks.md",
+    "guide/tracking.md",
+    "guide/data.md",
+    "guide/studies.md",
+)
 
 
 def capabilities(page: str) -> list[str]:
@@ -33,8 +39,11 @@ def anchors(page: Path) -> set[str]:
 
 def test_the_readme_opens_with_the_finding_then_what_it_can_do_within_150_lines() -> None:
     assert len(README.splitlines()) <= 150
-    finding, can, start = (README.index(mark) for mark in ("<!-- the finding:", "## What it can do", "## Two commands"))
-    assert finding < can < start and README.count("\n## ", 0, finding) == 1  # only the finding's heading before it
+    finding, can, start = (
+        README.index(mark) for mark in ("<!-- the finding:", "## What it can do", "## Two commands")
+    )
+    assert finding < can < start
+    assert README.count("\n## ", 0, finding) == 1  # only the finding's heading before it
 
 
 def test_every_capability_links_its_page_and_heading_and_the_new_features_are_listed() -> None:
