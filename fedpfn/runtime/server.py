@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
@@ -28,7 +29,8 @@ from fedpfn.runtime import alignment, federated_eval
 from fedpfn.runtime.algorithms import build_strategy, mean_based
 from fedpfn.runtime.recording import evaluation_set, write_partition_report, write_summary
 from fedpfn.runtime.resume import accepted_rounds
-from fedpfn.runtime.runfolder import RunFolder
+from fedpfn.runtime.runfolder import RunFolder, checkpoint_bytes
+from fedpfn.runtime.runfolder.behind import WritesBehind
 from fedpfn.runtime.tracking import Tracking, local_test_summary
 from fedpfn.runtime.transport import NodeDirectory, PlainGrid, TrainGrid, simulated_failures
 from strategies import RoundTotals, SampledGrid, sample_clients
@@ -280,14 +282,28 @@ class ServerLoop:
 
     # --- checkpoints ---------------------------------------------------------------------
 
-    def checkpoint(self, completed_round: int, elapsed: float) -> None:
+    def checkpoint(self, completed_round: int, elapsed: float) -> bytes:
+        """The checkpoint after `completed_round`, as the file's bytes: made now, written behind."""
         tree = {
             "round": completed_round,
             "elapsed_seconds": elapsed,
             "model": protocol.to_numpy(self.arrays),
             "strategy": self.strategy.state(),
         }
-        self.folder.save_checkpoint(self.cfg.fingerprint(), tree)
+        return checkpoint_bytes(self.cfg.fingerprint(), tree)
+
+    def write_round(
+        self, outcome: RoundOutcome, checkpoint: bytes | None, tracker: Tracking | None
+    ) -> None:
+        """The round's rows and its checkpoint, or none of them; then `tracker` hears of it, so
+        what it hears of is on disk (on WritesBehind's thread, one round after another)."""
+        with self.folder.writing():
+            self.folder.append_metrics(*outcome.client_rows, name=CLIENTS)
+            self.folder.append_metrics(outcome.record)
+            if checkpoint is not None:
+                self.folder.write_checkpoint(checkpoint)
+        if tracker is not None:
+            tracker.round_done(outcome.record, outcome.client_rows)
 
     def restore(self, checkpoint: dict[str, Any]) -> None:
         self.arrays = protocol.to_array_record(checkpoint["model"])
@@ -315,6 +331,17 @@ class ServerLoop:
         with self.folder.writing():
             self.start_or_resume()
         wait_for_partitions(self.nodes, cfg)
+        with WritesBehind() as writes:  # a round's files written while the next one trains
+            self.rounds(writes, started, tracker)
+        with self.folder.writing():
+            summary = self.finish(self.elapsed_before + time.perf_counter() - started)
+        if tracker is not None:
+            tracker.close(summary)
+        return summary
+
+    def rounds(self, writes: WritesBehind, started: float, tracker: Tracking | None) -> None:
+        """Rounds `next_round`..`rounds`, each one's files handed to `writes`."""
+        cfg = self.cfg
         for server_round in range(self.next_round, cfg.federation.rounds + 1):
             t0 = time.perf_counter()
             outcome = self.train_round(server_round)
@@ -331,20 +358,11 @@ class ServerLoop:
                 **by_clients,
                 "seconds": time.perf_counter() - t0,
             }
-            with self.folder.writing():  # the round's rows and its checkpoint, or none of them
-                self.folder.append_metrics(*client_rows, name=CLIENTS)
-                self.folder.append_metrics(record)
-                due = cfg.output.checkpoint_every and server_round % cfg.output.checkpoint_every == 0
-                if due or server_round == cfg.federation.rounds:
-                    self.checkpoint(server_round, self.elapsed_before + time.perf_counter() - started)
+            due = cfg.output.checkpoint_every and server_round % cfg.output.checkpoint_every == 0
+            elapsed = self.elapsed_before + time.perf_counter() - started
+            checkpoint = self.checkpoint(server_round, elapsed) if due or server_round == cfg.federation.rounds else None
+            writes.submit(partial(self.write_round, RoundOutcome(record, client_rows), checkpoint, tracker))
             self.accepted.update(accepted_rounds([record]))
-            if tracker is not None:
-                tracker.round_done(record, client_rows)
-        with self.folder.writing():
-            summary = self.finish(self.elapsed_before + time.perf_counter() - started)
-        if tracker is not None:
-            tracker.close(summary)
-        return summary
 
     def finish(self, wall_seconds: float) -> dict[str, Any]:
         self.model.load_state_dict(self.arrays.to_torch_state_dict())

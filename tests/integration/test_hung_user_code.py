@@ -92,6 +92,15 @@ class Breaks(ClientRule):
         raise ValueError("my loss is broken")
 
 
+class Exits(ClientRule):
+    """A user's client rule that calls sys.exit, as a script's habit would."""
+
+    name = "exits"
+
+    def criterion(self, logits, targets, per_client):
+        raise SystemExit("no more")
+
+
 released = threading.Event()  # set by the test, so that the abandoned call ends with it
 
 
@@ -175,6 +184,18 @@ def test_a_client_rule_that_raises_mid_run_is_one_line_naming_it(mode: str, part
     assert err.strip().splitlines()[-1] == (
         "error: round 1: the clients' training, which runs h58_hung:Breaks, raised ValueError: my loss is broken"
     )
+    stopped_before_round_one(out)
+
+
+def test_a_client_rule_that_exits_in_a_worker_process_is_one_line_naming_it(parts: Path, capsys) -> None:
+    """SystemExit in a worker reached the driver as 'a worker process ... ended (exit code 0)'."""
+    out = parts / "run"
+    assert run_sim.main([*TINY, "--algorithm", "h58_hung:Exits", "--engine-mode", "processes", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "worker process" not in err, err
+    assert err.strip().splitlines()[-1].startswith(
+        "error: round 1: the clients' training, which runs h58_hung:Exits, raised SystemExit"
+    ), err
     stopped_before_round_one(out)
 
 

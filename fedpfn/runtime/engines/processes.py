@@ -40,6 +40,7 @@ from flwr.app import RecordDict
 from fedpfn.core.cache import client_indices, dataset_on
 from fedpfn.core.config import RunConfig
 from fedpfn.core.groups import Loop
+from fedpfn.core.user_code import USER_FAULTS
 from fedpfn.runtime.algorithms import client_rules
 from fedpfn.runtime.engines.prepared import ClientJob
 from fedpfn.runtime.engines.program import CohortProgram
@@ -176,11 +177,11 @@ def _serve(cfg: RunConfig, pipe: Connection, driver: int) -> None:
                 slots.write(result, positions)
                 result = with_tensors(result, {"params": {}, "buffers": {}, "records": {}})
             pipe.send(("done", (result, [job.context_state for job in jobs], written)))
-        except Exception as err:  # noqa: BLE001  (the driver raises it, as if it had trained the clients)
+        except USER_FAULTS as err:  # a user's rule may raise anything, SystemExit too: the driver raises it, as if it had trained the clients
             pipe.send(("error", _sendable(err)))
 
 
-def _sendable(err: Exception) -> Exception:
+def _sendable(err: BaseException) -> BaseException:
     """`err` if it survives pickling, else a RuntimeError that says what it was."""
     try:
         pickle.loads(pickle.dumps(err))

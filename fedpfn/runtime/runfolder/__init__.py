@@ -42,7 +42,7 @@ from fedpfn.core.files import is_own
 from fedpfn.core.tree import read_tree, read_tree_index, tree_bytes
 from fedpfn.core.hyper import flat_view
 from fedpfn.core.user_code import CODE_SETTINGS, code_paths
-from fedpfn.runtime.runfolder.checkpoints import FolderCheckpoints, checkpoint_problem, fingerprint_hash
+from fedpfn.runtime.runfolder.checkpoints import FolderCheckpoints, checkpoint_bytes, checkpoint_problem, fingerprint_hash
 from fedpfn.runtime.runfolder.config import FolderConfig
 from fedpfn.runtime.runfolder.folder import RunFolderError, RunWriteError
 from fedpfn.runtime.runfolder.metrics import ROW_CHECKS, FolderMetrics, row_problem
@@ -53,6 +53,7 @@ __all__ = [
     "RunFolder",
     "RunFolderError",
     "RunWriteError",
+    "checkpoint_bytes",
     "checkpoint_problem",
     "fingerprint_hash",
     "is_own",

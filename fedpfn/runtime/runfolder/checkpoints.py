@@ -36,12 +36,21 @@ def checkpoint_problem(tree: dict[str, Any]) -> str | None:
     return None
 
 
+def checkpoint_bytes(fingerprint: dict[str, Any], tree: dict[str, Any]) -> bytes:
+    """The checkpoint file's bytes: `tree` with the settings it belongs to."""
+    meta = {"fingerprint": fingerprint, "fingerprint_sha256": fingerprint_hash(fingerprint)}
+    return tree_bytes({"meta": meta, **tree})
+
+
 class FolderCheckpoints(FolderBase):
     """Arrays and plain values only (fedpfn.core.tree), replaced atomically; other settings refused."""
 
     def save_checkpoint(self, fingerprint: dict[str, Any], tree: dict[str, Any]) -> None:
-        meta = {"fingerprint": fingerprint, "fingerprint_sha256": fingerprint_hash(fingerprint)}
-        atomic_write_bytes(self.path / CHECKPOINT, tree_bytes({"meta": meta, **tree}))
+        self.write_checkpoint(checkpoint_bytes(fingerprint, tree))
+
+    def write_checkpoint(self, data: bytes) -> None:
+        """`data` (checkpoint_bytes') as the checkpoint, replaced atomically."""
+        atomic_write_bytes(self.path / CHECKPOINT, data)
 
     def saved_fingerprint(self) -> dict[str, Any] | None:
         """The settings the checkpoint says it belongs to (None without a checkpoint), arrays unread."""
