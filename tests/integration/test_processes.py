@@ -4,7 +4,9 @@ model family, state included; clients dealt to the workers by size; the workers 
 Each rule runs two rounds (its state carried from the first into the second) of 5 clients of
 unequal sizes, once in worker processes and once one after another in this process, each with
 a run folder of its own; every reply and every client's `context.state` must be equal to the
-last bit. The instrument moves: a worker given another learning rate gives other bits.
+last bit. The instrument moves: a worker given another learning rate gives other bits. From the
+second round the workers write into shared slots the driver reads in place (slots.py): four
+rounds, one of them larger than the slots, give the loop's numbers too.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,11 +25,13 @@ from flwr.app import ArrayRecord, Message, RecordDict
 
 from fedpfn.core import protocol
 from fedpfn.core.cache import initial_model
+from fedpfn.core.config import RunConfig
 from fedpfn.core.groups import Loop
 from fedpfn.runtime.algorithms import CLIENT_RULES, build_strategy, client_rules
 from fedpfn.runtime.engines.prepared import ClientJob
 from fedpfn.runtime.engines.processes import ProcessRunner, deal
 from fedpfn.runtime.engines.program import CohortProgram
+from fedpfn.runtime.engines.result import CohortResult
 from fedpfn.runtime.server import train_config, with_accepted_round
 from strategies import sample_clients
 from tests.support.config import tiny_config
@@ -61,19 +66,31 @@ def same_bits(a: RecordDict, b: RecordDict, where: str) -> None:
 
 
 def two_rounds(rule: str, anchor: str, model: str, tmp: Path, worker_lr: float | None = None) -> None:
-    """Both ways, round after round; AssertionError naming the first entry that differs."""
+    """Both ways, two rounds of the rule's sampled clients; AssertionError naming the first entry
+    that differs."""
     cfgs = {way: case_config(rule, anchor, model, tmp / way) for way in ("processes", "loop")}
-    net = initial_model(cfgs["loop"])
-    strategy = build_strategy(cfgs["loop"], net)
+    cfg = cfgs["loop"]
+    cohorts = [sample_clients(cfg.seed, r, cfg.federation.num_clients, cfg.federation.clients_per_round) for r in (1, 2)]
+    both_ways(cfgs, cohorts, f"{rule}/{anchor or '-'}/{model}", worker_lr)
+
+
+def both_ways(
+    cfgs: dict[str, RunConfig], cohorts: list[list[int]], name: str, worker_lr: float | None = None,
+    after: Callable[[ProcessRunner, CohortResult], None] | None = None,
+) -> None:  # fmt: skip
+    """Each cohort a round, trained by worker processes (`cfgs["processes"]`) and one after another
+    in this process (`cfgs["loop"]`), state carried from round to round; every reply and every
+    client's `context.state` compared bit for bit; `after(runner, the workers' result)` each round."""
+    cfg = cfgs["loop"]
+    net = initial_model(cfg)
+    strategy = build_strategy(cfg, net)
     arrays = ArrayRecord(net.state_dict())
-    rules, cpu = client_rules(cfgs["loop"]), torch.device("cpu")
+    rules, cpu = client_rules(cfg), torch.device("cpu")
     states: dict[str, dict[int, RecordDict]] = {"processes": {}, "loop": {}}
     runner = ProcessRunner(cfgs["processes"], workers=2)
     workers = list(runner.workers)
     try:
-        for server_round in (1, 2):
-            cfg = cfgs["loop"]
-            chosen = sample_clients(cfg.seed, server_round, cfg.federation.num_clients, cfg.federation.clients_per_round)
+        for server_round, chosen in enumerate(cohorts, start=1):
             config = train_config(cfg, server_round)
             messages = [with_accepted_round(m, server_round - 1) for m in strategy.configure_train(
                 server_round, arrays, config, NodeGrid(chosen))]  # fmt: skip
@@ -84,9 +101,11 @@ def two_rounds(rule: str, anchor: str, model: str, tmp: Path, worker_lr: float |
             jobs = {way: [ClientJob(p, states[way].setdefault(p, RecordDict()), server_round - 1) for p in chosen]
                     for way in states}  # fmt: skip
             by_workers = runner(content, jobs["processes"])
+            if after is not None:
+                after(runner, by_workers)
             by_loop = CohortProgram(rules, cfg, messages[0].content, cpu, jobs["loop"]).train(Loop)
             for k, pid in enumerate(chosen):
-                where = f"{rule}/{anchor or '-'}/{model} round {server_round} client {pid}"
+                where = f"{name} round {server_round} client {pid}"
                 same_bits(by_workers.reply_content(k), by_loop.reply_content(k), where)
                 same_bits(states["processes"][pid], states["loop"][pid], f"{where} state")
             replies = [Message(by_loop.reply_content(k), reply_to=m) for k, m in enumerate(messages)]
@@ -104,6 +123,29 @@ def test_worker_processes_give_the_numbers_of_the_loop_bit_for_bit(rule, anchor,
 def test_the_comparison_sees_a_worker_that_computes_otherwise(tmp_path):
     with pytest.raises(AssertionError, match="round 1 client"):
         two_rounds("fedavg", "fedpfn", "mlp", tmp_path, worker_lr=0.0501)
+
+
+def test_rounds_read_from_the_slots_give_the_loops_numbers_and_a_larger_round_remakes_them(tmp_path):
+    """From round 2 the workers write into shared slots and the driver's tensors are views of them;
+    a round of more clients than the slots hold comes back as tensors and the slots are made
+    again. SCAFFOLD carries state and a reply record (its delta) among the tensors."""
+    cfgs = {
+        way: tiny_config(algorithm="fedpfn+scaffold", num_clients=16, clients_per_round=5, batch_size=16, momentum=0.9,
+                         partition="iid", seed=4, out=str(tmp_path / way))
+        for way in ("processes", "loop")
+    }  # fmt: skip
+    seen = []
+
+    def in_slots(runner: ProcessRunner, result: CohortResult) -> None:
+        rows = runner.slots.rows["params"]
+        viewed = all(result.params[n].data_ptr() == rows[n].data_ptr() for n in rows)
+        seen.append((viewed, runner.slots.capacity, runner.slots.generation))
+
+    cohorts = [[3, 8, 1, 5, 12], [2, 3, 9, 14, 7], [1, 2, 3, 4, 5, 6, 10, 11], [0, 8, 9, 13, 4, 6, 15, 3]]
+    both_ways(cfgs, cohorts, "fedpfn+scaffold", after=in_slots)
+    # round 1 joined from the parts (slots made for 5); 2 read in place; 3 (8 clients) joined
+    # again and the slots made for 8; 4 read in place
+    assert seen == [(False, 5, 1), (True, 5, 1), (False, 8, 2), (True, 8, 2)]
 
 
 def test_clients_are_dealt_by_size_each_share_in_client_order():
