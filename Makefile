@@ -46,16 +46,17 @@ run: setup data
 	$(BIN)/python run_sim.py --config configs/fmnist_default.toml --overwrite
 	@echo "To run more (python run_sim.py --help), first: . $(VENV)/bin/activate"
 
-# The suite on two pytest-xdist workers (PYTEST_WORKERS=0: one process), test by test, except
-# that a module sharing a module-scoped fixture (a SuperLink, a reference run) stays on one
-# worker (tests/conftest.py groups it); then the tests marked `alone` (the deployment rehearsal),
-# whose rounds have deadlines that a second worker's Ray runs on 2 cores could make them miss.
-# Figures, before and after: docs/development/testing.md.
+# The suite on two pytest-xdist workers (PYTEST_WORKERS=0: one process), a test module whole on
+# one worker (--dist loadfile: a module's SuperLink, reference run or Ray cluster, module-scoped,
+# starts once; the largest modules go first); then the tests marked `alone` (the deployment
+# rehearsal), whose rounds have deadlines that a second worker's Ray runs on 2 cores could make
+# them miss. The folders (tests/unit, integration, deploy, studies) and their figures:
+# docs/development/testing.md.
 PYTEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
+PYTEST := $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS)
 
 test: setup data
-	$(PYTEST) -m "not alone"
+	$(PYTEST) --dist loadfile -m "not alone"
 	$(BIN)/python -m pytest -q -m alone
 
 # The documentation site from docs/ (mkdocs.yml), served at http://127.0.0.1:8000 while it runs;
@@ -73,5 +74,7 @@ browser:
 		echo "warning: no apt-get here; install Chromium for scripts/check_site.py and its test"; \
 	fi
 
+# tests/unit alone (no Ray, no subprocess, no Flower runtime), test by test on the workers: the
+# quick check before a commit, under 2 minutes on 2 cores.
 test-fast: setup data
-	$(PYTEST) -m "not deploy and not slow"
+	$(PYTEST) tests/unit

@@ -3,7 +3,7 @@
 The example module and command are read out of docs/guide/algorithms.md (the README's section
 before issue 34 moved it to the site), so the documentation cannot drift
 from what runs. The robust aggregators go through the composed strategy in-process
-(conftest.run_round), where they must still find one full-size ArrayRecord per reply.
+(tests.support.rounds.run_round), where they must still find one full-size ArrayRecord per reply.
 """
 
 from __future__ import annotations

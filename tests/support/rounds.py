@@ -43,8 +43,8 @@ def client_replies(cfg: RunConfig, strategy, arrays: ArrayRecord, server_round: 
 
 
 def first_fast(cases: list[tuple]) -> list:
-    """A costly model family's cases (ResNet-20's) as pytest params: the first stays in `make
-    test-fast`, so the quick suite still trains that family once; `make test` runs them all."""
+    """A costly model family's cases (ResNet-20's) as pytest params, all but the first marked `slow`:
+    `-m "not slow"` still trains that family once; `make test` runs them all."""
     return [pytest.param(*case, marks=() if i == 0 else pytest.mark.slow) for i, case in enumerate(cases)]
 
 

@@ -1,8 +1,7 @@
 """FedProx, SCAFFOLD and FedDyn: their client and server rules, alone and under anchors.
 
 Clients are built directly with a hand-made message and a `RecordDict` as context.state;
-rounds with the server wrappers use conftest's in-process round; one test runs the Ray
-simulation end to end.
+rounds with the server wrappers use the in-process round of tests/support/rounds.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import pickle
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import torch
 
 from fedpfn.core import data
 from fedpfn.core.data import DEBIAN_FMNIST_DIR, DataError, find_data_problem, load_dataset
+from tests.support.cifar import write_cifar
 from tests.support.idx import idx_bytes, write_idx_set
 
 needs_debian_fmnist = pytest.mark.skipif(
@@ -143,34 +143,6 @@ def test_monkeypatched_missing_debian_dir(tmp_path: Path, monkeypatch: pytest.Mo
     assert "apt-get install dataset-fashion-mnist" in (find_data_problem("fmnist", None, False) or "")
 
 
-def write_cifar(root: Path, name: str, per_batch: int, seed: int) -> tuple[np.ndarray, list[int], np.ndarray, list[int]]:
-    """Tiny CIFAR in the python-pickle layout of the official archives."""
-    rng = np.random.default_rng(seed)
-    folder, train_files, test_files, label_key = data._CIFAR_LAYOUT[name]
-    classes = data._NUM_CLASSES[name]
-    directory = root / folder
-    directory.mkdir(parents=True)
-    contents: dict[str, tuple[np.ndarray, list[int]]] = {}
-    for file_name in train_files + test_files:
-        images = rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8)
-        labels = rng.integers(0, classes, per_batch).tolist()
-        entry = {"batch_label": file_name, label_key: labels, "data": images, "filenames": [b"x.png"] * per_batch}
-        if name == "cifar100":
-            entry["coarse_labels"] = [label // 5 for label in labels]
-        with open(directory / file_name, "wb") as f:
-            pickle.dump(entry, f)
-        contents[file_name] = (images, labels)
-    meta_name, meta = ("batches.meta", {"label_names": [f"c{i}" for i in range(10)]})
-    if name == "cifar100":
-        meta_name, meta = ("meta", {"fine_label_names": [f"f{i}" for i in range(100)], "coarse_label_names": []})
-    with open(directory / meta_name, "wb") as f:
-        pickle.dump(meta, f)
-    train_x = np.concatenate([contents[f][0] for f in train_files])
-    test_x = np.concatenate([contents[f][0] for f in test_files])
-    train_y = [label for f in train_files for label in contents[f][1]]
-    return train_x, train_y, test_x, contents[test_files[0]][1]
-
-
 @pytest.mark.parametrize(("name", "n_train"), [("cifar10", 5 * 4), ("cifar100", 4)])
 def test_tiny_cifar_loads(tmp_path: Path, name: str, n_train: int) -> None:
     train_x, train_y, test_x, test_y = write_cifar(tmp_path, name, per_batch=4, seed=3)
@@ -289,20 +261,3 @@ def test_find_data_problem_accepts_debian_fmnist() -> None:
 def test_unknown_dataset_raises() -> None:
     with pytest.raises(DataError, match="unknown dataset 'imagenet'.*fmnist, mnist"):
         load_dataset("imagenet")
-
-
-def test_the_cifar10_drift_preset_runs_on_a_folder_in_cifars_format(tmp_path: Path) -> None:
-    """configs/cifar10_drift.toml as written (its design: 5 local epochs, alignment every 10 rounds),
-    on a small CIFAR-10 folder in the official files' layout, shrunk to 4 clients and 10 rounds."""
-    from fedpfn.core.settings import read_toml
-    from fedpfn.runtime.algorithms import load_config
-    from fedpfn.runtime.simulation import simulate
-
-    write_cifar(tmp_path / "data", "cifar10", per_batch=40, seed=5)
-    preset = read_toml(Path(__file__).resolve().parents[2] / "configs" / "cifar10_drift.toml")
-    assert preset["local_epochs"] == 5 and preset["alignment_every"] == 10 and preset["num_clients"] == 100
-    cfg = load_config({**preset, "data_root": str(tmp_path / "data"), "num_clients": 4, "clients_per_round": 2,
-                       "rounds": 10, "alpha": 1.0, "alignment_samples": 20, "out": str(tmp_path / "run")})
-    simulate(cfg, show_progress=False)
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 10 and rows[-1]["align_clients"] == 2 and 0 <= rows[-1]["test_accuracy"] <= 1

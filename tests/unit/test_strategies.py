@@ -19,6 +19,8 @@ from tests.support.rounds import NodeGrid, run_round
 SERVERS = ["fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "user_strategy:HalfwayFedAvg"]
 SERVER_LR = {"fedadam": 0.01, "fedyogi": 0.01, "fedadagrad": 0.01}
 
+SMALL = {"num_clients": 1000}  # 60 images a client, a step each: what a rule does to the entries shows as on more
+
 
 def start(cfg):
     model = initial_model(cfg)
@@ -38,7 +40,7 @@ def test_round_one_keeps_every_anchor_with_every_server(algorithm, server, monke
     """In round 1 no server state exists yet: every server leaves the anchored entries exact."""
     monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parents[1] / "support"))  # user_strategy.py
     extra = {"server_lr": SERVER_LR[server]} if server in SERVER_LR else {}
-    cfg = tiny_config(algorithm=algorithm, server=server, **extra)
+    cfg = tiny_config(algorithm=algorithm, server=server, **SMALL, **extra)
     model, arrays = start(cfg)
     new, metrics, _, _ = run_round(cfg, build_strategy(cfg, model), arrays, server_round=1)
     before, after = to_numpy(arrays), to_numpy(new)
@@ -50,7 +52,7 @@ def test_round_one_keeps_every_anchor_with_every_server(algorithm, server, monke
 
 
 def test_every_client_of_a_round_gets_the_same_seed_and_a_new_one_next_round():
-    cfg = tiny_config(algorithm="fedpfn")
+    cfg = tiny_config(algorithm="fedpfn", **SMALL)
     model, arrays = start(cfg)
     strategy = build_strategy(cfg, model)
 
@@ -64,7 +66,7 @@ def test_every_client_of_a_round_gets_the_same_seed_and_a_new_one_next_round():
 
 
 def test_fedpnu_partial_upload_rebuilds_what_a_full_upload_gives(monkeypatch):
-    cfg = tiny_config(algorithm="fedpnu")
+    cfg = tiny_config(algorithm="fedpnu", **SMALL)
     model, arrays = start(cfg)
     partial, _, _, up_partial = run_round(cfg, build_strategy(cfg, model), arrays, 1)
     monkeypatch.setattr(FedPNUClient, "partial_upload", False)
@@ -78,7 +80,7 @@ def test_fedpnu_partial_upload_rebuilds_what_a_full_upload_gives(monkeypatch):
 
 @pytest.mark.parametrize("server", ["fedavgm", "fedadam"])
 def test_fixed_schedule_keeps_the_initial_anchors_for_the_whole_run(server):
-    cfg = tiny_config(algorithm="fedpfn", anchor_schedule="fixed", server=server, server_lr=0.01)
+    cfg = tiny_config(algorithm="fedpfn", anchor_schedule="fixed", server=server, server_lr=0.01, **SMALL)
     model, arrays = start(cfg)
     strategy = build_strategy(cfg, model)
     current = arrays
@@ -93,7 +95,7 @@ def test_round_schedule_reset_writes_the_anchors_back_under_a_server_optimizer()
     """`anchor_server_step=reset` cancels the server's own step on anchored entries; `keep` does not."""
     moved = {}
     for step in ("keep", "reset"):
-        cfg = tiny_config(algorithm="fedpfn", server="fedavgm", anchor_server_step=step)
+        cfg = tiny_config(algorithm="fedpfn", server="fedavgm", anchor_server_step=step, **SMALL)
         model, arrays = start(cfg)
         strategy = build_strategy(cfg, model)
         current = arrays
