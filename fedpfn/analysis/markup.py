@@ -4,7 +4,8 @@ A report's labels, settings and title come from the `config.json` of runs that a
 written; copied raw into report.md, `<img src=x onerror=...>`, `[a link](...)`, a `|` that
 splits a table cell or a newline that starts a heading would be rendered as such. `inline`
 escapes what Markdown or HTML would act on and keeps the rest as typed (`anchor_ratio=0.4`
-stays readable); `code` makes a code span no backtick can close early. `inert` is a report
+stays readable); `code` makes a code span no backtick can close early; `image` a figure's line
+whose alt text is `inline`'s. `inert` is a report
 with every such text escaped, for the Markdown tables only: CSV and JSON keep the values.
 """
 
@@ -35,6 +36,11 @@ def code(value: Any) -> str:
     fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def image(alt: Any, link: str) -> str:
+    """A Markdown image whose alt text (a title made of a file's words) is shown as typed."""
+    return f"![{inline(alt)}]({link})"
 
 
 def inert(report: Report) -> Report:

@@ -21,6 +21,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from fedpfn.analysis.inference import Paired, paired
+from fedpfn.analysis.markup import image
 from fedpfn.analysis.plots import ArmPoint, PairedSeries, against_figure, paired_figure
 from fedpfn.analysis.plots.style import figure_files
 from fedpfn.analysis.render import series_of
@@ -42,7 +43,7 @@ def families_figure(spec: Spec, names: Sequence[str], rows: Mapping[str, Sequenc
     baseline = baselines[0] if len(baselines) == 1 else "its baseline"
     title = f"{spec.title}: each arm − {baseline} on the same seed"
     link = written(spec, "-".join(names), paired_figure(panels, baseline, title, unit, name=str))  # labels are words
-    return [f"![{title}: each seed's difference, the mean and its 95 % interval]({link})"]
+    return [image(f"{title}: each seed's difference, the mean and its 95 % interval", link)]
 
 
 def arms_figure(spec: Spec, endpoint: str, points: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
@@ -78,7 +79,7 @@ def against(spec: Spec, y: str, x: str, points: Mapping[str, Sequence[Mapping[st
     axis = [f"{n}" + (f", {e.unit}" if e.unit else "") for n, e in ((y, ends[0]), (x, ends[1]))]
     fig = against_figure(lines, title, (axis[0], axis[1]), x)
     link = written(spec, f"{file_part(y)}-against-{file_part(x)}", fig)
-    return [f"![{title}: each seed, and a line through each axes point's arms]({link})"]
+    return [image(f"{title}: each seed, and a line through each axes point's arms", link)]
 
 
 def file_part(name: str) -> str:
@@ -92,7 +93,7 @@ def reading_figure(spec: Spec, name: str, panels: Mapping[str, Sequence[PairedSe
     paired_figure's `linear_within`, `mean_name`), written beside the stored results as
     STEM-NAME.png; the page's line that shows it."""
     fig = paired_figure(panels, "", title, unit, name=str, xlabel=xlabel, **options)
-    return f"![{title}: each seed, the mean and its 95 % interval]({written(spec, name, fig)})"
+    return image(f"{title}: each seed, the mean and its 95 % interval", written(spec, name, fig))
 
 
 def written(spec: Spec, name: str, fig: Figure, file: str | None = None) -> str:

@@ -21,6 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from fedpfn.analysis.markup import image
 from fedpfn.experiments import cold, cold_report, soup_report
 from fedpfn.experiments.command import build_parser, read_settings
 from fedpfn.experiments.pretrain import PretrainConfig
@@ -65,7 +66,7 @@ def figure_of(spec: Spec, kind: str, result: Mapping[str, Any]) -> str:
     study writes the page; the page's line."""
     figure = {"soup": soup_report.soup_figure, "cold": cold_report.cold_figure}[kind](result)
     title = " ".join(figure.get_suptitle().split())  # on one line: the figure wraps it
-    return f"![{title}]({written(spec, kind, figure, file=f'{kind}.png')})"
+    return image(title, written(spec, kind, figure, file=f"{kind}.png"))
 
 
 def soup_fields(result: Mapping[str, Any]) -> dict[str, Any]:

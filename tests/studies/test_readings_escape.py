@@ -79,3 +79,35 @@ def test_the_gates_regimes_table_keeps_a_hostile_regime_its_reason_and_flags_in_
     head, _, row, *rest = (tmp_path / "p.md").read_text().splitlines()
     assert cells_of(head) == cells_of(row) == 3 and shown_as_typed(row), row
     assert row.endswith("| `` --model mlp --lr `0.1` `` |")  # the flags as one code span, as typed
+
+
+FIGURE = """title = "TITLE"
+runs = "runs/f"
+seeds = [0, 1]
+shared = "--dataset fmnist --model mlp --num-clients 100 --clients-per-round 2 --rounds 1 --partition iid"
+[arms]
+a = "--algorithm fedavg"
+[endpoints.acc]
+metric = "test_accuracy"
+[page]
+out = "p.md"
+stored = "p.json"
+text = "<!-- study: arms-figure acc -->\\n"
+"""
+
+
+def test_a_figures_alt_text_from_the_study_title_is_shown_as_typed(tmp_path: Path, monkeypatch) -> None:
+    """Every figure's line is one image whose alt text (the study's title in it) neither closes the
+    image early nor holds a live tag (fedpfn.analysis.markup.image)."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    title = "x](javascript:alert(1)) <img src=x onerror=y> ![z"
+    (tmp_path / "f.toml").write_text(FIGURE.replace("TITLE", title))
+    (tmp_path / "p.json").write_text(json.dumps({"study": "f.toml", "chosen": None, "cells": [
+        {"arm": "a", "point": {}, "seed": seed, "folder": f"runs/f/a/s{seed}", "command": "fedpfn run", "endpoints": {"acc": acc}}
+        for seed, acc in ((0, 0.5), (1, 0.6))]}))  # fmt: skip
+    assert fedpfn(["study", "page", "--stored", "f.toml"]) == 0
+    (line,) = [line for line in (tmp_path / "p.md").read_text().splitlines() if line.startswith("![")]
+    found = re.fullmatch(r"!\[((?:\\.|[^\]\\])*)\]\(([^()\s]+)\)", line)
+    assert found is not None and "<img" not in found[1] and found[2] == "p-arms-acc.png", line
