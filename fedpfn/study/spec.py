@@ -149,7 +149,7 @@ class Spec:
             data = parse_json(read_place(self.page.stored, "page.stored", MAX_STORED_BYTES), f"page.stored: {self.page.stored}")
         except FileNotFoundError:
             raise self.refuse(f"{self.page.stored} is missing: the page was never written from the runs (fedpfn study "
-                              f"page {self.path}); nothing written") from None  # fmt: skip
+                              f"page {self.path}{' --trust-code' * bool(self.page.readings)}); nothing written") from None  # fmt: skip
         except DamagedFile as err:
             raise self.refuse(str(err)) from None
         if not isinstance(data, dict):

@@ -126,3 +126,9 @@ def test_a_readings_path_naming_something_else_is_one_line(own: Path, capsys) ->
     (own / "page.json").write_text("{}")
     line = refused(capsys, "page", "--stored", "study.toml", "--trust-code")
     assert line.endswith("names function, not a fedpfn.study.readings.Readings (keep, sections, whole, partial)"), line
+
+
+def test_a_page_never_written_from_its_runs_says_the_command_with_its_flag(own: Path, capsys) -> None:
+    line = refused(capsys, "page", "--stored", "study.toml", "--trust-code")
+    assert line == ("error: study: study.toml: page.json is missing: the page was never written from the runs "
+                    "(fedpfn study page study.toml --trust-code); nothing written"), line
