@@ -112,7 +112,8 @@ def values(figures: dict) -> dict[str, str]:
         "def_acc": f"{default['accuracy'][-1]:.1f}", "def_rounds": str(len(default["accuracy"])),
         "def_time": duration(default["seconds"]), "def_load": load_text(default),
         "suite_tests": str(suite["passed"]), "suite_commands": str(suite["commands_listed"]),
-        "suite_time": duration(suite["seconds"]), "fast_time": duration(suite["fast_seconds"]),
+        "suite_time": duration(suite["seconds"]), "unit_time": duration(suite["unit"]["seconds"]),
+        "unit_load": load_text(suite["unit"]),
     }  # fmt: skip
 
 
@@ -124,7 +125,7 @@ SENTENCES = {
     "README.md": [
         "a closing line naming the folder: {def_acc} % after {def_rounds} rounds, {def_time} at load average {def_load}.",
         "{suite_tests} tests ({suite_commands} documented commands listed as skipped, with why) in {suite_time} on {cores} idle cores",
-        "`make test-fast` skips the deployment tests and the slow runs ({fast_time})",
+        "`make test-fast` runs tests/unit alone: no Ray, no subprocess, no Flower runtime ({unit_time} at load average {unit_load})",
         "**{qs_acc} %** test accuracy after round {qs_rounds}, {qs_time} from launch to exit at load average {qs_load}.",
         RULE,
     ],
