@@ -44,7 +44,7 @@ def written(page: str) -> str:
     """docs/analysis/findings.md with its finding and bottom line computed again."""
     with verdicts_printed() as seen:
         lines = "\n".join(f"{k}. {sentence}" for k, sentence in enumerate(bottom_line(ROOT), 1))
-    changed = changed_section(seen, str(PAGE.relative_to(ROOT))).replace("\n## ", "\n### ")  # below the page's heading
+    changed = changed_section(seen).replace("\n## ", "\n### ")  # below the page's heading
     return between(between(page, FINDING, finding_text()), (BEGIN, END), f"\n{lines}\n{changed}")
 
 

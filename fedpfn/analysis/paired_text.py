@@ -174,19 +174,10 @@ def test_note(comparisons: list[Paired]) -> str:
 
 
 CHANGED = "## Verdicts changed by the one decision rule (2026-12-07)"
-FORMER_PAGES = frozenset({
-    "docs/guide/privacy-results.md", "docs/guide/attacks-results.md", "docs/alignment_main.md", "docs/alignment_confirm.md",
-    "docs/alignment_confirm_a01.md", "docs/alignment_pilot.md", "docs/alignment_pilot_cnn.md", "docs/results_earlier.md",
-    "docs/fusion.md", "docs/results.md", "docs/alignment_federated.md", "docs/alignment.md", "docs/analysis/findings.md",
-})  # fmt: skip  (the pages published while the exact test decided up to 5 seeds: only they had a verdict to change)
-
-
-def changed_section(seen: Printed, page: str) -> str:
-    """The closing list, on a page published under the former rule (FORMER_PAGES), of the verdicts the
-    rule of 2026-12-07 turned (`changed_by_rule`), each with its reason; '' where none did, or on a
-    page written since (it never read otherwise)."""
-    if page not in FORMER_PAGES:
-        return ""
+def changed_section(seen: Printed) -> str:
+    """The closing list, for a page published under the former rule (a study's `changed_verdicts`),
+    of the verdicts the rule of 2026-12-07 turned (`changed_by_rule`), each with its reason; ''
+    where none did."""
     lines = [
         f"- {p.label} ({p.metric}): now {verdict(p, scale, unit)} ({size_text(scale * p.mean, signed=True)} {unit}, 95 % CI "
         f"[{size_text(scale * p.low, signed=True)}, {size_text(scale * p.high, signed=True)}], t test p Holm "

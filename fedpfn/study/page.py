@@ -229,7 +229,7 @@ def render(spec: Spec, stored: dict[str, Any] | None, readings: Readings | None 
     """The page, closed by the list of its verdicts that the decision rule of 2026-12-07 changed."""
     with verdicts_printed() as seen:
         text = body(spec, stored, readings)
-    return text + changed_section(seen, str(spec.page.out) if spec.page else "")
+    return text + (changed_section(seen) if spec.page and spec.page.changed_verdicts else "")
 
 
 def body(spec: Spec, stored: dict[str, Any] | None, readings: Readings | None = None) -> str:

@@ -39,7 +39,7 @@ ENDPOINT_KEYS = ("metric", "last", "statistic", "scale", "unit", "format", "abse
 STATISTICS = ("mean", "median")  # of an endpoint's window of rows
 FAMILY_KEYS = ("endpoint", "arms", "baseline", "heading", "margin")
 TUNE_KEYS = ("flag", "values", "seed", "flags", "metric", "last", "floor", "cell")
-PAGE_KEYS = ("out", "stored", "template", "text", "readings", "evaluate")
+PAGE_KEYS = ("out", "stored", "template", "text", "readings", "evaluate", "changed_verdicts")
 METRICS = ("test_accuracy", "test_loss", "val_accuracy", "val_loss", "train_loss")
 METRIC_PREFIXES = ("align_", "fed_eval_", "dp_")  # the alignment, clients' own evaluation and privacy keys
 STUDY_OWNS = ("--seed", "--seeds", "--out", "--resume", "--overwrite", "--compare", "--algorithms")
@@ -93,13 +93,14 @@ class Tune:
 
 @dataclass(frozen=True)
 class Page:
-    """[page]: out (the page written), stored (its results as JSON), template or text, readings, evaluate."""
+    """[page]: out (the page), stored (its results, JSON), template or text, readings, evaluate, changed_verdicts."""
     out: Path
     stored: Path
     template: Path | None
     text: str | None
     readings: str | None  # the study's own readings (fedpfn.study.readings), as `package.module:NAME`
     evaluate: tuple[str, ...] = ()  # the readings' evaluation of the finished cells, as its flags (ColD's: `fedpfn cold`'s)
+    changed_verdicts: bool = False  # published under the former rule: list the verdicts the one rule turned
 
 
 @dataclass(frozen=True)
@@ -195,11 +196,9 @@ def _seeds(value: Any, path: Path, where: str = "seeds") -> tuple[int, ...]:
     accepted = f"a list of 1 to {MAX_SEEDS} whole numbers from 0 to {MAX_SEED}, each once"
     if not isinstance(value, list) or not 0 < len(value) <= MAX_SEEDS:
         raise StudyError(f"study: {path}: {where} = {shown(value)} is not {accepted}")
-    seen: set[int] = set()
-    for seed in value:
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED or seed in seen:
+    for seed in value:  # a seed given twice is named at its first place
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED or value.count(seed) > 1:
             raise StudyError(f"study: {path}: {where}: {shown(seed)} is not accepted; seeds are {accepted}")
-        seen.add(seed)
     return tuple(value)
 
 
@@ -299,7 +298,8 @@ def _page(value: Any, path: Path) -> Page:
     if (problem := code_problem(text("readings"), "page.readings")) is not None:
         raise StudyError(f"study: {path}: {problem}")
     return Page(_place(table["out"], "page.out", path, ".md"), _place(table["stored"], "page.stored", path, ".json"), template,
-                text("text"), text("readings"), flags_of(table.get("evaluate", []), "page.evaluate", path))  # fmt: skip
+                text("text"), text("readings"), flags_of(table.get("evaluate", []), "page.evaluate", path),
+                _of(table.get("changed_verdicts", False), bool, "page.changed_verdicts", path, "true or false"))  # fmt: skip
 
 
 def _axes(value: Any, path: Path) -> tuple[dict[str, tuple[str, ...]], dict[str, dict[str, tuple[str, ...]]]]:

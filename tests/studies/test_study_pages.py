@@ -47,6 +47,28 @@ def test_the_committed_page_is_what_its_study_writes_from_its_stored_results(nam
     assert (tmp_path / page).read_bytes() == (ROOT / page).read_bytes()
 
 
+def test_only_a_page_published_under_the_former_rule_lists_the_verdicts_the_rule_turned(tmp_path: Path, monkeypatch,
+                                                                                       capsys) -> None:  # fmt: skip
+    """The attacks page was published while the exact test decided up to 5 seeds (its study file says
+    `changed_verdicts = true`): it ends with the verdicts the one rule turned; the same study without
+    the key writes the same page without that list."""
+    from fedpfn.analysis.paired_text import CHANGED
+
+    page, *read = PAGES["attacks"]
+    study = "studies/attacks/attacks.toml"
+    for path in (study, *read):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_bytes((ROOT / path).read_bytes())
+    text = (ROOT / study).read_text()
+    assert "\nchanged_verdicts = true" in text
+    (tmp_path / study).write_text(text.replace("\nchanged_verdicts = true", "\n"))
+    monkeypatch.chdir(tmp_path)
+    assert fedpfn(["study", "page", "--stored", study]) == 0
+    committed, written = (ROOT / page).read_text(), (tmp_path / page).read_text()
+    assert f"\n{CHANGED}\n" in committed and CHANGED not in written
+    assert committed.startswith(written.rstrip("\n"))
+
+
 ARMS = "[arms]\na = '--algorithm fedavg'\nb = '--algorithm fedpfn'\n"
 BAD = {
     "format": (ARMS + "[endpoints.eps]\nmetric = 'dp_epsilon'\nformat = '.2d'",
