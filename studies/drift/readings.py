@@ -32,7 +32,8 @@ from fedpfn.study.figures import reading_figure
 from fedpfn.study.places import place_problem
 from fedpfn.study.readings import Readings
 from fedpfn.study.spec import Spec
-from studies.drift.text import ACC_BARRIER, ALIGNMENT, Design, Row, alignment_rows, figure_of, primary_family, results
+from studies.drift.text import (ACC_BARRIER, ALIGNMENT, Design, Row, alignment_rows, figure_of, primary_family, results,
+                                summary)
 
 SIGNED_MARK = "align_measured_on"  # written with every measurement by the signed barrier, never by the clamped one
 
@@ -203,14 +204,22 @@ def figure(spec: Spec, primary: list[Row], alignment: list[Row]) -> list[str]:
             f"tables, whose verdicts say what is resolved.{said} The loss barrier, in nats, is in the table alone.", ""]  # fmt: skip
 
 
+def stored_reports(spec: Spec, d: Design) -> dict[str, dict[str, dict]]:
+    """Each skew's stored reports, by report name."""
+    return {alpha: {name: stored_report(spec, report_folder(spec, alpha, name)) for name in d.reports} for alpha in d.alphas}
+
+
 def section(spec: Spec) -> list[str]:
     """The page's results from the stored files alone."""
-    assert spec.page is not None
     d = design(spec)
-    data = spec.stored_results()
-    reports = {alpha: {name: stored_report(spec, report_folder(spec, alpha, name)) for name in d.reports}
-               for alpha in d.alphas}  # fmt: skip
+    data, reports = spec.stored_results(), stored_reports(spec, d)
     return results(d, data, reports, figure(spec, primary_family(d, reports), alignment_rows(data)))[:-1]
 
 
-READINGS = Readings(keep=write_stored, sections={"drift": section})  # studies/drift/*.toml's
+def in_short(spec: Spec) -> list[str]:
+    """The page's answer in short, for its top (`<!-- study: drift-summary -->`)."""
+    d = design(spec)
+    return summary(primary_family(d, stored_reports(spec, d)))
+
+
+READINGS = Readings(keep=write_stored, sections={"drift": section, "drift-summary": in_short})  # studies/drift/*.toml's

@@ -111,6 +111,19 @@ def clamps(data: dict[str, Any], key: str) -> bool:
     return bool(data["clamped"]) and key in BARRIERS
 
 
+def summary(primary: list[Row]) -> list[str]:
+    """The page in short, for its top: the pre-registered primary family, a line each with the
+    difference, its 95 % interval and the verdict; the Answers and tables below give the detail."""
+    lines = [f"**In short.** The pre-registered primary family (test accuracy over the last 10 rounds, FedPFN "
+             f"paired with each arm over {len(primary[0].test.seeds)} seeds, Holm {holm_span(primary)}; the "
+             "[answers](#answers) and tables below give the detail):", ""]  # fmt: skip
+    for row in primary:
+        test = row.test
+        ci = "" if test.low is None or test.high is None else f" [{100 * test.low:+.2f}, {100 * test.high:+.2f}]"
+        lines.append(f"- {inline(row.name)}: {100 * test.mean:+.2f} points{ci}: {row.verdict.split(';')[0]}")
+    return lines
+
+
 def holm_span(rows: list[Row]) -> str:
     """'across the 4' or 'across the 4 of these 8 that have a test': the family as Holm counted it."""
     tested = sum(row.test.p_value is not None for row in rows)

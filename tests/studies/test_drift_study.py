@@ -212,3 +212,19 @@ def test_the_figure_draws_what_is_stored_and_no_seed_that_is_not(tmp_path: Path,
     link = next(i for i, line in enumerate(lines) if line.startswith("!["))
     assert lines[link].endswith("(study/drift-mlp-page-accuracy-gap.png)") and lines[link - 2].startswith("| α=0.5 fusion_gap")
     assert (tmp_path / "docs/study/drift-mlp-page-accuracy-gap.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_pages_summary_says_what_its_primary_table_says() -> None:
+    """The lines atop docs/results.md (the page in short) agree with the primary family's table below:
+    each comparison's label and verdict, and its difference and 95 % interval (the summary's two
+    decimals within rounding of the table's three)."""
+    text = (ROOT / "docs" / "results.md").read_text()
+    short = text.split("**In short.**")[1].split("\n\n", 2)[1].splitlines()
+    table = text.split("### Primary family")[1].split("\n\n")[1].splitlines()[2:]
+    assert len(short) == len(table) == 4
+    for line, row in zip(short, table):
+        label, mean, ci, *_, verdict = (cell.strip() for cell in row.strip("|").split("|"))
+        said = re.fullmatch(r"- (.+): ([+-][\d.]+) points \[([+-][\d.]+), ([+-][\d.]+)\]: (.+)", line)
+        assert said is not None and said[1] == label and said[5] == verdict.split(";")[0], line
+        shown = [float(mean), *(float(x) for x in ci.strip("[]").split(", "))]
+        assert all(abs(float(said[i]) - value) <= 0.0051 for i, value in zip((2, 3, 4), shown)), (line, row)
