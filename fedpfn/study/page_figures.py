@@ -119,8 +119,8 @@ def values(figures: dict) -> dict[str, str]:
 
 RULE = ("Figures that depend on the machine were measured on one {cpu} with {cores} cores and no GPU, {qs_date}: "
         "the same machine and command give the same numbers in every run (the runs are deterministic); "
-        "another CPU rounds its sums differently, so the first figures agree to rounding and later ones "
-        "may differ, within the spread of the same command over seeds {seeds} ({seed_range} here)")  # fmt: skip
+        "another CPU rounds its sums differently, so its figures may differ from the first round on, "
+        "within the spread of the same command over seeds {seeds} ({seed_range} here)")  # fmt: skip
 SENTENCES = {
     "README.md": [
         "a closing line naming the folder: {def_acc} % after {def_rounds} rounds, {def_time} at load average {def_load}.",
