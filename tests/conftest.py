@@ -24,6 +24,20 @@ os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
 
 
+@pytest.fixture(autouse=True)
+def registries_as_they_were():
+    """A user's rule or attack named by dotted path is registered under its path in the process that
+    ran it (as a command's would be): not for the next test, whichever worker runs it."""
+    from clients import CLIENT_RULES
+    from clients.attacks.base import ATTACKS
+
+    before = {id(registry): dict(registry) for registry in (CLIENT_RULES, ATTACKS)}
+    yield
+    for registry in (CLIENT_RULES, ATTACKS):
+        registry.clear()
+        registry.update(before[id(registry)])
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """Tiny models run far faster on one thread, above all on a busy shared CPU; restored after

@@ -30,17 +30,6 @@ RULE = (
 )
 
 
-@pytest.fixture(autouse=True)
-def registry_as_it_was():
-    """A rule imported by one test stays registered in its process: not for the next test."""
-    from clients import CLIENT_RULES
-
-    before = dict(CLIENT_RULES)
-    yield
-    CLIENT_RULES.clear()
-    CLIENT_RULES.update(before)
-
-
 @pytest.fixture
 def planted(tmp_path, monkeypatch) -> Path:
     """evilrule.py in the current folder (which a user's own rule may lie in); its marker."""

@@ -51,20 +51,16 @@ PROX_LIKE = '''
 
 @pytest.fixture()
 def user_rule(tmp_path, monkeypatch):
-    """`proxlike:ProxLike` importable from the current folder; the registry as it was afterwards."""
-    from clients import CLIENT_RULES
-
+    """`proxlike:ProxLike` importable from the current folder (the registry as it was afterwards:
+    conftest's registries_as_they_were)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "proxlike", raising=False)
     (tmp_path / "proxlike.py").write_text(textwrap.dedent(PROX_LIKE))
-    before = dict(CLIENT_RULES)
     from fedpfn.core.user_code import name_code
 
     name_code("proxlike:ProxLike")  # as a command names it: a test alone on its worker loads it too
-    yield "proxlike:ProxLike"
-    CLIENT_RULES.clear()
-    CLIENT_RULES.update(before)
+    return "proxlike:ProxLike"
 
 
 def test_a_users_rule_declaring_prox_mu_runs_beside_fedprox_and_the_flag_reaches_each(

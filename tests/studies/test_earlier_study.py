@@ -45,7 +45,7 @@ def test_the_page_from_runs_is_the_page_from_its_stored_file(tmp_path: Path) -> 
     trust_code(declared, "page", True, stored=True)  # its readings are the study's own code: --trust-code
     (tmp_path / "template.md").write_text("# Earlier\n\n<!-- study: earlier -->\n## After\n")
     where = dataclasses.replace(declared.page, out=tmp_path / "page.md", template=tmp_path / "template.md",
-                                stored=tmp_path / "kept" / "earlier-page.json")  # fmt: skip
+                                stored=tmp_path / "kept" / "earlier-page.json", changed_verdicts=False)  # a new page  # fmt: skip
     spec = dataclasses.replace(declared, runs=tmp_path / "runs", page=where,
                                shared=merged(declared.shared, ["--rounds", str(ROUNDS)]))  # fmt: skip
     for cell in tuning_cells(spec):  # lr 0.03 best, 0.1 diverged
