@@ -25,20 +25,20 @@ from fedpfn.analysis.paired_text import no_test, p_number, p_text, verdict
 from fedpfn.analysis.plots import PairedSeries
 from fedpfn.analysis.render import series_of
 from fedpfn.analysis.stats import Paired, mean_std, paired, sign_test
+from fedpfn.core.arms import GATE
 
 A_SEEDS, B_SEEDS = 5, 10  # seeds (a) and (b) need, set before the runs
 MATCHERS = ("full", "masked", "changes", "activation")
 ENDPOINTS = (("permutation_loss", "P", 1.0, "nats"), ("fused_acc", "fused accuracy", 100.0, "points"),
              ("fusion_gap", "fusion gap", 100.0, "points"))  # fmt: skip
 SPANS = {"fused_acc": 1.0, "fusion_gap": 2.0}  # the largest difference of a figure between arms, where bounded
-KINDS = ("plain", "shared", "independent", "diff-init")
 Cells = Mapping[str, Any]
 
 
 def arms_of(regime: Cells) -> list[str]:
     """The regime's arms in the gate's order: plain, shared, independent, diff-init (JSON keeps no order)."""
     names = next(iter(regime["seeds"].values()))
-    return sorted(names, key=lambda name: (next(i for i, k in enumerate(KINDS) if name.startswith(k)), name))
+    return sorted(names, key=lambda name: (next(i for i, k in enumerate(GATE) if name.startswith(k)), name))
 
 
 def arm_named(regime: Cells, kind: str) -> str:

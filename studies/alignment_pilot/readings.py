@@ -22,7 +22,7 @@ from typing import Any
 from fedpfn.analysis.plots import PairedSeries
 from fedpfn.analysis.render import series_of
 from fedpfn.analysis.stats import Paired, paired
-from fedpfn.core.files import CLIENTS, CONFIG, METRICS, PROVENANCE, SUMMARY, atomic_write_bytes, read_json, read_jsonl
+from fedpfn.core.files import CLIENTS, CONFIG, METRICS, PROVENANCE, atomic_write_bytes, is_finished, read_json, read_jsonl
 from fedpfn.study.cells import groups, main_cells
 from fedpfn.study.figures import reading_figure
 from fedpfn.study.readings import Readings
@@ -114,7 +114,7 @@ def steps(run: Path, epochs: int, batch: int) -> float:
 def block_figures(spec: Spec, block: dict[str, Any]) -> dict[str, Any]:
     """One block's finished runs, runs begun, control (diff-init's P by seed) and local steps a round."""
     folders = block["runs"]
-    runs = {arm: {str(s): run_figures(f) for s, f in folders[arm].items() if (f / SUMMARY).exists()} for arm in ARMS}
+    runs = {arm: {str(s): run_figures(f) for s, f in folders[arm].items() if is_finished(f)} for arm in ARMS}
     begun = {arm: {str(s): begun_figures(f) for s, f in folders[arm].items()
                    if str(s) not in runs[arm] and (f / METRICS).exists()} for arm in ARMS}  # fmt: skip
     control = block["control"] / "lmc.json"

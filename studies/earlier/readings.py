@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpfn.analysis.report import main as report_main
-from fedpfn.core.files import CONFIG, METRICS, SUMMARY, DamagedFile, atomic_write_bytes, read_json, read_jsonl
+from fedpfn.core.files import CONFIG, METRICS, SUMMARY, DamagedFile, atomic_write_bytes, is_finished, read_json, read_jsonl
 from fedpfn.core.hyper import flat_view
 from fedpfn.core.provenance import git_state
 from fedpfn.study.cells import main_cells, points, scores
@@ -63,7 +63,7 @@ def server_grid(spec: Spec) -> dict[str, dict[str, float | None]]:
     for server, rates in SERVER_GRID.items():
         for rate in rates:
             run = spec.runs / "grid" / f"a{SERVER_ALPHA}" / f"{server}-slr{rate}" / "fedavg-s0"
-            if not (run / SUMMARY).is_file():
+            if not is_finished(run):
                 raise spec.refuse(f"the server grid's run {run} is not finished (fedpfn study run "
                                   f"{spec.path.parent / FOLLOW_UPS[1]})")  # fmt: skip
             found.setdefault(server, {})[rate] = runs_score(spec, run)
@@ -90,7 +90,7 @@ def finished(spec: Spec, folders: list[str]) -> bool:
     for folder in (f for f in folders if f not in declared):
         if folder not in runs:
             raise spec.refuse(f"the comparison folder {folder} is not a cell folder of {', '.join(FOLLOW_UPS)}")
-        if not all((spec.runs / folder / run / SUMMARY).is_file() for run in runs[folder]):
+        if not all(is_finished(spec.runs / folder / run) for run in runs[folder]):
             return False
     return True
 
