@@ -46,9 +46,10 @@ run: setup data
 	$(BIN)/python run_sim.py --config configs/fmnist_default.toml --overwrite
 	@echo "To run more (python run_sim.py --help), first: . $(VENV)/bin/activate"
 
-# The suite on two pytest-xdist workers (PYTEST_WORKERS=0: one process), a test module whole on
-# one worker (--dist loadfile: a module's SuperLink, reference run or Ray cluster, module-scoped,
-# starts once; the largest modules go first); then the tests marked `alone` (the deployment
+# The suite on two pytest-xdist workers (PYTEST_WORKERS=0: one process): --dist loadfile, which
+# tests/conftest.py refines: a module with a module-scoped fixture (a SuperLink, a reference run,
+# a Ray cluster) whole on one worker, so it starts once, every other test on its own to whichever
+# worker is free, the largest units first; then the tests marked `alone` (the deployment
 # rehearsal), whose rounds have deadlines that a second worker's Ray runs on 2 cores could make
 # them miss. The folders (tests/unit, integration, deploy, studies) and their figures:
 # docs/development/testing.md.

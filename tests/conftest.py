@@ -6,6 +6,8 @@ fixtures live in tests/support (docs/development/testing.md has the floor plan).
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,8 +22,40 @@ os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
 os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 
+ROOT = Path(__file__).resolve().parents[1]  # node ids' paths are relative to it (the rootdir)
+
 # Flower stamps messages with the running task's identity.
 TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
+
+
+MODULE_FIXTURE = re.compile(r"@pytest\.fixture\(\s*scope=[\"']module[\"']")
+
+
+def builds_a_module_fixture(module: str) -> bool:
+    """Whether the test module at `module` (a node id's path) defines a fixture of module scope (a
+    SuperLink, a reference run, a copy of the checkout): read from its source, since the scheduler
+    runs in xdist's controller, which collects no test itself."""
+    try:
+        return bool(MODULE_FIXTURE.search((ROOT / module).read_text()))
+    except OSError:
+        return False
+
+
+def pytest_xdist_make_scheduler(config, log):  # noqa: ANN001, ANN201  (xdist's hook)
+    """`make test`'s `--dist loadfile`, balanced: a module that builds a module-scoped fixture runs
+    whole on one worker, so it builds it once; every other test goes on its own to whichever worker
+    is free (xdist sends the larger units first). What loadgroup's marks did, without the node-id
+    suffix pytest 9.2 no longer takes (pytest-xdist issue #1386), so no pytest pin."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModulesWithFixturesWhole(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if builds_a_module_fixture(module) else nodeid
+
+    return ModulesWithFixturesWhole(config, log)
 
 
 @pytest.fixture(autouse=True)
