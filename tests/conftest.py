@@ -41,7 +41,8 @@ def builds_a_module_fixture(module: str) -> bool:
         return False
 
 
-def pytest_xdist_make_scheduler(config, log):  # noqa: ANN001, ANN201  (xdist's hook)
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: unknown where it is not loaded (-p no:xdist)
+def pytest_xdist_make_scheduler(config, log):  # noqa: ANN001, ANN201
     """`make test`'s `--dist loadfile`, balanced: a module that builds a module-scoped fixture runs
     whole on one worker, so it builds it once; every other test goes on its own to whichever worker
     is free (xdist sends the larger units first). What loadgroup's marks did, without the node-id

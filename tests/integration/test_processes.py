@@ -130,8 +130,8 @@ def test_rounds_read_from_the_slots_give_the_loops_numbers_and_a_larger_round_re
     a round of more clients than the slots hold comes back as tensors and the slots are made
     again. SCAFFOLD carries state and a reply record (its delta) among the tensors."""
     cfgs = {
-        way: tiny_config(algorithm="fedpfn+scaffold", num_clients=16, clients_per_round=5, batch_size=16, momentum=0.9,
-                         partition="iid", seed=4, out=str(tmp_path / way))
+        way: tiny_config(algorithm="fedpfn+scaffold", num_clients=2000, clients_per_round=5, batch_size=16, momentum=0.9,
+                         partition="iid", seed=4, out=str(tmp_path / way))  # clients of 30 images
         for way in ("processes", "loop")
     }  # fmt: skip
     seen = []
