@@ -223,9 +223,9 @@ def test_a_client_mod_that_never_returns_lets_the_ray_simulation_end(parts: Path
     Before the bound, Flower's simulation waited for its Ray workers' calls after the last round:
     the process never exited (subprocess.TimeoutExpired here)."""
     out = parts / "run"
-    done = run_sim_process(parts, *TINY, "--engine", "ray", "--client-mod", "h58_hung:hangs", "--round-timeout", "10",
-                           "--out", str(out), timeout=400)  # fmt: skip
+    done = run_sim_process(parts, *TINY, "--rounds", "1", "--engine", "ray", "--client-mod", "h58_hung:hangs",
+                           "--round-timeout", "5", "--out", str(out), timeout=400)  # fmt: skip
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     rows = read_jsonl(out / METRICS)
-    assert [(row["num_clients"], row["num_failures"], row["skipped"]) for row in rows] == [(0, 2, True)] * 2
+    assert [(row["num_clients"], row["num_failures"], row["skipped"]) for row in rows] == [(0, 2, True)]
     assert (out / SUMMARY).exists()
