@@ -233,7 +233,7 @@ class ServerLoop:
         is due (and two replied): `sent` is the model they started from, `self.arrays` the aggregate."""
         if self.alignment is None or not alignment.due(self.cfg, server_round) or len(replies) < 2:
             return {}
-        examples = [int(r.content.metric_records[protocol.METRICS][protocol.NUM_EXAMPLES]) for r in replies]
+        examples = [int(r.content[protocol.METRICS][protocol.NUM_EXAMPLES]) for r in replies]
         models = self.strategy.client_models(server_round, replies)
         start, fused = protocol.to_numpy(sent), protocol.to_numpy(self.arrays)
         return self.alignment.measure(start, fused, models, partitions, examples)

@@ -131,7 +131,7 @@ def naming_user_code(cfg: RunConfig, runner: Runner) -> Runner:
         return runner
 
     def run_cohort(content: RecordDict, jobs: list[ClientJob]) -> CohortResult:
-        server_round = content.config_records[protocol.CONFIG][protocol.SERVER_ROUND]
+        server_round = content[protocol.CONFIG][protocol.SERVER_ROUND]
         what = f"round {server_round}: the clients' training, which runs {', '.join(paths)},"
         return call_user(what, None, lambda: runner(content, jobs))
 
