@@ -28,7 +28,7 @@ from fedpfn.core.groups import ClientEvaluation, Dirichlet, Engine, FlwrPartitio
 from fedpfn.core.groups import START, Auto, NoClientEvaluation, Partition, Ray, Seeded, Start, Started, Tasks
 from fedpfn.core.concerns import EVALUATION, FEDERATION, LOCAL, OUTPUT, PLACEMENT_GROUP, TASK, TRACKING, Evaluation
 from fedpfn.core.concerns import Federation, LocalTraining, Output, Placement, Task, Tracking
-from fedpfn.core.hyper import flat_view, hyper_of
+from fedpfn.core.hyper import changed_settings, flat_view, hyper_of
 from fedpfn.core.init_file import init_file_problem, start_changed
 from fedpfn.core.kwargs import partition_args_problem
 from fedpfn.core.personal import unmatched_problem
@@ -155,10 +155,8 @@ class RunConfig:
         return {k: v for k, v in self.to_dict().items() if k not in NOT_IN_FINGERPRINT}
 
     def differences(self, other: RunConfig, ignore: tuple[str, ...] = ("out", "overwrite")) -> list[str]:
-        """`key: mine != theirs` for every setting that differs (by name, as fedpfn.core.hyper.flat_view)."""
-        mine, theirs = flat_view(self.to_dict()), flat_view(other.to_dict())
-        keys = sorted((set(mine) | set(theirs)) - set(ignore))
-        return [f"{k}: {mine.get(k)} != {theirs.get(k)}" for k in keys if mine.get(k) != theirs.get(k)]
+        """`key: mine != theirs` for every setting that differs (fedpfn.core.hyper.changed_settings)."""
+        return [f"{k}: {a} != {b}" for k, a, b in changed_settings(self.to_dict(), other.to_dict(), ignore)]
 
     # --- (de)serialisation ---------------------------------------------------------------
 

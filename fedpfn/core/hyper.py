@@ -12,9 +12,10 @@ namespaces a run uses is fedpfn.runtime.algorithms' to say; this module knows no
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, TypeVar
 
+from fedpfn.core.files import json_text
 from fedpfn.core.settings import ConfigError, coerce, field_map
 
 P = TypeVar("P")
@@ -92,3 +93,16 @@ def flat_view(values: Mapping[str, Any]) -> dict[str, Any]:
             continue
         flat.update({name: next(iter(found.values()))} if len(found) == 1 else found)
     return flat
+
+
+def changed_settings(
+    before: Mapping[str, Any], after: Mapping[str, Any], ignore: Collection[str] = (), absent: Any = None
+) -> list[tuple[str, Any, Any]]:
+    """(name, before's value, after's value) of every setting that differs, by name: the one comparison
+    of a stored run's settings with requested ones (a folder's reuse, a resume, a checkpoint's).
+    By flat_view, so a folder written before the namespaces compares; as JSON stores the values (a
+    tuple is its list); a name one side lacks stands for `absent`; `ignore`'s names left out."""
+    before, after = flat_view(before), flat_view(after)
+    names = sorted((set(before) | set(after)) - set(ignore))
+    found = [(name, before.get(name, absent), after.get(name, absent)) for name in names]
+    return [(name, old, new) for name, old, new in found if json_text(old) != json_text(new)]

@@ -18,7 +18,7 @@ from typing import Any
 
 from fedpfn.core.config import PLACEMENT, TRACKERS, ConfigError, RunConfig
 from fedpfn.core.files import CONFIG, LOCK, PROVENANCE, DamagedFile, is_finished, read_json
-from fedpfn.core.hyper import flat_view
+from fedpfn.core.hyper import changed_settings
 from fedpfn.runtime.progress import as_part_of_a_comparison
 from fedpfn.runtime.simulation import simulate
 
@@ -26,25 +26,15 @@ NOT_COMPARED = ("out", "overwrite", PROVENANCE, *PLACEMENT, *TRACKERS)  # may di
 ACTIONS = ("start", "resume", "reuse")
 
 
-def _comparable(config: dict[str, Any]) -> dict[str, Any]:
-    """The config as JSON stores it (tuples as lists), without the keys a reuse may change; its
-    hyperparameters by name, as a run written before the namespaces holds them (fedpfn.core.hyper)."""
-    return {k: v for k, v in flat_view(json.loads(json.dumps(config))).items() if k not in NOT_COMPARED}
-
-
 def differences(stored: dict[str, Any], requested: dict[str, Any]) -> list[str]:
-    """`lr 0.1 != 0.05`: the stored value, then the requested one, for every differing key."""
-    stored, requested = _comparable(stored), _comparable(requested)
-    absent = "(absent)"
+    """`lr 0.1 != 0.05`: the stored value, then the requested one, for every differing key but the
+    ones a reuse may change (fedpfn.core.hyper.changed_settings compares)."""
 
     def text(value: Any) -> str:
         return value if isinstance(value, str) else json.dumps(value)
 
-    return [
-        f"{key} {text(stored.get(key, absent))} != {text(requested.get(key, absent))}"
-        for key in sorted(set(stored) | set(requested))
-        if stored.get(key, absent) != requested.get(key, absent)
-    ]
+    found = changed_settings(stored, requested, NOT_COMPARED, absent="(absent)")
+    return [f"{key} {text(old)} != {text(new)}" for key, old, new in found]
 
 
 def run_action(cfg: RunConfig) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from fedpfn.core.files import CHECKPOINT, DamagedFile, atomic_write_bytes, json_text
-from fedpfn.core.hyper import flat_view
+from fedpfn.core.hyper import changed_settings
 from fedpfn.core.tree import TREE_ERRORS, read_tree, read_tree_index, tree_bytes
 from fedpfn.runtime.runfolder.folder import FolderBase, RunFolderError
 
@@ -75,11 +75,8 @@ class FolderCheckpoints(FolderBase):
         if saved is None:
             return False
         # by name (fedpfn.core.hyper): a checkpoint written before the namespaces said `prox_mu`
-        saved, fingerprint = flat_view(saved), flat_view(fingerprint)
-        keys = set(saved) | set(fingerprint)
-        changed = sorted(k for k in keys if json_text(saved.get(k)) != json_text(fingerprint.get(k)))
-        if changed:
-            shown = ", ".join(f"{k}: {saved.get(k)} -> {fingerprint.get(k)}" for k in changed[:5])
+        if changed := changed_settings(saved, fingerprint):
+            shown = ", ".join(f"{k}: {old} -> {new}" for k, old, new in changed[:5])
             raise RunFolderError(
                 f"{self.path / CHECKPOINT} belongs to other settings ({shown}); was config.json edited? "
                 "it cannot resume this run"
