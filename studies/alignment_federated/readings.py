@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fedpfn.analysis.plots import PairedSeries
-from fedpfn.analysis.render import series_of, verdict
+from fedpfn.analysis.paired_text import VERDICT_KEY, verdict_cell
+from fedpfn.analysis.render import series_of
 from fedpfn.analysis.inference import decided
 from fedpfn.analysis.stats import Paired, adjust, paired, sign_test
 from fedpfn.core.files import CLIENTS, METRICS, DamagedFile, atomic_write_bytes, read_json, read_jsonl
@@ -91,9 +92,9 @@ def table_lines(rows: list[Paired], scale_of: Callable[[Paired], tuple[float, st
         lines.append(
             f"| {p.label} | {p.mean:+.3f} | {ci} | {'n/a' if p.p_value is None else f'{p.p_value:.3g}'} "
             f"| {'n/a' if sign is None else f'{sign:.3g}'} | {'n/a' if p.p_holm is None else f'{p.p_holm:.3g}'} "
-            f"| {p.wins} of {len(p.diffs)} | {verdict(p, scale, unit)} |"
+            f"| {p.wins} of {len(p.diffs)} | {verdict_cell(p, scale, unit)} |"
         )
-    return lines
+    return [*lines, "", VERDICT_KEY]  # what the verdict cells' words mean, once under the table
 
 
 def figure_panels(primary: list[Paired], secondary: list[Paired]) -> dict[str, list[PairedSeries]]:
@@ -179,13 +180,34 @@ def write_stored(spec: Spec) -> None:
     atomic_write_bytes(spec.page.stored, (json.dumps(kept, indent=1) + "\n").encode())
 
 
-def section(spec: Spec) -> list[str]:
-    """The page's results from the stored file alone."""
-    assert spec.page is not None
+def stored_table(spec: Spec) -> tuple[Table, float]:
+    """The stored figures (figure -> arm -> seed -> value) and the clients' steps a round."""
     kept = spec.stored_results()
     table = {f: {arm: {int(k): v for k, v in seeds.items()} for arm, seeds in by_arm.items()}
              for f, by_arm in kept["figures"].items()}  # fmt: skip
-    return results(spec, table, kept["steps_per_round"]).split("\n")[:-1]
+    return table, kept["steps_per_round"]
 
 
-READINGS = Readings(keep=write_stored, sections={"alignment_federated": section})
+def section(spec: Spec) -> list[str]:
+    """The page's results from the stored file alone."""
+    return results(spec, *stored_table(spec)).split("\n")[:-1]
+
+
+def in_short(spec: Spec) -> list[str]:
+    """The page's question and answer in short, for its top (`<!-- study: federated-summary -->`): the
+    primary family a line each, as its table below reads it, and the P the runs measured."""
+    table, _ = stored_table(spec)
+    primary, _ = comparisons(table)
+    p_means = [v for arm in spec.arms for v in table["mean P (nats)"][arm].values()]
+    lines = ["**In short.** Does FedPFN keep a larger share of the clients' local gains through aggregation (the "
+             "run's median retained fraction R) than FedAvg and than the per-client-mask control? The pre-registered "
+             f"primary family over {len(spec.seeds)} seeds, Holm across the {sum(p.p_value is not None for p in primary)} "
+             "tested (the [results](#results) below give the detail):", ""]  # fmt: skip
+    for p in primary:
+        ci = "" if p.low is None or p.high is None else f" [{p.low:+.3f}, {p.high:+.3f}]"
+        lines.append(f"- {p.label}: {p.mean:+.3f} in R{ci}: {verdict_cell(p, 1.0, 'in R').split(';')[0]}")
+    return [*lines, "", f"Between a round's clients matching found almost no permutation: the runs' mean P lies in "
+            f"[{min(p_means):+.4f}, {max(p_means):+.4f}] nats in every arm."]  # fmt: skip
+
+
+READINGS = Readings(keep=write_stored, sections={"alignment_federated": section, "federated-summary": in_short})

@@ -21,7 +21,7 @@ from fedpfn.analysis.decompose import PARTS, Split, split
 from fedpfn.analysis.inference import adjust_together
 from fedpfn.analysis.markup import code, inline
 from fedpfn.experiments.lmc_render import DIVERGED
-from fedpfn.analysis.paired_text import no_test, p_number, p_text, verdict
+from fedpfn.analysis.paired_text import VERDICT_KEY, no_test, p_number, p_text, verdict, verdict_cell
 from fedpfn.analysis.plots import PairedSeries
 from fedpfn.analysis.render import series_of
 from fedpfn.analysis.stats import Paired, mean_std, paired, sign_test
@@ -97,6 +97,17 @@ def a_reading(plain: Paired, control: Paired, n: int, lost: Sequence[int] = ()) 
     return f"not shown: the interval excludes P(plain) above {plain.high:+.3f} nats"
 
 
+def a_cell(reading: str) -> str:
+    """A reading in (a)'s table: its first words (what they mean is said once, `A_KEY`)."""
+    return reading.split(":")[0] + (" (no test)" if "no test" in reading else "")
+
+
+A_KEY = (f"Reading: *P(plain) > 0* where the interval excludes 0; *not shown* where it does not, its 95 % CI being "
+         "what it rules out (*no test* where every seed read the same P); *void* where the positive control's "
+         "interval does not exclude 0 (the instrument did not move) or a plain model diverged (the regimes' table "
+         f"says in which seed); *not yet read* below the {A_SEEDS} seeds set before the runs.")  # fmt: skip
+
+
 def question_a(cells: Cells) -> tuple[list[str], list[str], list[str]]:
     """The (a) table under every matcher a regime has, the regimes where P(plain) > 0 under `full`
     with a control that moved, and a sentence per regime and matcher for the page's summary."""
@@ -117,9 +128,9 @@ def question_a(cells: Cells) -> tuple[list[str], list[str], list[str]]:
             lines.append(
                 f"| {name} | {matcher} | {len(plain.seeds)} | {plain.mean:+.3f} | {interval_text(plain)} "
                 f"| {p_number(sign_test(plain.diffs), '.3g')} | {100 * sum(moved) / max(len(moved), 1):.1f} % "
-                f"| {control.mean:+.3f} {interval_text(control)} | {reading} |"
+                f"| {control.mean:+.3f} {interval_text(control)} | {a_cell(reading)} |"
             )
-    return lines, found, said
+    return [*lines, "", A_KEY], found, said
 
 
 def regime_splits(name: str, regime: Cells, matcher: str = "full") -> list[Split]:
@@ -143,7 +154,7 @@ def split_table(splits: Sequence[Split]) -> list[str]:
             lines.append(
                 f"| {p.label} | {scale * p.mean:+.4f} {unit} | {interval_text(p, scale)} | {p_text(p, '.3g')} "
                 f"| {p_number(p.p_holm, '.3g')} | {found.share_text(p)} "
-                f"| {verdict(p, scale, unit)} |"
+                f"| {verdict_cell(p, scale, unit)} |"
             )
     return lines
 
@@ -164,7 +175,7 @@ def question_b(cells: Cells, regimes: Sequence[str]) -> tuple[list[str], list[st
         tested = adjust_together(p for s in splits for p in s.parts)
         lines += ["", f"**{name}**: one Holm family of the {tested} tests below.", "", *split_table(splits)]
         said += [f"{p.label}: {p.mean:+.4f} nats, 95 % CI {interval_text(p)}, p Holm {p_number(p.p_holm, '.2g')}: "
-                 f"{verdict(p, 1.0, 'nats')}." for p in splits[0].parts[1:]]  # fmt: skip
+                 f"{verdict(p, 1.0, 'nats').split(';')[0]}." for p in splits[0].parts[1:]]  # fmt: skip
         by_matcher = {"full": splits[0]}
         for matcher in matchers_in(regime)[1:]:
             other = regime_splits(name, regime, matcher)
@@ -173,7 +184,22 @@ def question_b(cells: Cells, regimes: Sequence[str]) -> tuple[list[str], list[st
             lines += ["", f"{name}, P under `{matcher}` (secondary; Holm within these 3):", "", *split_table(other)]
         if len(by_matcher) > 1:
             said.append(matchers_sentence(name, by_matcher))
-    return lines, said
+    return [*lines, "", VERDICT_KEY], said  # what a verdict cell's words mean, once for (b)'s tables
+
+
+def in_short(cells: Cells, found: Sequence[str], said: Sequence[str], said_b: Sequence[str]) -> list[str]:
+    """The page in short, for its top: (a)'s answer under `full` (the regimes where P(plain) > 0, each
+    with its interval, as (a)'s table reads them) and (b)'s parts of P there, as (b)'s tables read them."""
+    passed = [line for name in found for line in said if line.startswith(f"{name}, full: ")]
+    rest = len(cells) - len(found)
+    lines = ["**(a) In which regime is P(plain) > 0 from a shared start?** Under `full` matching, with a positive "
+             f"control that moved, in {len(found)} of the {len(cells)} regimes run:", "",
+             *(f"- {line}" for line in passed), "",
+             f"In the other {rest}, P(plain) > 0 is not shown or the regime is void under `full`; (a)'s table below "
+             "gives every regime under every matcher.", "",
+             "**(b) There, do shared anchors lower P, and is it freezing or sharing?** Each regime's parts of P "
+             "under `full` (its own Holm family), and sharing's share under every matcher:", ""]  # fmt: skip
+    return [*lines, *(f"- {line}" for line in said_b)] if said_b else [*lines, "- none tested yet."]
 
 
 def word(p: Paired) -> str:
@@ -255,8 +281,8 @@ def step_control(cells: Cells) -> list[str]:
              "| comparison | seeds | mean | 95 % CI | p | p Holm | verdict |", "|---" * 7 + "|"]  # fmt: skip
     for _, scale, unit, p in found:
         lines.append(f"| {p.label} | {len(p.seeds)} | {scale * p.mean:+.4f} {unit} | {interval_text(p, scale)} "
-                     f"| {p_text(p, '.3g')} | {p_number(p.p_holm, '.3g')} | {verdict(p, scale, unit)} |")  # fmt: skip
-    return lines
+                     f"| {p_text(p, '.3g')} | {p_number(p.p_holm, '.3g')} | {verdict_cell(p, scale, unit)} |")  # fmt: skip
+    return [*lines, "", VERDICT_KEY]
 
 
 FIGURE_PANELS = ("P(plain), against 0", "freezing: independent − plain", "sharing: shared − independent")

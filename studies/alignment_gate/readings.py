@@ -126,7 +126,7 @@ def write_page(spec: Spec, cells: Mapping[str, Any]) -> str:
     table_a, found, said = gate.question_a(cells)
     table_b, said_b = gate.question_b(cells, found)
     return text.format(
-        summary="\n".join(f"- {line}" for line in [*said, *said_b]), machines=machines(cells),
+        summary="\n".join(gate.in_short(cells, found, said, said_b)), machines=machines(cells),
         common=code(" ".join(spec.shared)),
         regimes="\n".join(gate.regimes_table(cells, regimes, {inline(n): inline(why) for n, why in spec.not_run.items()})),
         a_seeds=gate.A_SEEDS, b_seeds=gate.B_SEEDS, table_a="\n".join(table_a), table_b="\n".join(table_b),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from fedpfn.analysis.paired_text import VERDICT_KEY
 from fedpfn.cli.main import main as fedpfn
 from fedpfn.cli.study import configure
 from fedpfn.study.cells import config_of, main_cells
@@ -14,25 +15,10 @@ from fedpfn.study.commands import settings_of
 from fedpfn.study.spec import load
 from studies.alignment_gate import gate
 from studies.alignment_gate import readings as page
+from tests.support.gate_cells import ARMS, MOVING, planted
 
 ROOT = Path(__file__).parents[2]
 GATE = ("studies/alignment_gate/alignment_gate.toml", "studies/alignment_gate/alignment.md", "docs/alignment/cells.json")  # what the page reads
-
-ARMS = ("plain", "shared-0.4", "independent-0.4", "diff-init")
-
-
-def planted(p: dict[str, list[float]], seeds: int = 10) -> dict:
-    """A regime whose arm `a` has P = p[a][seed] (other figures 0)."""
-    cells = {}
-    for seed in range(seeds):
-        cells[str(seed)] = {
-            arm: {**dict.fromkeys(page.KEPT, 0.0), "permutation_loss": p[arm][seed % len(p[arm])]} for arm in ARMS
-        }
-    return {"config": {}, "seeds": cells}
-
-
-MOVING = {"plain": [0.1, 0.12, 0.08, 0.11], "shared-0.4": [0.0, 0.01, 0.0, 0.002],
-          "independent-0.4": [0.02, 0.03, 0.015, 0.02], "diff-init": [1.1, 1.2, 1.0, 1.15]}  # fmt: skip
 
 
 def test_a_regime_with_misalignment_passes_a_and_b_splits_it() -> None:
@@ -51,7 +37,8 @@ def test_a_regime_is_one_holm_family_whatever_other_regimes_there_are() -> None:
     two = {"a": planted(MOVING), "b": planted({**MOVING, "shared-0.4": [0.05, 0.06, 0.04, 0.05]})}
     alone = gate.question_b(one, ["a"])[0]
     beside = gate.question_b(two, ["a", "b"])[0]
-    assert beside[: len(alone)] == alone  # a regime added later re-adjusts no published p
+    assert alone[-1] == beside[-1] == VERDICT_KEY  # what the verdict cells' words mean, once under (b)'s tables
+    assert beside[: len(alone) - 2] == alone[:-2]  # a regime added later re-adjusts no published p
 
 
 def test_other_matchers_are_read_where_the_cells_carry_them() -> None:
@@ -61,7 +48,9 @@ def test_other_matchers_are_read_where_the_cells_carry_them() -> None:
             figures["matchers"] = {"masked": {"permutation_loss": 2 * figures["permutation_loss"]}}
     assert gate.matchers_in(cells) == ["full", "masked"]
     table, _, said = gate.question_a({"r": cells})
-    assert [line.split(" | ")[1] for line in table[2:]] == ["full", "masked"]
+    assert [line.split(" | ")[1] for line in table[2:-2]] == ["full", "masked"]
+    assert [line.split(" | ")[-1] for line in table[2:-2]] == ["P(plain) > 0 |"] * 2  # the reading's words;
+    assert table[-1] == gate.A_KEY  # what they mean, once under the table
     assert gate.matchers_in(planted(MOVING)) == ["full"]
 
 

@@ -64,3 +64,74 @@ def test_an_unknown_family_in_the_summary_is_refused_in_one_line(tmp_path: Path,
     assert fedpfn(["study", "page", "--stored", study]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown marker '<!-- study: summary step nosuch -->'" in err
+
+
+def table_row(page: str, *first: str) -> list[str]:
+    """The cells of the one table row whose first cells are `first`."""
+    found = [cells for line in page.splitlines() if line.startswith("| ")
+             for cells in [[c.strip() for c in line.strip().strip("|").split("|")]] if cells[: len(first)] == list(first)]  # fmt: skip
+    assert len(found) == 1, (first, found)
+    return found[0]
+
+
+def test_the_gates_summary_says_what_its_a_and_b_tables_say() -> None:
+    """docs/alignment.md in short: (a)'s regimes where P(plain) > 0 under `full`, each with the mean and
+    interval of (a)'s row, and (b)'s parts of P with the mean, interval and verdict of (b)'s rows."""
+    page = (ROOT / "docs/alignment.md").read_text()
+    top = page.split("## The instrument", 1)[0]
+    a = re.findall(r"^- (\S+), full: P\(plain\) ([+-][\d.]+) nats, 95 % CI (\[.+?\]) over (\d+) seeds; (P\(plain\) > 0):", top, re.M)
+    assert a and f"in {len(a)} of the " in top
+    for name, mean, ci, seeds, reading in a:
+        assert table_row(page, name, "full")[2:5] == [seeds, mean, ci] and table_row(page, name, "full")[-1] == reading
+    b = re.findall(r"^- (.+?): ([+-][\d.]+ nats), 95 % CI (\[.+?\]), p Holm \S+: (.+)\.$", top, re.M)
+    assert len(b) == 2 * len(a)  # freezing and sharing, each regime that passed (a)
+    for label, mean, ci, said in b:
+        row = table_row(page, label)
+        assert row[1:3] == [mean, ci] and said.startswith(row[-1].split(";")[0]), (label, row)
+
+
+def test_the_gates_summary_moves_with_the_cells() -> None:
+    """A regime whose plain P is planted at 0 leaves (a)'s answer, and (b) has nothing to say."""
+    from studies.alignment_gate import gate
+    from tests.support.gate_cells import MOVING, planted
+
+    def short(cells: dict) -> str:
+        _, found, said = gate.question_a(cells)
+        return "\n".join(gate.in_short(cells, found, said, gate.question_b(cells, found)[1]))
+
+    moving = short({"r": planted(MOVING), "q": planted({**MOVING, "plain": [0.0]})})
+    assert "in 1 of the 2 regimes run" in moving and "\n- r, full: P(plain) +0.104 nats" in moving
+    assert "\n- r, P: sharing (shared − independent): " in moving and ": lower.\n" in moving + "\n"
+    flat = short({"r": planted({**MOVING, "plain": [0.0]}), "q": planted({**MOVING, "plain": [0.0]})})
+    assert "in 0 of the 2 regimes run" in flat and flat.endswith("- none tested yet.") and "\n- r, full" not in flat
+
+
+def federated_summary(page: str) -> list[tuple[str, ...]]:
+    return re.findall(r"^- (.+?): ([+-][\d.]+) in R (\[.+?\]): (.+)$", page.split("## Pre-registration", 1)[0], re.M)
+
+
+def test_the_federated_summary_says_what_its_primary_table_says() -> None:
+    page = (ROOT / "docs/alignment_federated.md").read_text()
+    said = federated_summary(page)
+    assert [label for label, *_ in said] == ["FedPFN − fedavg", "FedPFN − fedpfn-client"]
+    for label, mean, ci, verdict in said:
+        row = table_row(page, label)
+        assert row[1:3] == [mean, ci] and row[-1].split(";")[0] == verdict
+
+
+def test_the_federated_summary_moves_with_the_stored_runs(tmp_path: Path) -> None:
+    """FedPFN's median R planted 0.2 above FedAvg's on every seed (give or take): the summary says higher."""
+    import dataclasses
+    import json
+
+    from fedpfn.study.spec import load
+    from studies.alignment_federated import readings
+
+    kept = json.loads((ROOT / "docs/alignment/federated.json").read_text())
+    median = kept["figures"]["median R"]
+    median["fedpfn"] = {s: v + 0.2 + 0.01 * int(s) for s, v in median["fedavg"].items()}
+    (tmp_path / "federated.json").write_text(json.dumps(kept))
+    declared = load(ROOT / "studies/alignment_federated/alignment_federated.toml")
+    spec = dataclasses.replace(declared, page=dataclasses.replace(declared.page, stored=tmp_path / "federated.json"))
+    (first, *_), committed = readings.in_short(spec)[2:], federated_summary((ROOT / "docs/alignment_federated.md").read_text())
+    assert first == "- FedPFN − fedavg: +0.220 in R [+0.200, +0.240]: higher" and committed[0][3] == "not resolved"
