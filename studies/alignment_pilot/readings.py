@@ -369,4 +369,23 @@ def section(spec: Spec) -> list[str]:
     return results(spec, spec.stored_results()).split("\n")[:-1]
 
 
-READINGS = Readings(keep=write_stored, sections={"pilot": section}, partial=True)  # its runs and their controls
+def in_short(spec: Spec) -> list[str]:
+    """The page's answer in short, for its top (`<!-- study: pilot-summary -->`): the rule's pick and each
+    finished block's P(plain) in rounds 1 and 5 with its interval and whether it qualifies, as the table reads them."""
+    check(spec)
+    data, seeds = spec.stored_results(), len(spec.seeds)
+    done, name = {n: b for n, b in data["blocks"].items() if finished(b, seeds)}, chosen(data, seeds)
+    answer = f"**the pick is {name}**" if name else (
+        f"**no regime qualified** among the {len(done)} finished block{'s' * (len(done) > 1)}" if done else
+        "no block has finished yet")
+    lines = [f"**In short.** Where do a federated round's clients misalign? By the rule below, {answer} (the "
+             "[results](#results) give the detail). P(plain) between a round's plain clients in nats, the mean and "
+             f"95 % interval over {seeds} seeds in round 1 and round 5, and whether the block qualifies:", ""]  # fmt: skip
+    for n, b in done.items():
+        figures, failed = judge(b)
+        lines.append(f"- {n} ({b['steps']:.0f} local steps a round): {text(figures['r1'], digits=4)} and "
+                     f"{text(figures['last'], digits=4)}; qualifies: {'yes' if not failed else 'no: ' + '; '.join(failed)}")
+    return lines
+
+
+READINGS = Readings(keep=write_stored, sections={"pilot": section, "pilot-summary": in_short}, partial=True)

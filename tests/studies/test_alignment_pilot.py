@@ -5,6 +5,7 @@ the pilot's finished folders as done, and a bad pilot study file refused in one 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -267,3 +268,19 @@ def test_the_stored_file_keeps_each_runs_code_libraries_and_machine(spec: Spec) 
     pilot.write_stored(spec)
     stored = json.loads(spec.page.stored.read_text())
     assert stored["provenance"] == {"r114/lr0.1/plain/s0": made}  # runs without a config.json: nothing invented
+
+
+def test_the_summary_atop_the_page_says_the_pick_and_moves_with_the_runs(spec: Spec) -> None:
+    """The page in short names the rule's answer and each finished block's P(plain) in rounds 1 and 5 as
+    its table row reads them; a block planted to qualify turns 'no regime qualified' into its pick."""
+    plant_block(spec, "r225", "0.1", [0.01, -0.01, 0.0], [1.0, 1.1, 1.2])  # P(plain) not above 0
+    text = page_text(spec)
+    short = "\n".join(pilot.in_short(spec))
+    row = next(line for line in text.splitlines() if line.startswith("| r225/lr0.1 |")).split(" | ")
+    assert "**no regime qualified** among the 1 finished block (" in short
+    assert f"\n- r225/lr0.1 (225 local steps a round): {row[2]} and {row[3]}; qualifies: {row[-1].rstrip(' |')}" in short
+    plant_block(spec, "r114", "0.1", [0.05, 0.06, 0.07], [1.0, 1.1, 1.2])  # qualifies
+    pilot.write_stored(spec)
+    short = "\n".join(pilot.in_short(spec))
+    assert "**the pick is r114/lr0.1**" in short
+    assert re.search(r"\n- r114/lr0.1 \(\d+ local steps a round\): \+0\.0600 \[.+; qualifies: yes\n", short)

@@ -10,6 +10,8 @@ import shutil
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from fedpfn.analysis.paired_text import VERDICT_KEY
 from fedpfn.cli.main import main as fedpfn
 
@@ -135,3 +137,17 @@ def test_the_federated_summary_moves_with_the_stored_runs(tmp_path: Path) -> Non
     spec = dataclasses.replace(declared, page=dataclasses.replace(declared.page, stored=tmp_path / "federated.json"))
     (first, *_), committed = readings.in_short(spec)[2:], federated_summary((ROOT / "docs/alignment_federated.md").read_text())
     assert first == "- FedPFN − fedavg: +0.220 in R [+0.200, +0.240]: higher" and committed[0][3] == "not resolved"
+
+
+@pytest.mark.parametrize("name", ["alignment_pilot", "alignment_pilot_cnn"])
+def test_a_pilots_summary_says_what_its_rules_table_says(name: str) -> None:
+    """Each finished block's line atop the pilot's page: its steps, P(plain) in rounds 1 and 5 and whether
+    it qualifies, the same as its row in the rule's table; the rule's answer as the page says it below."""
+    page = (ROOT / f"docs/{name}.md").read_text()
+    top = page.split("\n## ", 1)[0]
+    said = re.findall(r"^- (\S+) \((\d+) local steps a round\): (.+?\]) and (.+?\]); qualifies: (.+)$", top, re.M)
+    assert said
+    for block, steps, first, last, qualifies in said:
+        row = table_row(page, block)
+        assert [row[1], row[2], row[3], row[-1]] == [steps, first, last, qualifies], (block, row)
+    assert ("**no regime qualified**" in top) == ("**No regime qualified**" in page.split("## Results", 1)[1])
