@@ -21,11 +21,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from fedpfn.analysis.inference import retested
 from fedpfn.analysis.markup import image
+from fedpfn.analysis.paired_text import verdict
 from fedpfn.experiments import cold, cold_report, soup_report
 from fedpfn.experiments.command import build_parser, read_settings
 from fedpfn.experiments.pretrain import PretrainConfig
-from fedpfn.experiments.soup_run import compare_arms
+from fedpfn.experiments.soup_run import SPANS, compare_arms
 from fedpfn.core.files import atomic_write_bytes, read_json
 from fedpfn.core.settings import ConfigError
 from fedpfn.core.provenance import KEY, machine_of, machines_sentence
@@ -86,6 +88,29 @@ def cold_fields(result: Mapping[str, Any]) -> dict[str, Any]:
             "machine": machine_of(result.get(KEY)), "commands": "\n".join(study_commands("cold", result))}  # fmt: skip
 
 
+KEY_COMPARISONS = ("shared − plain", "shared − independent")  # the question's: anchors' whole effect, and sharing's
+KEY_METRICS = {"soup": {"uniform_acc": "uniform soup", "greedy_acc": "greedy soup"},
+               "cold": {m: cold_report.HEADERS[m].removesuffix(" (%)") for m in cold_report.METRICS}}  # fmt: skip
+
+
+def in_short(found: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The page's answer in short, for its top: each part's key comparisons (shared anchors against plain,
+    and against the control), a line each with the difference, 95 % interval and verdict after Holm
+    within its metric, as the comparison tables below test them."""
+    spans = {"soup": SPANS, "cold": dict.fromkeys(cold_report.METRICS, 1.0)}
+    lines = ["**In short.** Do fine-tunes (model soups) and contributors (ColD fusion) that share one anchor mask "
+             "fuse better than plain ones, and is a gain from sharing the anchors rather than from freezing as much? "
+             "The key comparisons, paired by seed: the difference in points, its 95 % interval and the verdict "
+             "(Holm within each metric; the sections below give the detail):", ""]  # fmt: skip
+    for kind, title in (("soup", "Model soups"), ("cold", "ColD fusion")):
+        for c in retested(found[kind]["comparisons"], spans[kind]):
+            if c.label in KEY_COMPARISONS and c.metric in KEY_METRICS[kind]:
+                ci = "" if c.low is None or c.high is None else f" [{100 * c.low:+.2f}, {100 * c.high:+.2f}]"
+                lines.append(f"- {title}, {c.label}, {KEY_METRICS[kind][c.metric]}: {100 * c.mean:+.2f} points{ci}: "
+                             f"{verdict(c).split(';')[0]}")  # fmt: skip
+    return lines
+
+
 def stored_of(spec: Spec, own: str) -> dict[str, Any]:
     """Both studies' kept results: this study's (`own`, page.stored) and the other's beside it."""
     assert spec.page is not None
@@ -108,7 +133,7 @@ def page_text(spec: Spec, own: str) -> str:
     text = template_text(spec).removesuffix("\n")  # ends in {mixed}: the page ends where its last section does
     figures = {kind: figure_of(spec, kind, found[kind]) for kind in STUDIES}
     return text.format(soup=soup_fields(found["soup"]), cold=cold_fields(found["cold"]), figure=figures,
-                       mixed=f"\n{mixed}\n" if mixed else "")  # fmt: skip
+                       mixed=f"\n{mixed}\n" if mixed else "", short="\n".join(in_short(found)))  # fmt: skip
 
 
 def keep(spec: Spec, result: Mapping[str, Any]) -> None:

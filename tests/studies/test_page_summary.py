@@ -151,3 +151,37 @@ def test_a_pilots_summary_says_what_its_rules_table_says(name: str) -> None:
         row = table_row(page, block)
         assert [row[1], row[2], row[3], row[-1]] == [steps, first, last, qualifies], (block, row)
     assert ("**no regime qualified**" in top) == ("**No regime qualified**" in page.split("## Results", 1)[1])
+
+
+FUSION_LINE = re.compile(r"^- (Model soups|ColD fusion), (.+?), (.+?): ([+-][\d.]+) points (\[.+?\]): (.+)$", re.M)
+
+
+def test_the_fusion_summary_says_what_its_comparison_tables_say() -> None:
+    """Each line atop docs/fusion.md: the comparison's mean and interval as its part's table prints them,
+    and (ColD, whose page reads each comparison) the verdict its reading below says."""
+    from studies.fusion.readings import KEY_METRICS
+
+    page = (ROOT / "docs/fusion.md").read_text()
+    soups, cold = page.split("## Model soups", 1)[1].split("## ColD fusion", 1)
+    said = FUSION_LINE.findall(page.split("## Model soups", 1)[0])
+    assert len(said) == 2 * (len(KEY_METRICS["soup"]) + len(KEY_METRICS["cold"]))
+    for part, label, title, mean, ci, verdict in said:
+        kind = "soup" if part == "Model soups" else "cold"
+        metric = next(m for m, t in KEY_METRICS[kind].items() if t == title)
+        assert table_row(soups if kind == "soup" else cold, label, metric)[2:4] == [mean, ci]
+        if kind == "cold":
+            assert f"\n- {label}, {title}: {mean} pp {ci}: {verdict}" in cold
+
+
+def test_the_fusion_summary_moves_with_the_stored_comparisons() -> None:
+    """ColD's shared − plain on its own tasks planted 5 points up on every seed (give or take) reads higher."""
+    import json
+
+    from studies.fusion.readings import in_short
+
+    found = {kind: json.loads((ROOT / f"docs/fusion/{kind}.json").read_text()) for kind in ("soup", "cold")}
+    line = "- ColD fusion, shared − plain, own tasks, own heads: "
+    assert next(s for s in in_short(found) if s.startswith(line)).endswith(": not resolved")
+    c = next(c for c in found["cold"]["comparisons"] if (c["label"], c["metric"]) == ("shared − plain", "own_task_acc"))
+    c["diffs"] = [0.05, 0.051, 0.052]
+    assert next(s for s in in_short(found) if s.startswith(line)) == line + "+5.10 points [+4.85, +5.35]: higher"
