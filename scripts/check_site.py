@@ -16,9 +16,11 @@ tests/integration/test_site_browser.py runs it on every page where Chromium is i
 from __future__ import annotations
 
 import argparse
+import base64
+import fcntl
 import json
 import os
-import re
+import select
 import shutil
 import subprocess
 import sys
@@ -28,9 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FIRST = "results"  # the page screenshotted: the drift study's verdicts
-# Run in the page once it has loaded: every table's geometry, and the page's height, as JSON in the DOM.
-PROBE = """<script>
-window.addEventListener("load", () => {
+# Run in the page once it has loaded: every table's geometry, and the page's height.
+PROBE = """(() => {
   const column = document.querySelector(".md-content__inner").getBoundingClientRect();
   const tables = [...document.querySelectorAll(".md-typeset table")].map((table, index) => {
     const frame = table.closest(".md-typeset__scrollwrap") || table.parentElement;
@@ -41,12 +42,10 @@ window.addEventListener("load", () => {
             hidden: frame.scrollWidth - frame.clientWidth, right: last.right, column_right: column.right,
             top: box.top + window.scrollY, bottom: box.bottom + window.scrollY, left: box.left};
   });
-  const found = document.createElement("pre");
-  found.id = "fedpfn-probe";
-  found.textContent = JSON.stringify({height: document.documentElement.scrollHeight, tables});
-  document.body.appendChild(found);
-});
-</script>"""
+  return {height: document.documentElement.scrollHeight, tables};
+})()"""
+TABS = 4  # browsers at once: a page's time is mostly its wait for the web fonts' request, not CPU
+ANSWER_SECONDS = 120  # what one page, or one command, may take before Chromium counts as hung
 
 
 def chromium() -> str | None:
@@ -62,14 +61,77 @@ def build(site: Path) -> None:
         raise SystemExit(f"error: mkdocs build --strict failed:\n{done.stderr[-3000:]}")
 
 
-def browser(page: Path, width: int, height: int, *extra: str) -> str:
-    """Headless Chromium's output for a page at a window size: the DOM after load, or a screenshot."""
-    command = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--mute-audio",
-               f"--window-size={width},{height}", "--virtual-time-budget=5000", *extra, page.as_uri()]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
-    if done.returncode != 0:
-        raise SystemExit(f"error: chromium failed on {page}: {done.stderr[-2000:]}")
-    return done.stdout
+class Browser:
+    """One headless Chromium, driven over its DevTools pipe (file descriptors 3 and 4): a page
+    loads in a tab already started, where starting Chromium for each page cost seconds."""
+
+    def __init__(self, width: int, height: int) -> None:
+        to_chromium, self._out = os.pipe()
+        self._in, from_chromium = os.pipe()
+        # Chromium's ends above 9, then bash moves them to 3 and 4 (no preexec_fn: pages load in threads)
+        reads, writes = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (to_chromium, from_chromium))
+        os.close(to_chromium)
+        os.close(from_chromium)
+        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--mute-audio",
+                 f"--window-size={width},{height}", "--remote-debugging-pipe", "about:blank"]  # fmt: skip
+        pipes = f'exec "$0" "$@" 3<&{reads} 4>&{writes} {reads}<&- {writes}>&-'
+        self.process = subprocess.Popen(["bash", "-c", pipes, chromium(), *flags], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, pass_fds=(reads, writes))  # fmt: skip
+        os.close(reads)
+        os.close(writes)
+        self._sent, self._buffer, self._session = 0, b"", None
+        target = self.call("Target.createTarget", url="about:blank")["targetId"]
+        self._session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        self.call("Page.enable")
+        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
+
+    def __enter__(self) -> Browser:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.process.kill()
+        self.process.wait()
+        os.close(self._in)
+        os.close(self._out)
+
+    def _send(self, method: str, **params: object) -> int:
+        self._sent += 1
+        message = {"id": self._sent, "method": method, "params": params}
+        message |= {"sessionId": self._session} if self._session else {}  # the tab's, once attached
+        os.write(self._out, json.dumps(message).encode() + b"\0")
+        return self._sent
+
+    def _read(self) -> dict:
+        while b"\0" not in self._buffer:
+            if not select.select([self._in], [], [], ANSWER_SECONDS)[0]:
+                raise SystemExit(f"error: chromium did not answer in {ANSWER_SECONDS} s")
+            if not (chunk := os.read(self._in, 1 << 20)):
+                raise SystemExit(f"error: chromium quit (exit {self.process.wait()})")
+            self._buffer += chunk
+        message, self._buffer = self._buffer.split(b"\0", 1)
+        return json.loads(message)
+
+    def call(self, method: str, **params: object) -> dict:
+        """A command's result, once Chromium answers it."""
+        sent = self._send(method, **params)
+        while (reply := self._read()).get("id") != sent:
+            pass
+        if "error" in reply:
+            raise SystemExit(f"error: chromium refused {method}: {reply['error']}")
+        return reply["result"]
+
+    def load(self, page: Path) -> None:
+        """The page opened, back once its load event has fired (its scripts have run)."""
+        sent, answered, loaded = self._send("Page.navigate", url=page.as_uri()), False, False
+        while not (answered and loaded):
+            reply = self._read()
+            answered = answered or reply.get("id") == sent
+            loaded = loaded or reply.get("method") == "Page.loadEventFired"
+            if reply.get("id") == sent and "errorText" in reply.get("result", {}):
+                raise SystemExit(f"error: chromium failed on {page}: {reply['result']['errorText']}")
+
+    def evaluate(self, expression: str) -> object:
+        return self.call("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get("value")
 
 
 def site_pages(site: Path) -> list[str]:
@@ -84,16 +146,14 @@ def html(site: Path, name: str) -> Path:
     return site / name.removesuffix("index") / "index.html" if name.split("/")[-1] == "index" else site / name / "index.html"
 
 
-def measure(site: Path, name: str, width: int) -> dict:
-    """Every table's geometry on one page, read by the probe from a copy of the page."""
-    page = html(site, name)
-    probed = page.with_name("probed.html")
-    probed.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
-    dom = browser(probed, width, 900, "--dump-dom")
-    found = re.search(r'<pre id="fedpfn-probe">(.*?)</pre>', dom, re.DOTALL)
-    if not found:
-        raise SystemExit(f"error: the probe did not run on {name} (Chromium printed no measurements)")
-    return json.loads(found[1].replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
+def measure(site: Path, names: list[str], width: int) -> dict[str, dict]:
+    """Every table's geometry on each page, read by the probe, in one browser."""
+    with Browser(width, 900) as browser:
+        measured = {}
+        for name in names:
+            browser.load(html(site, name))
+            measured[name] = browser.evaluate(PROBE)
+        return measured
 
 
 def problems(name: str, measured: dict) -> list[str]:
@@ -117,13 +177,13 @@ def screenshot(site: Path, name: str, measured: dict, width: int, shot: Path) ->
     table = verdict_table(measured)
     if table is None:
         return f"{name}.md has no table whose last column is a verdict"
-    page = html(site, name)
-    scrolled = page.with_name("shot.html")  # the page moved up to the table: a window-sized shot of it
-    top = max(0, int(table["top"]) - 120)
-    lift = f"<style>.md-container {{ margin-top: -{top}px; }}</style>"
-    scrolled.write_text(page.read_text().replace("</head>", lift + "</head>"))
-    height = min(2400, int(table["bottom"]) - top + 60)
-    browser(scrolled, width, height, f"--screenshot={shot}", "--hide-scrollbars")
+    top = max(0, int(table["top"]) - 120)  # the page moved up to the table: a window-sized shot of it
+    lift = f"document.head.insertAdjacentHTML('beforeend', '<style>.md-container {{ margin-top: -{top}px; }}</style>')"
+    with Browser(width, min(2400, int(table["bottom"]) - top + 60)) as browser:
+        browser.call("Emulation.setScrollbarsHidden", hidden=True)  # as --hide-scrollbars: none in the shot
+        browser.load(html(site, name))
+        browser.evaluate(lift)
+        shot.write_bytes(base64.b64decode(browser.call("Page.captureScreenshot", format="png")["data"]))
     if table["right"] > width or table["hidden"] > 1:
         return f"{name}.md: the verdict column is not inside a {width} px window"
     return None
@@ -139,8 +199,10 @@ def check(pages: list[str] | None, width: int, shot: Path, site: Path | None = N
         pages = pages or site_pages(site)
         if missing := [name for name in pages if not html(site, name).exists()]:
             return [f"no page {name}.md in the site" for name in missing]
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # a Chromium each: its start-up dominates
-            measured = dict(zip(pages, pool.map(lambda name: measure(site, name, width), pages)))
+        shares = [pages[i::TABS] for i in range(min(TABS, len(pages)))]
+        with ThreadPoolExecutor(max_workers=TABS) as pool:
+            measured = {name: found for share in pool.map(lambda names: measure(site, names, width), shares)
+                        for name, found in share.items()}  # fmt: skip
         found = [line for name in pages for line in problems(name, measured[name])]
         shot.parent.mkdir(parents=True, exist_ok=True)
         first = next((name for name in pages if verdict_table(measured[name])), pages[0])

@@ -31,7 +31,7 @@ def site_missing() -> str | None:
     return None if shutil.which("chromium") else "needs chromium (make browser, or apt-get install chromium)"
 
 
-@pytest.mark.slow  # a strict build, then Chromium once a page (about 2 s each)
+@pytest.mark.slow  # a strict build, then every page in one of four Chromiums (about 1 s a page)
 @pytest.mark.skipif(site_missing() is not None, reason=str(site_missing()))
 def test_every_table_of_every_page_is_whole_at_1280_px(tmp_path: Path) -> None:
     module = check_site()
