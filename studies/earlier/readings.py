@@ -24,6 +24,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from fedpfn.analysis.paired_text import verdicts_printed
 from fedpfn.analysis.report import main as report_main
 from fedpfn.core.files import CONFIG, METRICS, SUMMARY, DamagedFile, atomic_write_bytes, is_finished, read_json, read_jsonl
 from fedpfn.core.hyper import flat_view
@@ -32,7 +33,8 @@ from fedpfn.study.cells import main_cells, points, scores
 from fedpfn.study.places import MAX_TEMPLATE_BYTES, place_problem, read_place
 from fedpfn.study.readings import Readings
 from fedpfn.study.spec import Spec, load
-from studies.earlier.text import RATIOS, SERVER_ALPHA, SERVER_GRID, Comparison, comparisons, page_lines
+from studies.earlier.text import (RATIOS, SERVER_ALPHA, SERVER_GRID, Comparison, comparisons, finished_results, in_short,
+                                  page_lines)
 
 FOLLOW_UPS = ("earlier-follow-ups.toml", "earlier-server-grid.toml", "earlier-anchors.toml")  # beside the study's file
 
@@ -158,8 +160,8 @@ def write_stored(spec: Spec) -> None:
     atomic_write_bytes(spec.page.stored, (json.dumps(data, indent=1, ensure_ascii=False) + "\n").encode())
 
 
-def section(spec: Spec) -> list[str]:
-    """The page's results from the stored files alone."""
+def stored_reports(spec: Spec) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The stored page data and each kept section's report (its JSON and Markdown), by section name."""
     assert spec.page is not None
     data = spec.stored_results()
     reports = {}
@@ -174,7 +176,20 @@ def section(spec: Spec) -> list[str]:
             raise spec.refuse(str(err)) from None
         except OSError as err:
             raise spec.refuse(f"{out}: {err.strerror}") from None
-    return page_lines(spec, data, reports)
+    return data, reports
 
 
-READINGS = Readings(keep=write_stored, sections={"earlier": section})  # studies/earlier/earlier.toml's
+def section(spec: Spec) -> list[str]:
+    """The page's results from the stored files alone."""
+    return page_lines(spec, *stored_reports(spec))
+
+
+def summary(spec: Spec) -> list[str]:
+    """The page's answer in short, for its top (`<!-- study: earlier-summary -->`), from the same files. Its
+    verdicts are one Holm family's over the sections' comparisons, so they stay out of the page's list of
+    verdicts the rule changed, which reads each section's own (as when *In short* came after them)."""
+    with verdicts_printed():
+        return in_short(finished_results(spec, *stored_reports(spec)))[:-1]  # the template's blank line follows
+
+
+READINGS = Readings(keep=write_stored, sections={"earlier": section, "earlier-summary": summary})  # studies/earlier/earlier.toml's

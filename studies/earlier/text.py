@@ -120,10 +120,13 @@ def in_short(results: list[tuple[str, dict[str, Any]]], seeds: int = 5) -> list[
     family = adjust_together(p for p, _ in entries.values())
     groups: dict[str, list[str]] = {c: [] for c in CLAIMS}
     for p, where in entries.values():
-        groups[claim(p)].append(f"{' and '.join(where)} ({100 * p.mean:+.2f}, p Holm {p_number(p.p_holm, '.2g')})")
+        groups[claim(p)].append(f"{' and '.join(where)} ({100 * p.mean:+.2f} [{100 * p.low:+.2f}, {100 * p.high:+.2f}], "
+                                f"p Holm {p_number(p.p_holm, '.2g')})")  # fmt: skip
     note = test_note([p for p, _ in entries.values()]) if entries else ""
-    return [f"**In short** (accuracy over the last rounds, every comparison with {seeds} seeds; the paired "
-            f"difference from the section's baseline in points; Holm over the {family} comparisons listed. {note}):", "",
+    return [f"**In short.** Does training-time alignment help federated learning here? Every comparison with {seeds} "
+            "seeds, by what it supports (accuracy over the last rounds: the paired difference from its section's "
+            f"baseline in points and its 95 % interval; Holm over the {family} comparisons listed; the "
+            f"[answers](#answers) below give them section by section. {note}):", "",
             *(f"- {c} the baseline: {'; '.join(found) or 'none'}." for c, found in groups.items()), ""]  # fmt: skip
 
 
@@ -195,13 +198,18 @@ def made_lines(spec: Spec, made: dict[str, Any]) -> list[str]:
             f"with `fedpfn study page --stored {spec.path} --trust-code`.", ""]  # fmt: skip
 
 
+def finished_results(spec: Spec, data: dict[str, Any], reports: dict[str, dict[str, Any]]) -> list[tuple[str, dict]]:
+    """Each finished comparison's heading and report, in the page's order (what *In short* reads)."""
+    kept = {k["name"] for k in data["sections"]}
+    return [(c.heading, reports[c.name]) for c in comparisons(spec, data["ratio_folders"]) if c.name in kept]
+
+
 def page_lines(spec: Spec, data: dict[str, Any], reports: dict[str, dict[str, Any]]) -> list[str]:
-    """The page between its template's title and its closing pointers."""
+    """The page between its template's title and its closing pointers (*In short* is its own marker's)."""
     kept = {k["name"]: k for k in data["sections"]}
-    body, answers, results, pending = grid_section(spec, data), [], [], []
+    body, answers, pending = grid_section(spec, data), [], []
     for c in comparisons(spec, data["ratio_folders"]):
         if c.name in kept:
-            results.append((c.heading, reports[c.name]))
             body += section(reports[c.name], kept[c.name], c)
             answers += [f"- **{c.heading}**", *(f"  {line}" for line in verdicts(reports[c.name], final=False))]
             if c.name.startswith("anchors-"):
@@ -210,7 +218,7 @@ def page_lines(spec: Spec, data: dict[str, Any], reports: dict[str, dict[str, An
             pending.append(f"- {c.heading}: `{', '.join(c.folders)}`")
             answers.append(f"- **{c.heading}**: not yet run.")
     pending += [f"- FedPNU at anchor ratio {f.rsplit('-r', 1)[1]}: `{f}`" for f in data.get("pending_ratios", [])]
-    lines = [*made_lines(spec, data["made"]), "## Answers", "", *in_short(results),
+    lines = [*made_lines(spec, data["made"]), "## Answers", "",
              "What the paired intervals over seeds support, comparison by comparison "
              "(accuracy averaged over the last rounds; the sections below give the final round too):", "",
              *answers, "", *body]  # fmt: skip

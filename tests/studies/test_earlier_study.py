@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ def main_rows(arm: str, seed: int) -> list[dict[str, Any]]:
 def test_the_page_from_runs_is_the_page_from_its_stored_file(tmp_path: Path) -> None:
     declared = load(ROOT / "studies" / "earlier" / "earlier.toml")
     trust_code(declared, "page", True, stored=True)  # its readings are the study's own code: --trust-code
-    (tmp_path / "template.md").write_text("# Earlier\n\n<!-- study: earlier -->\n## After\n")
+    (tmp_path / "template.md").write_text("# Earlier\n\n<!-- study: earlier-summary -->\n\n<!-- study: earlier -->\n## After\n")
     where = dataclasses.replace(declared.page, out=tmp_path / "page.md", template=tmp_path / "template.md",
                                 stored=tmp_path / "kept" / "earlier-page.json", changed_verdicts=False)  # a new page  # fmt: skip
     spec = dataclasses.replace(declared, runs=tmp_path / "runs", page=where,
@@ -65,12 +66,15 @@ def test_the_page_from_runs_is_the_page_from_its_stored_file(tmp_path: Path) -> 
 
     page.write(spec, configure)
     text = (tmp_path / "page.md").read_text()
-    assert text.startswith("# Earlier\n\nMade on ") and text.endswith("\n## After\n")  # a new page: no list of changes
+    assert text.startswith("# Earlier\n\n**In short.** Does training-time alignment help") and "\n\nMade on " in text
+    assert text.endswith("\n## After\n")  # a new page: no list of changes
     assert "| 0.1 | fedpfn | 60.00 | 70.00 | diverged | 0.03 |" in text and "6 of 18 grid runs diverged." in text
     assert "| fedadam | 0.03 | 70.00 |" in text and "Chosen: fedavgm 1.0 (an end of its grid), fedadam 0.03" in text
     # +3 points on each of 5 seeds: the t test whose interval is printed resolves it; the exact test's floor,
     # 0.0625, stands beside
-    assert "- higher than the baseline: fedpfn in *FedAvg, FedPFN, FedPNU at Dirichlet 0.1* (+3.00, p Holm " in text
+    said = re.search(r"\n- higher than the baseline: fedpfn in \*FedAvg, FedPFN, FedPNU at Dirichlet 0\.1\* "
+                     r"\(\+3\.00 \[(\+[\d.]+), (\+[\d.]+)\], p Holm ", text.split("## Answers")[0])  # atop, with its interval
+    assert said and 0 < float(said[1]) <= 3.0 <= float(said[2])
     assert "- not resolved from the baseline: none.\n" in text
     assert ("- **Anchor schedule (FedPFN, Dirichlet 0.1)**\n  - fedpfn anchor_schedule=fixed: accuracy over the last 5 of "
             "6 rounds against fedpfn anchor_schedule=round: -3.00 points") in text  # fmt: skip

@@ -185,3 +185,20 @@ def test_the_fusion_summary_moves_with_the_stored_comparisons() -> None:
     c = next(c for c in found["cold"]["comparisons"] if (c["label"], c["metric"]) == ("shared − plain", "own_task_acc"))
     c["diffs"] = [0.05, 0.051, 0.052]
     assert next(s for s in in_short(found) if s.startswith(line)) == line + "+5.10 points [+4.85, +5.35]: higher"
+
+
+EARLIER_ENTRY = re.compile(r"(?:: |; )([^;:]+?) in \*([^*]+)\*(?: and \*[^*]+\* as [^(]+)? "
+                           r"\(([+-]\d+\.\d\d) \[([+-]\d+\.\d\d), ([+-]\d+\.\d\d)\], p Holm [^)]+\)")  # fmt: skip
+
+
+def test_the_earlier_summary_says_what_its_answers_say() -> None:
+    """Each comparison atop docs/results_earlier.md: the difference and 95 % interval its section's answer
+    prints below, grouped under the verdict the summary's one family gives it."""
+    page = (ROOT / "docs/results_earlier.md").read_text()
+    top, answers = page.split("\n## Answers\n", 1)
+    said = [m for line in top.splitlines() if line.startswith("- ") for m in EARLIER_ENTRY.finditer(line)]
+    assert len(said) == int(re.search(r"Holm over the (\d+) comparisons listed", top)[1])
+    for label, heading, mean, low, high in (m.groups() for m in said):
+        block = answers.split(f"- **{heading}**\n", 1)[1].split("\n- **", 1)[0]
+        line = next(x for x in block.splitlines() if x.startswith(f"  - {label}: "))
+        assert f": {mean} points (95 % CI {low} to {high}; " in line, (label, heading, line)
