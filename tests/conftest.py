@@ -6,12 +6,12 @@ fixtures live in tests/support (docs/development/testing.md has the floor plan).
 from __future__ import annotations
 
 import os
-import re
-from pathlib import Path
 
 import pytest
 import torch
 from flwr.supercore.task_identity import TaskIdentity
+
+from tests.support.scheduling import builds_a_module_fixture, slow_first
 
 
 # One thread per process: tests start Ray workers and subprocesses beside this one on
@@ -22,39 +22,36 @@ os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
 os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 
-ROOT = Path(__file__).resolve().parents[1]  # node ids' paths are relative to it (the rootdir)
-
 # Flower stamps messages with the running task's identity.
 TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
-
-
-MODULE_FIXTURE = re.compile(r"@pytest\.fixture\(\s*scope=[\"']module[\"']")
-
-
-def builds_a_module_fixture(module: str) -> bool:
-    """Whether the test module at `module` (a node id's path) defines a fixture of module scope (a
-    SuperLink, a reference run, a copy of the checkout): read from its source, since the scheduler
-    runs in xdist's controller, which collects no test itself."""
-    try:
-        return bool(MODULE_FIXTURE.search((ROOT / module).read_text()))
-    except OSError:
-        return False
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: unknown where it is not loaded (-p no:xdist)
 def pytest_xdist_make_scheduler(config, log):  # noqa: ANN001, ANN201
     """`make test`'s `--dist loadfile`, balanced: a module that builds a module-scoped fixture runs
     whole on one worker, so it builds it once; every other test goes on its own to whichever worker
-    is free (xdist sends the larger units first). What loadgroup's marks did, without the node-id
-    suffix pytest 9.2 no longer takes (pytest-xdist issue #1386), so no pytest pin."""
+    is free. The units holding a slow test start first (then the larger before the smaller, as
+    xdist orders them), so no long one starts last while the other worker idles. What loadgroup's
+    marks did, without the node-id suffix pytest 9.2 no longer takes (pytest-xdist issue #1386),
+    so no pytest pin."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     class ModulesWithFixturesWhole(LoadScopeScheduling):
+        ordered = False
+
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
             return module if builds_a_module_fixture(module) else nodeid
+
+        def _assign_work_unit(self, node) -> None:  # noqa: ANN001
+            if not self.ordered:  # the first assignment: xdist has queued every unit, by size
+                units = slow_first(self.workqueue.items())
+                self.workqueue.clear()
+                self.workqueue.update(units)
+                self.ordered = True
+            super()._assign_work_unit(node)
 
     return ModulesWithFixturesWhole(config, log)
 
