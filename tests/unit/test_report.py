@@ -224,7 +224,8 @@ def test_the_results_pages_in_short_claims_only_what_each_test_supports(study: P
     last = next(p for p in result["paired"] if p["metric"] != "final")
     assert last["low"] < 0 < last["high"]
     lines = page.in_short([("Heading", result)], seeds=4)
-    assert f"- not resolved from the baseline: fedpfn in *Heading* ({100 * last['mean']:+.2f}, p Holm 0.16)." in lines
+    shown = f"{100 * last['mean']:+.2f} [{100 * last['low']:+.2f}, {100 * last['high']:+.2f}]"  # with its 95 % interval
+    assert f"- not resolved from the baseline: fedpfn in *Heading* ({shown}, p Holm 0.16)." in lines
     assert "- higher than the baseline: none." in lines and "- lower than the baseline: none." in lines
     assert "Holm over the 1 comparisons listed" in lines[0]
     five_seeds = page.in_short([("Heading", result)], seeds=5)  # 4 seeds: left out of a 5-seed conclusion
@@ -232,7 +233,7 @@ def test_the_results_pages_in_short_claims_only_what_each_test_supports(study: P
     assert page.in_short([]) == []
     twice = page.in_short([("Heading", result), ("Sweep", result)], seeds=4)  # the same runs in two sections
     assert "Holm over the 1 comparisons listed" in twice[0]
-    assert f"- not resolved from the baseline: fedpfn in *Heading* and *Sweep* as fedpfn ({100 * last['mean']:+.2f}, p Holm 0.16)." in twice
+    assert f"- not resolved from the baseline: fedpfn in *Heading* and *Sweep* as fedpfn ({shown}, p Holm 0.16)." in twice
 
 
 def analysed(folder: Path, **kwargs: Any) -> Report:
