@@ -49,16 +49,17 @@ run: setup data
 # The suite on two pytest-xdist workers (PYTEST_WORKERS=0: one process): --dist loadfile, which
 # tests/conftest.py refines: a module with a module-scoped fixture (a SuperLink, a reference run,
 # a Ray cluster) whole on one worker, so it starts once, every other test on its own to whichever
-# worker is free, the largest units first; then the tests marked `alone` (the deployment
-# rehearsal), whose rounds have deadlines that a second worker's Ray runs on 2 cores could make
-# them miss. The folders (tests/unit, integration, deploy, studies) and their figures:
+# worker is free, those holding a test marked `slow` first, then the larger ones; then the tests
+# marked `alone` (the deployment rehearsal, in tests/deploy: collecting that folder alone saves
+# the whole suite's collection), whose rounds have deadlines that a second worker's Ray runs on 2
+# cores could make them miss. The folders (tests/unit, integration, deploy, studies) and their figures:
 # docs/development/testing.md.
 PYTEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS)
 
 test: setup data
 	$(PYTEST) --dist loadfile -m "not alone"
-	$(BIN)/python -m pytest -q -m alone
+	$(BIN)/python -m pytest -q -m alone tests/deploy
 
 # The documentation site from docs/ (mkdocs.yml), served at http://127.0.0.1:8000 while it runs;
 # with Debian's Chromium, which scripts/check_site.py (and the suite's test of it) opens every page in.

@@ -7,6 +7,7 @@ Every import counts, at the top of a file or inside a test (lazy).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -15,6 +16,7 @@ FOLDERS = ("unit", "integration", "deploy", "studies")
 STARTERS = ("subprocess", "multiprocessing", "concurrent.futures", "ray", "flwr.simulation",
             "tests.support.flower_link", "tests.support.site_commands")  # fmt: skip
 RUNS = {("fedpfn.runtime.simulation", "simulate"), ("flwr.simulation", "run_simulation")}
+ALONE = re.compile(r"^(@pytest\.mark\.alone|pytestmark\s*=.*pytest\.mark\.alone)\b", re.MULTILINE)
 
 
 def imported(path: Path) -> list[tuple[str, str | None]]:
@@ -69,6 +71,18 @@ def test_the_unit_folder_starts_no_process_ray_or_flower_runtime():
     assert unit_starters(TESTS) == []
 
 
+def alone_outside_deploy(root: Path) -> list[str]:
+    """Test files outside `root`/deploy that mark a test `alone`: make test's second command
+    collects tests/deploy only, so such a test would run in neither of its commands."""
+    return [p.relative_to(root).as_posix() for p in sorted(root.rglob("test_*.py"))
+            if p.parent.name != "deploy" and ALONE.search(p.read_text())]  # fmt: skip
+
+
+def test_the_tests_that_run_alone_are_in_the_deploy_folder_make_test_collects_for_them():
+    assert alone_outside_deploy(TESTS) == [] and alone_outside_deploy(TESTS.parent / "benchmarks") == []
+    assert "-m alone tests/deploy\n" in (TESTS.parent / "Makefile").read_text()
+
+
 def test_each_check_finds_a_planted_offender(tmp_path):
     (tmp_path / "unit").mkdir()
     (tmp_path / "test_stray.py").write_text("")
@@ -77,5 +91,7 @@ def test_each_check_finds_a_planted_offender(tmp_path):
         "    from fedpfn.runtime.simulation import simulate\n"
     )
     assert strays(tmp_path) == ["test_stray.py"]
+    (tmp_path / "test_stray.py").write_text("@pytest.mark.alone\ndef test_x(): ...\n")
+    assert alone_outside_deploy(tmp_path) == ["test_stray.py"]
     assert cross_imports(tmp_path) == ["unit/test_planted.py: test_other helper"]
     assert unit_starters(tmp_path) == ["test_planted.py: subprocess", "test_planted.py: fedpfn.runtime.simulation.simulate"]
