@@ -13,6 +13,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from fedpfn.analysis.markup import table
 from fedpfn.core.settings import ConfigError
 
 PREFIX = "fed_eval"  # fedpfn.runtime.federated_eval writes these keys
@@ -62,7 +63,7 @@ def client_eval_table(labels: Sequence[str], curves: Sequence[Sequence[Sequence[
         "",
         "Each run's last round the clients evaluated (`--evaluate-clients`), mean over seeds; accuracy in %.",
         "",
-        "| arm | model | round | central test | clients, weighted mean | clients, mean | 10th percentile | worst client |",
-        "|---|---|---|---|---|---|---|---|",
+        *table(["arm", "model", "round", "central test", "clients, weighted mean", "clients, mean", "10th percentile",
+                "worst client"]),
         *lines,
     ]

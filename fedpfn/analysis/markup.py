@@ -5,7 +5,7 @@ written; copied raw into report.md, `<img src=x onerror=...>`, `[a link](...)`, 
 splits a table cell or a newline that starts a heading would be rendered as such. `inline`
 escapes what Markdown or HTML would act on and keeps the rest as typed (`anchor_ratio=0.4`
 stays readable); `code` makes a code span no backtick can close early; `image` a figure's line
-whose alt text is `inline`'s. `inert` is a report
+whose alt text is `inline`'s; `table` every page's Markdown table. `inert` is a report
 with every such text escaped, for the Markdown tables only: CSV and JSON keep the values.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from fedpfn.analysis.runs import display_value
@@ -41,6 +42,17 @@ def code(value: Any) -> str:
 def image(alt: Any, link: str) -> str:
     """A Markdown image whose alt text (a title made of a file's words) is shown as typed."""
     return f"![{inline(alt)}]({link})"
+
+
+def table_row(cells: Sequence[Any]) -> str:
+    """One line of a Markdown table, its cells as given (a file's text goes through `inline` first)."""
+    return "| " + " | ".join(map(str, cells)) + " |"
+
+
+def table(head: Sequence[str], rows: Iterable[Sequence[Any]] = ()) -> list[str]:
+    """A Markdown table's lines: the header, the rule under it and a line per row; every page's tables
+    are written by this one function, so their columns and rule always agree."""
+    return [table_row(head), "|---" * len(head) + "|", *map(table_row, rows)]
 
 
 def inert(report: Report) -> Report:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from fedpfn.analysis.inference import adjust, recompute
-from fedpfn.analysis.markup import code, inert
+from fedpfn.analysis.markup import code, inert, table
 from fedpfn.analysis.paired_text import excluded, p_number, p_text, verdict, verdict_cell  # noqa: F401  (re-exported)
 from fedpfn.analysis.plots import PairedSeries, plot_bytes, plot_comparison, plot_paired
 from fedpfn.analysis.row_tables import row_tables
@@ -26,7 +26,7 @@ STD_TEXT = "std over seeds, n-1"
 CI_TEXT = "95 % CI, Student's t with n-1 df"
 TRAFFIC_TEXT = {"up": "upload", "up_down": "upload + download"}
 TRAFFIC_KEYS = {TRAFFIC_TEXT[traffic]: keys for traffic, keys in TRAFFIC.items()}  # the bytes figure's panels
-COMPARISON_HEAD = "mean difference, points | 95 % CI | p | p Holm | seeds where the arm wins | verdict"
+COMPARISON_HEAD = ("mean difference, points", "95 % CI", "p", "p Holm", "seeds where the arm wins", "verdict")
 
 
 def _pct(mean: float, std: float | None) -> str:
@@ -81,14 +81,9 @@ def reach_text(row: dict[str, Any]) -> str:
 
 
 def arm_table(report: Report) -> list[str]:
-    lines = [
-        (
-            f"| arm | seeds | final accuracy, % (mean ± {STD_TEXT}) | {report.window}, % (mean ± {STD_TEXT}) "
-            f"| rounds to {100 * report.target:g} %: mean over the seeds that reached it (how many of all) "
-            "| MB up per round | MB up in total | MB up + down in total |"
-        ),
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    lines = table(["arm", "seeds", f"final accuracy, % (mean ± {STD_TEXT})", f"{report.window}, % (mean ± {STD_TEXT})",
+                   f"rounds to {100 * report.target:g} %: mean over the seeds that reached it (how many of all)",
+                   "MB up per round", "MB up in total", "MB up + down in total"])  # fmt: skip
     for row in (arm.row() for arm in report.arms):
         lines.append(
             f"| {row['arm']} | {row['seeds']} | {_pct(row['final_acc_mean'], row['final_acc_std'])} "
@@ -99,7 +94,7 @@ def arm_table(report: Report) -> list[str]:
 
 
 def comparison_cells(p: Paired) -> str:
-    """The cells of COMPARISON_HEAD for one comparison."""
+    """The cells of COMPARISON_HEAD for one comparison, as one string of cells."""
     ci = "n/a (1 seed)" if p.std is None else "n/a"
     if p.low is not None and p.high is not None:
         ci = f"[{_points(p.low)}, {_points(p.high)}]"
@@ -135,8 +130,7 @@ def paired_table(report: Report) -> list[str]:
         "",
         comparison_text(report.baseline),
         "",
-        f"| arm | accuracy | {COMPARISON_HEAD} |",
-        "|---|---|---|---|---|---|---|---|",
+        *table(["arm", "accuracy", *COMPARISON_HEAD]),
     ]
     for p in report.paired:
         lines.append(f"| {p.label} | {metric_name(report, p.metric)} | {comparison_cells(p)} |")
@@ -174,11 +168,8 @@ def bytes_table(report: Report, traffic: str) -> list[str]:
             f"tested as above (Holm across this table's {_count(len(found), 'comparison')})."
         ),
         "",
-        (
-            f"| arm | budget, MB | round by which it is spent: arm / {base} (mean over seeds) "
-            f"| accuracy at the budget, %: arm / {base} (mean over seeds) | {COMPARISON_HEAD} |"
-        ),
-        "|---|---|---|---|---|---|---|---|---|---|",
+        *table(["arm", "budget, MB", f"round by which it is spent: arm / {base} (mean over seeds)",
+                f"accuracy at the budget, %: arm / {base} (mean over seeds)", *COMPARISON_HEAD]),
         *map(bytes_row, found),
     ]
 

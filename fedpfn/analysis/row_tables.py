@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fedpfn.analysis.client_eval import client_eval_table
+from fedpfn.analysis.markup import table
 from fedpfn.core.settings import ConfigError
 
 
@@ -54,8 +55,7 @@ def privacy_table(labels: Sequence[str], curves: Sequence[Sequence[Sequence[dict
         "",
         "Client-level (ε, δ) by each run's last round, from the accountant its summary.json names; mean ± std over seeds.",
         "",
-        "| arm | round | noise multiplier | ε | δ |",
-        "|---|---|---|---|---|",
+        *table(["arm", "round", "noise multiplier", "ε", "δ"]),
         *lines,
     ]
 

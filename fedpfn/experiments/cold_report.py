@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from fedpfn.analysis.inference import Paired, mean_std, retested
+from fedpfn.analysis.markup import table
 from fedpfn.analysis.plots import OKABE_ITO, finish, line_key, mean_over_seeds, new_figure, save, seed_key, styled
 from fedpfn.analysis.render import verdict
 from fedpfn.experiments.cold_eval import ARMS, METRICS
@@ -70,13 +71,13 @@ def arm_rows(arms: Mapping[str, list[dict[str, Any]]]) -> list[str]:
     """Each arm over seeds: the three metrics, then each held-out task under both probes."""
     tasks = [(task, kind) for task in HELD_OUT_TASKS for kind in ("linear", "full")]
     head = ["arm", *(HEADERS[m] for m in METRICS), *(f"{task}, {kind} (%)" for task, kind in tasks)]
-    rows = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    rows = []
     for arm in ARMS:
         runs = arms[arm]
         cells = [_cell([r[m] for r in runs if m in r]) for m in METRICS]
         cells += [_cell([r["held_out"][kind][task]["acc"] for r in runs]) for task, kind in tasks]
-        rows.append(f"| {arm} | " + " | ".join(cells) + " |")
-    return rows
+        rows.append([arm, *cells])
+    return table(head, rows)
 
 
 def reading(comparisons: list[Paired]) -> list[str]:

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedpfn.analysis.markup import table
 from fedpfn.experiments.command import write_files
 
 OUTPUT_FILES = ("lmc.json", "lmc.png", "lmc.pdf")  # all the tool writes into --out; nothing else is touched
@@ -45,15 +46,13 @@ BESIDE_COLUMNS = (  # what a barrier and a fusion are read against; shown where 
 def _table(
     first: str, rows: Sequence[tuple[str, Mapping[str, Any]]], columns: Sequence[tuple] = COLUMNS
 ) -> list[str]:
-    lines = [f"| {first} | " + " | ".join(c[0] for c in columns) + " |", "|---" * (len(columns) + 1) + "|"]
-    for name, stats in rows:
-        cells = [
-            "n/a" if key not in stats else f"{stats[key]['mean'] * scale:+.{dec}f}"
-            + ("" if stats[key]["std"] is None else f" ± {stats[key]['std'] * scale:.{dec}f}")  # null: one seed
-            for _, key, scale, dec in columns
-        ]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return lines
+    cells = [
+        [name, *("n/a" if key not in stats else f"{stats[key]['mean'] * scale:+.{dec}f}"
+                 + ("" if stats[key]["std"] is None else f" ± {stats[key]['std'] * scale:.{dec}f}")  # null: one seed
+                 for _, key, scale, dec in columns)]
+        for name, stats in rows
+    ]  # fmt: skip
+    return table([first, *(c[0] for c in columns)], cells)
 
 
 def markdown_table(result: Mapping[str, Any]) -> str:
@@ -133,9 +132,8 @@ def matcher_table(settings: Mapping[str, Any]) -> list[str]:
         return []
     notes: dict[str, str] = {}
     lines = ["", "P (nats) under a permutation that each matcher finds; units moved, mean over seeds", "",
-             "| arm | " + " | ".join(f"P {m}" for m in names) + " |", "|---" * (len(names) + 1) + "|"]  # fmt: skip
-    for row, found in rows:
-        lines.append(f"| {row} | " + " | ".join(_matcher_cell(found[m], notes, row, m) for m in names) + " |")
+             *table(["arm", *(f"P {m}" for m in names)],
+                    [[row, *(_matcher_cell(found[m], notes, row, m) for m in names)] for row, found in rows])]  # fmt: skip
     return lines + ([""] + list(notes.values()) if notes else [])
 
 

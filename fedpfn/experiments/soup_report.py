@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpfn.analysis.inference import Paired, mean_std, retested
+from fedpfn.analysis.markup import table
 from fedpfn.analysis.paired_text import mde_notes, p_number, p_text, test_note
 from fedpfn.analysis.plots import OKABE_ITO, SEED_LINES_MAX, finish, new_figure, save, styled
 from fedpfn.experiments.soup_run import ARMS, SPANS
@@ -48,10 +49,7 @@ def _number(value: float | None, scale: float, decimals: int) -> str:
 def comparison_rows(comparisons: Sequence[Paired], scales: Mapping[str, tuple[float, int]] = SCALE) -> list[str]:
     """One row per comparison and metric: mean difference, 95 % CI, p, Holm's p, MDE, wins;
     `scales`: each metric's (scale, decimals). Below: which test gave p, and why an MDE is missing."""
-    rows = [
-        "| comparison | metric | mean | 95 % CI | p | p (Holm) | MDE | wins / ties / seeds |",
-        "|---" * 8 + "|",
-    ]
+    rows = table(["comparison", "metric", "mean", "95 % CI", "p", "p (Holm)", "MDE", "wins / ties / seeds"])
     for c in comparisons:
         scale, dec = scales[c.metric]
         ci = "–" if c.low is None or c.high is None else f"[{_number(c.low, scale, dec)}, {_number(c.high, scale, dec)}]"
@@ -84,12 +82,9 @@ def markdown(result: Mapping[str, Any]) -> str:
             f"barriers signed, mean over the {cfg['ingredients'] * (cfg['ingredients'] - 1) // 2} pairs, {cfg['points']} points."
         ),
         "",
-        "| arm | " + " | ".join(c[0] for c in shown) + " |",
-        "|---" * (len(shown) + 1) + "|",
+        *table(["arm", *(c[0] for c in shown)],
+               [[arm, *(_cell([r[metric] for r in arms[arm]], scale, dec) for _, metric, scale, dec in shown)] for arm in ARMS]),
     ]
-    for arm in ARMS:
-        cells = [_cell([r[metric] for r in arms[arm]], scale, dec) for _, metric, scale, dec in shown]
-        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     lines += ["", "Paired by seed (arm − arm on the same seed); Holm within each metric.", ""]
     return "\n".join(lines + comparison_rows(retested(result["comparisons"], SPANS))) + "\n"
 

@@ -27,7 +27,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from fedpfn.analysis.markup import code, inline
+from fedpfn.analysis.markup import code, inline, table
 from fedpfn.analysis.paired_text import VERDICT_KEY, changed_section, p_number, p_text, verdict_cell, verdicts_printed
 from fedpfn.analysis.stats import Paired, adjust, mean_std, paired
 from fedpfn.core.files import CONFIG, METRICS, PROVENANCE, atomic_write_bytes, json_text, read_json, read_jsonl
@@ -90,15 +90,13 @@ def arms_table(spec: Spec, stored: dict[str, Any]) -> list[str]:
     """Each arm at each axes point: its seeds, and each endpoint's mean ± std over them."""
     names = list(spec.endpoints)
     head = [inline(f"{n} ({spec.endpoints[n].unit or 'as measured'})") for n in names]
-    lines = [f"| arm | {'axes | ' if spec.axes else ''}seeds | {' | '.join(head)} |",
-             "|---|" + "---|" * (len(names) + 1 + bool(spec.axes))]  # fmt: skip
+    rows = []
     for point, cells in by_point(stored).items():
         for arm in spec.arms:
             ours = [c for c in cells if c["arm"] == arm]
             shown = [endpoint_text(spec.endpoints[name], [c["endpoints"][name] for c in ours]) for name in names]
-            lines.append(f"| {inline(spec.labels[arm])} | {inline(point) + ' | ' if spec.axes else ''}{len(ours)} | "
-                         f"{' | '.join(shown)} |")  # fmt: skip
-    return lines
+            rows.append([inline(spec.labels[arm]), *([inline(point)] if spec.axes else []), len(ours), *shown])
+    return table(["arm", *(["axes"] if spec.axes else []), "seeds", *head], rows)
 
 
 def endpoint_text(end: Endpoint, values: list[float | None]) -> str:
@@ -130,8 +128,7 @@ def family_rows(spec: Spec, stored: dict[str, Any], name: str) -> list[Paired]:
 def family_table(spec: Spec, stored: dict[str, Any], name: str) -> list[str]:
     end = spec.endpoints[spec.families[name].endpoint]
     unit = inline(end.unit or "as measured")
-    lines = [f"| comparison | mean difference ({unit}) | 95 % CI | p | p (Holm) | seeds higher | verdict |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = table(["comparison", f"mean difference ({unit})", "95 % CI", "p", "p (Holm)", "seeds higher", "verdict"])
     for c in family_rows(spec, stored, name):
         ci = "n/a" if c.low is None or c.high is None else f"[{end.scale * c.low:+.3f}, {end.scale * c.high:+.3f}]"
         p, holm = p_text(c, ".4f"), p_number(c.p_holm, ".4f")

@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from fedpfn.analysis import markup
 from fedpfn.analysis.plots import PairedSeries
 from fedpfn.analysis.paired_text import VERDICT_KEY, verdict_cell
 from fedpfn.analysis.render import series_of
@@ -84,7 +85,7 @@ def comparisons(table: Table) -> tuple[list[Paired], list[Paired]]:
 
 
 def table_lines(rows: list[Paired], scale_of: Callable[[Paired], tuple[float, str]]) -> list[str]:
-    lines = ["| comparison | mean | 95 % CI | p | sign test p | p Holm | seeds higher | verdict |", "|---" * 8 + "|"]
+    lines = markup.table(["comparison", "mean", "95 % CI", "p", "sign test p", "p Holm", "seeds higher", "verdict"])
     for p in rows:
         scale, unit = scale_of(p)
         ci = "n/a" if p.low is None or p.high is None else f"[{p.low:+.3f}, {p.high:+.3f}]"
@@ -118,9 +119,7 @@ def figure(spec: Spec, primary: list[Paired], secondary: list[Paired]) -> list[s
 
 def results(spec: Spec, table: Table, steps: float) -> str:
     primary, secondary = comparisons(table)
-    means = ["| arm | " + " | ".join(table) + " |", "|---" * (len(table) + 1) + "|"]
-    for arm in spec.arms:
-        means.append(f"| {arm} | " + " | ".join(f"{_mean(list(table[f][arm].values())):+.3f}" for f in table) + " |")
+    means = markup.table(["arm", *table], [[arm, *(f"{_mean(list(table[f][arm].values())):+.3f}" for f in table)] for arm in spec.arms])
     unit = lambda p: (1.0, "nats") if "P" in p.label else ((1.0, "points") if "accuracy" in p.label or "%" in p.label else (1.0, "in R"))  # noqa: E731
     return "\n".join([
         "## Results", "", f"Written by `fedpfn study page {spec.path} --trust-code` from {len(spec.arms) * len(spec.seeds)} runs "

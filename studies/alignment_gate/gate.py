@@ -19,7 +19,7 @@ from typing import Any
 
 from fedpfn.analysis.decompose import PARTS, Split, split
 from fedpfn.analysis.inference import adjust_together
-from fedpfn.analysis.markup import code, inline
+from fedpfn.analysis.markup import code, inline, table
 from fedpfn.experiments.lmc_render import DIVERGED
 from fedpfn.analysis.paired_text import VERDICT_KEY, no_test, p_number, p_text, verdict, verdict_cell
 from fedpfn.analysis.plots import PairedSeries
@@ -111,8 +111,8 @@ A_KEY = (f"Reading: *P(plain) > 0* where the interval excludes 0; *not shown* wh
 def question_a(cells: Cells) -> tuple[list[str], list[str], list[str]]:
     """The (a) table under every matcher a regime has, the regimes where P(plain) > 0 under `full`
     with a control that moved, and a sentence per regime and matcher for the page's summary."""
-    lines = ["| regime | matcher | seeds | P(plain), nats | 95 % CI | sign test p | units moved (plain) "
-             "| P(diff-init): the positive control | reading |", "|---" * 9 + "|"]  # fmt: skip
+    lines = table(["regime", "matcher", "seeds", "P(plain), nats", "95 % CI", "sign test p", "units moved (plain)",
+                   "P(diff-init): the positive control", "reading"])  # fmt: skip
     found, said = [], []
     for name, regime in cells.items():
         for matcher in matchers_in(regime):
@@ -147,7 +147,7 @@ def regime_splits(name: str, regime: Cells, matcher: str = "full") -> list[Split
 
 def split_table(splits: Sequence[Split]) -> list[str]:
     """One row per endpoint and part: mean, interval, p, Holm p (set by the caller), share of the whole."""
-    lines = ["| endpoint: part | mean | 95 % CI | p | p Holm | share of the whole | verdict |", "|---" * 7 + "|"]
+    lines = table(["endpoint: part", "mean", "95 % CI", "p", "p Holm", "share of the whole", "verdict"])
     for found in splits:
         scale, unit = next((s, u) for key, _, s, u in ENDPOINTS if key == found.metric)
         for part_name, p in zip(PARTS, found.parts):
@@ -235,17 +235,15 @@ def spread_text(values: Sequence[float]) -> str:
 
 def arms_table(cells: Cells) -> list[str]:
     """Every arm of every regime: mean ± std over seeds of each figure ('n/a' where its cells predate it)."""
-    lines = ["| regime | arm | seeds | " + " | ".join(h for h, _, _ in SHOWN) + " |", "|---" * (len(SHOWN) + 3) + "|"]
-    for name, regime in cells.items():
-        for arm in arms_of(regime):
-            texts = [spread_text([scale * v for v in series(regime, arm, key).values()]) for _, key, scale in SHOWN]
-            lines.append(f"| {name} | {inline(arm)} | {len(series(regime, arm, 'loss_barrier'))} | " + " | ".join(texts) + " |")
-    return lines
+    rows = [[name, inline(arm), len(series(regime, arm, "loss_barrier")),
+             *(spread_text([scale * v for v in series(regime, arm, key).values()]) for _, key, scale in SHOWN)]
+            for name, regime in cells.items() for arm in arms_of(regime)]  # fmt: skip
+    return table(["regime", "arm", "seeds", *(h for h, _, _ in SHOWN)], rows)
 
 
 def regimes_table(cells: Cells, regimes: Mapping[str, Sequence[str]], why_not: Mapping[str, str]) -> list[str]:
     """Every regime the sweep defines: its seeds run and the arms that diverged in some, or why it has not run."""
-    lines = ["| regime | seeds run | flags (beside the common ones) |", "|---|---|---|"]
+    lines = table(["regime", "seeds run", "flags (beside the common ones)"])
     for name, flags in regimes.items():
         seeds = sorted(int(s) for s in cells[name]["seeds"]) if name in cells else []
         ran = f"{len(seeds)} ({seeds[0]}-{seeds[-1]})" if seeds else f"not run: {why_not.get(name, 'not yet')}"
@@ -278,7 +276,7 @@ def step_control(cells: Cells) -> list[str]:
              for key, title, scale, unit in STEP_ENDPOINTS]  # fmt: skip
     tested = adjust_together(p for *_, p in found)
     lines = [f"One Holm family of the {tested} tests below.", "",
-             "| comparison | seeds | mean | 95 % CI | p | p Holm | verdict |", "|---" * 7 + "|"]  # fmt: skip
+             *table(["comparison", "seeds", "mean", "95 % CI", "p", "p Holm", "verdict"])]
     for _, scale, unit, p in found:
         lines.append(f"| {p.label} | {len(p.seeds)} | {scale * p.mean:+.4f} {unit} | {interval_text(p, scale)} "
                      f"| {p_text(p, '.3g')} | {p_number(p.p_holm, '.3g')} | {verdict_cell(p, scale, unit)} |")  # fmt: skip

@@ -19,6 +19,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from fedpfn.analysis.markup import table
 from fedpfn.analysis.plots import PairedSeries
 from fedpfn.analysis.render import series_of
 from fedpfn.analysis.stats import Paired, paired
@@ -258,8 +259,8 @@ def shown_cell(value: float | None, run: dict[str, Any] | None, rounds: str) -> 
 
 def unfinished(spec: Spec, data: dict[str, Any]) -> list[str]:
     """The finished runs and controls of blocks not finished, seed by seed: read by no rule, shown as they are."""
-    lines = ["| block | seed | P(plain) round 1 | round 5 | P(anchored) round 1 | round 5 | client P(plain), changes, "
-             "round 1 | round 5 | P(diff-init) |", "|---" * 9 + "|"]  # fmt: skip
+    lines = table(["block", "seed", "P(plain) round 1", "round 5", "P(anchored) round 1", "round 5",
+                   "client P(plain), changes, round 1", "round 5", "P(diff-init)"])
     for name, block in data["blocks"].items():
         if finished(block, len(spec.seeds)):
             continue
@@ -310,10 +311,10 @@ def results(spec: Spec, data: dict[str, Any]) -> str:
     """The page's results from the stored figures: the rule's table, the pick, and what the cells cost."""
     assert spec.page is not None
     seeds = len(spec.seeds)
-    head = ["| block | local steps a round | P(plain) round 1 | P(plain) round 5 | P(diff-init) | P(anchored) round 1 "
-            "| P(anchored) round 5 | client P(plain), full, round 1 | round 5 | client P(plain), changes, round 1 "
-            "| round 5 | plain − anchored own accuracy, round 1 (points) | round 5 (points) | qualifies |",
-            "|---" * 14 + "|"]  # fmt: skip
+    head = table(["block", "local steps a round", "P(plain) round 1", "P(plain) round 5", "P(diff-init)",
+                  "P(anchored) round 1", "P(anchored) round 5", "client P(plain), full, round 1", "round 5",
+                  "client P(plain), changes, round 1", "round 5", "plain − anchored own accuracy, round 1 (points)",
+                  "round 5 (points)", "qualifies"])  # fmt: skip
     rows = [row(name, b)[0] for name, b in data["blocks"].items() if finished(b, seeds)]
     started = lambda b: any(b["runs"].values()) or any(b["begun"].values()) or b["control"]  # noqa: E731
     partial = [f"{n} ({sum(len(b['runs'][a]) for a in ARMS)} of {len(ARMS) * seeds} runs finished, "

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedpfn.analysis.inference import decided, recompute
-from fedpfn.analysis.markup import inline
+from fedpfn.analysis.markup import inline, table, table_row
 from fedpfn.analysis.paired_text import floors_text, p_number, p_text, verdict
 from fedpfn.analysis.stats import ACCURACY_SPAN, ALPHA, Paired, adjust, sign_test, std_factors
 
@@ -228,11 +228,11 @@ def observations(d: Design, data: dict[str, Any]) -> list[str]:
 def family_table(rows: list[Row], primary: bool) -> list[str]:
     """The primary family with the sign test and the final round; the alignment family as measured."""
     if primary:
-        lines = ["| comparison | mean difference, points | 95 % CI | p | p (exact sign test) "
-                 "| p (Holm) | seeds higher | final round: difference, p | verdict |", "|---" * 9 + "|"]  # fmt: skip
+        lines = table(["comparison", "mean difference, points", "95 % CI", "p", "p (exact sign test)", "p (Holm)",
+                       "seeds higher", "final round: difference, p", "verdict"])  # fmt: skip
     else:
-        lines = ["| comparison | mean difference (points; barrier: nats) | 95 % CI | p | p (Holm) | seeds higher | verdict |",
-                 "|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines = table(["comparison", "mean difference (points; barrier: nats)", "95 % CI", "p", "p (Holm)", "seeds higher",
+                       "verdict"])  # fmt: skip
     for row in rows:
         c, unit = row.test, scale_of(row.name)[0]
         ci = "n/a" if c.low is None else f"[{unit * c.low:+.3f}, {unit * c.high:+.3f}]"
@@ -244,12 +244,12 @@ def family_table(rows: list[Row], primary: bool) -> list[str]:
         cells += [holm, f"{c.wins} of {len(c.seeds)}"]
         if row.final is not None:
             cells.append(f"{100 * f.mean:+.3f}, p {p_number(f.p_value, '.4f')}")
-        lines.append(f"| {' | '.join(cells)} | {row.verdict} |")
+        lines.append(table_row([*cells, row.verdict]))
     return lines
 
 
 def grid_lines(d: Design, data: dict[str, Any]) -> list[str]:
-    lines = ["| skew | arm | " + " | ".join(f"lr {lr}" for lr in d.lrs) + " | chosen |", "|---|---|" + "---|" * (len(d.lrs) + 1)]
+    lines = table(["skew", "arm", *(f"lr {lr}" for lr in d.lrs), "chosen"])
     for alpha, arms in data["grid"].items():
         for arm, scores in arms.items():
             cells = " | ".join("collapsed" if s is None else f"{100 * s:.2f}" for s in scores.values())

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedpfn.analysis.inference import Paired, adjust_together, retested
+from fedpfn.analysis.markup import table
 from fedpfn.analysis.paired_text import p_number, p_text, test_note, verdict
 from fedpfn.analysis.stats import ACCURACY_SPAN
 from fedpfn.study.spec import Spec
@@ -162,8 +163,7 @@ def grid_section(spec: Spec, data: dict[str, Any]) -> list[str]:
              f"Each algorithm's local learning rate was picked per skew from {', '.join(lrs)} by the mean validation "
              "accuracy of the last two evaluated rounds (rounds 12 and 15 of 15; seed 0; 10 % of the training set "
              "held out, never the test set). A run whose score fell below 0.2 (chance is 0.1) counts as diverged.", "",
-             "| alpha | algorithm | " + " | ".join(f"lr {lr}" for lr in lrs) + " | chosen |",
-             "|---|---|" + "---|" * len(lrs) + "---|"]  # fmt: skip
+             *table(["alpha", "algorithm", *(f"lr {lr}" for lr in lrs), "chosen"])]  # fmt: skip
     diverged = total = 0
     at_edge: list[str] = []
     for alpha, by_arm in data["grid"].items():
@@ -178,7 +178,7 @@ def grid_section(spec: Spec, data: dict[str, Any]) -> list[str]:
     if at_edge:
         lines.append("Chosen at an end of the grid, so the best rate may lie beyond it: " + ", ".join(at_edge) + ".")
     lines += ["", f"Server learning rates (FedAvg clients, Dirichlet {SERVER_ALPHA}, same protocol):", "",
-              "| server | server lr | validation accuracy |", "|---|---|---|"]  # fmt: skip
+              *table(["server", "server lr", "validation accuracy"])]
     chosen = []
     for server, scores in data["server_grid"].items():
         lines += [f"| {server} | {rate} | {score_text(score)} |" for rate, score in scores.items()]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedpfn.analysis.inference import Paired, decided
+from fedpfn.analysis.markup import table
 from fedpfn.analysis.paired_text import verdict
 from fedpfn.study.page import inside_margin
 from fedpfn.study.spec import load
@@ -112,9 +113,9 @@ def sentence(found: list[Row]) -> str:
     return f"{lead(primary)}; {why(same, step, sharing)}."
 
 
-def table(found: list[Row]) -> list[str]:
+def answers_table(found: list[Row]) -> list[str]:
     """At most six rows: question, setting, difference, 95 % interval, verdict (the one rule's)."""
-    lines = ["| question | setting | difference, points | 95 % interval | verdict |", "|---|---|---|---|---|"]
+    lines = table(["question", "setting", "difference, points", "95 % interval", "verdict"])
     for row in found:
         p = row.p
         assert p.low is not None and p.high is not None
@@ -131,4 +132,4 @@ def finding(root: Path) -> list[str]:
     found = rows(root)
     if found is None:
         return ["Not yet computed, for want of stored results of the drift and confirmatory studies."]
-    return [f"**{sentence(found)}**", "", *table(found)]
+    return [f"**{sentence(found)}**", "", *answers_table(found)]
