@@ -14,7 +14,7 @@ from typing import Any
 
 from fedpfn.analysis.inference import decided, recompute
 from fedpfn.analysis.markup import inline, table, table_row
-from fedpfn.analysis.paired_text import floors_text, p_number, p_text, verdict
+from fedpfn.analysis.paired_text import VERDICT_KEY, floors_text, p_number, p_text, verdict, verdict_cell
 from fedpfn.analysis.stats import ACCURACY_SPAN, ALPHA, Paired, adjust, sign_test, std_factors
 
 ALIGNMENT = ("align_loss_barrier", "align_fusion_gap")
@@ -244,8 +244,9 @@ def family_table(rows: list[Row], primary: bool) -> list[str]:
         cells += [holm, f"{c.wins} of {len(c.seeds)}"]
         if row.final is not None:
             cells.append(f"{100 * f.mean:+.3f}, p {p_number(f.p_value, '.4f')}")
-        lines.append(table_row([*cells, row.verdict]))
-    return lines
+        short = verdict_cell(c, *scale_of(row.name)) if row.verdict.startswith("not resolved") else row.verdict
+        lines.append(table_row([*cells, short]))
+    return [*lines, "", VERDICT_KEY]  # what a cell's few words mean, once under the table
 
 
 def grid_lines(d: Design, data: dict[str, Any]) -> list[str]:

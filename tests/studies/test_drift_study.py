@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from fedpfn.analysis.paired_text import VERDICT_KEY
 from fedpfn.cli.main import main as fedpfn
 from fedpfn.cli.study import configure, trust_code
 from fedpfn.study import page
@@ -210,7 +211,8 @@ def test_the_figure_draws_what_is_stored_and_no_seed_that_is_not(tmp_path: Path,
     assert title == "fusion gap" and [list(s.points) for s in drawn] == [[1.0, 2.0, 0.0, -1.0, 3.0]] * 4
     lines = drift.section(spec)
     link = next(i for i, line in enumerate(lines) if line.startswith("!["))
-    assert lines[link].endswith("(study/drift-mlp-page-accuracy-gap.png)") and lines[link - 2].startswith("| α=0.5 fusion_gap")
+    assert lines[link].endswith("(study/drift-mlp-page-accuracy-gap.png)") and lines[link - 4].startswith("| α=0.5 fusion_gap")
+    assert lines[link - 2] == VERDICT_KEY  # the table's verdict words, once under it
     assert (tmp_path / "docs/study/drift-mlp-page-accuracy-gap.png").read_bytes().startswith(b"\x89PNG")
 
 
