@@ -1,7 +1,12 @@
 """A study page in short (issue 56): `<!-- study: summary [FAMILY ...] -->` puts each named family's
 differences at the page's top, a line each with its 95 % interval and verdict, the same numbers and
 verdicts as the family tables below; those tables say a verdict in a few words a cell, and what the
-words mean once beside each table. An unknown family in the marker is refused in one line."""
+words mean once beside each table. An unknown family in the marker is refused in one line.
+
+The studies with readings of their own open the same way, each summary computed from the stored
+results its page reads: the gate's (a) and (b), the federated study's primary family, the pilots'
+rule, the fusion page's key comparisons and the earlier study's *In short*. Each is held to the
+tables below it on the committed page, and moves with planted results."""
 
 from __future__ import annotations
 
