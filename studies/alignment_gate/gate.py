@@ -190,13 +190,17 @@ def question_b(cells: Cells, regimes: Sequence[str]) -> tuple[list[str], list[st
 def in_short(cells: Cells, found: Sequence[str], said: Sequence[str], said_b: Sequence[str]) -> list[str]:
     """The page in short, for its top: (a)'s answer under `full` (the regimes where P(plain) > 0, each
     with its interval, as (a)'s table reads them) and (b)'s parts of P there, as (b)'s tables read them."""
-    passed = [line for name in found for line in said if line.startswith(f"{name}, full: ")]
-    rest = len(cells) - len(found)
+    full = {name: line for name in cells for line in said if line.startswith(f"{name}, full: ")}
+    others: dict[str, list[str]] = {}  # each other regime under its reading's words, as (a)'s table reads it
+    for name, line in full.items():
+        if name not in found:
+            others.setdefault(a_cell(line.split(" seeds; ", 1)[1]), []).append(name)
+    rest = "; ".join(f"*{words}* in {', '.join(names)}" for words, names in others.items())
     lines = ["**(a) In which regime is P(plain) > 0 from a shared start?** Under `full` matching, with a positive "
              f"control that moved, in {len(found)} of the {len(cells)} regimes run:", "",
-             *(f"- {line}" for line in passed), "",
-             f"In the other {rest}, P(plain) > 0 is not shown or the regime is void under `full`; (a)'s table below "
-             "gives every regime under every matcher.", "",
+             *(f"- {full[name]}" for name in found), "",
+             f"The others under `full`: {rest or 'none'}; (a)'s table below gives every regime under every matcher, "
+             "and says what its words mean.", "",
              "**(b) There, do shared anchors lower P, and is it freezing or sharing?** Each regime's parts of P "
              "under `full` (its own Holm family), and sharing's share under every matcher:", ""]  # fmt: skip
     return [*lines, *(f"- {line}" for line in said_b)] if said_b else [*lines, "- none tested yet."]

@@ -90,6 +90,11 @@ def test_the_gates_summary_says_what_its_a_and_b_tables_say() -> None:
     assert a and f"in {len(a)} of the " in top
     for name, mean, ci, seeds, reading in a:
         assert table_row(page, name, "full")[2:5] == [seeds, mean, ci] and table_row(page, name, "full")[-1] == reading
+    others = re.search(r"^The others under `full`: (.+); \(a\)'s table below", top, re.M)[1].split("; ")
+    named = {name: words for group in others for words, names in [re.fullmatch(r"\*(.+)\* in (.+)", group).groups()]
+             for name in names.split(", ")}  # fmt: skip
+    assert len(named) + len(a) == int(re.search(r"in \d+ of the (\d+) regimes run", top)[1])
+    assert all(table_row(page, name, "full")[-1] == words for name, words in named.items())
     b = re.findall(r"^- (.+?): ([+-][\d.]+ nats), 95 % CI (\[.+?\]), p Holm \S+: (.+)\.$", top, re.M)
     assert len(b) == 2 * len(a)  # freezing and sharing, each regime that passed (a)
     for label, mean, ci, said in b:
@@ -108,9 +113,11 @@ def test_the_gates_summary_moves_with_the_cells() -> None:
 
     moving = short({"r": planted(MOVING), "q": planted({**MOVING, "plain": [0.0]})})
     assert "in 1 of the 2 regimes run" in moving and "\n- r, full: P(plain) +0.104 nats" in moving
+    assert "\nThe others under `full`: *not shown (no test)* in q; " in moving
     assert "\n- r, P: sharing (shared − independent): " in moving and ": lower.\n" in moving + "\n"
     flat = short({"r": planted({**MOVING, "plain": [0.0]}), "q": planted({**MOVING, "plain": [0.0]})})
     assert "in 0 of the 2 regimes run" in flat and flat.endswith("- none tested yet.") and "\n- r, full" not in flat
+    assert "\nThe others under `full`: *not shown (no test)* in r, q; " in flat
 
 
 def federated_summary(page: str) -> list[tuple[str, ...]]:
