@@ -204,17 +204,18 @@ def check_not_run(copy: Path, words: list[str], not_run: NotRun) -> None:
 
 @functools.cache
 def help_text(copy: Path, program: tuple[str, ...]) -> str:
-    """A program's --help, as the activated venv finds it (a tool outside the venv would be another's)."""
+    """A program's --help, as the activated venv finds it (a tool outside the venv would be another's);
+    fedpfn's printed by the function the installed command calls, in this process (cwd: the copy)."""
     if program[0] in VENV_TOOLS:
-        shown = shell(
-            copy, f". .venv/bin/activate && command -v {program[0]} && {shlex.join(program)} --help"
-        )
-        assert shown.returncode == 0 and shown.stdout.splitlines()[0].endswith(f".venv/bin/{program[0]}"), (
-            shown
-        )
+        found = shell(copy, f". .venv/bin/activate && command -v {program[0]}")
+        assert found.returncode == 0 and found.stdout.strip().endswith(f".venv/bin/{program[0]}"), found
+        if program[0] == "fedpfn":
+            shown = fedpfn_here(shlex.join([*program, "--help"]))
+        else:
+            shown = shell(copy, f". .venv/bin/activate && {shlex.join(program)} --help")
     else:
         shown = shell(copy, shlex.join([*program, "--help"]))
-        assert shown.returncode == 0, shown.stderr[-2000:]
+    assert shown.returncode == 0, shown.stderr[-2000:]
     return shown.stdout
 
 
