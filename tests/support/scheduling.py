@@ -4,6 +4,7 @@ controller, which collects no test."""
 
 from __future__ import annotations
 
+import ast
 import functools
 import re
 from collections.abc import Iterable
@@ -12,9 +13,7 @@ from typing import TypeVar
 
 ROOT = Path(__file__).resolve().parents[2]  # node ids' paths are relative to it (the rootdir)
 MODULE_FIXTURE = re.compile(r"@pytest\.fixture\(\s*scope=[\"']module[\"']")
-# `@pytest.mark.slow`, maybe other decorators (or a decorator's continued lines), then the function
-SLOW = re.compile(r"^@pytest\.mark\.slow\b.*\n(?:[@\s].*\n)*?(?:async )?def (\w+)", re.MULTILINE)
-SLOW_MODULE = re.compile(r"^pytestmark\s*=.*pytest\.mark\.slow\b", re.MULTILINE)
+SLOW = re.compile(r"\bpytest\.mark\.slow\b")
 Unit = TypeVar("Unit")
 
 
@@ -33,12 +32,34 @@ def builds_a_module_fixture(module: str) -> bool:
     return bool(MODULE_FIXTURE.search(source(module)))
 
 
+@functools.cache
+def slow_tests(module: str) -> frozenset[str] | None:
+    """The test functions of a module whose decorators mark them `slow` (`@pytest.mark.slow`, or
+    one case's `pytest.param(..., marks=pytest.mark.slow)`, which marks the function here); None
+    where `pytestmark` marks the whole module."""
+    text = source(module)
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return frozenset()
+
+    def says_slow(node: ast.AST) -> bool:
+        return bool(SLOW.search(ast.get_source_segment(text, node) or ""))
+
+    module_marks = [node for node in tree.body if isinstance(node, ast.Assign) and says_slow(node)
+                    and any(getattr(target, "id", None) == "pytestmark" for target in node.targets)]  # fmt: skip
+    if module_marks:
+        return None
+    functions = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]
+    return frozenset(f.name for f in functions if any(map(says_slow, f.decorator_list)))
+
+
 def is_slow(nodeid: str) -> bool:
     """Whether the test is marked `slow`, its function or its whole module: what its author says
-    takes long. A mark given inside pytest.param (one case of several) is not seen."""
+    takes long. Read from the source, as the scheduler has no collected test to ask."""
     module, _, name = nodeid.partition("::")
-    text = source(module)
-    return bool(SLOW_MODULE.search(text)) or name.split("[", 1)[0] in SLOW.findall(text)
+    slow = slow_tests(module)
+    return slow is None or name.split("::")[-1].split("[", 1)[0] in slow
 
 
 def slow_first(units: Iterable[tuple[str, Unit]]) -> list[tuple[str, Unit]]:
