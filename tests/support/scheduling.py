@@ -46,9 +46,8 @@ def slow_tests(module: str) -> frozenset[str] | None:
     def says_slow(node: ast.AST) -> bool:
         return bool(SLOW.search(ast.get_source_segment(text, node) or ""))
 
-    module_marks = [node for node in tree.body if isinstance(node, ast.Assign) and says_slow(node)
-                    and any(getattr(target, "id", None) == "pytestmark" for target in node.targets)]  # fmt: skip
-    if module_marks:
+    marking = [node for node in tree.body if isinstance(node, ast.Assign) and says_slow(node)]
+    if any(getattr(target, "id", None) == "pytestmark" for node in marking for target in node.targets):
         return None
     functions = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]
     return frozenset(f.name for f in functions if any(map(says_slow, f.decorator_list)))
