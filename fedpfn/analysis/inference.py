@@ -8,9 +8,9 @@ One decision rule, at any number of seeds (`decided`, the only place a verdict i
   interval excludes 0. Holm adjusts the family the study declared (`adjust_together`), or each
   metric's comparisons of one report (`adjust`); "higher" or "lower" needs the Holm p < 0.05, and
   an interval that excludes 0 where Holm's does not is said so (paired_text.verdict). No study in
-  studies/ registered another decider (the exploratory alignment_main named the exact test beside
-  its t test); where nothing was registered (`fedpfn compare`, the attack and privacy pages) this
-  is the documented default.
+  studies/ registered another decider (an exploratory one named the exact test beside its t
+  test); where nothing was registered (`fedpfn compare`, the attack and privacy pages) this is
+  the documented default.
 - **The exact test stands beside.** The two-sided sign-flip test (`sign_flip_test`) assumes only
   that each difference is as likely positive as negative under no effect; it is a check, never
   the decider. It cannot go below 2 / 2^n (`Paired.p_floor`: 0.25 at 3 seeds, 0.0625 at 5), and
