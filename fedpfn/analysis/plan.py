@@ -41,6 +41,11 @@ def seeds_needed(std: float, difference: float, alpha: float = ALPHA) -> int | N
     return high
 
 
+def seeds_text(count: int | None) -> str:
+    """A count from `seeds_needed` as said: beyond MOST_SEEDS, out of reach."""
+    return f"more than {MOST_SEEDS:,}" if count is None else str(count)
+
+
 def exact_seeds(alpha: float = ALPHA) -> int:
     """The fewest seeds with which the exact sign-flip test can go below `alpha` at all (2/2^n < alpha)."""
     return math.floor(math.log2(2 / alpha)) + 1
@@ -55,7 +60,7 @@ def need_text(p: Paired, difference: float, family: int, scale: float, unit: str
     factors = std_factors(len(p.diffs))
     assert factors is not None
     counts = [seeds_needed(p.std * f, difference / scale, alpha) for f in (1.0, *factors)]
-    said = ["more than 100,000" if n is None else str(n) for n in counts]
+    said = [seeds_text(n) for n in counts]
     return (f"{head}: the std of its differences was {size_text(scale * p.std)} {unit} over {len(p.diffs)} seeds; "
             f"{size_text(difference, signed=False)} {unit} needs {said[0]} seeds ({said[1]} to {said[2]} over that std's "
             f"95 % interval)")  # fmt: skip

@@ -10,7 +10,8 @@ or the markdown file `template` names) with each marker line replaced by a table
     <!-- study: figure NAME ... --> those families' comparisons drawn, seed by seed (fedpfn.study.figures)
     <!-- study: arms-figure END --> each arm's endpoint END drawn, seed by seed, at each axes point
     <!-- study: against Y X -->      endpoint Y drawn against endpoint X, a line per axes point
-    <!-- study: summary [NAME ...]-->  those families' (or every family's) differences in short, for the top
+    <!-- study: summary [NAME ...]-->  those families' (or every family's) differences in short, for the top;
+                                    without families, each arm beside the baseline (plain_summary)
     <!-- study: commands -->        the commands that ran it and wrote the page
 
 A study whose `page.readings` names readings of its own (fedpfn.study.readings: a module beside
@@ -27,8 +28,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from fedpfn.analysis.inference import ALPHA, POWER
 from fedpfn.analysis.markup import code, inline, table
 from fedpfn.analysis.paired_text import VERDICT_KEY, changed_section, p_number, p_text, verdict_cell, verdicts_printed
+from fedpfn.analysis.plan import seeds_needed, seeds_text
 from fedpfn.analysis.stats import Paired, adjust, mean_std, paired
 from fedpfn.core.files import CONFIG, METRICS, PROVENANCE, atomic_write_bytes, json_text, read_json, read_jsonl
 from fedpfn.core.provenance import machines_sentence
@@ -158,6 +161,49 @@ def summary(spec: Spec, stored: dict[str, Any], names: list[str]) -> list[str]:
     return lines
 
 
+def plain_summary(spec: Spec, stored: dict[str, Any]) -> list[str]:
+    """A study without comparisons in short: each arm's endpoints as the arms table gives them, at
+    each axes point, each beside the baseline's with the difference (arm − baseline) where both have
+    it, then what the seeds allow: no interval without a declared comparison, and the seeds one would
+    need only where the seeds run give the differences a spread."""
+    lines = []
+    fewest = min((sum(c["arm"] == arm for c in cells) for cells in by_point(stored).values() for arm in spec.arms),
+                 default=0)  # fmt: skip
+    for point, cells in by_point(stored).items():
+        lines += [f"- {inline(point)}"] if point else []
+        base = [c for c in cells if c["arm"] == spec.baseline]
+        for arm in (a for a in spec.arms if a != spec.baseline):
+            ours = [c for c in cells if c["arm"] == arm]
+            said = ", ".join(beside_baseline(spec, name, ours, base) for name in spec.endpoints)
+            lines.append(f"{'    ' if point else ''}- {inline(spec.labels[arm])}: {said}")
+    if fewest < 2:
+        return [*lines, "", f"{'One seed' if fewest == 1 else f'{fewest} seeds'} an arm: each difference is one run's, "
+                "with no interval, and one seed gives no spread from which to say how many seeds a comparison would "
+                "need."]  # fmt: skip
+    return [*lines, "", "The study declares no comparison (`[families]`): no difference above is tested or has an "
+            f"interval; beside each, its spread over the seeds run and the seeds that a paired t test at {ALPHA:g} would "
+            f"need to resolve a difference that size with {100 * POWER:g} % power."]  # fmt: skip
+
+
+def beside_baseline(spec: Spec, name: str, ours: list[dict[str, Any]], base: list[dict[str, Any]]) -> str:
+    """One endpoint of an arm as the arms table writes it, then the baseline's and the mean difference
+    over the seeds both have it (with its spread and seeds needed from two seeds on)."""
+    end = spec.endpoints[name]
+    values = [c["endpoints"][name] for c in ours]
+    unit = " " + inline(end.unit) if end.unit and any(v is not None for v in values) else ""
+    said = f"{inline(name)} {endpoint_text(end, values)}{unit}"
+    theirs = {c["seed"]: c["endpoints"][name] for c in base if c["endpoints"][name] is not None}
+    diffs = [end.scale * (c["endpoints"][name] - theirs[c["seed"]]) for c in ours
+             if c["endpoints"][name] is not None and c["seed"] in theirs]  # fmt: skip
+    if not diffs:
+        return said
+    mean, std = mean_std(diffs)
+    spread = "" if std is None else (f", std {format(std, end.format)} over {len(diffs)} seeds: "
+                                     f"{seeds_text(seeds_needed(std, abs(mean)))} seeds to resolve it")  # fmt: skip
+    shown = endpoint_text(end, [c["endpoints"][name] for c in base])
+    return f"{said} ({inline(spec.labels[spec.baseline])} {shown}: {format(mean, '+' + end.format)}{spread})"
+
+
 def inside_margin(c: Paired, margin: float, scale: float) -> bool:
     """Whether the 95 % interval lies inside ±margin (in the page's unit): a difference smaller than it."""
     return c.low is not None and c.high is not None and -margin < scale * c.low and scale * c.high < margin
@@ -207,6 +253,8 @@ def section(spec: Spec, stored: dict[str, Any] | None, marker: str, readings: Re
         return arms_table(spec, stored)
     if kind == "commands":
         return commands(spec, stored)
+    if kind == "summary" and not name and not spec.families:
+        return plain_summary(spec, stored)
     if kind == "summary" and set(name.split()) <= set(spec.families):
         return summary(spec, stored, name.split())
     if kind == "family" and name in spec.families:
