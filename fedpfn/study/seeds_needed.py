@@ -25,6 +25,8 @@ def from_study(path: Path) -> list[tuple[list[Paired], float, str]]:
     spec = load(path)
     if spec.page is None or spec.page.readings is not None or not spec.page.stored.is_file():
         raise ConfigError(f"{path}: only a study with stored results in its page's own format can be planned from")
+    if not spec.families:  # the privacy study's: its page says what one seed an arm allows
+        raise ConfigError(f"{path}: declares no comparison ([families]) to plan from")
     stored = read_json(spec.page.stored)
     found = []
     for name, family in spec.families.items():

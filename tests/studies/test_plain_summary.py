@@ -109,3 +109,11 @@ def test_a_second_seed_gives_each_difference_its_spread_and_the_seeds_it_needs(t
                               f", std 1.41 over 2 seeds: {seeds_needed(std, 11.11)} seeds to resolve it")  # fmt: skip
     assert last5[6] == ", std 0.00 over 2 seeds: 2 seeds to resolve it"  # the same difference on both seeds
     assert "One seed an arm" not in page and "\nThe study declares no comparison (`[families]`): no difference" in page
+
+
+def test_seeds_needed_refuses_a_study_without_comparisons_in_one_line(capsys) -> None:
+    """`fedpfn seeds-needed` plans from a study's declared families: the privacy study has none, so it
+    says so and exits 2 rather than printing a plan with no comparison in it."""
+    assert fedpfn(["seeds-needed", str(ROOT / STUDY), "--difference", "5"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"error: {ROOT / STUDY}: declares no comparison ([families]) to plan from\n"
