@@ -2,7 +2,8 @@
 `[families]` opens its page with each arm's endpoints as the arms table below gives them, beside the
 baseline's with the difference, and what its seeds allow: one seed, no interval and no spread to
 plan seeds from; more seeds, each difference's spread and the seeds it would need. The privacy page
-(one seed an arm) is held to its table, and its summary moves with planted stored results."""
+(one seed an arm) is held to its table, and its summary moves with planted stored results; `fedpfn
+seeds-needed` refuses such a study in one line."""
 
 from __future__ import annotations
 
