@@ -5,8 +5,9 @@ Each rule runs two rounds (its state carried from the first into the second) of 
 unequal sizes, once in worker processes and once one after another in this process, each with
 a run folder of its own; every reply and every client's `context.state` must be equal to the
 last bit. The instrument moves: a worker given another learning rate gives other bits. From the
-second round the workers write into shared slots the driver reads in place (slots.py): four
-rounds, one of them larger than the slots, give the loop's numbers too.
+second round the workers write into shared slots the driver reads in place, and every round's
+model reaches them through one shared copy (slots.py): four rounds, one of them larger than the
+slots, give the loop's numbers too.
 """
 
 from __future__ import annotations
@@ -139,13 +140,14 @@ def test_rounds_read_from_the_slots_give_the_loops_numbers_and_a_larger_round_re
     def in_slots(runner: ProcessRunner, result: CohortResult) -> None:
         rows = runner.slots.rows["params"]
         viewed = all(result.params[n].data_ptr() == rows[n].data_ptr() for n in rows)
-        seen.append((viewed, runner.slots.capacity, runner.slots.generation))
+        seen.append((viewed, runner.slots.capacity, runner.slots.generation, runner.model.generation, runner.model_held))
 
     cohorts = [[3, 8, 1, 5, 12], [2, 3, 9, 14, 7], [1, 2, 3, 4, 5, 6, 10, 11], [0, 8, 9, 13, 4, 6, 15, 3]]
     both_ways(cfgs, cohorts, "fedpfn+scaffold", after=in_slots)
     # round 1 joined from the parts (slots made for 5); 2 read in place; 3 (8 clients) joined
-    # again and the slots made for 8; 4 read in place
-    assert seen == [(False, 5, 1), (True, 5, 1), (False, 8, 2), (True, 8, 2)]
+    # again and the slots made for 8; 4 read in place. The model went through one shared
+    # copy (made in round 1, held by both workers) every round.
+    assert seen == [(False, 5, 1, 1, [1, 1]), (True, 5, 1, 1, [1, 1]), (False, 8, 2, 1, [1, 1]), (True, 8, 2, 1, [1, 1])]
 
 
 def test_clients_are_dealt_by_size_each_share_in_client_order():

@@ -71,6 +71,7 @@ class PreparedCohort:
     content: RecordDict
     device: torch.device
     jobs: Sequence[ClientJob]
+    received: Tensors | None = None  # the message's model, decoded where it arrived (None: from content's ARRAYS)
     round: Round = field(init=False)
     rules: ComposedRules = field(init=False)
     clients: list[ClientRound] = field(init=False)
@@ -91,7 +92,7 @@ class PreparedCohort:
 
     def _decode(self) -> Round:
         config = self.content[protocol.CONFIG]
-        received = self.content[protocol.ARRAYS].to_torch_state_dict()
+        received = self.content[protocol.ARRAYS].to_torch_state_dict() if self.received is None else self.received
         model = model_skeleton(self.cfg, self.device, self.jobs[0].data)
         layers = [kind for cls in self.rule_classes for kind in cls.personal_layers]
         param_names = [name for name, _ in model.named_parameters()]
@@ -110,7 +111,7 @@ class PreparedCohort:
     @property
     def entries(self) -> list[str]:
         """The model's state_dict names, in the order the message carries them."""
-        return list(self.content[protocol.ARRAYS])
+        return list(self.content[protocol.ARRAYS] if self.received is None else self.received)
 
     def _client_round(self, job: ClientJob, data: ClientData) -> ClientRound:
         state = ClientState.of(self.cfg, job.partition_id, job.context_state, job.accepted_round, job.state_root)

@@ -9,12 +9,13 @@ parts come back in client order, so a round's numbers are theirs bit for bit.
 The workers are forked once per run from the driver, after it has loaded the dataset, so they
 share its pages (copy-on-write) instead of loading their own. A round's clients are dealt to
 them by size (the largest first, to the least loaded), each worker trains its share in client
-order. A worker writes its clients' saved state into the run folder as the driver would (one
-machine), and sends back their `context.state`. The clients' tensors are written into rows of
-shared memory that every process holds, each at its place in the round (slots.py), so the
-driver reads the round where the workers wrote it; the first round's, and any round the slots
-do not fit, come back through shared memory made for them (torch.multiprocessing) and are put
-in the round's order by the driver.
+order. The round's model reaches them in shared memory, written once by the driver; the rest of
+the message goes through each worker's pipe. A worker writes its clients' saved state into the
+run folder as the driver would (one machine), and sends back their `context.state`. The
+clients' tensors are written into rows of shared memory that every process holds, each at its
+place in the round (slots.py), so the driver reads the round where the workers wrote it; the
+first round's, and any round the slots do not fit, come back through shared memory made for
+them (torch.multiprocessing) and are put in the round's order by the driver.
 
 Workers end with the run: closed by the driver; on EOF of their pipe; and, where the driver is
 killed (kill -9 included), by the kernel's parent-death signal. They ignore SIGINT: Ctrl-C is
@@ -31,12 +32,13 @@ import pickle
 import signal
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.multiprocessing  # noqa: F401  (tensors through shared memory, not copied into pickles)
 from flwr.app import RecordDict
 
+from fedpfn.core import protocol
 from fedpfn.core.cache import client_indices, dataset_on
 from fedpfn.core.config import RunConfig
 from fedpfn.core.groups import Loop
@@ -45,11 +47,23 @@ from fedpfn.runtime.algorithms import client_rules
 from fedpfn.runtime.engines.prepared import ClientJob
 from fedpfn.runtime.engines.program import CohortProgram
 from fedpfn.runtime.engines.result import CohortResult
-from fedpfn.runtime.engines.slots import Slots, with_tensors
+from fedpfn.runtime.engines.slots import SharedModel, Slots, with_tensors
 from fedpfn.runtime.resources import usable_cores
 
 CLOSE_SECONDS = 5.0  # a worker not gone by then after being told to stop is killed
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
+
+
+class Share(NamedTuple):
+    """A worker's part of a round, as the driver sends it."""
+
+    content: RecordDict  # the round's message, less its model where `model_shared`
+    jobs: list[ClientJob]
+    positions: list[int]  # the jobs' places in the round
+    slots: Slots | None  # slots to write into from now on (None: those held, if any)
+    use_slots: bool
+    model: SharedModel | None  # the shared model to read from now on (None: the one held)
+    model_shared: bool
 
 
 def worker_count(cfg: RunConfig) -> int:
@@ -81,6 +95,9 @@ class ProcessRunner:
         self.workers: list[Any] = []
         self.slots: Slots | None = None  # made after the first round, like its result
         self.held = [0] * workers  # the slots' generation each worker holds (0: none yet)
+        self.model: SharedModel | None = None  # the round's model, made like the first round's
+        self.models_made = 0  # each shared model's generation
+        self.model_held = [0] * workers  # the shared model's generation each worker holds
         gc.freeze()  # the driver's objects out of the workers' collections: their pages stay shared
         try:
             for _ in range(workers):
@@ -100,10 +117,13 @@ class ProcessRunner:
         sizes = [len(indices[job.partition_id]) for job in jobs]
         shares = deal(sizes, len(self.workers))
         slots = self.slots if self.slots is not None and self.slots.capacity >= len(jobs) else None
+        content, model = self._shared_model(content)
         for w, (pipe, share) in enumerate(zip(self.pipes, shares)):
             offered = slots if slots is not None and self.held[w] != slots.generation else None
-            pipe.send((content, [jobs[k] for k in share], share, offered, slots is not None))
+            model_offered = model if model is not None and self.model_held[w] != model.generation else None
+            pipe.send(Share(content, [jobs[k] for k in share], share, offered, slots is not None, model_offered, model is not None))
             self.held[w] = slots.generation if slots is not None else self.held[w]
+            self.model_held[w] = model.generation if model is not None else self.model_held[w]
         received = [self._receive(pipe, worker) for pipe, worker, _ in zip(self.pipes, self.workers, shares)]
         if failed := [value for outcome, value in received if outcome == "error"]:
             raise failed[0]  # every part read first, so no reply is left for the next round
@@ -112,6 +132,18 @@ class ProcessRunner:
             for k, state in zip(share, states):
                 jobs[k].take_state(state)
         return self._joined([(part, written) for part, _, written in parts], shares, len(jobs))
+
+    def _shared_model(self, content: RecordDict) -> tuple[RecordDict, SharedModel | None]:
+        """`content` less its model, and the shared model holding it; or `content` as it is (and
+        None) where its arrays have no torch dtype."""
+        arrays = protocol.to_numpy(content[protocol.ARRAYS])
+        if self.model is None or not self.model.fits(arrays):
+            self.models_made += 1
+            self.model = SharedModel.like(arrays, self.models_made)
+        if self.model is None:
+            return content, None
+        self.model.write(arrays)
+        return RecordDict({key: record for key, record in content.items() if key != protocol.ARRAYS}), self.model
 
     def _joined(self, parts: list[tuple[CohortResult, bool]], shares: list[list[int]], count: int) -> CohortResult:
         """The round in its order: views of the slots where every part was written there; else
@@ -161,6 +193,7 @@ def _serve(cfg: RunConfig, pipe: Connection, driver: int) -> None:
     device = torch.device("cpu")
     rules = client_rules(cfg)
     slots: Slots | None = None
+    model: SharedModel | None = None
     while True:
         try:
             asked = pipe.recv()
@@ -168,13 +201,14 @@ def _serve(cfg: RunConfig, pipe: Connection, driver: int) -> None:
             return
         if asked is None:
             return
-        content, jobs, positions, offered, use_slots = asked
-        slots = offered or slots
+        slots, model = asked.slots or slots, asked.model or model
+        jobs = asked.jobs
         try:
-            result = CohortProgram(rules, cfg, content, device, jobs).train(Loop, threads=1)
-            written = use_slots and slots is not None and slots.fits(result, positions)
+            received = model.read() if asked.model_shared and model is not None else None
+            result = CohortProgram(rules, cfg, asked.content, device, jobs, received).train(Loop, threads=1)
+            written = asked.use_slots and slots is not None and slots.fits(result, asked.positions)
             if written:
-                slots.write(result, positions)
+                slots.write(result, asked.positions)
                 result = with_tensors(result, {"params": {}, "buffers": {}, "records": {}})
             pipe.send(("done", (result, [job.context_state for job in jobs], written)))
         except USER_FAULTS as err:  # a user's rule may raise anything, SystemExit too: the driver raises it, as if it had trained the clients

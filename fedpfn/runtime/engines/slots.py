@@ -1,5 +1,6 @@
-"""Shared rows for a round's results: worker processes write their clients' tensors into them,
-and the driver reads the round where it was written.
+"""Shared memory between the processes mode's driver and workers: rows for a round's results,
+which the workers write and the driver reads where they were written; and the round's model,
+which the driver writes once and every worker reads.
 
 Why: sent back as tensors, a worker's part of a round goes into shared memory made for it
 (a segment per tensor, its descriptor passed over a socket) and the driver then copies every
@@ -10,6 +11,10 @@ memory every process already holds, and the driver's stacks are views of the row
 
 A round's views are valid until the next round is sent: the server makes the round's totals
 and replies from them before (replies copy their arrays), and nothing keeps them after.
+
+The round's model, sent in the message, would be pickled into every worker's pipe and decoded
+by each (np.load parses every array's header): written once into shared tensors instead, each
+worker copies it out (SharedModel).
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import torch
 
-from fedpfn.core.training import torch_threads
+from fedpfn.core.protocol import Arrays
+from fedpfn.core.training import Tensors, torch_threads
 from fedpfn.runtime.engines.result import CohortResult
 from fedpfn.runtime.engines.trees import tree_map
 
@@ -70,6 +77,41 @@ class Slots:
         """The rows `positions`, copied: a part written into the slots, as its own tensors."""
         index = torch.tensor(list(positions), dtype=torch.long)
         return tree_map(self.rows, lambda t: t.index_select(0, index))
+
+
+@dataclass
+class SharedModel:
+    """A model's entries in shared memory: the driver writes each round's, workers copy it out."""
+
+    tensors: Tensors  # name -> tensor, in the message's order
+    layout: dict[str, tuple[tuple[int, ...], np.dtype]]  # name -> the shape and numpy dtype it holds
+    generation: int  # which model a worker holds: new shared tensors are sent to it once
+
+    @classmethod
+    def like(cls, arrays: Arrays, generation: int) -> SharedModel | None:
+        """Shared tensors shaped like `arrays`; None where one has no torch dtype (big-endian)."""
+        try:
+            made = {name: torch.from_numpy(value).clone().share_memory_() for name, value in arrays.items()}
+        except (TypeError, ValueError):
+            return None
+        return cls(made, _layout(arrays), generation)
+
+    def fits(self, arrays: Arrays) -> bool:
+        """Whether `arrays` have these entries, in this order, of these shapes and dtypes."""
+        return list(arrays) == list(self.layout) and _layout(arrays) == self.layout
+
+    def write(self, arrays: Arrays) -> None:
+        with torch_threads(1):
+            for name, value in arrays.items():
+                self.tensors[name].copy_(torch.from_numpy(value))
+
+    def read(self) -> Tensors:
+        """The model as tensors of this process's own (the next round's model goes where these were)."""
+        return {name: t.clone() for name, t in self.tensors.items()}
+
+
+def _layout(arrays: Arrays) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    return {name: (value.shape, value.dtype) for name, value in arrays.items()}
 
 
 def with_tensors(result: CohortResult, tree: dict[str, Any]) -> CohortResult:
