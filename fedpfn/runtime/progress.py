@@ -21,8 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedpfn.core.files import ACCURACY_FIGURE
-from fedpfn.core.groups import Dirichlet, Start
-from fedpfn.runtime.runfolder import RunFolder
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -78,6 +76,7 @@ def header_lines(
     """The run in a few labelled lines: algorithm, data, federation, rounds, its start file (with
     `start`: round 0's split, loss and accuracy), a wrapper, a mod, an attack, folder, compute."""
     from clients.attacks import attack_line, attack_of
+    from fedpfn.core.groups import Dirichlet, Start  # torch: not where a study reads `duration`
     from fedpfn.runtime.plugins import wrapper_line  # a wrapper and its budget, a client mod
 
     split = f"Dirichlet({cfg.partition.alpha:g})" if isinstance(cfg.partition, Dirichlet) else cfg.partition.method
@@ -204,6 +203,8 @@ def as_part_of_a_comparison() -> Iterator[None]:
 def next_commands(run_dir: Path, rounds: int) -> str:
     """The closing line: what a user does next with the run folder, ready to paste; more rounds
     means as many again (a fixed +10 would be five times a 2-round run, half of a 20-round one)."""
+    from fedpfn.runtime.runfolder import RunFolder
+
     folder = shlex.quote(str(run_dir))
     return (
         f"  next: fedpfn report {folder} (tables and intervals, written into it) · the figure {shlex.quote(str(run_dir / ACCURACY_FIGURE))}"

@@ -19,17 +19,15 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from fedpfn.core.cache import initial_model
-from fedpfn.core.config import RunConfig
-from fedpfn.core.data import DataError
 from fedpfn.core.files import METRICS, SUMMARY, DamagedFile, read_json, read_jsonl
-from fedpfn.core.groups import Start
 from fedpfn.core.settings import ConfigError
-from fedpfn.runtime.ensure import ensure_run, in_use, run_action
 
-Configure = Callable[[list[str]], RunConfig]  # `fedpfn run`'s flags to a checked config (fedpfn.cli's)
+if TYPE_CHECKING:  # torch and the runtime: imported where a cell is configured or run, not to read a study
+    from fedpfn.core.config import RunConfig
+
+Configure = Callable[[list[str]], "RunConfig"]  # `fedpfn run`'s flags to a checked config (fedpfn.cli's)
 Heading = Callable[[], str]
 
 
@@ -64,6 +62,10 @@ class RunCells:
         self._configure = configure
 
     def configure(self, flags: list[str], seed: int, folder: Path) -> RunConfig:
+        from fedpfn.core.cache import initial_model
+        from fedpfn.core.data import DataError
+        from fedpfn.core.groups import Start
+
         cfg = self._configure([*flags, "--seed", str(seed), "--out", str(folder)])
         if isinstance(cfg.start, Start):  # a start file no cell could start from: refused before any cell runs
             try:
@@ -73,6 +75,8 @@ class RunCells:
         return cfg
 
     def state(self, cfg: RunConfig, folder: Path) -> str:
+        from fedpfn.runtime.ensure import in_use, run_action
+
         try:
             action = run_action(cfg)
         except ConfigError as err:
@@ -94,6 +98,8 @@ class RunCells:
             return None
 
     def ensure(self, cfg: RunConfig, folder: Path, state: str, heading: Heading) -> None:
+        from fedpfn.runtime.ensure import ensure_run
+
         ensure_run(cfg, "reuse" if state == "done" else None, heading=lambda _cfg, _action: heading())
 
 
