@@ -160,7 +160,7 @@ class ComposedStrategy(Strategy):
         for part in self.parts:
             params = part.adjust(server_round, params, self.sent, totals)
         merged = {name: params[name] if name in params else totals.buffer_mean[name] for name in self.sent}
-        return to_array_record(merged), metrics
+        return to_array_record(merged, keep_decoded=True), metrics  # the new global model
 
     def client_models(self, server_round: int, replies: list[Message]) -> list[Arrays]:
         """Each reply's whole model as the client trained it (FedPNU's packed entries restored),

@@ -60,11 +60,14 @@ LOCAL_ACC_AFTER = "local-accuracy-after"  # the same split after local training
 Arrays = dict[str, np.ndarray]
 
 
-def to_array_record(arrays: Arrays) -> ArrayRecord:
-    """Arrays as a record, every shape kept (0-d included) and every dtype kept."""
+def to_array_record(arrays: Arrays, keep_decoded: bool = False) -> ArrayRecord:
+    """Arrays as a record, every shape kept (0-d included) and every dtype kept. `keep_decoded`:
+    the record also keeps a copy of the arrays, which to_numpy reads instead of decoding them
+    (the global model, decoded several times a round; twice the memory while it lives)."""
     record = ArrayRecord({name: Array(np.require(value, requirements="C")) for name, value in arrays.items()})
-    for name, array in record.items():
-        _remember(array, arrays[name])
+    if keep_decoded:
+        for name, array in record.items():
+            _remember(array, arrays[name])
     return record
 
 
@@ -74,9 +77,10 @@ def to_numpy(record: ArrayRecord) -> Arrays:
 
 
 # Why: the server decodes the global model it has just encoded several times a round (the
-# strategy, the grid, the checkpoint), and np.load parses every array's header in Python, about
-# 0.1 ms an array. An array made by to_array_record keeps a copy of what it holds, read back
-# instead while its bytes are the ones it was made with; the copy goes with the array.
+# strategy, the grid, the checkpoint, the processes mode's shared model), and np.load parses
+# every array's header in Python, about 0.1 ms an array. An array made with `keep_decoded` keeps
+# a copy of what it holds, read back instead while its bytes are the ones it was made with; the
+# copy goes with the array.
 _DECODED: dict[int, tuple[bytes, np.ndarray]] = {}  # id(Array) -> (its data, what it decodes to)
 
 

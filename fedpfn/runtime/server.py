@@ -306,7 +306,7 @@ class ServerLoop:
             tracker.round_done(outcome.record, outcome.client_rows)
 
     def restore(self, checkpoint: dict[str, Any]) -> None:
-        self.arrays = protocol.to_array_record(checkpoint["model"])
+        self.arrays = protocol.to_array_record(checkpoint["model"], keep_decoded=True)
         self.strategy.load_state(checkpoint["strategy"])
         self.resumed_from = int(checkpoint["round"])
         self.next_round = self.resumed_from + 1
