@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from fedpfn.core.hyper import flat_view
 from fedpfn.core.protocol import to_numpy
 from fedpfn.runtime.simulation import resume_config, simulate
 from tests.support.config import tiny_config
+from tests.support.site_commands import fedpfn_here
 
 ROOT = Path(__file__).resolve().parents[2]
 VOLATILE = {"seconds"}
@@ -84,8 +86,10 @@ def wait_for_round(proc: subprocess.Popen, metrics: Path, done: int, limit: floa
 
 
 def resume(out: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "run_sim.py", "--resume", str(out), *extra], cwd=ROOT,
-                          capture_output=True, text=True, timeout=400)
+    """`fedpfn resume OUT EXTRA`, what a stopped run says to type, run in this process: the stopped
+    run is the subprocess under test, its resume reads only the folder (about 5 s of Python, torch
+    and Flower's start saved a resume)."""
+    return fedpfn_here(shlex.join(["fedpfn", "resume", str(out), *extra]))
 
 
 def test_run_folder_is_complete(reference):
