@@ -56,22 +56,25 @@ class ComposedRules:
         return params
 
     def step(self, model: nn.Module, spec: OptimizerSpec, batched: bool = False) -> Callable[..., StepOutput]:
-        """One step of one client as a function of its tensors (what vmap maps over: `batched`)."""
-        # no rule of its own: local_step's cross-entropy, unwrapped
-        has_criterion = any(type(rule).criterion is not ClientRule.criterion for rule in self.rules)
+        """One step of one client as a function of its tensors (what vmap maps over: `batched`).
+        A hook no rule has of its own is left out of the step (FedAvg's is local_step alone)."""
+        own = {hook: self.has_own(hook) for hook in ("criterion", "loss_term", "correct", "after_step")}
 
         def one_client(params, buffers, state, per_client, inputs, targets, number):  # noqa: ANN001, ANN202
-            criterion = (lambda logits, y: self.criterion(logits, y, per_client)) if has_criterion else None
             return local_step(
                 model, params, buffers, state, inputs, targets, number, spec,
-                loss_term=lambda view: self.loss_term(view, per_client),
-                correct=lambda grads, view: self.correct(grads, view, per_client),
-                after_step=lambda p: self.after_step(p, per_client),
-                criterion=criterion,
+                loss_term=(lambda view: self.loss_term(view, per_client)) if own["loss_term"] else None,
+                correct=(lambda grads, view: self.correct(grads, view, per_client)) if own["correct"] else None,
+                after_step=(lambda p: self.after_step(p, per_client)) if own["after_step"] else None,
+                criterion=(lambda logits, y: self.criterion(logits, y, per_client)) if own["criterion"] else None,
                 batched=batched,
             )  # fmt: skip
 
         return one_client
+
+    def has_own(self, hook: str) -> bool:
+        """Whether a rule overrides `hook` (ClientRule's does nothing)."""
+        return any(getattr(type(rule), hook) is not getattr(ClientRule, hook) for rule in self.rules)
 
     def finish(self, params: Tensors, buffers: Tensors, per_client: PerClient) -> tuple[Tensors, Tensors]:
         """(the rules' outputs, the uploaded parameters) of one client after its last step."""
