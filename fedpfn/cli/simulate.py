@@ -31,8 +31,6 @@ from fedpfn.core.hyper import dotted, one_value_each  # noqa: E402
 from fedpfn.core.settings import add_flags, read_toml  # noqa: E402
 from fedpfn.core.user_code import UserInterrupt, code_settings, keep_out_of_imports, name_code  # noqa: E402
 from fedpfn.runtime.algorithms import parse_config, validated  # noqa: E402
-from fedpfn.runtime.runfolder import RunWriteError  # noqa: E402
-from fedpfn.runtime.server import WorkerLost  # noqa: E402
 
 PROG = "python run_sim.py"  # how the command is spelt in its messages; `fedpfn run` passes its own
 # --help in groups, in this order; a setting's group comes from its declared kind
@@ -321,20 +319,26 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         unused = unused_flags(args)
         if unused:
             raise ConfigError("\n".join(unused))
+        if "compare" in args:
+            return compare_main(args, argv, prog)
+        resume_dir = args.pop("resume", None)
+        cfg = None if resume_dir is not None else checked_config(args)  # refused before the runtime loads
     except (ConfigError, UserInterrupt) as err:  # a rule's module may interrupt its own import
         return fail(str(err), err.exit_code)
-    if "compare" in args:
-        return compare_main(args, argv, prog)
-    resume_dir = args.pop("resume", None)
-    try:
-        from fedpfn.runtime.simulation import resume_config, simulate
+    return run(args, cfg, resume_dir)
 
-        resuming = resume_dir is not None
-        if resuming:
+
+def run(args: dict[str, Any], cfg: RunConfig | None, resume_dir: str | None) -> int:
+    """A new run of `cfg`, or the rest of the stopped run in `resume_dir` (`args`: what may change),
+    to its end; a fault mid-run is one line and the way to resume."""
+    from fedpfn.runtime.runfolder import RunWriteError
+    from fedpfn.runtime.server import WorkerLost
+    from fedpfn.runtime.simulation import resume_config, simulate
+
+    try:
+        if cfg is None:
             cfg = resume_config(resume_dir, args)
-        else:
-            cfg = checked_config(args)
-        simulate(cfg, resume=resuming)  # prints a header, the rounds and a summary
+        simulate(cfg, resume=resume_dir is not None)  # prints a header, the rounds and a summary
     except RunWriteError as err:  # the run folder could not be written mid-run: a fault, not bad input
         return fail(str(err), code=1)  # its message names the file and the resume command
     except (ConfigError, UserInterrupt) as err:

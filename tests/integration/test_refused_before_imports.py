@@ -3,9 +3,10 @@
 The standard: bad input gets its one line and exit code 2 before any expensive start-up. A study
 command reads its file, its verb's flags, the arms it names and the code the file names before
 it imports what running a cell needs (fedpfn.study.commands, fedpfn.study.runner, the runtime);
-imported, those would cost seconds of every refusal. Each case runs the installed command's
-`main` in a fresh interpreter (a subprocess: this folder) and reads, after the refusal, which of
-the heavy modules that interpreter had imported: none.
+imported, those would cost seconds of every refusal. `fedpfn run` checks its settings, declared
+beside the models (torch) and Flower's strategies, before it imports the simulation, the server
+and what they bring (SciPy). Each case runs the installed command's `main` in a fresh interpreter
+(a subprocess: this folder) and reads, after the refusal, which heavy modules it had imported.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
 # what a refusal must not wait for: torch, Flower, Ray, SciPy, matplotlib, and the runtime's run path
 HEAVY = ("torch", "flwr", "ray", "scipy", "matplotlib", "fedpfn.core.config", "fedpfn.runtime.ensure",
-         "fedpfn.runtime.simulation")  # fmt: skip
+         "fedpfn.runtime.simulation", "fedpfn.runtime.server")  # fmt: skip
+SETTINGS = {"torch", "flwr", "fedpfn.core.config"}  # what `fedpfn run`'s declared settings import
 PROBE = f"""
 import json, sys
 from fedpfn.cli.main import main
@@ -54,23 +55,29 @@ CASES = [
 ]
 
 
+def refused(argv: list[str], folder: Path, said: str) -> set[str]:
+    """The heavy modules imported when `fedpfn ARGV`, run in `folder`, was refused with the one line `said`."""
+    done = subprocess.run([sys.executable, "-c", PROBE, *argv], cwd=folder, capture_output=True, text=True,
+                          timeout=180)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.splitlines()) == 1 and said in done.stderr, done.stderr
+    return set(json.loads(done.stdout.splitlines()[-1]))
+
+
 @pytest.mark.parametrize(("argv", "said"), CASES, ids=[" ".join(argv) for argv, _ in CASES])
 def test_a_refused_command_imports_nothing_heavy(tmp_path: Path, argv: list[str], said: str):
     (tmp_path / "two.toml").write_text(STUDY)
-    done = subprocess.run([sys.executable, "-c", PROBE, *argv], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
-    assert done.returncode == 2, done.stderr
-    assert len(done.stderr.splitlines()) == 1 and said in done.stderr, done.stderr
-    assert json.loads(done.stdout.splitlines()[-1]) == [], f"imported before refusing: {done.stdout}"
+    assert refused(argv, tmp_path, said) == set()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["two.toml"]  # nothing written: no runs folder
+
+
+def test_a_refused_setting_of_fedpfn_run_comes_before_the_simulation_loads(tmp_path: Path):
+    imported = refused(["run", "--rounds", "0", "--out", "out"], tmp_path, "error: rounds: 0 must be at least 1")
+    assert imported <= SETTINGS and list(tmp_path.iterdir()) == []
 
 
 def test_the_probe_sees_what_a_run_imports(tmp_path: Path):
     """The same probe, on a cell whose flag only `fedpfn run`'s checks refuse: refused in one line
     too, and torch is then among what it reads (so the cases above could fail)."""
     (tmp_path / "two.toml").write_text(STUDY.replace("--rounds 1", "--rounds 0").replace('mine = "', '# "'))
-    done = subprocess.run([sys.executable, "-c", PROBE, "study", "status", "two.toml"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=180)  # fmt: skip
-    assert done.returncode == 2, done.stderr
-    assert "rounds: 0 must be at least 1" in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
-    assert "torch" in json.loads(done.stdout.splitlines()[-1])
+    assert "torch" in refused(["study", "status", "two.toml"], tmp_path, "rounds: 0 must be at least 1")
