@@ -24,19 +24,16 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flwr.common.config import parse_config_args  # flwr run's own K=V parser
-
-from fedpfn.core.config import ConfigError, RunConfig
-from fedpfn.core.data import DataError
 from fedpfn.core.files import MAX_JSON_BYTES, PROVENANCE, DamagedFile, read_json
 from fedpfn.core.flags import OneLineParser
 from fedpfn.core.places import out_problem
-from fedpfn.core.settings import read_toml
+from fedpfn.core.settings import ConfigError, read_toml
 from fedpfn.core.user_code import code_settings, name_code
-from fedpfn.runtime.algorithms import load_config
-from fedpfn.runtime.nodedata import PartitionDataError, write_partition
+
+if TYPE_CHECKING:  # torch and Flower: imported once the flags are read, so a bad flag is refused first
+    from fedpfn.core.config import RunConfig
 
 PAIR = re.compile(r"(\S+?)=('[^']*'|\"[^\"]*\"|\S+)")  # flwr run's KEY=VALUE, as parse_config_args reads it
 
@@ -64,6 +61,8 @@ def pair_values(pairs: list[str]) -> dict[str, Any]:
         stray = PAIR.sub("", text).split()
         if stray and not (len(pairs) == 1 and text.endswith(".toml")):
             raise ConfigError(f"--run-config: '{stray[0]}' is not KEY=VALUE (e.g. 'num-clients=10 seed=1')")
+    from flwr.common.config import parse_config_args  # flwr run's own K=V parser
+
     try:
         return parse_config_args(pairs)
     except Exception as err:  # noqa: BLE001  (click's exception for a malformed pair, OSError for a file)
@@ -73,6 +72,8 @@ def pair_values(pairs: list[str]) -> dict[str, Any]:
 
 def run_config(config: Path | None, pairs: list[str]) -> RunConfig:
     """The run's settings: a run's config.json or a preset (TOML), then flwr-style K=V pairs."""
+    from fedpfn.runtime.algorithms import load_config
+
     values = config_values(config) if config is not None else {}
     given = pair_values(pairs)
     name_code(*code_settings(given))  # the command's own; never the file's
@@ -110,6 +111,9 @@ def main(argv: list[str] | None = None, prog: str = "export_partition.py") -> in
     parser.add_argument("--to", type=target, action="append", required=True, metavar="I=FOLDER",
                         help="write partition I into FOLDER (new, empty, or an earlier export; repeatable)")  # fmt: skip
     args = parser.parse_args(argv)
+    from fedpfn.core.data import DataError
+    from fedpfn.runtime.nodedata import PartitionDataError, write_partition
+
     try:
         cfg = run_config(args.config, args.run_config)
         check_targets(args.to, cfg.federation.num_clients)

@@ -52,6 +52,7 @@ CASES = [
     (["study", "status", "two.toml"], "fedpfn study status never imports a study file's own code"),
     (["compare", "--seeds", "0"], "error: fedpfn compare: give the algorithms first"),
     (["rum"], "error: unknown verb 'rum'; did you mean run?"),
+    (["partition", "--to", "0"], "fedpfn partition: argument --to: expected PARTITION=FOLDER, got '0'"),
 ]
 
 
