@@ -25,7 +25,7 @@ def state(net) -> dict[str, np.ndarray]:
 
 
 def test_one_model_twice_has_no_barrier_and_no_fusion_gap():
-    cfg = tiny_config(model="resnet20", alignment_every=1, alignment_clients=2, alignment_samples=200)  # BatchNorm: statistics recomputed
+    cfg = tiny_config(model="resnet20", alignment_every=1, alignment_clients=2, alignment_samples=50)  # BatchNorm: statistics recomputed
     model = state(initial_model(cfg))
     figures = probe_for(cfg).measure(model, model, [model] * 2, [0, 1], [10, 10])
     assert figures["align_loss_barrier"] == 0 and figures["align_loss_midpoint"] == 0
