@@ -3,9 +3,12 @@ no engine starts where a refusal is expected."""
 
 from __future__ import annotations
 
+import io
 import os
+import subprocess
 import sys
-from contextlib import suppress
+from collections.abc import Callable
+from contextlib import redirect_stderr, redirect_stdout, suppress
 from pathlib import Path
 
 import pytest
@@ -81,3 +84,18 @@ def run_main(main, argv: list[str], capsys) -> tuple[int, str]:
     except SystemExit as exc:  # argparse's own refusals
         code = exc.code
     return code, capsys.readouterr().err
+
+
+def in_process(words: list[str], call: Callable[[], int]) -> subprocess.CompletedProcess:
+    """`call`, the main of the program `words` names, in this process: its exit code and printed
+    text as a subprocess gives them; what it adds to sys.path is taken off again."""
+    out, err, path = io.StringIO(), io.StringIO(), list(sys.path)
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = call()
+            except SystemExit as exit_:  # argparse's refusals and --help
+                code = exit_.code if isinstance(exit_.code, int) else 1
+    finally:
+        sys.path[:] = path
+    return subprocess.CompletedProcess(words, code, out.getvalue(), err.getvalue())

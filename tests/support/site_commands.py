@@ -13,9 +13,8 @@ flags against its --help, a run's settings, a `flwr run`'s run config.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import io
+import importlib
 import os
 import re
 import shlex
@@ -32,7 +31,7 @@ import run_sim
 from fedpfn.experiments import lmc
 from fedpfn.runtime import env
 from fedpfn.runtime.algorithms import from_run_config, load_config, validated
-from tests.support.commands import no_engine_starts
+from tests.support.commands import in_process, no_engine_starts
 
 ROOT = Path(__file__).resolve().parents[2]
 SUBPROCESS_ENV = {**os.environ, **env.FLOWER_DEFAULTS}
@@ -205,7 +204,8 @@ def check_not_run(copy: Path, words: list[str], not_run: NotRun) -> None:
 @functools.cache
 def help_text(copy: Path, program: tuple[str, ...]) -> str:
     """A program's --help, as the activated venv finds it (a tool outside the venv would be another's);
-    fedpfn's printed by the function the installed command calls, in this process (cwd: the copy)."""
+    fedpfn's, and `python -m fedpfn.experiments.X`'s, printed by the function the installed command
+    or the module calls, in this process (cwd: the copy)."""
     if program[0] in VENV_TOOLS:
         found = shell(copy, f". .venv/bin/activate && command -v {program[0]}")
         assert found.returncode == 0 and found.stdout.strip().endswith(f".venv/bin/{program[0]}"), found
@@ -213,6 +213,9 @@ def help_text(copy: Path, program: tuple[str, ...]) -> str:
             shown = fedpfn_here(shlex.join([*program, "--help"]))
         else:
             shown = shell(copy, f". .venv/bin/activate && {shlex.join(program)} --help")
+    elif program[1:2] == ("-m",) and program[2].startswith("fedpfn.experiments."):  # sys.exit(main()), as verbs
+        main = importlib.import_module(program[2]).main
+        shown = in_process(list(program), lambda: main(["--help"]))
     else:
         shown = shell(copy, shlex.join([*program, "--help"]))
     assert shown.returncode == 0, shown.stderr[-2000:]
@@ -270,18 +273,9 @@ def fedpfn_here(part: str) -> subprocess.CompletedProcess:
     the copy that the command adds to sys.path to find them is taken off again."""
     from fedpfn.cli.main import main as fedpfn
 
-    words, path = program_words(part), list(sys.path)
+    words = program_words(part)
     assert words[0] == "fedpfn", part
-    out, err = io.StringIO(), io.StringIO()
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = fedpfn(words[1:])
-            except SystemExit as exit_:  # argparse's refusals and --help
-                code = exit_.code if isinstance(exit_.code, int) else 1
-    finally:
-        sys.path[:] = path
-    return subprocess.CompletedProcess(words, code, out.getvalue(), err.getvalue())
+    return in_process(words, lambda: fedpfn(words[1:]))
 
 
 def check_run_sim(copy: Path, args: list[str]) -> None:
