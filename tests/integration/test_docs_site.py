@@ -24,8 +24,8 @@ from tests.support.site_commands import (
     fresh_checkout,
     page_commands,
     program_words,
-    why_not_run,
 )
+from tests.support.not_run import why_not_run
 
 ROOT = Path(__file__).resolve().parents[2]
 
