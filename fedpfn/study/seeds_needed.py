@@ -35,10 +35,13 @@ def from_study(path: Path) -> list[tuple[list[Paired], float, str]]:
     return found
 
 
+EARLIER = "a comparison folder, its comparison.json or report.json, or a study's TOML"
+
+
 def main(argv: list[str] | None = None, prog: str = "fedpfn seeds-needed") -> int:
     parser = OneLineParser(prog=prog, description="How many seeds a difference needs (80 % power), from an earlier "
                            "comparison's or study's spread, before running.")  # fmt: skip
-    parser.add_argument("earlier", help="a comparison folder, its comparison.json or report.json, or a study's TOML")
+    parser.add_argument("earlier", help=EARLIER)
     parser.add_argument("--difference", type=float, required=True,
                         help="the true difference to detect, in the page's unit (accuracy: points)")  # fmt: skip
     parser.add_argument("--metric", default="lastk", help="a report's metric (default lastk; also final, equal_up)")
@@ -47,6 +50,8 @@ def main(argv: list[str] | None = None, prog: str = "fedpfn seeds-needed") -> in
         if not args.difference > 0:
             raise ConfigError(f"difference: {args.difference:g} is not above 0")
         path = Path(args.earlier)
+        if not path.exists():
+            raise ConfigError(f"{path}: no such file or folder; give {EARLIER}")
         found = from_study(path) if path.suffix == ".toml" else from_report(path, args.metric)
     except (ConfigError, DamagedFile, OSError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -50,6 +50,12 @@ def test_a_bad_request_is_one_line_and_exit_2(tmp_path: Path, capsys) -> None:
     assert capsys.readouterr().err == "error: difference: 0 is not above 0\n"
     assert fedpfn(["seeds-needed", str(tmp_path), "--difference", "1"]) == 2
     assert capsys.readouterr().err == f"error: {tmp_path / 'comparison.json'}: no comparison of metric 'lastk' to plan from\n"
+    missing = tmp_path / "no-such-run"
+    assert fedpfn(["seeds-needed", str(missing), "--difference", "1"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {missing}: no such file or folder; give a comparison folder, its comparison.json "
+        "or report.json, or a study's TOML\n"
+    )
 
 
 def test_a_study_is_planned_family_by_family_from_its_stored_results(monkeypatch, capsys) -> None:
