@@ -119,11 +119,8 @@ class ProcessRunner:
         slots = self.slots if self.slots is not None and self.slots.capacity >= len(jobs) else None
         content, model = self._shared_model(content)
         for w, (pipe, share) in enumerate(zip(self.pipes, shares)):
-            offered = slots if slots is not None and self.held[w] != slots.generation else None
-            model_offered = model if model is not None and self.model_held[w] != model.generation else None
+            offered, model_offered = _offer(slots, self.held, w), _offer(model, self.model_held, w)
             pipe.send(Share(content, [jobs[k] for k in share], share, offered, slots is not None, model_offered, model is not None))
-            self.held[w] = slots.generation if slots is not None else self.held[w]
-            self.model_held[w] = model.generation if model is not None else self.model_held[w]
         received = [self._receive(pipe, worker) for pipe, worker, _ in zip(self.pipes, self.workers, shares)]
         if failed := [value for outcome, value in received if outcome == "error"]:
             raise failed[0]  # every part read first, so no reply is left for the next round
@@ -182,6 +179,15 @@ class ProcessRunner:
                 worker.kill()
                 worker.join()
         self.pipes, self.workers = [], []
+
+
+def _offer(shared: Slots | SharedModel | None, held: list[int], w: int) -> Slots | SharedModel | None:
+    """`shared` where worker `w` does not hold that generation yet (noted as held from now on);
+    None where it does, or where there is nothing shared this round."""
+    if shared is None or held[w] == shared.generation:
+        return None
+    held[w] = shared.generation
+    return shared
 
 
 def _serve(cfg: RunConfig, pipe: Connection, driver: int) -> None:

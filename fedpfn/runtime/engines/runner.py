@@ -31,7 +31,7 @@ def mode_of(cfg: RunConfig, device: torch.device, one_process: bool = False) -> 
     `one_process`: a cohort that stays in this process (a Ray actor's share): threads.
 
     Why processes: a client's step on the CPU is partly Python, which the threads of one
-    interpreter take in turns; on 2 cores processes trained the MLP's small clients 1.21-1.37
+    interpreter take in turns; on 2 cores processes trained the MLP's small clients 1.21-1.25
     times as fast as threads (docs/guide/engines.md)."""
     if not isinstance(cfg.engine, Auto):
         return type(cfg.engine)  # type: ignore[return-value]  (the batched engine's: Ray never asks)
