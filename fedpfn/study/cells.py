@@ -106,7 +106,8 @@ def tuning_cells(spec: Spec) -> list[Cell]:
         return []
     return [Cell(arm, tune.seed, point, folder_of(spec, tune.cell, arm=arm, value=value, seed=tune.seed, **dict(point)),
                  merged(spec.shared, axis_flags(spec, point), flags, [tune.flag, value], tune.flags), value)
-            for point in points(spec) for arm, flags in spec.arms.items() for value in tune.values]  # fmt: skip
+            for point in points(spec) for arm, flags in spec.arms.items() if arm not in tune.borrow
+            for value in tune.values]  # fmt: skip
 
 
 def main_cells(spec: Spec, chosen: dict[tuple, str] | None = None) -> list[Cell]:
@@ -188,9 +189,9 @@ def scores(spec: Spec) -> dict[tuple, float | None] | None:
 
 def choices(spec: Spec) -> dict[tuple, str] | None:
     """(arm, point) -> the tuned value that scored best (the first of equals; a collapsed run
-    scores 0); None until every tuning run is finished."""
-    found = scores(spec)
-    if found is None or spec.tune is None:
+    scores 0), a borrowing arm's its lender's; None until every tuning run is finished."""
+    found, tune = scores(spec), spec.tune
+    if found is None or tune is None:
         return None
-    return {(arm, point): max(spec.tune.values, key=lambda v: found[arm, point, v] or 0.0)
-            for point in points(spec) for arm in spec.arms}  # fmt: skip
+    best = lambda arm, point: max(tune.values, key=lambda v: found[arm, point, v] or 0.0)  # noqa: E731
+    return {(arm, point): best(tune.borrow.get(arm, arm), point) for point in points(spec) for arm in spec.arms}

@@ -33,15 +33,15 @@ from fedpfn.analysis.markup import code, inline, table
 from fedpfn.analysis.paired_text import VERDICT_KEY, changed_section, p_number, p_text, verdict_cell, verdicts_printed
 from fedpfn.analysis.plan import seeds_needed, seeds_text
 from fedpfn.analysis.stats import Paired, adjust, mean_std, paired
-from fedpfn.core.files import CONFIG, METRICS, PROVENANCE, atomic_write_bytes, json_text, read_json, read_jsonl
+from fedpfn.core.files import CONFIG, DamagedFile, METRICS, PROVENANCE, atomic_write_bytes, json_text, read_json, read_jsonl
 from fedpfn.core.provenance import machines_sentence
 from fedpfn.study import limits
 from fedpfn.study.cells import Configure, choices
 from fedpfn.study.figures import against, arms_figure, families_figure
-from fedpfn.study.places import file_out_problem
+from fedpfn.study.places import MAX_TEMPLATE_BYTES, file_out_problem, read_place
 from fedpfn.study.readings import Readings, readings_of
 from fedpfn.study.runner import Planned, plan, refused
-from fedpfn.study.spec import MARK, Endpoint, Spec, template_text
+from fedpfn.study.spec import MARK, Endpoint, Spec
 
 def endpoint_value(spec: Spec, folder: Path, name: str) -> float | None:
     """The endpoint in a finished run: the mean (or median) of its metric over the last rows that
@@ -276,6 +276,18 @@ def render(spec: Spec, stored: dict[str, Any] | None, readings: Readings | None 
         text = body(spec, stored, readings)
     return text + (changed_section(seen) if spec.page and spec.page.changed_verdicts else "")
 
+
+def template_text(spec: Spec) -> str:
+    """The page's prose with its markers: the TOML's `text`, or the markdown file it names."""
+    assert spec.page is not None
+    if spec.page.text is not None:
+        return spec.page.text
+    try:
+        return read_place(spec.page.template, "page.template", MAX_TEMPLATE_BYTES)  # type: ignore[arg-type]
+    except FileNotFoundError:
+        raise spec.refuse(f"page.template: '{spec.page.template}' does not exist") from None
+    except (DamagedFile, OSError) as err:
+        raise spec.refuse(str(err)) from None
 
 def body(spec: Spec, stored: dict[str, Any] | None, readings: Readings | None = None) -> str:
     """The template with each marker line replaced by its section (or the readings' whole page)."""

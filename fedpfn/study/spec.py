@@ -28,7 +28,7 @@ from fedpfn.core.files import DamagedFile, parse_json
 from fedpfn.core.seeding import MAX_SEED
 from fedpfn.core.settings import ConfigError, _preset_text
 from fedpfn.study.limits import FORMAT_SPEC, MAX_DEPTH, MAX_SEEDS, shown, size_problem, too_deep
-from fedpfn.study.places import MAX_STORED_BYTES, MAX_TEMPLATE_BYTES, code_problem, place_problem, read_place
+from fedpfn.study.places import MAX_STORED_BYTES, code_problem, place_problem, read_place
 
 TOP = ("title", "runs", "cell", "seeds", "shared", "baseline", "arms", "labels", "axes", "endpoints", "families",
        "tune", "page", "command", "arm_seeds", "not_run", "parts")  # fmt: skip
@@ -38,7 +38,7 @@ JOINT = ("lmc",)  # commands whose one cell may run several seeds (a cell patter
 ENDPOINT_KEYS = ("metric", "last", "statistic", "scale", "unit", "format", "absent")
 STATISTICS = ("mean", "median")  # of an endpoint's window of rows
 FAMILY_KEYS = ("endpoint", "arms", "baseline", "heading", "margin")
-TUNE_KEYS = ("flag", "values", "seed", "flags", "metric", "last", "floor", "cell")
+TUNE_KEYS = ("flag", "values", "seed", "flags", "metric", "last", "floor", "cell", "borrow")
 PAGE_KEYS = ("out", "stored", "template", "text", "readings", "evaluate", "changed_verdicts")
 METRICS = ("test_accuracy", "test_loss", "val_accuracy", "val_loss", "train_loss")
 METRIC_PREFIXES = ("align_", "fed_eval_", "dp_")  # the alignment, clients' own evaluation and privacy keys
@@ -79,7 +79,8 @@ class Family:
 
 @dataclass(frozen=True)
 class Tune:
-    """A setting chosen per arm and axes point before the main runs: the value whose run scores best."""
+    """A setting chosen per arm and axes point before the main runs: the value whose run scores best;
+    an arm in `borrow` runs no tuning of its own and takes the value its lender's runs chose."""
 
     flag: str
     values: tuple[str, ...]
@@ -89,6 +90,7 @@ class Tune:
     last: int
     floor: float
     cell: str
+    borrow: dict[str, str] = field(default_factory=dict)  # arm -> the arm whose chosen value it takes
 
 
 @dataclass(frozen=True)
@@ -265,8 +267,13 @@ def _family(name: str, value: Any, spec: dict[str, Any], path: Path) -> Family:
     return Family(name, endpoint, tuple(arms), baseline, heading, None if margin is None else float(margin))
 
 
-def _tune(value: Any, path: Path) -> Tune:
+def _tune(value: Any, path: Path, arms: dict[str, Any], axes: dict[str, Any]) -> Tune:
     table = _table(value, "tune", TUNE_KEYS, path)
+    borrow = _table(table.get("borrow", {}), "tune.borrow", tuple(arms), path)
+    for arm, lender in borrow.items():
+        if lender not in arms or lender in borrow:
+            raise StudyError(f"study: {path}: tune.borrow.{arm} = {shown(lender)} is not an arm that tunes its own value "
+                             f"(those that do: {', '.join(a for a in arms if a not in borrow)})")  # fmt: skip
     flag = _of(table.get("flag"), str, "tune.flag", path, "a flag name such as \"--lr\"")
     values = _of(table.get("values"), list, "tune.values", path, "a list of the flag's values")
     for n, value in enumerate(values):
@@ -276,7 +283,9 @@ def _tune(value: Any, path: Path) -> Tune:
                 flags_of(table.get("flags", []), "tune.flags", path), metric,
                 _of(table.get("last", 1), int, "tune.last", path, "a whole number of rounds"),
                 float(_of(table.get("floor", 0.0), (int, float), "tune.floor", path, "a number")),
-                _of(table.get("cell", "tune/{arm}/" + flag.lstrip("-") + "{value}"), str, "tune.cell", path, "a pattern"))  # fmt: skip
+                _of(table.get("cell", "/".join(["tune", *(f"{a}{{{a}}}" for a in axes), "{arm}", flag.lstrip("-") + "{value}"])),
+                    str, "tune.cell", path, "a pattern"),
+                dict(borrow))  # fmt: skip
 
 
 def _place(value: Any, key: str, path: Path, suffix: str = "") -> Path:
@@ -358,7 +367,7 @@ def parse(path: Path, data: dict[str, Any]) -> Spec:
         seeds=_seeds(data.get("seeds", [0]), path), shared=flags_of(data.get("shared", []), "shared", path),
         baseline=spec["baseline"], arms=spec["arms"], labels=spec["labels"], axes=spec["axes"], endpoints=spec["endpoints"],
         families={name: _family(name, value, spec, path) for name, value in families.items()},
-        tune=_tune(data["tune"], path) if "tune" in data else None,
+        tune=_tune(data["tune"], path, spec["arms"], spec["axes"]) if "tune" in data else None,
         page=_page(data["page"], path) if "page" in data else None, command=_command(data, path),
         arm_seeds=_per_arm(data, "arm_seeds", arms, path), not_run=_per_arm(data, "not_run", arms, path),
         axis_sets=axis_sets, parts=_parts(data, path),
@@ -385,15 +394,3 @@ def load(path: str | Path) -> Spec:
         raise spec.refuse(problem)
     return spec
 
-
-def template_text(spec: Spec) -> str:
-    """The page's prose with its markers: the TOML's `text`, or the markdown file it names."""
-    assert spec.page is not None
-    if spec.page.text is not None:
-        return spec.page.text
-    try:
-        return read_place(spec.page.template, "page.template", MAX_TEMPLATE_BYTES)  # type: ignore[arg-type]
-    except FileNotFoundError:
-        raise spec.refuse(f"page.template: '{spec.page.template}' does not exist") from None
-    except (DamagedFile, OSError) as err:
-        raise spec.refuse(str(err)) from None

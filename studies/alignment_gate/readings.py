@@ -25,8 +25,9 @@ from fedpfn.core.provenance import KEY, machines_sentence
 from fedpfn.study.cells import main_cells
 from fedpfn.study.figures import reading_figure
 from fedpfn.study.limits import fields_problem
+from fedpfn.study.page import template_text
 from fedpfn.study.readings import Readings
-from fedpfn.study.spec import Spec, template_text
+from fedpfn.study.spec import Spec
 from studies.alignment_gate import gate
 
 RESULT = "lmc.json"

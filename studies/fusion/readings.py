@@ -33,10 +33,11 @@ from fedpfn.core.settings import ConfigError
 from fedpfn.core.provenance import KEY, machine_of, machines_sentence
 from fedpfn.study.cells import main_cells
 from fedpfn.study.figures import written
+from fedpfn.study.page import template_text
 from fedpfn.study.readings import Readings
 from fedpfn.study.result_cells import parsed
 from fedpfn.study.soup_cells import SoupCells
-from fedpfn.study.spec import Spec, template_text
+from fedpfn.study.spec import Spec
 
 STUDIES = {"soup": "studies/fusion/soup.toml", "cold": "studies/fusion/cold.toml"}  # which study a result kept before it came from
 
