@@ -120,10 +120,10 @@ def family_rows(spec: Spec, stored: dict[str, Any], name: str) -> list[Paired]:
     for point, cells in by_point(stored).items():
         values = {arm: {c["seed"]: c["endpoints"][family.endpoint] for c in cells
                         if c["arm"] == arm and c["endpoints"][family.endpoint] is not None} for arm in spec.arms}  # fmt: skip
-        for arm in family.arms:
-            label = f"{point + ': ' if point else ''}{spec.labels[arm]} − {spec.labels[family.baseline]}"
-            both = {seed: v for seed, v in values[arm].items() if seed in values[family.baseline]}
-            rows.append(paired(label, family.endpoint, both, values[family.baseline]))
+        for arm, baseline in family.pairs.items():
+            label = f"{point + ': ' if point else ''}{spec.labels[arm]} − {spec.labels[baseline]}"
+            both = {seed: v for seed, v in values[arm].items() if seed in values[baseline]}
+            rows.append(paired(label, family.endpoint, both, values[baseline]))
     adjust(rows)
     return rows
 

@@ -18,16 +18,15 @@ and axes point that runs all the arm's seeds (`--seeds 0,1,2`); other commands r
 
 from __future__ import annotations
 
-import shlex
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fedpfn.core.files import DamagedFile, parse_json
-from fedpfn.core.seeding import MAX_SEED
 from fedpfn.core.settings import ConfigError, _preset_text
-from fedpfn.study.limits import FORMAT_SPEC, MAX_DEPTH, MAX_SEEDS, shown, size_problem, too_deep
+from fedpfn.study.fields import StudyError, flags_of, seeds_of, table_of, value_of
+from fedpfn.study.limits import FORMAT_SPEC, MAX_DEPTH, shown, size_problem, too_deep
 from fedpfn.study.places import MAX_STORED_BYTES, code_problem, place_problem, read_place
 
 TOP = ("title", "runs", "cell", "seeds", "shared", "baseline", "arms", "labels", "axes", "endpoints", "families",
@@ -37,17 +36,12 @@ COMMANDS = ("run", "lmc", "soup")  # what a cell runs: `fedpfn run`, `python -m 
 JOINT = ("lmc",)  # commands whose one cell may run several seeds (a cell pattern without {seed})
 ENDPOINT_KEYS = ("metric", "last", "statistic", "scale", "unit", "format", "absent")
 STATISTICS = ("mean", "median")  # of an endpoint's window of rows
-FAMILY_KEYS = ("endpoint", "arms", "baseline", "heading", "margin")
+FAMILY_KEYS = ("endpoint", "arms", "baseline", "pairs", "heading", "margin")
 TUNE_KEYS = ("flag", "values", "seed", "flags", "metric", "last", "floor", "cell", "borrow")
 PAGE_KEYS = ("out", "stored", "template", "text", "readings", "evaluate", "changed_verdicts")
 METRICS = ("test_accuracy", "test_loss", "val_accuracy", "val_loss", "train_loss")
 METRIC_PREFIXES = ("align_", "fed_eval_", "dp_")  # the alignment, clients' own evaluation and privacy keys
-STUDY_OWNS = ("--seed", "--seeds", "--out", "--resume", "--overwrite", "--compare", "--algorithms")
 MARK = "<!-- study: "  # a template's line `<!-- study: KIND [NAME] -->` is where a table goes
-
-
-class StudyError(ConfigError):
-    """A study file that cannot run: one line naming the file, the key and what is accepted."""
 
 
 @dataclass(frozen=True)
@@ -67,14 +61,17 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class Family:
-    """Paired comparisons arm − baseline on one endpoint (at every axes point), Holm-adjusted together."""
+    """Paired comparisons arm − its baseline on one endpoint (at every axes point), Holm-adjusted
+    together: one baseline for all (`arms`, `baseline`), or each arm its own (`pairs`, e.g. X+anchors
+    − X for several X, one question's family)."""
 
     name: str
     endpoint: str
     arms: tuple[str, ...]
-    baseline: str
+    baseline: str  # the baseline of all, or of the first pair
     heading: str
     margin: float | None = None  # an equivalence margin in the endpoint's unit, declared before the runs
+    pairs: dict[str, str] = field(default_factory=dict)  # arm -> its baseline, for every arm
 
 
 @dataclass(frozen=True)
@@ -161,55 +158,12 @@ class Spec:
         return data
 
 
-def _table(value: Any, where: str, keys: tuple[str, ...], path: Path) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise StudyError(f"study: {path}: {where} must be a table ([{where}]), not {type(value).__name__}")
-    unknown = [k for k in value if k not in keys]
-    if unknown:
-        raise StudyError(f"study: {path}: unknown key '{unknown[0]}' in {where} (accepted: {', '.join(keys)})")
-    return value
-
-
-def _of(value: Any, kind: type | tuple[type, ...], where: str, path: Path, accepted: str) -> Any:
-    if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
-        raise StudyError(f"study: {path}: {where} = {shown(value)} is not {accepted}")
-    return value
-
-
-def flags_of(value: Any, where: str, path: Path) -> tuple[str, ...]:
-    """Flags as users type them: a list of strings, or one string split as a shell would."""
-    if isinstance(value, str):
-        try:
-            tokens = shlex.split(value)
-        except ValueError as err:
-            raise StudyError(f"study: {path}: {where}: {err}") from None
-    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
-        tokens = list(value)
-    else:
-        raise StudyError(f"study: {path}: {where} must be flags as typed: a string or a list of strings")
-    owned = next((t for t in tokens if t.split("=")[0] in STUDY_OWNS), None)
-    if owned is not None:
-        raise StudyError(f"study: {path}: {where}: {owned} is the study's to set (seeds = [...], runs = ...); "
-                         "leave it out")  # fmt: skip
-    return tuple(tokens)
-
-
-def _seeds(value: Any, path: Path, where: str = "seeds") -> tuple[int, ...]:
-    accepted = f"a list of 1 to {MAX_SEEDS} whole numbers from 0 to {MAX_SEED}, each once"
-    if not isinstance(value, list) or not 0 < len(value) <= MAX_SEEDS:
-        raise StudyError(f"study: {path}: {where} = {shown(value)} is not {accepted}")
-    for seed in value:  # a seed given twice is named at its first place
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED or value.count(seed) > 1:
-            raise StudyError(f"study: {path}: {where}: {shown(seed)} is not accepted; seeds are {accepted}")
-    return tuple(value)
-
-
 def _per_arm(data: dict[str, Any], key: str, arms: dict[str, Any], path: Path) -> dict[str, Any]:
     """`arm_seeds` (an arm's own seeds) or `not_run` (why an arm has no cells yet), by declared arm."""
-    table = _table(data.get(key, {}), key, tuple(arms), path) if key in data else {}
+    table = table_of(data.get(key, {}), key, tuple(arms), path) if key in data else {}
     if key == "arm_seeds":
-        return {arm: _seeds(value, path, f"arm_seeds.{arm}") for arm, value in table.items()}
-    return {arm: _of(value, str, f"not_run.{arm}", path, "a string saying why") for arm, value in table.items()}
+        return {arm: seeds_of(value, path, f"arm_seeds.{arm}") for arm, value in table.items()}
+    return {arm: value_of(value, str, f"not_run.{arm}", path, "a string saying why") for arm, value in table.items()}
 
 
 def _command(data: dict[str, Any], path: Path) -> str:
@@ -220,12 +174,12 @@ def _command(data: dict[str, Any], path: Path) -> str:
 
 
 def _endpoint(name: str, value: Any, path: Path) -> Endpoint:
-    table = _table(value, f"endpoints.{name}", ENDPOINT_KEYS, path)
-    metric = _of(table.get("metric"), str, f"endpoints.{name}.metric", path, "a metrics.jsonl key")
+    table = table_of(value, f"endpoints.{name}", ENDPOINT_KEYS, path)
+    metric = value_of(table.get("metric"), str, f"endpoints.{name}.metric", path, "a metrics.jsonl key")
     if metric not in METRICS and not metric.startswith(METRIC_PREFIXES):
         raise StudyError(f"study: {path}: endpoints.{name}.metric: unknown metric '{metric}' (accepted: "
                          f"{', '.join(METRICS)}, or a key starting with {' or '.join(METRIC_PREFIXES)})")  # fmt: skip
-    last = _of(table.get("last", 1), int, f"endpoints.{name}.last", path, "a whole number of rounds, 1 or more")
+    last = value_of(table.get("last", 1), int, f"endpoints.{name}.last", path, "a whole number of rounds, 1 or more")
     if last < 1:
         raise StudyError(f"study: {path}: endpoints.{name}.last = {last} is not a whole number of rounds, 1 or more")
     statistic = table.get("statistic", "mean")
@@ -233,9 +187,9 @@ def _endpoint(name: str, value: Any, path: Path) -> Endpoint:
         raise StudyError(f"study: {path}: endpoints.{name}.statistic = {statistic!r} is not accepted (accepted: "
                          f"{', '.join(STATISTICS)})")  # fmt: skip
     accuracy = metric.endswith("accuracy")
-    scale = _of(table.get("scale", 100.0 if accuracy else 1.0), (int, float), f"endpoints.{name}.scale", path, "a number")
-    unit = _of(table.get("unit", "points" if accuracy else ""), str, f"endpoints.{name}.unit", path, "a string")
-    written = _of(table.get("format", ".2f"), str, f"endpoints.{name}.format", path, "a format spec such as \".2f\"")
+    scale = value_of(table.get("scale", 100.0 if accuracy else 1.0), (int, float), f"endpoints.{name}.scale", path, "a number")
+    unit = value_of(table.get("unit", "points" if accuracy else ""), str, f"endpoints.{name}.unit", path, "a string")
+    written = value_of(table.get("format", ".2f"), str, f"endpoints.{name}.format", path, "a format spec such as \".2f\"")
     try:
         if not FORMAT_SPEC.fullmatch(written):  # bounded first: format(1.0, ".999999999f") would fill the memory
             raise ValueError(written)
@@ -243,62 +197,81 @@ def _endpoint(name: str, value: Any, path: Path) -> Endpoint:
     except ValueError:
         raise StudyError(f"study: {path}: endpoints.{name}.format = {written!r} is not a number's format spec "
                          "(e.g. \".2f\", \".3g\", \"g\")") from None  # fmt: skip
-    absent = _of(table["absent"], str, f"endpoints.{name}.absent", path, "a string") if "absent" in table else None
+    absent = value_of(table["absent"], str, f"endpoints.{name}.absent", path, "a string") if "absent" in table else None
     return Endpoint(name, metric, last, float(scale), unit, statistic, format=written, absent=absent)
 
 
 def _family(name: str, value: Any, spec: dict[str, Any], path: Path) -> Family:
-    table = _table(value, f"families.{name}", FAMILY_KEYS, path)
+    table = table_of(value, f"families.{name}", FAMILY_KEYS, path)
     endpoint = table.get("endpoint")
     if endpoint not in spec["endpoints"]:
         raise StudyError(f"study: {path}: families.{name}.endpoint: unknown endpoint {endpoint!r} "
                          f"(declared: {', '.join(spec['endpoints']) or 'none'})")  # fmt: skip
-    baseline = table.get("baseline", spec["baseline"])
-    arms = table.get("arms", [a for a in spec["arms"] if a != baseline])
-    for arm in [baseline, *_of(arms, list, f"families.{name}.arms", path, "a list of arm names")]:
+    pairs, baseline = _pairs(name, table, spec, path)
+    for arm in [baseline, *pairs, *pairs.values()]:
         if arm not in spec["arms"]:
             raise StudyError(f"study: {path}: families.{name}: unknown arm {arm!r} (declared: {', '.join(spec['arms'])})")
-    heading = _of(table.get("heading", f"{name}: each arm against {baseline}"), str, f"families.{name}.heading",
-                  path, "a string")  # fmt: skip
+    against = baseline if len(set(pairs.values())) == 1 else "its own baseline"
+    heading = value_of(table.get("heading", f"{name}: each arm against {against}"), str, f"families.{name}.heading",
+                       path, "a string")  # fmt: skip
     margin = table.get("margin")
     if margin is not None and (isinstance(margin, bool) or not isinstance(margin, int | float) or not margin > 0):
         raise StudyError(f"study: {path}: families.{name}.margin = {margin!r}: give a positive number, in the "
                          "endpoint's unit (the interval inside ±margin says the difference is smaller)")  # fmt: skip
-    return Family(name, endpoint, tuple(arms), baseline, heading, None if margin is None else float(margin))
+    return Family(name, endpoint, tuple(pairs), baseline, heading, None if margin is None else float(margin), pairs)
+
+
+def _pairs(name: str, table: dict[str, Any], spec: dict[str, Any], path: Path) -> tuple[dict[str, str], str]:
+    """arm -> its baseline (`pairs` as declared, or each of `arms`, every other arm by default, against
+    `baseline`), and the baseline of all or of the first pair."""
+    if "pairs" not in table:
+        baseline = table.get("baseline", spec["baseline"])
+        arms = value_of(table.get("arms", [a for a in spec["arms"] if a != baseline]), list, f"families.{name}.arms", path,
+                        "a list of arm names")  # fmt: skip
+        return {arm: baseline for arm in arms}, baseline
+    if "arms" in table or "baseline" in table:
+        raise StudyError(f"study: {path}: families.{name}: give pairs (arm = its baseline), or arms and a baseline, not both")
+    pairs = table_of(table["pairs"], f"families.{name}.pairs", tuple(table["pairs"]), path)
+    for arm, base in pairs.items():
+        if not isinstance(base, str) or base == arm:
+            raise StudyError(f"study: {path}: families.{name}.pairs.{arm} = {shown(base)} is not another arm's name")
+    if not pairs:
+        raise StudyError(f"study: {path}: families.{name}.pairs is empty; give each arm = its baseline")
+    return pairs, next(iter(pairs.values()))
 
 
 def _tune(value: Any, path: Path, arms: dict[str, Any], axes: dict[str, Any]) -> Tune:
-    table = _table(value, "tune", TUNE_KEYS, path)
-    borrow = _table(table.get("borrow", {}), "tune.borrow", tuple(arms), path)
+    table = table_of(value, "tune", TUNE_KEYS, path)
+    borrow = table_of(table.get("borrow", {}), "tune.borrow", tuple(arms), path)
     for arm, lender in borrow.items():
         if lender not in arms or lender in borrow:
             raise StudyError(f"study: {path}: tune.borrow.{arm} = {shown(lender)} is not an arm that tunes its own value "
                              f"(those that do: {', '.join(a for a in arms if a not in borrow)})")  # fmt: skip
-    flag = _of(table.get("flag"), str, "tune.flag", path, "a flag name such as \"--lr\"")
-    values = _of(table.get("values"), list, "tune.values", path, "a list of the flag's values")
+    flag = value_of(table.get("flag"), str, "tune.flag", path, "a flag name such as \"--lr\"")
+    values = value_of(table.get("values"), list, "tune.values", path, "a list of the flag's values")
     for n, value in enumerate(values):
-        _of(value, (str, int, float), f"tune.values[{n}]", path, "a flag's value (text or a number)")
-    metric = _of(table.get("metric", "val_accuracy"), str, "tune.metric", path, "a metrics.jsonl key")
-    return Tune(flag, tuple(str(v) for v in values), _of(table.get("seed", 0), int, "tune.seed", path, "a seed"),
+        value_of(value, (str, int, float), f"tune.values[{n}]", path, "a flag's value (text or a number)")
+    metric = value_of(table.get("metric", "val_accuracy"), str, "tune.metric", path, "a metrics.jsonl key")
+    return Tune(flag, tuple(str(v) for v in values), value_of(table.get("seed", 0), int, "tune.seed", path, "a seed"),
                 flags_of(table.get("flags", []), "tune.flags", path), metric,
-                _of(table.get("last", 1), int, "tune.last", path, "a whole number of rounds"),
-                float(_of(table.get("floor", 0.0), (int, float), "tune.floor", path, "a number")),
-                _of(table.get("cell", "/".join(["tune", *(f"{a}{{{a}}}" for a in axes), "{arm}", flag.lstrip("-") + "{value}"])),
+                value_of(table.get("last", 1), int, "tune.last", path, "a whole number of rounds"),
+                float(value_of(table.get("floor", 0.0), (int, float), "tune.floor", path, "a number")),
+                value_of(table.get("cell", "/".join(["tune", *(f"{a}{{{a}}}" for a in axes), "{arm}", flag.lstrip("-") + "{value}"])),
                     str, "tune.cell", path, "a pattern"),
                 dict(borrow))  # fmt: skip
 
 
 def _place(value: Any, key: str, path: Path, suffix: str = "") -> Path:
     """A path the study file names (runs, the page's files): text, inside the folder the study runs in."""
-    text = _of(value, str, key, path, "a path (text)")
+    text = value_of(value, str, key, path, "a path (text)")
     if (problem := place_problem(text, key, suffix)) is not None:
         raise StudyError(f"study: {path}: {problem}")
     return Path(text)
 
 
 def _page(value: Any, path: Path) -> Page:
-    table = _table(value, "page", PAGE_KEYS, path)
-    text = lambda key: _of(table.get(key), str, f"page.{key}", path, "a string") if key in table else None  # noqa: E731
+    table = table_of(value, "page", PAGE_KEYS, path)
+    text = lambda key: value_of(table.get(key), str, f"page.{key}", path, "a string") if key in table else None  # noqa: E731
     if ("template" in table) == ("text" in table):
         raise StudyError(f"study: {path}: page needs one of template (a markdown file) or text (the page itself)")
     if (key := next((k for k in ("out", "stored") if k not in table), None)) is not None:
@@ -308,20 +281,20 @@ def _page(value: Any, path: Path) -> Page:
         raise StudyError(f"study: {path}: {problem}")
     return Page(_place(table["out"], "page.out", path, ".md"), _place(table["stored"], "page.stored", path, ".json"), template,
                 text("text"), text("readings"), flags_of(table.get("evaluate", []), "page.evaluate", path),
-                _of(table.get("changed_verdicts", False), bool, "page.changed_verdicts", path, "true or false"))  # fmt: skip
+                value_of(table.get("changed_verdicts", False), bool, "page.changed_verdicts", path, "true or false"))  # fmt: skip
 
 
 def _axes(value: Any, path: Path) -> tuple[dict[str, tuple[str, ...]], dict[str, dict[str, tuple[str, ...]]]]:
     """Each axis's values in order, and the flags of each value of a named axis (a table of flag sets)."""
     axes: dict[str, tuple[str, ...]] = {}
     sets: dict[str, dict[str, tuple[str, ...]]] = {}
-    for axis, values in _table(value, "axes", tuple(value) if isinstance(value, dict) else (), path).items():
+    for axis, values in table_of(value, "axes", tuple(value) if isinstance(value, dict) else (), path).items():
         if isinstance(values, dict) and values:
             sets[axis] = {name: flags_of(flags, f"axes.{axis}.{name}", path) for name, flags in values.items()}
             axes[axis] = tuple(sets[axis])
         else:
-            listed = _of(values, list, f"axes.{axis}", path, "a list of the flag's values, or a table of named flag sets")
-            axes[axis] = tuple(str(_of(v, (str, int, float), f"axes.{axis}[{n}]", path, "a flag's value (text or a number)"))
+            listed = value_of(values, list, f"axes.{axis}", path, "a list of the flag's values, or a table of named flag sets")
+            axes[axis] = tuple(str(value_of(v, (str, int, float), f"axes.{axis}[{n}]", path, "a flag's value (text or a number)"))
                                for n, v in enumerate(listed))  # fmt: skip
     return axes, sets
 
@@ -330,10 +303,10 @@ def _parts(data: dict[str, Any], path: Path) -> dict[str, Spec]:
     """Each part: a study of its own, over the study's runs folder and seeds unless it declares others."""
     value = data.get("parts", {})
     found = {}
-    for name, part in _table(value, "parts", tuple(value) if isinstance(value, dict) else (), path).items():
+    for name, part in table_of(value, "parts", tuple(value) if isinstance(value, dict) else (), path).items():
         inherited = {"title": f"{data.get('title', path.stem)}: {name}", "runs": data.get("runs", f"runs/{path.stem}"),
                      "seeds": data.get("seeds", [0])}  # fmt: skip
-        declared = _table(part, f"parts.{name}", PART_KEYS, path)
+        declared = table_of(part, f"parts.{name}", PART_KEYS, path)
         try:
             found[name] = parse(path, {**inherited, **declared})
         except StudyError as err:
@@ -346,25 +319,25 @@ def parse(path: Path, data: dict[str, Any]) -> Spec:
     unknown = [k for k in data if k not in TOP]
     if unknown:
         raise StudyError(f"study: {path}: unknown key '{unknown[0]}' (accepted: {', '.join(TOP)})")
-    arms = _table(data.get("arms", {}), "arms", tuple(data.get("arms", {})), path)
+    arms = table_of(data.get("arms", {}), "arms", tuple(data.get("arms", {})), path)
     if len(arms) < 1:
         raise StudyError(f"study: {path}: [arms] is missing or empty; declare each arm's flags, e.g. fedavg = \"--algorithm fedavg\"")
     spec: dict[str, Any] = {"arms": {a: flags_of(f, f"arms.{a}", path) for a, f in arms.items()}}
     spec["baseline"] = data.get("baseline", next(iter(arms)))
     if spec["baseline"] not in arms:
         raise StudyError(f"study: {path}: baseline {spec['baseline']!r} is not an arm (declared: {', '.join(arms)})")
-    labels = _table(data.get("labels", {}), "labels", tuple(spec["arms"]), path)
-    spec["labels"] = {a: _of(labels.get(a, a), str, f"labels.{a}", path, "a string") for a in spec["arms"]}
+    labels = table_of(data.get("labels", {}), "labels", tuple(spec["arms"]), path)
+    spec["labels"] = {a: value_of(labels.get(a, a), str, f"labels.{a}", path, "a string") for a in spec["arms"]}
     spec["axes"], axis_sets = _axes(data.get("axes", {}), path)
-    endpoints = _table(data.get("endpoints", {}), "endpoints", tuple(data.get("endpoints", {})), path)
+    endpoints = table_of(data.get("endpoints", {}), "endpoints", tuple(data.get("endpoints", {})), path)
     spec["endpoints"] = {name: _endpoint(name, value, path) for name, value in endpoints.items()}
-    families = _table(data.get("families", {}), "families", tuple(data.get("families", {})), path)
+    families = table_of(data.get("families", {}), "families", tuple(data.get("families", {})), path)
     default_cell = "/".join([*(f"{a}{{{a}}}" for a in spec["axes"]), "{arm}", "s{seed}"])
     return Spec(
-        path=path, title=_of(data.get("title", path.stem), str, "title", path, "a string"),
+        path=path, title=value_of(data.get("title", path.stem), str, "title", path, "a string"),
         runs=_place(data.get("runs", f"runs/{path.stem}"), "runs", path),
-        cell=_of(data.get("cell", default_cell), str, "cell", path, "a pattern"),
-        seeds=_seeds(data.get("seeds", [0]), path), shared=flags_of(data.get("shared", []), "shared", path),
+        cell=value_of(data.get("cell", default_cell), str, "cell", path, "a pattern"),
+        seeds=seeds_of(data.get("seeds", [0]), path), shared=flags_of(data.get("shared", []), "shared", path),
         baseline=spec["baseline"], arms=spec["arms"], labels=spec["labels"], axes=spec["axes"], endpoints=spec["endpoints"],
         families={name: _family(name, value, spec, path) for name, value in families.items()},
         tune=_tune(data["tune"], path, spec["arms"], spec["axes"]) if "tune" in data else None,
