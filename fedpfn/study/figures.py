@@ -39,7 +39,7 @@ def families_figure(spec: Spec, names: Sequence[str], rows: Mapping[str, Sequenc
     end = spec.endpoints[ends.pop()]
     unit = end.unit or "as measured"
     panels = {spec.families[name].heading: [series_of(row, end.scale) for row in rows[name]] for name in names}
-    baselines = list(dict.fromkeys(spec.labels[base] for name in names for base in spec.families[name].pairs.values()))
+    baselines = list(dict.fromkeys(spec.labels[base] for name in names for _, base in spec.families[name].pairs))
     baseline = baselines[0] if len(baselines) == 1 else "its baseline"
     title = f"{spec.title}: each arm − {baseline} on the same seed"
     link = written(spec, "-".join(names), paired_figure(panels, baseline, title, unit, name=str))  # labels are words

@@ -120,7 +120,7 @@ def family_rows(spec: Spec, stored: dict[str, Any], name: str) -> list[Paired]:
     for point, cells in by_point(stored).items():
         values = {arm: {c["seed"]: c["endpoints"][family.endpoint] for c in cells
                         if c["arm"] == arm and c["endpoints"][family.endpoint] is not None} for arm in spec.arms}  # fmt: skip
-        for arm, baseline in family.pairs.items():
+        for arm, baseline in family.pairs:
             label = f"{point + ': ' if point else ''}{spec.labels[arm]} − {spec.labels[baseline]}"
             both = {seed: v for seed, v in values[arm].items() if seed in values[baseline]}
             rows.append(paired(label, family.endpoint, both, values[baseline]))

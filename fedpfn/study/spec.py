@@ -71,7 +71,7 @@ class Family:
     baseline: str  # the baseline of all, or of the first pair
     heading: str
     margin: float | None = None  # an equivalence margin in the endpoint's unit, declared before the runs
-    pairs: dict[str, str] = field(default_factory=dict)  # arm -> its baseline, for every arm
+    pairs: tuple[tuple[str, str], ...] = ()  # (arm, its baseline) for every comparison, in order
 
 
 @dataclass(frozen=True)
@@ -208,36 +208,39 @@ def _family(name: str, value: Any, spec: dict[str, Any], path: Path) -> Family:
         raise StudyError(f"study: {path}: families.{name}.endpoint: unknown endpoint {endpoint!r} "
                          f"(declared: {', '.join(spec['endpoints']) or 'none'})")  # fmt: skip
     pairs, baseline = _pairs(name, table, spec, path)
-    for arm in [baseline, *pairs, *pairs.values()]:
+    for arm in [baseline, *(a for pair in pairs for a in pair)]:
         if arm not in spec["arms"]:
             raise StudyError(f"study: {path}: families.{name}: unknown arm {arm!r} (declared: {', '.join(spec['arms'])})")
-    against = baseline if len(set(pairs.values())) == 1 else "its own baseline"
+    against = baseline if len({base for _, base in pairs}) == 1 else "its own baseline"
     heading = value_of(table.get("heading", f"{name}: each arm against {against}"), str, f"families.{name}.heading",
                        path, "a string")  # fmt: skip
     margin = table.get("margin")
     if margin is not None and (isinstance(margin, bool) or not isinstance(margin, int | float) or not margin > 0):
         raise StudyError(f"study: {path}: families.{name}.margin = {margin!r}: give a positive number, in the "
                          "endpoint's unit (the interval inside ±margin says the difference is smaller)")  # fmt: skip
-    return Family(name, endpoint, tuple(pairs), baseline, heading, None if margin is None else float(margin), pairs)
+    arms = tuple(dict.fromkeys(arm for arm, _ in pairs))
+    return Family(name, endpoint, arms, baseline, heading, None if margin is None else float(margin), pairs)
 
 
-def _pairs(name: str, table: dict[str, Any], spec: dict[str, Any], path: Path) -> tuple[dict[str, str], str]:
-    """arm -> its baseline (`pairs` as declared, or each of `arms`, every other arm by default, against
-    `baseline`), and the baseline of all or of the first pair."""
+def _pairs(name: str, table: dict[str, Any], spec: dict[str, Any], path: Path) -> tuple[tuple[tuple[str, str], ...], str]:
+    """(arm, its baseline) for each comparison (`pairs` as declared, or each of `arms`, every other arm
+    by default, against `baseline`), and the baseline of all or of the first pair."""
     if "pairs" not in table:
         baseline = table.get("baseline", spec["baseline"])
         arms = value_of(table.get("arms", [a for a in spec["arms"] if a != baseline]), list, f"families.{name}.arms", path,
                         "a list of arm names")  # fmt: skip
-        return {arm: baseline for arm in arms}, baseline
+        return tuple((arm, baseline) for arm in arms), baseline
     if "arms" in table or "baseline" in table:
-        raise StudyError(f"study: {path}: families.{name}: give pairs (arm = its baseline), or arms and a baseline, not both")
-    pairs = table_of(table["pairs"], f"families.{name}.pairs", tuple(table["pairs"]), path)
-    for arm, base in pairs.items():
-        if not isinstance(base, str) or base == arm:
-            raise StudyError(f"study: {path}: families.{name}.pairs.{arm} = {shown(base)} is not another arm's name")
+        raise StudyError(f"study: {path}: families.{name}: give pairs ([arm, its baseline], ...), or arms and a baseline, not both")
+    pairs = value_of(table["pairs"], list, f"families.{name}.pairs", path, "a list of [arm, its baseline] pairs")
+    for n, pair in enumerate(pairs):
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(a, str) for a in pair) and pair[0] != pair[1]
+                and pairs.index(pair) == n):  # fmt: skip
+            raise StudyError(f"study: {path}: families.{name}.pairs[{n}] = {shown(pair)} is not [arm, another arm], "
+                             "given once")  # fmt: skip
     if not pairs:
-        raise StudyError(f"study: {path}: families.{name}.pairs is empty; give each arm = its baseline")
-    return pairs, next(iter(pairs.values()))
+        raise StudyError(f"study: {path}: families.{name}.pairs is empty; give [arm, its baseline] for each comparison")
+    return tuple((arm, base) for arm, base in pairs), pairs[0][1]
 
 
 def _tune(value: Any, path: Path, arms: dict[str, Any], axes: dict[str, Any]) -> Tune:

@@ -1,6 +1,7 @@
-"""A family whose arms each have their own baseline (`[families.NAME.pairs]`): one question asked of
-several algorithms (X+anchors − X for each X) is one Holm family, counted as its rows; a family
-that gives pairs and a baseline too, or pairs an arm with itself or with no arm, is refused in one line."""
+"""A family whose comparisons each have their own baseline (`pairs = [[arm, baseline], ...]`): one
+question asked of several algorithms (X+anchors − X for each X) is one Holm family, counted as its
+rows, and one arm may meet two baselines in it; a family that gives pairs and a baseline too, pairs
+an arm with itself or with no arm, or gives a pair twice, is refused in one line."""
 
 from __future__ import annotations
 
@@ -26,9 +27,7 @@ alpha = ["0.1", "0.5"]
 metric = "test_accuracy"
 [families.anchors]
 endpoint = "acc"
-[families.anchors.pairs]
-prox-anchors = "prox"
-dyn-anchors = "dyn"
+pairs = [["prox-anchors", "prox"], ["dyn-anchors", "dyn"]]
 """
 GAIN = {"prox": 0.0, "prox-anchors": 0.02, "dyn": 0.5, "dyn-anchors": 0.49}  # anchors +2 points beside prox, −1 beside dyn
 
@@ -54,10 +53,20 @@ def test_each_arm_is_compared_with_its_own_baseline_in_one_holm_family(tmp_path:
                                                            min(1.0, max(4 * p[0], 3 * p[1], 2 * p[2], p[3]))])  # fmt: skip
 
 
+def test_one_arm_may_meet_two_baselines_in_one_family(tmp_path: Path) -> None:
+    (tmp_path / "s.toml").write_text(STUDY.replace('["dyn-anchors", "dyn"]]', '["prox-anchors", "dyn"]]'))
+    spec = load(tmp_path / "s.toml")
+    assert spec.families["anchors"].arms == ("prox-anchors",)
+    rows = family_rows(spec, stored(), "anchors")
+    assert [round(100 * r.mean, 1) for r in rows] == [2.1, -47.9, 2.1, -47.9]
+
+
 @pytest.mark.parametrize(("change", "said"), [
-    ('endpoint = "acc"\n[families.anchors.pairs]', 'endpoint = "acc"\nbaseline = "prox"\n[families.anchors.pairs]'),
-    ('dyn-anchors = "dyn"', 'dyn-anchors = "dyn-anchors"'),
-    ('dyn-anchors = "dyn"', 'dyn-anchors = "scaffold"'),
+    ("pairs = [", 'baseline = "prox"\npairs = ['),
+    ('["dyn-anchors", "dyn"]', '["dyn-anchors", "dyn-anchors"]'),
+    ('["dyn-anchors", "dyn"]', '["dyn-anchors", "scaffold"]'),
+    ('["dyn-anchors", "dyn"]]', '["dyn-anchors", "dyn"], ["dyn-anchors", "dyn"]]'),
+    ('["dyn-anchors", "dyn"]]', '"dyn-anchors"]'),
 ])  # fmt: skip
 def test_a_bad_pairing_is_refused_in_one_line(tmp_path: Path, change: str, said: str) -> None:
     (tmp_path / "s.toml").write_text(STUDY.replace(change, said))
@@ -65,4 +74,4 @@ def test_a_bad_pairing_is_refused_in_one_line(tmp_path: Path, change: str, said:
         load(tmp_path / "s.toml")
     message = str(raised.value)
     assert "\n" not in message and "families.anchors" in message
-    assert any(words in message for words in ("not both", "is not another arm's name", "unknown arm 'scaffold'"))
+    assert any(words in message for words in ("not both", "is not [arm, another arm], given once", "unknown arm 'scaffold'"))

@@ -92,7 +92,7 @@ def test_each_family_pairs_x_anchors_with_its_own_x_and_control(spec: Spec) -> N
     stored = planted(spec)
     for question, suffix, gap in (("anchors", "", 0.2), ("control", "-control", 0.1)):
         family = spec.families[question]
-        assert family.endpoint == "acc" and family.pairs == {f"{x}-anchors": f"{x}{suffix}" for x in XS}
+        assert family.endpoint == "acc" and family.pairs == tuple((f"{x}-anchors", f"{x}{suffix}") for x in XS)
         rows = page.family_rows(spec, stored, question)
         assert [row.label for row in rows] == [f"{spec.labels[x]}+anchors − {spec.labels[x + suffix]}" for x in XS]
         for row in rows:
