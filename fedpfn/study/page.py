@@ -6,6 +6,7 @@ file alone, so both routes give the same bytes. The page is the study's template
 or the markdown file `template` names) with each marker line replaced by a table:
 
     <!-- study: arms -->            each arm's endpoints, mean ± std over seeds (n-1)
+    <!-- study: tuning -->          each arm's tuning scores at each axes point, and the value chosen
     <!-- study: family NAME -->     the family's paired comparisons, Holm-adjusted together
     <!-- study: figure NAME ... --> those families' comparisons drawn, seed by seed (fedpfn.study.figures)
     <!-- study: arms-figure END --> each arm's endpoint END drawn, seed by seed, at each axes point
@@ -36,7 +37,7 @@ from fedpfn.analysis.stats import Paired, adjust, mean_std, paired
 from fedpfn.core.files import CONFIG, DamagedFile, METRICS, PROVENANCE, atomic_write_bytes, json_text, read_json, read_jsonl
 from fedpfn.core.provenance import machines_sentence
 from fedpfn.study import limits
-from fedpfn.study.cells import Configure, choices
+from fedpfn.study.cells import Configure, choices, scores
 from fedpfn.study.figures import against, arms_figure, families_figure
 from fedpfn.study.places import MAX_TEMPLATE_BYTES, file_out_problem, read_place
 from fedpfn.study.readings import Readings, readings_of
@@ -69,12 +70,34 @@ def collect(spec: Spec, configure: Configure) -> dict[str, Any]:
               "provenance": read_json(p.cell.folder / CONFIG).get(PROVENANCE)}  # the code and machine it ran on
              for p in planned]  # fmt: skip
     chosen = choices(spec) if spec.tune else None
+    found = scores(spec) if spec.tune else None
     return {
         "study": str(spec.path),
         "cells": cells,
         "chosen": None if chosen is None else [{"arm": arm, "point": dict(point), "value": value}
                                                for (arm, point), value in chosen.items()],  # fmt: skip
+        **({} if found is None else {"scores": [{"arm": arm, "point": dict(point), "value": value, "score": score}
+                                                for (arm, point, value), score in found.items()]}),  # fmt: skip
     }
+
+
+def tuning_table(spec: Spec, stored: dict[str, Any]) -> list[str]:
+    """Each arm's tuning runs at each axes point: each value's score (blank: collapsed, below the
+    floor) and the value its main runs took; a borrowing arm's is its lender's."""
+    tune = spec.tune
+    if tune is None or not stored.get("scores"):
+        raise spec.refuse("the template's marker 'tuning' needs [tune] and its finished tuning runs' stored scores")
+    score = {(s["arm"], point_text(s["point"]), s["value"]): s["score"] for s in stored["scores"]}
+    chosen = {(c["arm"], point_text(c["point"])): c["value"] for c in stored["chosen"]}
+    rows = []
+    for arm, point in chosen:
+        lender = tune.borrow.get(arm)
+        shown = ["" if score.get((lender or arm, point, v)) is None else f"{score[lender or arm, point, v]:.4f}"
+                 for v in tune.values]  # fmt: skip
+        said = f"{chosen[arm, point]} ({inline(spec.labels[lender])}'s)" if lender else chosen[arm, point]
+        rows.append([inline(spec.labels[arm]), *([inline(point)] if spec.axes else []), *shown, said])
+    head = [f"{tune.metric} at {tune.flag} {v}" for v in tune.values]
+    return table(["arm", *(["axes"] if spec.axes else []), *head, "chosen"], rows)
 
 
 def point_text(point: dict[str, str]) -> str:
@@ -251,6 +274,8 @@ def section(spec: Spec, stored: dict[str, Any] | None, marker: str, readings: Re
         raise spec.refuse(f"the template's marker '{marker}' needs the stored results, which this reading does not keep")
     if kind == "arms":
         return arms_table(spec, stored)
+    if kind == "tuning":
+        return tuning_table(spec, stored)
     if kind == "commands":
         return commands(spec, stored)
     if kind == "summary" and not name and not spec.families:
@@ -265,7 +290,7 @@ def section(spec: Spec, stored: dict[str, Any] | None, marker: str, readings: Re
         return arms_figure(spec, name, by_point(stored))
     if kind == "against" and len(name.split()) == 2 and set(name.split()) <= set(spec.endpoints):
         return against(spec, *name.split(), by_point(stored))
-    known = ["arms", "commands", "summary [FAMILY ...]", *(f"{kind} {f}" for kind in ("family", "figure") for f in spec.families),
+    known = ["arms", "tuning", "commands", "summary [FAMILY ...]", *(f"{kind} {f}" for kind in ("family", "figure") for f in spec.families),
              *(f"arms-figure {e}" for e in spec.endpoints), "against Y X (two endpoints)", *reading]  # fmt: skip
     raise spec.refuse(f"unknown marker '{MARK}{marker} -->' in the page's template (known: {', '.join(known)})")
 
