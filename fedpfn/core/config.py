@@ -167,7 +167,7 @@ class RunConfig:
                     *(() if isinstance(self.federated_eval, ClientEvaluation) else EVAL_ONLY)]
         # `unused` as read: a folder written before their refusal keeps its fingerprint
         values = {**self.flat(), **self.unused}
-        left_out += [] if values["partition_args"] else ["partition_args"]
+        left_out += [name for name in ("partition_args", "eval_last") if not values[name]]  # added later: absent at 0
         return {**{k: values[k] for k in FLAT_FIELDS if k not in left_out}, **self.hparams}
 
     def flat(self) -> dict[str, Any]:

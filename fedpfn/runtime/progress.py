@@ -83,6 +83,7 @@ def header_lines(
     resumed = f" (resumed after {first_round - 1})" if first_round > 1 else ""
     rounds = f"{first_round}..{cfg.federation.rounds}{resumed}"
     every = f"evaluated every {cfg.evaluation.eval_every}" if cfg.evaluation.eval_every > 1 else "evaluated every round"
+    every += f" and in each of the last {cfg.evaluation.eval_last}" if cfg.evaluation.eval_every > 1 and cfg.evaluation.eval_last > 1 else ""
     held = f", local test {cfg.evaluation.local_test_fraction:g} of each client" if cfg.evaluation.local_test_fraction else ""
     lines = [
         f"[bold]fedpfn[/bold] {cfg.algorithm} on server {cfg.server} · {cfg.task.dataset} {cfg.task.model} "

@@ -346,7 +346,7 @@ class ServerLoop:
             t0 = time.perf_counter()
             outcome = self.train_round(server_round)
             record, client_rows = outcome.record, outcome.client_rows
-            evaluated = server_round % cfg.evaluation.eval_every == 0 or server_round == cfg.federation.rounds
+            evaluated = cfg.evaluation.evaluates(server_round, cfg.federation.rounds)
             loss, accuracy = self.evaluate_global() if evaluated else (None, None)
             by_clients = self.evaluate_by_clients(server_round, {"round": server_round, **record})
             record = {
