@@ -113,20 +113,9 @@ LOCAL = Group(
 class Evaluation:
     """Where and how often the global model is evaluated, and the clients' local test splits."""
 
-    def evaluates(self, server_round: int, rounds: int) -> bool:
-        """Whether the global model is evaluated after `server_round` of `rounds`."""
-        return server_round % self.eval_every == 0 or server_round > rounds - max(self.eval_last, 1)
-
     chosen_by: ClassVar[dict[str, Any]] = {}
     eval_every: int = setting(
         1, "evaluate the global model every K rounds (the last round always)", at_least(1), kind="federation"
-    )
-    eval_last: int = setting(
-        0,
-        "evaluate the global model in each of the last N rounds too, whatever --eval-every says (an "
-        "endpoint that averages the last N rounds, at the cost of N evaluations)",
-        at_least(0),
-        kind="federation",
     )
     validation_fraction: float = setting(
         0.0,
@@ -142,10 +131,21 @@ class Evaluation:
         between(0, 0.5),
         kind="federation",
     )
+    eval_last: int = setting(
+        0,
+        "evaluate the global model in each of the last N rounds too, whatever --eval-every says (an "
+        "endpoint that averages the last N rounds, at the cost of N evaluations)",
+        at_least(0),
+        kind="federation",
+    )
+
+    def evaluates(self, server_round: int, rounds: int) -> bool:
+        """Whether the global model is evaluated after `server_round` of `rounds`."""
+        return server_round % self.eval_every == 0 or server_round > rounds - max(self.eval_last, 1)
 
 
 EVALUATION = Group(
-    "evaluation", {}, (Evaluation,), {}, ("eval_every", "eval_last", "validation_fraction", "local_test_fraction")
+    "evaluation", {}, (Evaluation,), {}, ("eval_every", "validation_fraction", "local_test_fraction", "eval_last")
 )
 
 

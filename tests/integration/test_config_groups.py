@@ -41,7 +41,7 @@ def written(values: dict) -> dict:
     """config.json as the flat config wrote it: every setting, the given ones as given; a start's
     and the clients' evaluation's own only where the run has them."""
     left_out = {*([] if values.get("init") else START_ONLY), *([] if values.get("evaluate_clients") else EVAL_ONLY)}
-    left_out |= set() if values.get("partition_args") else {"partition_args"}
+    left_out |= {name for name in ("partition_args", "eval_last") if not values.get(name)}
     return {**{k: v for k, v in FLAT_DEFAULTS.items() if k not in left_out}, **values}
 
 
@@ -182,7 +182,8 @@ def test_a_concern_is_one_group_read_as_cfg_concern_and_written_flat_in_its_old_
     assert keys[keys.index("engine_workers") + 1 : keys.index("out")] == [  # the placement, then the federation's rest
         "client_cpus", "client_gpus", "ray_address", "min_replies", "round_timeout", "simulate_failures"]  # fmt: skip
     assert keys[keys.index("seed") + 1 : keys.index("personal")] == list(LOCAL.order)
-    assert keys[keys.index("personal") + 1 : keys.index("alignment_every")] == list(EVALUATION.order)  # clients: off
+    evaluation = [name for name in EVALUATION.order if name != "eval_last"]  # left out at 0, as before it was added
+    assert keys[keys.index("personal") + 1 : keys.index("alignment_every")] == evaluation  # clients: off
     assert keys[keys.index("alignment_samples") + 1 : keys.index("engine")] == list(TRACKING.order)
     assert keys[keys.index("simulate_failures") + 1 :] == list(OUTPUT.order)
     assert cfg.lr_at(3) == 0.1 and parse_config({"lr": 0.1, "lr_decay": 0.5}).lr_at(3) == 0.025
