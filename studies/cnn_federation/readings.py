@@ -110,10 +110,12 @@ def in_short(spec: Spec) -> list[str]:
     """The pilot's answer in one paragraph, above the rule."""
     stored = spec.stored_results()
     big_r, converged, per_round = decision(stored)
-    each = ", ".join(f"R({a}) = {rounds_needed(c['accuracy'])['R']}" for a, c in stored["cells"].items())
+    read = {a: rounds_needed(c["accuracy"]) for a, c in stored["cells"].items()}
+    each = "; ".join(f"α = {a}: R = {r['R']}" + (f", still rising at {r['last']}" if r["rising"] else "") for a, r in read.items())
     return [f"**In short.** FedAvg's CNN {'reaches its plateau' if converged else 'is still rising'} within the rounds "
-            f"run ({each}), so the main study runs **{big_r} rounds**; a round costs {per_round:.2f} CPU-seconds here, "
-            f"the main study about {cost_hours(big_r, per_round):.1f} CPU-hours."]  # fmt: skip
+            f"run ({each}), so the main study runs **{big_r} rounds**. A round evaluated every round costs "
+            f"{per_round:.2f} CPU-seconds here, which puts the main study at about "
+            f"{cost_hours(big_r, per_round):.1f} CPU-hours."]  # fmt: skip
 
 
 PILOT = Readings(keep=keep, sections={"pilot": section, "pilot-summary": in_short})  # studies/cnn_federation/pilot.toml's

@@ -27,6 +27,7 @@ PAGES = {  # study -> (the page it writes, what it reads: its template, its stor
     "alignment_pilot_cnn": ("docs/alignment_pilot_cnn.md", "studies/alignment_pilot/alignment_pilot_cnn.md", "docs/alignment/pilot-cnn.json"),
     "earlier": ("docs/results_earlier.md", "studies/earlier/earlier.md", "docs/study/earlier-page.json",
                 *(f"docs/study/{name}/report.{kind}" for name in EARLIER for kind in ("json", "md"))),
+    "pilot": ("docs/cnn_federation_pilot.md", "studies/cnn_federation/pilot.md", "docs/study/cnn-pilot.json"),
     "soup": ("docs/fusion.md", "studies/fusion/fusion.md", "docs/fusion/soup.json", "docs/fusion/cold.json"),  # either study
     "cold": ("docs/fusion.md", "studies/fusion/fusion.md", "docs/fusion/soup.json", "docs/fusion/cold.json"),  # writes it all
 }
