@@ -6,7 +6,6 @@ over 4); and every marker of the template renders on planted results."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -15,9 +14,9 @@ from fedpfn.cli.main import main as fedpfn
 from fedpfn.cli.study import configure
 from fedpfn.study import page
 from fedpfn.study.cells import config_of, main_cells, tuning_cells
-from fedpfn.study.spec import Spec, load
+from fedpfn.study.spec import Spec
+from tests.support.studies import copied_study
 
-ROOT = Path(__file__).parents[2]
 STUDY = "studies/cnn_federation/cnn_federation.toml"
 TEMPLATE = "studies/cnn_federation/cnn_federation.md"
 SEEDS = tuple(range(40, 48))
@@ -27,11 +26,7 @@ ARMS = ("fedavg", "fedpfn", "fedpfn-client", "fedpnu", "fedpfn-fedavg-step")
 @pytest.fixture
 def spec(tmp_path: Path, monkeypatch) -> Spec:
     """The study file and its template in a folder of their own: runs and pages go to tmp_path."""
-    monkeypatch.chdir(tmp_path)
-    for name in (STUDY, TEMPLATE):
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / name, tmp_path / name)
-    return load(STUDY)
+    return copied_study(tmp_path, monkeypatch, STUDY, TEMPLATE)
 
 
 def test_the_file_declares_what_the_pre_registration_says(spec: Spec) -> None:

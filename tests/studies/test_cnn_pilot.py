@@ -6,16 +6,15 @@ finished run folders only, refusing a run that did not evaluate every round."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from fedpfn.study.runner import TIMES
-from fedpfn.study.spec import Spec, StudyError, load
+from fedpfn.study.spec import Spec, StudyError
 from studies.cnn_federation import readings as pilot
+from tests.support.studies import copied_study
 
-ROOT = Path(__file__).parents[2]
 STUDY = "studies/cnn_federation/pilot.toml"
 
 
@@ -49,10 +48,7 @@ def test_r_is_the_larger_over_skews_and_the_cost_counts_its_runs() -> None:
 @pytest.fixture
 def spec(tmp_path: Path, monkeypatch) -> Spec:
     """The pilot's study file in a folder of its own: its runs and stored file go to tmp_path."""
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / STUDY).parent.mkdir(parents=True)
-    shutil.copy(ROOT / STUDY, tmp_path / STUDY)
-    return load(STUDY)
+    return copied_study(tmp_path, monkeypatch, STUDY)
 
 
 def plant(spec: Spec, alpha: str, accuracy: list[float], every: int = 1, cpu_s: float = 450.0) -> None:

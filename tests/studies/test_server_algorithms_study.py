@@ -5,7 +5,6 @@ family pairs X+anchors with its own X or X+control, on planted results and on th
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -14,9 +13,9 @@ from fedpfn.cli.main import main as fedpfn
 from fedpfn.cli.study import configure
 from fedpfn.study import page
 from fedpfn.study.cells import config_of, main_cells
-from fedpfn.study.spec import Spec, load
+from fedpfn.study.spec import Spec
+from tests.support.studies import copied_study
 
-ROOT = Path(__file__).parents[2]
 STUDY = "studies/server_algorithms/server_algorithms.toml"
 TEMPLATE = "studies/server_algorithms/server_algorithms.md"
 CLIENT = {"fedprox": "fedprox", "scaffold": "scaffold", "feddyn": "feddyn"}  # X: its client rule
@@ -28,11 +27,7 @@ SEEDS = tuple(range(20, 28))
 @pytest.fixture
 def spec(tmp_path: Path, monkeypatch) -> Spec:
     """The study file and its template in a folder of their own: runs and pages go to tmp_path."""
-    monkeypatch.chdir(tmp_path)
-    for name in (STUDY, TEMPLATE):
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / name, tmp_path / name)
-    return load(STUDY)
+    return copied_study(tmp_path, monkeypatch, STUDY, TEMPLATE)
 
 
 def test_the_file_declares_what_the_pre_registration_says(spec: Spec) -> None:
