@@ -14,6 +14,7 @@ before its runs, so a regime added later never re-adjusts a published p-value.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,6 +27,7 @@ from fedpfn.analysis.plots import PairedSeries
 from fedpfn.analysis.render import series_of
 from fedpfn.analysis.stats import Paired, mean_std, paired, sign_test
 from fedpfn.core.arms import GATE
+from fedpfn.core.provenance import KEY, NOT_RECORDED, machine_of
 
 A_SEEDS, B_SEEDS = 5, 10  # seeds (a) and (b) need, set before the runs
 MATCHERS = ("full", "masked", "changes", "activation")
@@ -262,24 +264,62 @@ STEP_ENDPOINTS = (("permutation_loss", "P", 1.0, "nats"), ("mean_individual_acc"
                   ("fused_acc", "fused accuracy", 100.0, "points"))  # fmt: skip
 
 
+def machine_by_seed(regime: Cells) -> dict[int, str]:
+    """Each seed's machine and libraries (`machine_of`), from the provenance a regime keeps per cell
+    folder (`{arm}/seed{seed}`: "seed3"); NOT_RECORDED for a seed whose cell kept none."""
+    kept = {int(m.group(1)): machine_of(p) for folder, p in (regime.get(KEY) or {}).items()
+            if (m := re.fullmatch(r"seed(\d+)", folder))}  # fmt: skip
+    return {int(seed): kept.get(int(seed), NOT_RECORDED) for seed in regime["seeds"]}
+
+
+def one_machine(anchored: Cells, smaller: Cells) -> tuple[list[int], list[str]]:
+    """The seeds both regimes ran whose two cells ran on one recorded machine with one set of
+    libraries (a seed fixes the start, data and batch order, not a machine's kernels), and why the
+    others are dropped: one reason a kind, with its seeds."""
+    ours, theirs = machine_by_seed(anchored), machine_by_seed(smaller)
+    both = sorted(set(ours) & set(theirs))
+    kept = [s for s in both if ours[s] == theirs[s] != NOT_RECORDED]
+    unrecorded = [s for s in both if NOT_RECORDED in (ours[s], theirs[s])]
+    other = [s for s in both if s not in kept and s not in unrecorded]
+    silent = " and ".join(name for name, found in zip(STEP[::-1], (ours, theirs))
+                          if any(found[s] == NOT_RECORDED for s in unrecorded))  # fmt: skip
+    why = [f"{len(seeds)} ({', '.join(map(str, seeds))}) {reason}" for seeds, reason in (
+        (unrecorded, f"where a cell of {silent} recorded no machine (kept before cells carried their provenance)"),
+        (other, "where the two cells ran on different machines or library sets")) if seeds]  # fmt: skip
+    return kept, why
+
+
+def paired_note(kept: Sequence[int], why: Sequence[str], ran: int) -> str:
+    """What the step control pairs: the seeds kept of those both regimes ran, and each reason a seed was dropped."""
+    if not kept:
+        return f"Not read: no seed ran both regimes on one machine. Of the {ran} seeds both ran, dropped: {'; '.join(why)}."
+    dropped = f"; dropped: {'; '.join(why)}" if why else ""
+    return f"Paired within one machine: {len(kept)} of the {ran} seeds both regimes ran{dropped}."
+
+
 def step_control(cells: Cells) -> list[str]:
     """Is anchoring a smaller step? Each anchored arm at lr 0.1 minus plain at lr 0.06, seed by seed (a seed
-    fixes the start, the data and the batch order in every regime): P, own and fused accuracy, one Holm family."""
+    fixes the start, the data and the batch order in every regime) on the seeds whose two cells ran on
+    one machine (`one_machine`): P, own and fused accuracy, one Holm family."""
     smaller, anchored = (cells.get(name) for name in STEP)
     if smaller is None or anchored is None:
         return [f"Not yet read: it needs the cells of {STEP[0]} and {STEP[1]}."]
     plain = arm_named(smaller, "plain")
+    kept, why = one_machine(anchored, smaller)
+    note = paired_note(kept, why, len(set(anchored["seeds"]) & set(smaller["seeds"])))
+    if not kept:
+        return [note]
 
-    def both(arm: str, key: str, title: str) -> Paired:  # on the seeds both regimes have (one may have run more)
+    def both(arm: str, key: str, title: str) -> Paired:  # on the seeds kept that both regimes measured
         ours, theirs = series(anchored, arm, key), series(smaller, plain, key)
-        common = {seed: value for seed, value in ours.items() if seed in theirs}
+        common = {seed: value for seed, value in ours.items() if seed in theirs and seed in kept}
         return paired(f"{arm} at lr 0.1 − plain at lr 0.06: {title}", key, common, theirs, SPANS.get(key))
 
     found = [(key, scale, unit, both(arm, key, title))
              for arm in (arm_named(anchored, "shared"), arm_named(anchored, "independent"))
              for key, title, scale, unit in STEP_ENDPOINTS]  # fmt: skip
     tested = adjust_together(p for *_, p in found)
-    lines = [f"One Holm family of the {tested} tests below.", "",
+    lines = [note, "", f"One Holm family of the {tested} tests below.", "",
              *table(["comparison", "seeds", "mean", "95 % CI", "p", "p Holm", "verdict"])]
     for _, scale, unit, p in found:
         lines.append(f"| {p.label} | {len(p.seeds)} | {scale * p.mean:+.4f} {unit} | {interval_text(p, scale)} "

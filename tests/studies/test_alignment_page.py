@@ -194,14 +194,50 @@ def test_a_regime_whose_plain_model_diverged_is_void_and_the_table_says_where() 
     assert table[2:] == ["| r | 5 (0-4); plain diverged in seed(s) 2 | `--lr 0.1` |", "| q | not run: why q waits | `` |"]
 
 
+def on(regime: dict, machines: dict[int, dict | None]) -> dict:
+    """`regime` with each seed's cell provenance as `runs_here` keeps it (per cell folder, `seed<k>`)."""
+    return {**regime, "provenance": {f"seed{seed}": found for seed, found in machines.items()}}
+
+
 def test_the_step_control_pairs_anchored_arms_at_lr_0_1_with_plain_at_the_smaller_step() -> None:
-    """Seed by seed across two regimes; absent until both exist; a planted gap is read with its sign."""
+    """Seed by seed across two regimes run on one machine; absent until both exist; a planted gap is read with its sign."""
+    from fedpfn.core.provenance import collect
+
+    here = collect()
     assert gate.step_control({"cnn-same-init": planted(MOVING)})[0].startswith("Not yet read")
-    smaller = planted({**MOVING, "plain": [0.3, 0.32, 0.31, 0.29]}, seeds=6)  # plain at lr 0.06: P larger
-    lines = gate.step_control({"cnn-same-init-lr0.06": smaller, "cnn-same-init": planted(MOVING, seeds=10)})
-    assert lines[0] == "One Holm family of the 2 tests below."  # accuracies planted equal: no test
+    smaller = on(planted({**MOVING, "plain": [0.3, 0.32, 0.31, 0.29]}, seeds=6), dict.fromkeys(range(6), here))
+    lines = gate.step_control({"cnn-same-init-lr0.06": smaller,
+                               "cnn-same-init": on(planted(MOVING, seeds=10), dict.fromkeys(range(10), here))})  # fmt: skip
+    assert lines[0] == "Paired within one machine: 6 of the 6 seeds both regimes ran."
+    assert lines[2] == "One Holm family of the 2 tests below."  # accuracies planted equal: no test
     row = next(line for line in lines if line.startswith("| shared-0.4 at lr 0.1 − plain at lr 0.06: P |"))
     assert "| 6 | -0.3" in row and "lower" in row
+
+
+def test_the_step_control_drops_the_seeds_whose_two_cells_ran_on_different_machines() -> None:
+    """Cells of two machines: only a seed whose two regimes ran on one machine (and one set of libraries)
+    is paired; the others are dropped and the page says how many and why; with none left, not read."""
+    from fedpfn.core.provenance import collect
+
+    here = collect()
+    there = {**here, "device": {**here["device"], "cpu": "Another CPU"}}
+    newer = {**here, "packages": {**here["packages"], "torch": "9.9"}}
+    anchored = on(planted(MOVING, seeds=6), {0: here, 1: here, 2: here, 3: here, 4: here, 5: None})
+    smaller = on(planted({**MOVING, "plain": [0.3, 0.32, 0.31, 0.29]}, seeds=6),
+                 {0: here, 1: here, 2: there, 3: newer, 4: here, 5: here})  # fmt: skip
+    lines = gate.step_control({"cnn-same-init-lr0.06": smaller, "cnn-same-init": anchored})
+    assert lines[0] == ("Paired within one machine: 3 of the 6 seeds both regimes ran; dropped: 1 (5) where a cell of "
+                        "cnn-same-init recorded no machine (kept before cells carried their provenance); 2 (2, 3) where "
+                        "the two cells ran on different machines or library sets.")  # fmt: skip
+    row = next(line for line in lines if line.startswith("| shared-0.4 at lr 0.1 − plain at lr 0.06: P |"))
+    assert "| 3 | -0.3" in row  # seeds 0, 1 and 4 alone
+    apart = on(smaller, dict.fromkeys(range(6), there))
+    assert gate.step_control({"cnn-same-init-lr0.06": apart, "cnn-same-init": anchored}) == [
+        "Not read: no seed ran both regimes on one machine. Of the 6 seeds both ran, dropped: 1 (5) where a cell of "
+        "cnn-same-init recorded no machine (kept before cells carried their provenance); 5 (0, 1, 2, 3, 4) where the "
+        "two cells ran on different machines or library sets."]  # fmt: skip
+    unrecorded = gate.step_control({"cnn-same-init-lr0.06": smaller, "cnn-same-init": planted(MOVING, seeds=6)})
+    assert unrecorded[0].startswith("Not read: no seed ran both regimes on one machine.") and len(unrecorded) == 1
 
 
 def test_a_regime_whose_p_is_zero_in_every_seed_says_so_instead_of_an_empty_interval() -> None:
