@@ -2,11 +2,13 @@
 session goes on in the next from a fresh clone.
 
 A study's runs folder under studies/<name>/cells/ is ignored by git except for each cell's
-settings, metrics and summary (.gitignore): what `fedpfn study run` needs to reuse a finished cell
-(its settings compared first, as for any reuse) and what its page reads. A cell still running or
-stopped is never listed: without its checkpoint it could not be resumed, so it starts again.
+settings, metrics and summary, or an lmc cell's lmc.json (.gitignore): what `fedpfn study run` needs
+to reuse a finished cell (its settings compared first, as for any reuse) and what its page reads. A
+cell still running or stopped is never listed: without its checkpoint it could not be resumed, so
+it starts again (an lmc cell is finished once its lmc.json is written: fedpfn.study.lmc_cells).
 
     git add $(.venv/bin/python scripts/finished_cells.py studies/cnn_federation/cnn_federation.toml)
+    git add $(.venv/bin/python scripts/finished_cells.py studies/alignment_gate/cnn_gate_again.toml)
 """
 
 from __future__ import annotations
@@ -19,7 +21,13 @@ from fedpfn.study.cells import main_cells, tuning_cells
 from fedpfn.study.runner import TIMES
 from fedpfn.study.spec import StudyError, load
 
-KEPT = (CONFIG, METRICS, SUMMARY)  # what a reuse and a page read; checkpoints and models stay local
+LMC = "lmc.json"  # an lmc cell's result (fedpfn.study.lmc_cells.RESULT, named here so no torch is imported)
+KEPT = (CONFIG, METRICS, SUMMARY, LMC)  # what a reuse and a page read; checkpoints, models and figures stay local
+
+
+def finished(folder: Path) -> bool:
+    """A run that wrote its summary, or an lmc cell that wrote its lmc.json (written only at its end)."""
+    return is_finished(folder) or (folder / LMC).is_file()
 
 
 def finished_files(study: str) -> list[Path]:
@@ -28,7 +36,7 @@ def finished_files(study: str) -> list[Path]:
     files: list[Path] = []
     for part in spec.every():
         for cell in [*tuning_cells(part), *main_cells(part)]:
-            if is_finished(cell.folder):
+            if finished(cell.folder):
                 files += [cell.folder / name for name in KEPT if (cell.folder / name).is_file()]
         files += [part.runs / TIMES] if (part.runs / TIMES).is_file() else []
     return list(dict.fromkeys(files))

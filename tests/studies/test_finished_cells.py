@@ -1,7 +1,8 @@
 """A study that runs across sessions (scripts/finished_cells.py and .gitignore): a finished cell's
-settings, metrics and summary are listed to commit and are not ignored, its checkpoint and models
-are ignored; a cell begun but not finished is never listed; the committed files alone let `fedpfn
-study run` reuse the cell (its settings compared first), and a bad study file is refused in one line."""
+settings, metrics and summary (an lmc cell's lmc.json) are listed to commit and are not ignored, its
+checkpoint, models, figure and log are ignored; a cell begun but not finished is never listed; the
+committed files alone let `fedpfn study run` reuse the cell (its settings compared first), and a bad
+study file is refused in one line."""
 
 from __future__ import annotations
 
@@ -48,6 +49,8 @@ def test_only_finished_cells_are_listed_and_only_their_small_files(tmp_path: Pat
     ("studies/demo/cells/fedavg/s0/summary.json", False), ("studies/demo/cells/cpu.jsonl", False),
     ("studies/demo/cells/fedavg/s0/checkpoint.npz", True), ("studies/demo/cells/fedavg/s0/model_round_2.pt", True),
     ("studies/demo/cells/fedavg/s0/clients.jsonl", True), ("studies/demo/cells/fedavg/s0/run.log", True),
+    ("studies/demo/cells/cnn/seed0/lmc.json", False), ("studies/demo/cells/cnn/seed0/lmc.png", True),
+    ("studies/demo/cells/cnn/seed0/lmc.pdf", True), ("studies/demo/cells/cnn/seed0/lmc.log", True),
 ])  # fmt: skip
 def test_git_keeps_what_a_reuse_reads_and_ignores_the_rest(path: str, ignored: bool) -> None:
     if shutil.which("git") is None or not (ROOT / ".git").exists():
@@ -74,3 +77,37 @@ def test_a_bad_study_is_refused_in_one_line(tmp_path: Path, capsys) -> None:
     assert finished_cells.main([str(tmp_path / "absent.toml")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: study: ") and err.count("\n") == 1
+
+
+LMC_STUDY = """
+command = "lmc"
+runs = "studies/demo/cells"
+cell = "{arm}/seed{seed}"
+seeds = [0, 1]
+shared = "--dataset fmnist --models 2 --device cpu"
+[arms]
+cnn = "--model cnn --lr 0.1"
+"""
+
+
+def test_a_finished_lmc_cell_is_its_lmc_json_which_alone_lets_it_be_reused(tmp_path: Path, monkeypatch) -> None:
+    """An lmc cell is finished once its lmc.json is written (its figure and log stay local); one begun
+    and killed left none and is not listed; the committed lmc.json alone makes `status` call it done."""
+    from fedpfn.study.cells import command_of, config_of
+    from fedpfn.study.commands import settings_of
+    from fedpfn.study.lmc_cells import RESULT
+
+    assert finished_cells.LMC == RESULT
+    monkeypatch.chdir(tmp_path)
+    Path("s.toml").write_text(LMC_STUDY)
+    spec = load("s.toml")
+    cell, other = main_cells(spec)
+    done, begun = cell.folder, other.folder
+    for folder in (done, begun):
+        folder.mkdir(parents=True)
+        (folder / "lmc.log").write_text("")
+    cfg = config_of(spec, cell, configure)
+    (done / "lmc.json").write_text(json.dumps({"config": settings_of(cfg.settings), "settings": {}}))
+    (done / "lmc.png").write_text("")
+    assert finished_cells.finished_files("s.toml") == [done / "lmc.json"]
+    assert command_of("lmc", configure).state(cfg, done) == "done"
