@@ -92,12 +92,13 @@ def cpu_id() -> str | None:
 
 
 def device() -> dict[str, Any]:
-    """The compute: CPU model and count, torch's thread count, the GPUs torch sees."""
+    """The compute: CPU model, kind and count, torch's thread count, the GPUs torch sees."""
     import torch
 
     gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     return {
         "cpu": cpu_model(),
+        "cpu_id": cpu_id(),  # two CPUs of one name may round differently: what tells them apart
         "cpus": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "gpus": gpus,
@@ -120,7 +121,8 @@ def machine_of(provenance: Mapping[str, Any] | None) -> str:
     packages = provenance.get("packages") or {}
     gpus = ", ".join(found.get("gpus") or []) or "no GPU"
     libraries = ", ".join(f"{name} {packages.get(name)}" for name in ("torch", "numpy", "scipy"))
-    return f"{found.get('cpu')} ({found.get('cpus')} CPUs, {found.get('torch_threads')} torch threads), {gpus}; {libraries}"
+    kind = f" [{found['cpu_id']}]" if found.get("cpu_id") else ""  # recorded since 2026-12-08
+    return f"{found.get('cpu')}{kind} ({found.get('cpus')} CPUs, {found.get('torch_threads')} torch threads), {gpus}; {libraries}"
 
 
 def machines_sentence(provenances: Iterable[Mapping[str, Any] | None]) -> str:

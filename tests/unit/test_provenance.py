@@ -33,12 +33,14 @@ def test_a_runs_provenance_is_the_core_one_and_the_run(monkeypatch) -> None:
 
 def test_a_page_says_when_its_results_come_from_more_than_one_machine() -> None:
     here = provenance.collect()
-    there = {**here, "device": {**here["device"], "cpu": "Another CPU", "torch_threads": 64}}
+    there = {**here, "device": {**here["device"], "cpu": "Another CPU", "cpu_id": None, "torch_threads": 64}}
     newer = {**here, "packages": {**here["packages"], "torch": "9.9.9"}}
+    other_kind = {**here, "device": {**here["device"], "cpu_id": "vendor_id X cpu family 1, AVX2"}}  # one name, two kinds
     assert provenance.machines_sentence([here, dict(here)]) == ""  # one machine: nothing to say
     said = provenance.machines_sentence([here, there, here])
     assert said.startswith("The results on this page come from 2 machines") and "Another CPU (" in said
     assert "64 torch threads" in said and "come from 2" in provenance.machines_sentence([here, newer])
+    assert "AVX2] (" in provenance.machines_sentence([here, other_kind])
 
 
 def test_results_written_before_provenance_say_machine_not_recorded() -> None:
