@@ -20,7 +20,7 @@ from tests.support.studies import copied_study
 STUDY = "studies/cnn_federation/cnn_federation.toml"
 TEMPLATE = "studies/cnn_federation/cnn_federation.md"
 SEEDS = tuple(range(40, 48))
-ARMS = ("fedavg", "fedpfn", "fedpfn-client", "fedpnu", "fedpfn-fedavg-step")
+ARMS = ("fedavg", "fedpfn", "fedpfn-client", "fedpnu-neuron", "fedpfn-fedavg-step")
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def test_the_file_declares_what_the_pre_registration_says(spec: Spec) -> None:
     assert spec.tune.values == ("0.01", "0.02", "0.05", "0.1") and spec.tune.seed == 39 and spec.tune.last == 10
     assert spec.families["primary"].pairs == (("fedpfn", "fedavg"), ("fedpfn", "fedpfn-client"))
     assert spec.families["secondary"].pairs == (("fedpfn-fedavg-step", "fedavg"), ("fedpfn", "fedpfn-fedavg-step"),
-                                                ("fedpnu", "fedavg"))  # fmt: skip
+                                                ("fedpnu-neuron", "fedavg"))  # fmt: skip
     assert str(spec.runs) == "studies/cnn_federation/cells"
 
 
@@ -55,9 +55,10 @@ def test_each_cell_runs_the_settings_the_pre_registration_names(spec: Spec) -> N
         assert (local.local_epochs, local.batch_size, local.lr_decay, local.momentum) == (1, 50, 0.99, 0.9)
         assert (federation.num_clients, federation.clients_per_round) == (100, 10)
         assert federation.rounds == (150 if cell.tuning else 300) and cfg.seed == (39 if cell.tuning else cell.seed)
-        assert cfg.algorithm == {"fedavg": "fedavg", "fedpnu": "fedpnu"}.get(cell.arm, "fedpfn")
-        assert cfg.hparams.get("fedpfn.anchor_masks") == {"fedpfn-client": "client", "fedavg": None, "fedpnu": None}.get(
+        assert cfg.algorithm == {"fedavg": "fedavg", "fedpnu-neuron": "fedpnu"}.get(cell.arm, "fedpfn")
+        assert cfg.hparams.get("fedpfn.anchor_masks") == {"fedpfn-client": "client", "fedavg": None, "fedpnu-neuron": None}.get(
             cell.arm, "shared")  # fmt: skip
+        assert cfg.hparams.get("fedpnu.anchor_granularity") == ("neuron" if cell.arm == "fedpnu-neuron" else None)
 
 
 def planted(spec: Spec) -> dict:
