@@ -16,18 +16,20 @@ from __future__ import annotations
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from queue import Queue
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
-from fedpfn.runtime.children import python_child
+from fedpfn.runtime.children import Children, python_child
 from fedpfn.core.files import append_text
 from fedpfn.runtime.progress import duration
 from fedpfn.runtime.resources import core_shares, usable_cores
@@ -189,11 +191,39 @@ def run_cells(spec: Spec, command: Command, todo: Sequence[Planned], jobs: int, 
                 out: Any = stack.enter_context(os.fdopen(os.open(p.cell.folder / command.log, flags, 0o666), "a"))
             else:
                 out = subprocess.DEVNULL
-            done = subprocess.run(argv, check=False, env=env, stdout=out, stderr=subprocess.STDOUT if command.log else None)
-        return None if done.returncode == 0 else f"{p.cell.folder} (exit {done.returncode})"
+            code = children.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT if command.log else None)
+        return None if code in (0, None) else f"{p.cell.folder} (exit {code})"
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
+    children = Children()
+    with ThreadPoolExecutor(max_workers=jobs) as pool, stopped_with(children, spec, pool):
         return [f for f in pool.map(one, todo) if f is not None]
+
+
+class Stopped(BaseException):
+    """SIGINT or SIGTERM while a study's cells run in processes of their own."""
+
+
+@contextmanager
+def stopped_with(children: Children, spec: Spec, pool: ThreadPoolExecutor) -> Iterator[None]:
+    """While the block runs, SIGINT and SIGTERM stop the cells' processes (each stops as after
+    Ctrl-C, resumable) and no other starts; then one line, and exit 130 or 143."""
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise Stopped(signum)
+
+    before = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    except Stopped as stopped:
+        for s in before:  # a second Ctrl-C waits for the cells' stop (STOP_SECONDS at most)
+            signal.signal(s, signal.SIG_IGN)
+        pool.shutdown(wait=False, cancel_futures=True)
+        count = children.stop()
+        print(f"\nstopped: {count} running cell{'s' if count != 1 else ''} stopped with it; each goes on from where it "
+              f"stopped with: fedpfn study run {spec.path}", file=sys.stderr, flush=True)  # fmt: skip
+        raise SystemExit(128 + stopped.args[0]) from None
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
 
 
 def chosen_arms(spec: Spec, arms: Sequence[str]) -> set[str]:

@@ -188,13 +188,12 @@ def test_a_stopped_cell_and_a_running_one_are_told_apart(tiny: Path, capsys) -> 
 def test_jobs_run_each_cell_in_a_process_of_its_own_at_most_one_a_core(tiny: Path, monkeypatch, capsys) -> None:
     """--jobs N starts `fedpfn study run FILE --cell FOLDER` for each unfinished cell, N at a time,
     each on a share of the cores of its own (its engine trains on them: one worker a core)."""
-    import subprocess
-
     import fedpfn.study.runner as runner
+    from fedpfn.runtime.children import Children
 
     started = []
     monkeypatch.setattr(runner, "usable_cores", lambda: {0, 1})
-    monkeypatch.setattr(subprocess, "run", lambda command, **_: started.append(command) or subprocess.CompletedProcess(command, 0))
+    monkeypatch.setattr(Children, "run", lambda self, command, **_: started.append(command) or 0)
     code, out, _ = study(capsys, "run", "tiny.toml", "--jobs", "3")
     assert code == 0 and "--jobs 3: this machine has 2 cores; running 2 cells at a time" in out
     assert sorted(c[-1] for c in started) == list(CELLS)
