@@ -36,6 +36,7 @@ from fedpfn.runtime.engines.result import CohortResult
 from fedpfn.runtime.server import train_config, with_accepted_round
 from strategies import sample_clients
 from tests.support.config import tiny_config
+from tests.support.procfs import alive, children
 from tests.support.rounds import NodeGrid
 
 OWN_HPARAMS = {"fedprox": {"prox_mu": 0.1}, "feddyn": {"feddyn_alpha": 0.1}}
@@ -156,28 +157,6 @@ def test_clients_are_dealt_by_size_each_share_in_client_order():
     assert sorted(k for share in shares for k in share) == list(range(6))
     assert deal([3, 3], workers=4) == [[0], [1]]  # no empty share
     assert deal([1, 2, 3], workers=1) == [[0, 1, 2]]
-
-
-def children(pid: int) -> list[int]:
-    """The processes whose parent is `pid` (from /proc)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry))
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 @pytest.mark.slow  # three short runs stopped in their second round, about 20 s

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.procfs import alive, children
+
 STUDY = """title = "long cells"
 runs = "runs/long"
 seeds = [0]
@@ -24,26 +26,6 @@ fedavg = "--algorithm fedavg"
 fedpfn = "--algorithm fedpfn"
 """
 CELLS = ("runs/long/fedavg/s0", "runs/long/fedpfn/s0")
-
-
-def children_of(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry))
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.slow  # two studies of two cells, each stopped once both cells have begun: about 25 s
@@ -59,7 +41,7 @@ def test_no_cell_outlives_a_stopped_study(sig: signal.Signals, tmp_path: Path) -
     while not begun() and time.monotonic() < deadline:
         assert runner.poll() is None, runner.stderr.read()
         time.sleep(0.1)
-    cells = [pid for pid in children_of(runner.pid) if "--cell" in Path(f"/proc/{pid}/cmdline").read_text()]
+    cells = [pid for pid in children(runner.pid) if "--cell" in Path(f"/proc/{pid}/cmdline").read_text()]
     assert len(cells) == 2, cells
     runner.send_signal(sig)
     _, err = runner.communicate(timeout=60)
