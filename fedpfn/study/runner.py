@@ -29,6 +29,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from fedpfn.runtime import reaper
 from fedpfn.runtime.children import Children, python_child
 from fedpfn.core.files import append_text
 from fedpfn.runtime.progress import duration
@@ -206,10 +207,13 @@ class Stopped(BaseException):
 @contextmanager
 def stopped_with(children: Children, spec: Spec, pool: ThreadPoolExecutor) -> Iterator[None]:
     """While the block runs, SIGINT and SIGTERM stop the cells' processes (each stops as after
-    Ctrl-C, resumable) and no other starts; then one line, and exit 130 or 143."""
+    Ctrl-C, resumable) and no other starts; then one line, and exit 130 or 143. A kill -9 of this
+    process stops them too: the watcher that sees it go sends them SIGTERM (fedpfn.runtime.reaper)."""
+
     def stop(signum: int, frame: FrameType | None) -> None:
         raise Stopped(signum)
 
+    watcher = reaper.start_watcher(keep=reaper.descendants([os.getpid()]))  # what ran before the cells: left alone
     before = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
@@ -224,6 +228,7 @@ def stopped_with(children: Children, spec: Spec, pool: ThreadPoolExecutor) -> It
     finally:
         for s, handler in before.items():
             signal.signal(s, handler)
+        reaper.stop_watcher(watcher)
 
 
 def chosen_arms(spec: Spec, arms: Sequence[str]) -> set[str]:
